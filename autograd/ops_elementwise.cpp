@@ -1,0 +1,140 @@
+#include <cmath>
+
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+#include "core/kernels/elementwise.h"
+
+namespace shamn {
+namespace {
+
+// b must equal a's shape or a's trailing dims; returns b's element count (the row width).
+int64_t broadcast_width(const char* op, const Var& a, const Var& b) {
+  SHAMN_CHECK(a.dtype() == b.dtype(), op, ": operands ", a.value().str(), " and ",
+              b.value().str(), " differ in dtype");
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  const bool trailing =
+      sb.size() <= sa.size() && std::equal(sb.begin(), sb.end(), sa.end() - sb.size());
+  SHAMN_CHECK(trailing, op, ": cannot broadcast ", b.value().str(), " over ", a.value().str(),
+              " (the second operand must match the first's trailing dims)");
+  return b.numel();
+}
+
+enum class BinaryOp { add, sub, mul };
+
+Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
+  const int64_t cols = broadcast_width(name, a, b);
+  const int64_t rows = cols == 0 ? 0 : a.numel() / cols;
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  dispatch_floating(a.dtype(), name, [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = a.value().data<T>();
+    const T* pb = b.value().data<T>();
+    T* po = out.data<T>();
+    switch (kind) {
+      case BinaryOp::add: broadcast_rows_forward(po, pa, pb, rows, cols, std::plus<T>()); break;
+      case BinaryOp::sub: broadcast_rows_forward(po, pa, pb, rows, cols, std::minus<T>()); break;
+      case BinaryOp::mul:
+        broadcast_rows_forward(po, pa, pb, rows, cols, std::multiplies<T>());
+        break;
+    }
+  });
+  // mul's backward needs both values; add/sub need neither.
+  const Tensor av = kind == BinaryOp::mul ? a.value() : Tensor();
+  const Tensor bv = kind == BinaryOp::mul ? b.value() : Tensor();
+  return record(name, out, {a, b}, [=](Node& n) {
+    dispatch_floating(n.out_dtype, name, [&](auto zero) {
+      using T = decltype(zero);
+      const T* dy = n.out_grad.data<T>();
+      if (n.needs_grad(0)) {
+        T* da = n.input_grad(0).data<T>();
+        if (kind == BinaryOp::mul) {  // da += dy * b (b broadcast)
+          Tensor tmp = Tensor::empty({rows, cols}, n.out_dtype);
+          broadcast_rows_forward(tmp.data<T>(), dy, bv.data<T>(), rows, cols,
+                                 std::multiplies<T>());
+          axpy(da, tmp.data<T>(), T(1), rows * cols);
+        } else {
+          axpy(da, dy, T(1), rows * cols);
+        }
+      }
+      if (n.needs_grad(1)) {
+        T* db = n.input_grad(1).data<T>();
+        switch (kind) {
+          case BinaryOp::add: sum_rows_accumulate<T>(db, dy, nullptr, rows, cols); break;
+          case BinaryOp::mul: sum_rows_accumulate<T>(db, dy, av.data<T>(), rows, cols); break;
+          case BinaryOp::sub: {
+            Tensor tmp = Tensor::zeros({cols}, n.out_dtype);
+            sum_rows_accumulate<T>(tmp.data<T>(), dy, nullptr, rows, cols);
+            axpy(db, tmp.data<T>(), T(-1), cols);
+            break;
+          }
+        }
+      }
+    });
+  });
+}
+
+// An element-wise function with derivative dfdx(x, y) (y = f(x)).
+template <template <class> class Fn>
+Var unary(const char* name, const Var& a) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  dispatch_floating(a.dtype(), name, [&](auto zero) {
+    using T = decltype(zero);
+    map_forward(out.data<T>(), a.value().data<T>(), a.numel(), [](T x) { return Fn<T>::forward(x); });
+  });
+  const Tensor in = a.value();
+  return record(name, out, {a}, [=](Node& n) {
+    if (!n.needs_grad(0)) return;
+    dispatch_floating(n.out_dtype, name, [&](auto zero) {
+      using T = decltype(zero);
+      map_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(),
+                   out.data<T>(), in.numel(),
+                   [](T x, T y) { return Fn<T>::derivative(x, y); });
+    });
+  });
+}
+
+template <class T>
+struct GeluFn {
+  static T forward(T x) { return Gelu<T>::forward(x); }
+  static T derivative(T x, T) { return Gelu<T>::derivative(x); }
+};
+template <class T>
+struct SiluFn {
+  static T forward(T x) { return Silu<T>::forward(x); }
+  static T derivative(T x, T) { return Silu<T>::derivative(x); }
+};
+template <class T>
+struct SigmoidFn {
+  static T forward(T x) { return shamn::sigmoid(x); }
+  static T derivative(T, T y) { return y * (T(1) - y); }
+};
+
+}  // namespace
+
+Var add(const Var& a, const Var& b) { return binary("add", BinaryOp::add, a, b); }
+Var sub(const Var& a, const Var& b) { return binary("sub", BinaryOp::sub, a, b); }
+Var mul(const Var& a, const Var& b) { return binary("mul", BinaryOp::mul, a, b); }
+
+Var scale(const Var& a, double factor) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  dispatch_floating(a.dtype(), "scale", [&](auto zero) {
+    using T = decltype(zero);
+    const T f = static_cast<T>(factor);
+    map_forward(out.data<T>(), a.value().data<T>(), a.numel(), [f](T x) { return f * x; });
+  });
+  return record("scale", out, {a}, [factor](Node& n) {
+    if (!n.needs_grad(0)) return;
+    dispatch_floating(n.out_dtype, "scale", [&](auto zero) {
+      using T = decltype(zero);
+      axpy(n.input_grad(0).data<T>(), n.out_grad.data<T>(), static_cast<T>(factor),
+           n.out_grad.numel());
+    });
+  });
+}
+
+Var gelu(const Var& a) { return unary<GeluFn>("gelu", a); }
+Var silu(const Var& a) { return unary<SiluFn>("silu", a); }
+Var sigmoid(const Var& a) { return unary<SigmoidFn>("sigmoid", a); }
+
+}  // namespace shamn

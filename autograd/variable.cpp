@@ -1,0 +1,155 @@
+#include "autograd/variable.h"
+
+#include "autograd/dispatch.h"
+
+#include <algorithm>
+#include <atomic>
+#include <unordered_set>
+
+namespace shamn {
+namespace {
+thread_local bool g_grad_enabled = true;
+std::atomic<uint64_t> g_next_sequence{0};
+}  // namespace
+
+bool grad_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+Var::Var(Tensor value, bool requires_grad) : impl_(std::make_shared<VarImpl>()) {
+  impl_->value = std::move(value);
+  set_requires_grad(requires_grad);
+}
+
+void Var::set_requires_grad(bool on) {
+  SHAMN_CHECK(is_leaf(), "requires_grad can only be set on a leaf, not on the result of ",
+              impl_->grad_fn->name);
+  SHAMN_CHECK(!on || is_floating(impl_->value.dtype()), "a ", impl_->value.str(),
+              " tensor cannot require a gradient");
+  impl_->requires_grad = on;
+}
+
+void Var::set_grad(Tensor grad) {
+  SHAMN_CHECK(grad.shape() == value().shape() && grad.dtype() == value().dtype(),
+              "set_grad: gradient ", grad.str(), " for value ", value().str());
+  impl_->grad = std::move(grad);
+}
+
+void Var::zero_grad() {
+  if (impl_->grad.defined()) impl_->grad.zero();
+}
+
+Node::Node(const char* name_, std::vector<Var> inputs_, std::function<void(Node&)> backward,
+           Shape out_shape_, DType out_dtype_)
+    : name(name_),
+      sequence(g_next_sequence.fetch_add(1, std::memory_order_relaxed)),
+      inputs(std::move(inputs_)),
+      backward_fn(std::move(backward)),
+      out_shape(std::move(out_shape_)),
+      out_dtype(out_dtype_) {}
+
+Node::~Node() {
+  // Unlink the subgraph iteratively: a long chain of nodes would otherwise be
+  // destroyed by recursion as deep as the chain.
+  std::vector<Var> pending = std::move(inputs);
+  while (!pending.empty()) {
+    Var v = std::move(pending.back());
+    pending.pop_back();
+    VarImpl* impl = v.impl();
+    if (impl && v.use_count() == 1 && impl->grad_fn && impl->grad_fn.use_count() == 1) {
+      for (Var& in : impl->grad_fn->inputs) pending.push_back(std::move(in));
+      impl->grad_fn->inputs.clear();
+    }
+  }
+}
+
+Tensor& Node::input_grad(size_t i) {
+  VarImpl* in = inputs[i].impl();
+  if (in->grad_fn) {
+    Node& producer = *in->grad_fn;
+    if (!producer.out_grad.defined())
+      producer.out_grad = Tensor::zeros(producer.out_shape, producer.out_dtype);
+    return producer.out_grad;
+  }
+  if (!in->grad.defined()) in->grad = Tensor::zeros(in->value.shape(), in->value.dtype());
+  return in->grad;
+}
+
+void Node::release() {
+  inputs.clear();
+  backward_fn = nullptr;
+  out_grad = Tensor();
+}
+
+Var record(const char* name, Tensor out, std::vector<Var> inputs,
+           std::function<void(Node&)> backward) {
+  Var result;
+  result.impl_ = std::make_shared<VarImpl>();
+  result.impl_->value = std::move(out);
+  if (!grad_enabled()) return result;
+  const bool any = std::any_of(inputs.begin(), inputs.end(),
+                               [](const Var& v) { return v.requires_grad(); });
+  if (!any) return result;
+  result.impl_->requires_grad = true;
+  result.impl_->grad_fn =
+      std::make_shared<Node>(name, std::move(inputs), std::move(backward),
+                             result.impl_->value.shape(), result.impl_->value.dtype());
+  return result;
+}
+
+void Var::backward() const {
+  SHAMN_CHECK(defined(), "backward() on an undefined Var");
+  SHAMN_CHECK(numel() == 1, "backward() needs a scalar, got ", value().str(),
+              "; pass a seed gradient for a non-scalar");
+  backward(Tensor::full(shape(), 1.0, dtype()));
+}
+
+void Var::backward(const Tensor& seed) const {
+  SHAMN_CHECK(defined(), "backward() on an undefined Var");
+  SHAMN_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): seed ",
+              seed.str(), " does not match ", value().str());
+  SHAMN_CHECK(requires_grad(), "backward() on a value that does not depend on anything that "
+              "requires a gradient");
+  NoGradGuard no_grad;
+  if (is_leaf()) {
+    if (!impl_->grad.defined()) impl_->grad = Tensor::zeros(shape(), dtype());
+    dispatch_floating(dtype(), "backward", [&](auto zero) {
+      using T = decltype(zero);
+      impl_->grad.vector<T>() += seed.vector<T>();
+    });
+    return;
+  }
+
+  // Every node reachable from this one, found without recursion.
+  std::vector<std::shared_ptr<Node>> order;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack{impl_->grad_fn.get()};
+  order.push_back(impl_->grad_fn);
+  seen.insert(impl_->grad_fn.get());
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    SHAMN_CHECK(node->backward_fn != nullptr, "backward() through a graph that was already "
+                "freed by an earlier backward(); run the forward pass again");
+    for (const Var& in : node->inputs) {
+      const auto& producer = in.grad_fn();
+      if (producer && seen.insert(producer.get()).second) {
+        order.push_back(producer);
+        stack.push_back(producer.get());
+      }
+    }
+  }
+  // A node's inputs were created before it, so decreasing creation order is a
+  // valid reverse topological order: the tape played backwards.
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
+
+  impl_->grad_fn->out_grad = seed.clone();
+  for (const auto& node : order) {
+    if (node->out_grad.defined()) node->backward_fn(*node);
+    node->out_grad = Tensor();  // free each intermediate gradient as soon as it is used
+  }
+  for (const auto& node : order) node->release();
+}
+
+}  // namespace shamn

@@ -1,0 +1,124 @@
+#pragma once
+// Reverse-mode autograd. A Var is a tensor value plus, when it needs a gradient,
+// either a grad buffer (leaf) or the Node that produced it. Ops record a Node only
+// when grad mode is on and some input requires a gradient. Var::backward() walks the
+// recorded nodes in reverse creation order (no recursion), accumulates into leaf
+// .grad() buffers and frees the graph.
+//
+// Writing an op (see autograd/ops_*.cpp for many examples):
+//   Var my_op(const Var& x) {
+//     Tensor y = ...forward kernel(x.value())...;
+//     return record("my_op", y, {x}, [y](Node& n) {
+//       if (n.needs_grad(0)) my_op_backward(n.input_grad(0), n.out_grad, y);  // +=
+//     });
+//   }
+// The backward lambda captures what it needs (Tensors share storage, so capture is
+// cheap), reads n.out_grad (dL/dy) and ACCUMULATES into n.input_grad(i), which is
+// zero-filled on first use. Never capture the output Var itself (that would be a cycle).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace shamn {
+
+class Node;
+
+struct VarImpl {
+  Tensor value;
+  Tensor grad;  // leaves only; allocated (zeroed) on first accumulation
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;  // null for leaves
+};
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& value() const { return impl_->value; }
+  const Shape& shape() const { return impl_->value.shape(); }
+  int64_t size(int64_t d) const { return impl_->value.size(d); }
+  int64_t numel() const { return impl_->value.numel(); }
+  int64_t dim() const { return impl_->value.dim(); }
+  DType dtype() const { return impl_->value.dtype(); }
+
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  void set_requires_grad(bool on);
+  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
+
+  // Leaf gradient; undefined until a backward pass reached this leaf.
+  const Tensor& grad() const { return impl_->grad; }
+  // Points the gradient at caller-owned storage (e.g. an arena); must match shape/dtype.
+  void set_grad(Tensor grad);
+  // Zeroes the gradient buffer in place (keeps the allocation).
+  void zero_grad();
+
+  // Gradient of this scalar with respect to every leaf that requires one.
+  void backward() const;
+  // Vector-Jacobian product: backpropagates `seed` (dL/d this, same shape and dtype).
+  void backward(const Tensor& seed) const;
+
+  // A leaf sharing this value, cut from the graph.
+  Var detach() const { return Var(impl_->value, false); }
+
+  VarImpl* impl() const { return impl_.get(); }
+  long use_count() const { return impl_.use_count(); }
+
+ private:
+  friend Var record(const char*, Tensor, std::vector<Var>, std::function<void(Node&)>);
+  std::shared_ptr<VarImpl> impl_;
+};
+
+class Node {
+ public:
+  Node(const char* name, std::vector<Var> inputs, std::function<void(Node&)> backward,
+       Shape out_shape, DType out_dtype);
+  ~Node();
+
+  const char* name;
+  uint64_t sequence;            // creation order: inputs' nodes always have lower numbers
+  std::vector<Var> inputs;
+  std::function<void(Node&)> backward_fn;
+  Shape out_shape;
+  DType out_dtype;
+  Tensor out_grad;              // dL/d(output), filled by consumers during backward
+
+  bool needs_grad(size_t i) const { return inputs[i].requires_grad(); }
+  // Zero-filled on first use; the op's backward adds its contribution into it.
+  Tensor& input_grad(size_t i);
+  // Drops saved tensors and edges (after backward, or on destruction).
+  void release();
+};
+
+// A parameter (or buffer) with its dotted name, e.g. "layers.3.mixer.out.values".
+struct NamedVar {
+  std::string name;
+  Var var;
+};
+
+// Records `out` as the result of an op. Without grad mode, or if no input requires
+// a gradient, returns a plain leaf and keeps nothing.
+Var record(const char* name, Tensor out, std::vector<Var> inputs,
+           std::function<void(Node&)> backward);
+
+bool grad_enabled();
+
+// Disables recording in this thread for its lifetime (evaluation, optimizer steps).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace shamn

@@ -1,0 +1,575 @@
+#include "core/gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// GCC 12 warns falsely about _mm512_undefined_ps() inside its own intrinsics (GCC bug
+// 105593); the warning is attributed to the header, so silence it there.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+#include "core/aligned.h"
+#include "core/check.h"
+#include "core/parallel.h"
+
+// GotoBLAS/BLIS-style single-precision GEMM.
+//
+// Loop nest (C row-major, vectors run along N):
+//   jc: N in NC columns        B panel [KC, NC] packed once, shared by all threads
+//   pc: K in KC                (sequential: every C element sums over K in this order)
+//   ic: M in MC rows           parallel; each task packs its own A block [MC, KC]
+//   ir: MR rows of the block   A micro-panel [MR, KC] stays in L1
+//   jr: NR columns of panel    B micro-panels stream from L2
+//   micro-kernel: C[MR, NR] (+)= alpha * A[MR, KC] * B[KC, NR]
+// Threads only ever split M (and N when M is short), never K, so each element of C is
+// produced by one kernel call per KC block in a fixed order: bit-identical results for
+// any thread count.
+
+namespace shamn {
+namespace {
+
+#if defined(__AVX512F__)
+#ifndef SHAMN_GEMM_MR
+#define SHAMN_GEMM_MR 14
+#endif
+constexpr int MR = SHAMN_GEMM_MR;
+constexpr int NR = 32;
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int MR = 6;
+constexpr int NR = 16;
+#else
+constexpr int MR = 4;
+constexpr int NR = 16;
+#endif
+
+#ifndef SHAMN_GEMM_KC
+#define SHAMN_GEMM_KC 256
+#endif
+#ifndef SHAMN_GEMM_NC
+#define SHAMN_GEMM_NC 512
+#endif
+constexpr int64_t KC = SHAMN_GEMM_KC;
+constexpr int64_t NC = SHAMN_GEMM_NC / NR * NR;
+
+#ifndef SHAMN_GEMM_BAL
+#define SHAMN_GEMM_BAL 16
+#endif
+#ifndef SHAMN_GEMM_GRAIN
+#define SHAMN_GEMM_GRAIN 4
+#endif
+// Split B's columns between threads too when M has fewer micro-panels than this per
+// thread and they do not divide evenly.
+constexpr int64_t kBalancePanels = SHAMN_GEMM_BAL;
+// Most A micro-panels per scheduling unit.
+constexpr int64_t kUnitGrain = SHAMN_GEMM_GRAIN;
+
+// Below this many multiply-adds packing and task dispatch cost more than they save.
+constexpr int64_t kSmallWork = 64 * 64 * 64;
+
+// ---------------------------------------------------------------------------------
+// Scratch buffers. Each thread keeps one buffer per role and grows it on demand.
+// TBB may run an unrelated task (which may itself call gemm) on a thread that is
+// waiting inside parallel_for while its buffer is in use; such a nested call gets
+// a fresh allocation instead of clobbering the outer call's panel.
+struct Scratch {
+  float* ptr = nullptr;
+  size_t cap = 0;  // floats
+  bool busy = false;
+  ~Scratch() { aligned_free(ptr); }
+};
+
+class ScratchLease {
+ public:
+  ScratchLease(Scratch& s, size_t n) {
+    if (!s.busy) {
+      if (s.cap < n) {
+        aligned_free(s.ptr);
+        s.ptr = nullptr;
+        s.cap = 0;
+        s.ptr = static_cast<float*>(aligned_alloc_bytes(n * sizeof(float)));
+        s.cap = n;
+      }
+      s.busy = true;
+      owner_ = &s;
+      ptr_ = s.ptr;
+    } else {
+      own_ = static_cast<float*>(aligned_alloc_bytes(n * sizeof(float)));
+      ptr_ = own_;
+    }
+  }
+  ~ScratchLease() {
+    if (owner_) owner_->busy = false;
+    aligned_free(own_);
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  float* get() const { return ptr_; }
+
+ private:
+  Scratch* owner_ = nullptr;
+  float* own_ = nullptr;
+  float* ptr_ = nullptr;
+};
+
+thread_local Scratch tls_apack;
+thread_local Scratch tls_bpack;
+
+// Packed panels are padded by one vector so that vector stores of a partial last row
+// during packing stay inside the buffer.
+constexpr size_t kPackPad = 64;
+
+// ---------------------------------------------------------------------------------
+// Packing. Both packers turn any transpose case into the one layout the kernel
+// reads, so a single micro-kernel serves all four cases. Two of the cases are plain
+// row copies; the other two are transposes of a [rows, kc] slab.
+
+#if defined(__AVX512F__)
+
+// In-register transpose of 16 rows of 16 floats: afterwards r[k] holds column k.
+inline void transpose16x16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // Each 128-bit lane L of r[4g + j] now holds rows 4g..4g+3 of column 4L + j.
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g + 0] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], 0x44);
+    r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], 0xEE);
+    r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+  }
+  // Gather lane L of the four row groups into column 4L + j.
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 s0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    const __m512 s1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+    const __m512 s2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    const __m512 s3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+    t[j] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+    t[8 + j] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+    t[4 + j] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// dst[k * stride + r] = src[r * ld + k] for k < kc and r < lanes (<= 16); source rows
+// at or beyond `rows` read as zero.
+void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst,
+                     int stride, int lanes) {
+  const __mmask16 store_mask = static_cast<__mmask16>((1u << lanes) - 1u);
+  __m512 r[16];
+  for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+    const int kn = static_cast<int>(std::min<int64_t>(16, kc - k0));
+    const __mmask16 load_mask = static_cast<__mmask16>((1u << kn) - 1u);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + k0)
+                      : _mm512_setzero_ps();
+    transpose16x16(r);
+    float* d = dst + k0 * stride;
+    if (kn == 16) {
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) _mm512_mask_storeu_ps(d + k * stride, store_mask, r[k]);
+    } else {
+      for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * stride, store_mask, r[k]);
+    }
+  }
+}
+
+// [rows, kc] slab of a row-major matrix -> kc groups of `width` floats (width = MR or NR).
+void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst,
+                          int width) {
+  for (int r0 = 0; r0 < width; r0 += 16) {
+    const int lanes = std::min(16, width - r0);
+    const int valid = std::clamp(rows - r0, 0, lanes);
+    pack_transposed(src + r0 * ld, ld, valid, kc, dst + r0, width, lanes);
+  }
+}
+
+#else
+
+void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst,
+                          int width) {
+  // k outer: the writes stay sequential and the `rows` read streams are few.
+  for (int64_t k = 0; k < kc; ++k) {
+    float* d = dst + k * width;
+    int r = 0;
+    for (; r < rows; ++r) d[r] = src[r * ld + k];
+    for (; r < width; ++r) d[r] = 0.0f;
+  }
+}
+
+#endif
+
+// [kc, cols] block of a row-major matrix -> kc groups of `width` floats, zero-padded.
+template <int W>
+void pack_slab_copy(const float* src, int64_t ld, int cols, int64_t kc, float* dst) {
+  if (cols == W) {
+    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    int j = 0;
+    for (; j < cols; ++j) dst[k * W + j] = src[k * ld + j];
+    for (; j < W; ++j) dst[k * W + j] = 0.0f;
+  }
+}
+
+// A micro-panel: dst[k * MR + i] = op(A)[i0 + i, k0 + k]; rows >= mr are zero, so the
+// kernel never needs a row-count branch inside its K loop.
+void pack_a_panel(Trans ta, const float* A, int64_t lda, int64_t i0, int mr, int64_t k0,
+                  int64_t kc, float* dst) {
+  if (ta == Trans::yes) {
+    pack_slab_copy<MR>(A + k0 * lda + i0, lda, mr, kc, dst);  // A stored [K, M]
+  } else {
+    pack_slab_transposed(A + i0 * lda + k0, lda, mr, kc, dst, MR);
+  }
+}
+
+// B micro-panel: dst[k * NR + j] = op(B)[k0 + k, j0 + j]; columns >= nr are zero.
+void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0,
+                  int nr, float* dst) {
+  if (tb == Trans::no) {
+    pack_slab_copy<NR>(B + k0 * ldb + j0, ldb, nr, kc, dst);
+  } else {
+    pack_slab_transposed(B + j0 * ldb + k0, ldb, nr, kc, dst, NR);  // B stored [N, K]
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// Micro-kernels. All share one contract:
+//   A micro-panel: [MR, kc] packed column-major (MR floats per k), 64-byte aligned
+//   B micro-panel: [kc, NR] packed row-major (NR floats per k), 64-byte aligned
+//   C tile: [mr, nr] row-major at c with stride ldc, mr <= MR, nr <= NR
+//   C = alpha * A*B + beta * C; beta == 0 never reads C.
+// Each C element is one FMA chain over k = 0..kc-1, so its value does not depend on
+// where the tile sits or which thread runs it.
+
+#if defined(__AVX512F__)
+
+constexpr int NV = NR / 16;
+
+inline __m512 combine(__m512 acc, const float* p, __mmask16 m, float alpha, float beta,
+                      bool full) {
+  const __m512 r = alpha == 1.0f ? acc : _mm512_mul_ps(_mm512_set1_ps(alpha), acc);
+  if (beta == 0.0f) return r;
+  const __m512 old = full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+  if (beta == 1.0f) return _mm512_add_ps(old, r);
+  return _mm512_fmadd_ps(_mm512_set1_ps(beta), old, r);
+}
+
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
+                  float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + v * 16);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+    a += MR;
+    b += NR;
+  }
+
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + i * ldc + v * 16;
+        _mm512_storeu_ps(p, combine(acc[i][v], p, 0xFFFF, alpha, beta, true));
+      }
+    return;
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    if (i >= mr) break;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int left = nr - v * 16;
+      if (left <= 0) break;
+      const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
+      float* p = c + i * ldc + v * 16;
+      _mm512_mask_storeu_ps(p, m, combine(acc[i][v], p, m, alpha, beta, false));
+    }
+  }
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+constexpr int NV = NR / 8;
+
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
+                  float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+  __m256 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(b + v * 8);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+    a += MR;
+    b += NR;
+  }
+
+  const __m256 va = _mm256_set1_ps(alpha);
+  const __m256 vb = _mm256_set1_ps(beta);
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + i * ldc + v * 8;
+        __m256 r = alpha == 1.0f ? acc[i][v] : _mm256_mul_ps(va, acc[i][v]);
+        if (beta == 1.0f) {
+          r = _mm256_add_ps(_mm256_loadu_ps(p), r);
+        } else if (beta != 0.0f) {
+          r = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), r);
+        }
+        _mm256_storeu_ps(p, r);
+      }
+    return;
+  }
+  // Edge tile: spill to a buffer and finish element by element (same arithmetic as
+  // the vector path, so edge and interior elements round alike).
+  alignas(32) float tile[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) _mm256_store_ps(&tile[i][v * 8], acc[i][v]);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      float r = alpha == 1.0f ? tile[i][j] : alpha * tile[i][j];
+      float& out = c[i * ldc + j];
+      if (beta == 1.0f) {
+        r = out + r;
+      } else if (beta != 0.0f) {
+        r = std::fma(beta, out, r);
+      }
+      out = r;
+    }
+}
+
+#else
+
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
+                  float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+  float acc[MR][NR] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int i = 0; i < MR; ++i) {
+      const float ai = a[i];
+      for (int j = 0; j < NR; ++j) acc[i][j] += ai * b[j];
+    }
+    a += MR;
+    b += NR;
+  }
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      float r = alpha == 1.0f ? acc[i][j] : alpha * acc[i][j];
+      float& out = c[i * ldc + j];
+      if (beta == 1.0f) {
+        r = out + r;
+      } else if (beta != 0.0f) {
+        r = beta * out + r;
+      }
+      out = r;
+    }
+}
+
+#endif
+
+// ---------------------------------------------------------------------------------
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Tiny products: a plain loop over rows is faster than packing. Each C element is still
+// summed over k in order by one thread, so the result is deterministic.
+template <class T>
+void gemm_direct(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                 int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc,
+                 int64_t row_lo, int64_t row_hi) {
+  constexpr int64_t kChunk = 256;
+  T acc[kChunk];
+  for (int64_t i = row_lo; i < row_hi; ++i) {
+    T* crow = C + i * ldc;
+    for (int64_t j0 = 0; j0 < N; j0 += kChunk) {
+      const int64_t jn = std::min(kChunk, N - j0);
+      for (int64_t j = 0; j < jn; ++j) acc[j] = T(0);
+      if (tb == Trans::no) {
+        for (int64_t k = 0; k < K; ++k) {
+          const T a = ta == Trans::yes ? A[k * lda + i] : A[i * lda + k];
+          const T* brow = B + k * ldb + j0;
+          for (int64_t j = 0; j < jn; ++j) acc[j] += a * brow[j];
+        }
+      } else {
+        for (int64_t j = 0; j < jn; ++j) {
+          const T* bcol = B + (j0 + j) * ldb;
+          T s = T(0);
+          if (ta == Trans::yes) {
+            for (int64_t k = 0; k < K; ++k) s += A[k * lda + i] * bcol[k];
+          } else {
+            const T* arow = A + i * lda;
+            for (int64_t k = 0; k < K; ++k) s += arow[k] * bcol[k];
+          }
+          acc[j] = s;
+        }
+      }
+      for (int64_t j = 0; j < jn; ++j) {
+        const T r = alpha * acc[j];
+        crow[j0 + j] = beta == T(0) ? r : r + beta * crow[j0 + j];
+      }
+    }
+  }
+}
+
+template <class T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    T* row = C + i * ldc;
+    if (beta == T(0)) {
+      std::fill(row, row + N, T(0));
+    } else if (beta != T(1)) {
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+    }
+  }
+}
+
+template <class T>
+void check_args(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+                const T* B, int64_t ldb, const T* C, int64_t ldc) {
+  SHAMN_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative dimension M=", M, " N=", N,
+              " K=", K);
+  const int64_t a_cols = ta == Trans::yes ? M : K;
+  const int64_t b_cols = tb == Trans::yes ? K : N;
+  SHAMN_CHECK(lda >= a_cols, "gemm: lda=", lda, " is smaller than the ", a_cols,
+              " columns of stored A", ta == Trans::yes ? " (transposed)" : "");
+  SHAMN_CHECK(ldb >= b_cols, "gemm: ldb=", ldb, " is smaller than the ", b_cols,
+              " columns of stored B", tb == Trans::yes ? " (transposed)" : "");
+  SHAMN_CHECK(ldc >= N, "gemm: ldc=", ldc, " is smaller than N=", N);
+  SHAMN_CHECK(C != nullptr || M == 0 || N == 0, "gemm: C is null");
+  SHAMN_CHECK((A != nullptr && B != nullptr) || M == 0 || N == 0 || K == 0,
+              "gemm: A or B is null");
+}
+
+void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc) {
+  const int64_t kc_max = std::min(K, KC);
+  const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
+  ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
+  float* bp = bpack.get();
+
+  const int threads = num_threads();
+  const int64_t m_panels = ceil_div(M, MR);
+
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    const int64_t n_panels = ceil_div(nc, NR);
+    // Work unit = one A micro-panel against one column group of the B panel. Groups
+    // exist only to balance threads when M has few panels (or a remainder that would
+    // leave a thread idle); each group re-packs the A panels it uses.
+    int64_t n_groups = 1;
+    if (threads > 1 && m_panels % threads != 0 && m_panels < kBalancePanels * threads)
+      n_groups = std::min<int64_t>(n_panels, threads);
+    const int64_t group_panels = ceil_div(n_panels, n_groups);
+    n_groups = ceil_div(n_panels, group_panels);
+    const int64_t units = n_groups * m_panels;
+    const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(kUnitGrain, units / (4 * threads)));
+
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      const float beta_k = pc == 0 ? beta : 1.0f;
+
+      parallel_for(0, n_panels, 4, [&](int64_t lo, int64_t hi) {
+        for (int64_t q = lo; q < hi; ++q) {
+          const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
+          pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);
+        }
+      });
+
+      // Units are numbered group-major, so a contiguous range of them (what one thread
+      // runs) touches one slice of the B panel: each core keeps its slice in its L2.
+      parallel_for(0, units, grain, [&](int64_t lo, int64_t hi) {
+        ScratchLease apack(tls_apack, static_cast<size_t>(MR * kc) + kPackPad);
+        float* ap = apack.get();
+        for (int64_t u = lo; u < hi; ++u) {
+          const int64_t g = u / m_panels;
+          const int64_t p = u % m_panels;
+          const int64_t q0 = g * group_panels;
+          const int64_t q1 = std::min(n_panels, q0 + group_panels);
+          const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
+          // Packed right before use, the A micro-panel is still in L1 for the kernels.
+          pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
+          float* crow = C + p * MR * ldc + jc;
+          for (int64_t q = q0; q < q1; ++q) {
+            const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
+            micro_kernel(kc, ap, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);
+          }
+        }
+      });
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  if (M * N * K <= kSmallWork) {
+    gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, M);
+    return;
+  }
+  gemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+          const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
+          int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  // Rows are independent, so splitting them keeps the result thread-count invariant.
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, N * K));
+  parallel_for(0, M, grain, [&](int64_t lo, int64_t hi) {
+    gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, lo, hi);
+  });
+}
+
+}  // namespace shamn

@@ -1,0 +1,112 @@
+#pragma once
+// Element-wise kernels, templated on the scalar (float for training, double for
+// gradient checks). Backward kernels ACCUMULATE into the input gradient (+=), so a
+// value used twice gets both contributions. Each output element is written by one
+// task: results do not depend on the thread count.
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace shamn {
+
+inline constexpr int64_t kElementGrain = 1 << 14;
+
+// Rows per task for row-wise kernels: about 4K elements each.
+inline int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)); }
+
+// a: [R, C]  b: [C] broadcast over rows (C == R*C when shapes match)  out: [R, C]
+template <class T, class Op>
+void broadcast_rows_forward(T* out, const T* a, const T* b, int64_t rows, int64_t cols, Op op) {
+  parallel_for(0, rows, row_grain(cols),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t r = lo; r < hi; ++r)
+                   for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = op(a[r * cols + c], b[c]);
+               });
+}
+
+// out[i] = f(in[i])
+template <class T, class F>
+void map_forward(T* out, const T* in, int64_t n, F f) {
+  parallel_for(0, n, kElementGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = f(in[i]);
+  });
+}
+
+// din[i] += dout[i] * f'(in[i], out[i])
+template <class T, class DF>
+void map_backward(T* din, const T* dout, const T* in, const T* out, int64_t n, DF dfdx) {
+  parallel_for(0, n, kElementGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) din[i] += dout[i] * dfdx(in[i], out[i]);
+  });
+}
+
+// y += alpha * x
+template <class T>
+void axpy(T* y, const T* x, T alpha, int64_t n) {
+  parallel_for(0, n, kElementGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] += alpha * x[i];
+  });
+}
+
+// dst[C] += sum over rows of src[R, C] (times the optional element-wise weight w[R, C]).
+// Rows are summed in fixed chunks whose partials are added in chunk order, so the
+// result is the same for any thread count.
+template <class T>
+void sum_rows_accumulate(T* dst, const T* src, const T* w, int64_t rows, int64_t cols) {
+  constexpr int64_t kRowChunk = 64;
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  if (chunks <= 1) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        dst[c] += w ? src[r * cols + c] * w[r * cols + c] : src[r * cols + c];
+    return;
+  }
+  std::vector<T> partial(static_cast<size_t>(chunks * cols), T(0));
+  parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      T* p = partial.data() + k * cols;
+      const int64_t end = std::min(rows, (k + 1) * kRowChunk);
+      for (int64_t r = k * kRowChunk; r < end; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          p[c] += w ? src[r * cols + c] * w[r * cols + c] : src[r * cols + c];
+    }
+  });
+  parallel_for(0, cols, 1024, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = 0; k < chunks; ++k)
+      for (int64_t c = lo; c < hi; ++c) dst[c] += partial[static_cast<size_t>(k * cols + c)];
+  });
+}
+
+// Activations (SPEC 1.4, 1.6). gelu is the tanh form.
+template <class T>
+inline T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+template <class T>
+struct Gelu {
+  static constexpr T kAlpha = T(0.7978845608028654);  // sqrt(2/pi)
+  static constexpr T kBeta = T(0.044715);
+  static T forward(T x) {
+    return T(0.5) * x * (T(1) + std::tanh(kAlpha * (x + kBeta * x * x * x)));
+  }
+  static T derivative(T x) {
+    const T t = std::tanh(kAlpha * (x + kBeta * x * x * x));
+    return T(0.5) * (T(1) + t) +
+           T(0.5) * x * (T(1) - t * t) * kAlpha * (T(1) + T(3) * kBeta * x * x);
+  }
+};
+
+template <class T>
+struct Silu {
+  static T forward(T x) { return x * sigmoid(x); }
+  static T derivative(T x) {
+    const T s = sigmoid(x);
+    return s * (T(1) + x * (T(1) - s));
+  }
+};
+
+}  // namespace shamn

@@ -1,0 +1,54 @@
+#pragma once
+// One global thread count for the whole process (the CLI's --threads N; default:
+// every core), and the parallel loops kernels use. Kernels split work so that each
+// output element is written by exactly one task and reductions run in a fixed
+// order: results never depend on the thread count.
+#include <cstdint>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+namespace shamn {
+
+// n <= 0 means "all cores". Safe to call again to change the count.
+void set_num_threads(int n);
+int num_threads();
+int hardware_threads();
+
+// f(lo, hi) over [begin, end) in chunks of at least `grain` iterations.
+// Runs inline when there is a single thread or a single chunk.
+template <class F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
+  if (end <= begin) return;
+  if (grain < 1) grain = 1;
+  if (num_threads() == 1 || end - begin <= grain) {
+    f(begin, end);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(begin, end, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+}
+
+// Deterministic sum: [begin, end) is cut into fixed chunks of `chunk` iterations
+// (independent of the thread count); partial(lo, hi) -> double is computed per
+// chunk in parallel and the partials are added in chunk order.
+template <class F>
+double parallel_sum(int64_t begin, int64_t end, int64_t chunk, F&& partial) {
+  if (end <= begin) return 0.0;
+  if (chunk < 1) chunk = 1;
+  const int64_t n_chunks = (end - begin + chunk - 1) / chunk;
+  std::vector<double> partials(static_cast<size_t>(n_chunks));
+  parallel_for(0, n_chunks, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      const int64_t a = begin + c * chunk;
+      const int64_t b = a + chunk < end ? a + chunk : end;
+      partials[static_cast<size_t>(c)] = partial(a, b);
+    }
+  });
+  double total = 0.0;
+  for (double p : partials) total += p;
+  return total;
+}
+
+}  // namespace shamn

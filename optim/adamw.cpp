@@ -1,0 +1,117 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/parallel.h"
+
+namespace shamn {
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : groups_(std::move(groups)), options_(options) {
+  SHAMN_CHECK(options_.beta1 >= 0 && options_.beta1 < 1 && options_.beta2 >= 0 &&
+                  options_.beta2 < 1,
+              "AdamW: betas must lie in [0, 1), got (", options_.beta1, ", ", options_.beta2, ")");
+  SHAMN_CHECK(options_.eps > 0, "AdamW: eps must be positive, got ", options_.eps);
+  std::set<std::string> names;
+  for (const ParamGroup& g : groups_) {
+    SHAMN_CHECK(g.weight_decay >= 0, "AdamW: group '", g.name, "' has negative weight decay");
+    for (const NamedVar& p : g.params) {
+      SHAMN_CHECK(p.var.defined() && p.var.dtype() == DType::f32,
+                  "AdamW: parameter '", p.name, "' must be a defined f32 tensor");
+      SHAMN_CHECK(names.insert(p.name).second, "AdamW: parameter '", p.name,
+                  "' appears twice");
+      slots_.push_back({p.var, p.name, g.weight_decay, Tensor::zeros(p.var.shape()),
+                        Tensor::zeros(p.var.shape())});
+    }
+  }
+}
+
+void AdamW::step(double lr) {
+  ++step_;
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
+  for (Slot& s : slots_) {
+    const Tensor& g = s.param.grad();
+    if (!g.defined()) continue;
+    float* theta = s.param.value().data<float>();
+    const float* grad = g.data<float>();
+    float* m = s.m.data<float>();
+    float* v = s.v.data<float>();
+    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    const float inv_bc1 = static_cast<float>(1.0 / bc1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    const float flr = static_cast<float>(lr), eps = static_cast<float>(options_.eps);
+    const float wd = static_cast<float>(s.weight_decay);
+    parallel_for(0, s.param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        m[i] = fb1 * m[i] + (1.0f - fb1) * grad[i];
+        v[i] = fb2 * v[i] + (1.0f - fb2) * grad[i] * grad[i];
+        const float m_hat = m[i] * inv_bc1;
+        const float v_hat_sqrt = std::sqrt(v[i]) * inv_sqrt_bc2;
+        theta[i] -= flr * (m_hat / (v_hat_sqrt + eps) + wd * theta[i]);
+      }
+    });
+  }
+}
+
+void AdamW::zero_grad() {
+  for (Slot& s : slots_) s.param.zero_grad();
+}
+
+std::vector<NamedTensor> AdamW::state_tensors() const {
+  std::vector<NamedTensor> out;
+  for (const Slot& s : slots_) {
+    out.push_back({"m." + s.name, s.m});
+    out.push_back({"v." + s.name, s.v});
+  }
+  return out;
+}
+
+void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors) {
+  SHAMN_CHECK(step >= 0, "AdamW state: negative step ", step);
+  std::map<std::string, const Tensor*> by_name;
+  for (const NamedTensor& t : tensors) {
+    SHAMN_CHECK(by_name.emplace(t.name, &t.tensor).second, "AdamW state: tensor '", t.name,
+                "' appears twice");
+  }
+  for (const Slot& s : slots_) {
+    for (const char* moment : {"m.", "v."}) {
+      const std::string key = moment + s.name;
+      auto it = by_name.find(key);
+      SHAMN_CHECK(it != by_name.end(), "AdamW state: missing tensor '", key, "'");
+      SHAMN_CHECK(it->second->shape() == s.param.shape() && it->second->dtype() == DType::f32,
+                  "AdamW state: tensor '", key, "' is ", it->second->str(), " but parameter '",
+                  s.name, "' is ", s.param.value().str());
+    }
+  }
+  SHAMN_CHECK(by_name.size() == 2 * slots_.size(), "AdamW state: ",
+              by_name.size() - 2 * slots_.size(),
+              " tensors that match no parameter (was it saved for another model?)");
+  for (Slot& s : slots_) {
+    s.m.copy_from(*by_name["m." + s.name]);
+    s.v.copy_from(*by_name["v." + s.name]);
+  }
+  step_ = step;
+}
+
+bool takes_weight_decay(const NamedVar& p) {
+  auto ends_with = [&](const std::string& suffix) {
+    return p.name.size() >= suffix.size() &&
+           p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with("gain") || ends_with("bias") || ends_with("importance")) return false;
+  return p.var.dim() >= 2;
+}
+
+std::vector<ParamGroup> split_weight_decay(const std::vector<NamedVar>& params,
+                                           double weight_decay) {
+  ParamGroup decay{"decay", {}, weight_decay};
+  ParamGroup no_decay{"no_decay", {}, 0.0};
+  for (const NamedVar& p : params) (takes_weight_decay(p) ? decay : no_decay).params.push_back(p);
+  return {decay, no_decay};
+}
+
+}  // namespace shamn

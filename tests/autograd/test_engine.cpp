@@ -1,0 +1,96 @@
+// The tape: when nodes are recorded, how gradients accumulate, graph lifetime.
+#include "autograd/ops.h"
+#include "helpers.h"
+
+using namespace shamn;
+using test::random_tensor;
+
+TEST_CASE("ops record a node only when grad mode is on and an input needs a gradient",
+          "[autograd][engine]") {
+  Var w(random_tensor({3, 3}, 1, DType::f32), true);
+  Var x(random_tensor({2, 3}, 2, DType::f32), false);
+  CHECK(matmul(x, w).grad_fn() != nullptr);
+  CHECK(matmul(x, x, false, true).grad_fn() == nullptr);
+  CHECK_FALSE(matmul(x, x, false, true).requires_grad());
+  {
+    NoGradGuard no_grad;
+    CHECK_FALSE(grad_enabled());
+    Var y = matmul(x, w);
+    CHECK(y.grad_fn() == nullptr);
+    CHECK_FALSE(y.requires_grad());
+    {
+      NoGradGuard nested;
+    }
+    CHECK_FALSE(grad_enabled());
+  }
+  CHECK(grad_enabled());
+}
+
+TEST_CASE("backward accumulates into leaves across calls and zero_grad resets",
+          "[autograd][engine]") {
+  Var x(Tensor::from_data<float>({3}, {1, 2, 3}), true);
+  sum(mul(x, x)).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
+  sum(x).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{3, 5, 7});
+  x.zero_grad();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 0, 0});
+}
+
+TEST_CASE("backward frees the graph; a second backward is a clear error",
+          "[autograd][engine]") {
+  Var x(Tensor::from_data<float>({2}, {1, 2}), true);
+  Var loss = sum(gelu(x));
+  std::weak_ptr<Node> root = loss.grad_fn();
+  loss.backward();
+  CHECK(root.lock()->inputs.empty());
+  CHECK_THROWS_WITH(loss.backward(), Catch::Contains("already freed"));
+}
+
+TEST_CASE("errors: non-scalar backward, no gradient, bad requires_grad", "[autograd][engine]") {
+  Var x(Tensor::zeros({2}), true);
+  CHECK_THROWS_WITH(scale(x, 2).backward(), Catch::Contains("needs a scalar"));
+  Var c(Tensor::zeros({1}), false);
+  CHECK_THROWS_WITH(sum(c).backward(), Catch::Contains("does not depend"));
+  CHECK_THROWS_AS(Var(Tensor::zeros({2}, DType::i32), true), Error);
+  CHECK_THROWS_WITH(scale(x, 2).set_requires_grad(false), Catch::Contains("only be set on a leaf"));
+  CHECK_THROWS_WITH(matmul(Var(Tensor::zeros({2, 3})), Var(Tensor::zeros({2, 3}))),
+                    Catch::Contains("inner dimensions differ"));
+  CHECK_THROWS_WITH(add(Var(Tensor::zeros({2, 3})), Var(Tensor::zeros({2}))),
+                    Catch::Contains("cannot broadcast"));
+  CHECK_THROWS_WITH(gather_rows(Var(Tensor::zeros({4, 2})), Tensor::from_data<int32_t>({2}, {1, 4})),
+                    Catch::Contains("index 4 at position 1"));
+  CHECK_THROWS_WITH(cross_entropy(Var(Tensor::zeros({2, 3})), Tensor::from_data<int32_t>({2}, {0, 3})),
+                    Catch::Contains("target 3 at position 1"));
+}
+
+TEST_CASE("a long chain backpropagates and is destroyed without deep recursion",
+          "[autograd][engine]") {
+  Var x(Tensor::from_data<float>({1}, {1.0f}), true);
+  Var y = x;
+  for (int i = 0; i < 200000; ++i) y = scale(y, 1.0);
+  y.backward(Tensor::full({1}, 1.0));
+  CHECK(x.grad().item() == 1.0);
+  Var z = x;
+  for (int i = 0; i < 200000; ++i) z = scale(z, 1.0);
+  z = Var();  // dropped without backward: must not overflow the stack
+  SUCCEED();
+}
+
+TEST_CASE("detach cuts the graph; reshape is a view of the value", "[autograd][engine]") {
+  Var x(Tensor::from_data<float>({2, 2}, {1, 2, 3, 4}), true);
+  Var d = x.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.value().shares_storage_with(x.value()));
+  Var r = reshape(x, {4});
+  CHECK(r.value().shares_storage_with(x.value()));
+  sum(mul(r, Var(Tensor::from_data<float>({4}, {1, 2, 3, 4})))).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+}
+
+TEST_CASE("backward with a seed computes a vector-Jacobian product", "[autograd][engine]") {
+  Var x(Tensor::from_data<double>({3}, {1, 2, 3}), true);
+  Var y = mul(x, x);
+  y.backward(Tensor::from_data<double>({3}, {1, 0, -1}));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 0, -6});
+}

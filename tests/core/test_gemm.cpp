@@ -1,0 +1,275 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/check.h"
+#include "core/gemm.h"
+#include "core/parallel.h"
+
+using shamn::Trans;
+
+namespace {
+
+const Trans kTrans[] = {Trans::no, Trans::yes};
+
+// Restores "all cores" even when a REQUIRE inside the test throws.
+struct ThreadCountGuard {
+  ~ThreadCountGuard() { shamn::set_num_threads(0); }
+};
+
+template <class T>
+struct Problem {
+  Trans ta, tb;
+  int64_t M, N, K;
+  int64_t lda, ldb, ldc;
+  T alpha, beta;
+  std::vector<T> a, b, c0;
+
+  // pad > 0 makes every leading dimension larger than the minimum, so row strides
+  // differ from row lengths.
+  Problem(Trans ta_, Trans tb_, int64_t M_, int64_t N_, int64_t K_, T alpha_, T beta_,
+          int64_t pad, uint32_t seed)
+      : ta(ta_), tb(tb_), M(M_), N(N_), K(K_), alpha(alpha_), beta(beta_) {
+    const int64_t a_rows = ta == Trans::yes ? K : M, a_cols = ta == Trans::yes ? M : K;
+    const int64_t b_rows = tb == Trans::yes ? N : K, b_cols = tb == Trans::yes ? K : N;
+    lda = a_cols + pad;
+    ldb = b_cols + pad;
+    ldc = N + pad;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    a.resize(static_cast<size_t>(a_rows * lda));
+    b.resize(static_cast<size_t>(b_rows * ldb));
+    c0.resize(static_cast<size_t>(M * ldc));
+    for (T& x : a) x = static_cast<T>(dist(rng));
+    for (T& x : b) x = static_cast<T>(dist(rng));
+    for (T& x : c0) x = static_cast<T>(dist(rng));
+  }
+
+  T opa(int64_t i, int64_t k) const { return ta == Trans::yes ? a[k * lda + i] : a[i * lda + k]; }
+  T opb(int64_t k, int64_t j) const { return tb == Trans::yes ? b[j * ldb + k] : b[k * ldb + j]; }
+
+  std::vector<T> run_fast(const std::vector<T>& c_init) const {
+    std::vector<T> c = c_init;
+    shamn::gemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+    return c;
+  }
+  std::vector<T> run_naive() const {
+    std::vector<T> c = c0;
+    shamn::gemm_naive<T>(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(),
+                         ldc);
+    return c;
+  }
+
+  std::string describe() const {
+    std::ostringstream out;
+    out << (ta == Trans::yes ? "T" : "N") << (tb == Trans::yes ? "T" : "N") << " M=" << M
+        << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc
+        << " alpha=" << alpha << " beta=" << beta;
+    return out.str();
+  }
+};
+
+// Rounding error of a length-K dot product is bounded by a multiple of
+// sum_k |a_ik||b_kj| (not of the result, which may cancel to ~0).
+template <class T>
+constexpr double kRelTol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+
+// Checks every element of `got` (and that padding columns were not touched) against the
+// oracle. Returns the number of mismatches; reports the first few.
+template <class T>
+int64_t compare(const Problem<T>& p, const std::vector<T>& got, const std::vector<T>& want,
+                const std::vector<T>& c_init) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < p.ldc; ++j) {
+      const size_t idx = static_cast<size_t>(i * p.ldc + j);
+      if (j >= p.N) {  // padding between rows must be left alone
+        const bool same = std::memcmp(&got[idx], &c_init[idx], sizeof(T)) == 0;
+        if (!same && ++bad <= 5) FAIL_CHECK(p.describe() << ": wrote padding at " << i << "," << j);
+        continue;
+      }
+      double mag = 0.0;
+      for (int64_t k = 0; k < p.K; ++k)
+        mag += std::abs(static_cast<double>(p.opa(i, k)) * static_cast<double>(p.opb(k, j)));
+      mag *= std::abs(static_cast<double>(p.alpha));
+      if (p.beta != T(0)) mag += std::abs(static_cast<double>(p.beta) * c_init[idx]);
+      const double tol = kRelTol<T> * mag + 1e-30;
+      const double diff = std::abs(static_cast<double>(got[idx]) - static_cast<double>(want[idx]));
+      if (!(diff <= tol) && ++bad <= 5) {
+        FAIL_CHECK(p.describe() << ": C[" << i << "," << j << "] = " << got[idx]
+                                << ", expected " << want[idx] << " (tol " << tol << ")");
+      }
+    }
+  }
+  return bad;
+}
+
+template <class T>
+void check_problem(const Problem<T>& p) {
+  const std::vector<T> got = p.run_fast(p.c0);
+  const std::vector<T> want = p.run_naive();
+  CHECK(compare(p, got, want, p.c0) == 0);
+}
+
+const int64_t kOddSizes[] = {1, 2, 7, 17, 31, 33, 65, 127, 129};
+
+template <class T>
+void sweep_odd_shapes() {
+  const T betas[] = {T(0), T(1), T(0.5)};
+  uint32_t seed = 1;
+  int combo = 0;
+  for (Trans ta : kTrans)
+    for (Trans tb : kTrans)
+      for (int64_t M : kOddSizes)
+        for (int64_t N : kOddSizes)
+          for (int64_t K : kOddSizes) {
+            // Rotate beta and padding through the shapes so every combination of
+            // transposes meets each beta and both tight and loose leading dimensions.
+            const T beta = betas[combo % 3];
+            const int64_t pad = combo % 2 == 0 ? 3 : 0;
+            ++combo;
+            Problem<T> p(ta, tb, M, N, K, T(-1.25), beta, pad, seed++);
+            check_problem(p);
+          }
+}
+
+}  // namespace
+
+TEST_CASE("gemm float matches the naive oracle on odd shapes", "[gemm]") {
+  sweep_odd_shapes<float>();
+}
+
+TEST_CASE("gemm double matches the naive oracle on odd shapes", "[gemm]") {
+  sweep_odd_shapes<double>();
+}
+
+TEST_CASE("gemm float matches the oracle on larger shapes (several K, N and M blocks)",
+          "[gemm]") {
+  struct Dims {
+    int64_t M, N, K;
+  };
+  // 300x257x513 crosses K blocks; N=1100 crosses N blocks; M=1000 crosses M blocks;
+  // 3x1100 is a short-and-wide case that splits over columns.
+  const Dims dims[] = {{300, 257, 513}, {33, 1100, 300}, {1000, 65, 31}, {3, 1100, 200}};
+  uint32_t seed = 1000;
+  for (const Dims& d : dims)
+    for (Trans ta : kTrans)
+      for (Trans tb : kTrans)
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          Problem<float> p(ta, tb, d.M, d.N, d.K, 0.75f, beta, 5, seed++);
+          check_problem(p);
+        }
+}
+
+TEST_CASE("gemm double matches the oracle on a larger shape", "[gemm]") {
+  uint32_t seed = 2000;
+  for (Trans ta : kTrans)
+    for (Trans tb : kTrans)
+      for (double beta : {0.0, 1.0, 0.5}) {
+        Problem<double> p(ta, tb, 300, 257, 513, 0.75, beta, 5, seed++);
+        check_problem(p);
+      }
+}
+
+TEMPLATE_TEST_CASE("gemm with beta == 0 ignores NaN in C", "[gemm]", float, double) {
+  using T = TestType;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  uint32_t seed = 3000;
+  // A small shape (direct path) and ones large enough for the packed path.
+  for (int64_t n : {int64_t{7}, int64_t{65}, int64_t{129}})
+    for (Trans ta : kTrans)
+      for (Trans tb : kTrans) {
+        Problem<T> p(ta, tb, n, n + 2, n + 1, T(2), T(0), 1, seed++);
+        std::vector<T> c_nan(p.c0.size(), nan);
+        const std::vector<T> got = p.run_fast(c_nan);
+        const std::vector<T> want = p.run_naive();
+        CHECK(compare(p, got, want, c_nan) == 0);
+      }
+}
+
+TEMPLATE_TEST_CASE("gemm degenerate sizes", "[gemm]", float, double) {
+  using T = TestType;
+  std::vector<T> c = {T(1), T(2), T(3), T(4), T(5), T(6)};
+  const T a[1] = {T(7)}, b[1] = {T(9)};
+  SECTION("K == 0 scales C by beta") {
+    shamn::gemm(Trans::no, Trans::no, 2, 3, 0, T(1), a, 0, b, 3, T(0.5), c.data(), 3);
+    CHECK(c == std::vector<T>{T(0.5), T(1), T(1.5), T(2), T(2.5), T(3)});
+  }
+  SECTION("K == 0 with beta == 0 clears C, NaN included") {
+    c[4] = std::numeric_limits<T>::quiet_NaN();
+    shamn::gemm(Trans::no, Trans::no, 2, 3, 0, T(1), a, 0, b, 3, T(0), c.data(), 3);
+    CHECK(c == std::vector<T>(6, T(0)));
+  }
+  SECTION("M == 0 or N == 0 is a no-op") {
+    shamn::gemm(Trans::no, Trans::no, 0, 3, 1, T(1), a, 1, b, 3, T(0), c.data(), 3);
+    shamn::gemm(Trans::no, Trans::no, 2, 0, 1, T(1), a, 1, b, 0, T(0), c.data(), 3);
+    CHECK(c == std::vector<T>{T(1), T(2), T(3), T(4), T(5), T(6)});
+  }
+}
+
+TEMPLATE_TEST_CASE("gemm rejects bad arguments", "[gemm]", float, double) {
+  using T = TestType;
+  std::vector<T> a(64, T(1)), b(64, T(1)), c(64, T(0));
+  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, -1, 2, 2, T(1), a.data(), 2, b.data(), 2,
+                              T(0), c.data(), 2),
+                  shamn::Error);
+  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, 2, 2, -3, T(1), a.data(), 2, b.data(), 2,
+                              T(0), c.data(), 2),
+                  shamn::Error);
+  // A is [M,K] = [4,3]: lda must be >= 3; transposed it is [K,M] = [3,4]: lda >= 4.
+  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, 4, 2, 3, T(1), a.data(), 2, b.data(), 2,
+                              T(0), c.data(), 2),
+                  shamn::Error);
+  CHECK_THROWS_AS(shamn::gemm(Trans::yes, Trans::no, 4, 2, 3, T(1), a.data(), 3, b.data(), 2,
+                              T(0), c.data(), 2),
+                  shamn::Error);
+  // B is [K,N] = [3,2]: ldb >= 2; transposed [N,K] = [2,3]: ldb >= 3.
+  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::yes, 4, 2, 3, T(1), a.data(), 3, b.data(), 2,
+                              T(0), c.data(), 2),
+                  shamn::Error);
+  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, 4, 2, 3, T(1), a.data(), 3, b.data(), 2,
+                              T(0), c.data(), 1),
+                  shamn::Error);
+  CHECK_NOTHROW(shamn::gemm(Trans::yes, Trans::yes, 4, 2, 3, T(1), a.data(), 4, b.data(), 3,
+                            T(0), c.data(), 2));
+}
+
+TEST_CASE("gemm float is bit-identical with 1 and 2 threads", "[gemm][threads]") {
+  ThreadCountGuard guard;
+  struct Dims {
+    int64_t M, N, K;
+  };
+  // Large enough to be split across threads in M (and in N for the short one), with
+  // several K blocks.
+  const Dims dims[] = {{512, 512, 512}, {300, 1100, 513}, {20, 2048, 600}};
+  uint32_t seed = 4000;
+  for (const Dims& d : dims)
+    for (Trans ta : kTrans)
+      for (Trans tb : kTrans) {
+        Problem<float> p(ta, tb, d.M, d.N, d.K, 0.5f, 0.25f, 1, seed++);
+        shamn::set_num_threads(1);
+        const std::vector<float> one = p.run_fast(p.c0);
+        shamn::set_num_threads(2);
+        const std::vector<float> two = p.run_fast(p.c0);
+        INFO(p.describe());
+        CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+      }
+}
+
+TEST_CASE("gemm double is bit-identical with 1 and 2 threads", "[gemm][threads]") {
+  ThreadCountGuard guard;
+  Problem<double> p(Trans::yes, Trans::no, 200, 150, 170, 0.5, 0.25, 1, 5000);
+  shamn::set_num_threads(1);
+  const std::vector<double> one = p.run_fast(p.c0);
+  shamn::set_num_threads(2);
+  const std::vector<double> two = p.run_fast(p.c0);
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(double)) == 0);
+}

@@ -1,0 +1,59 @@
+#pragma once
+// Shared test helpers: seeded random tensors and gradcheck wrappers.
+#include <catch2/catch.hpp>
+
+#include "autograd/gradcheck.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace shamn::test {
+
+inline Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64,
+                            double lo = -1.0, double hi = 1.0) {
+  Tensor t = Tensor::empty(shape, dtype);
+  Rng rng(seed, 99);
+  rng.fill_uniform(t, lo, hi);
+  return t;
+}
+
+inline Tensor random_indices(const Shape& shape, int32_t num_rows, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::i32);
+  Rng rng(seed, 98);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<int32_t>()[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(num_rows)));
+  return t;
+}
+
+// Gradient check in double (tight) and then in float (loose, through the f32 kernels).
+inline void check_gradients(const GradcheckFn& f, const std::vector<Tensor>& inputs_f64,
+                            std::vector<bool> skip = {}) {
+  GradcheckOptions f64_opts;
+  f64_opts.skip = skip;
+  {
+    const GradcheckResult r64 = gradcheck(f, inputs_f64, f64_opts);
+    INFO("f64: " << r64.report << " (max abs err " << r64.max_abs_error << ")");
+    CHECK(r64.ok);
+  }
+
+  std::vector<Tensor> inputs_f32;
+  for (const Tensor& t : inputs_f64)
+    inputs_f32.push_back(is_floating(t.dtype()) ? t.to(DType::f32) : t);
+  GradcheckOptions f32_opts;
+  f32_opts.eps = 1e-2;
+  f32_opts.rtol = 2e-2;
+  f32_opts.atol = 5e-3;
+  f32_opts.skip = skip;
+  {
+    const GradcheckResult r32 = gradcheck(f, inputs_f32, f32_opts);
+    INFO("f32: " << r32.report << " (max abs err " << r32.max_abs_error << ")");
+    CHECK(r32.ok);
+  }
+}
+
+// Restores the default thread count when a test ends, however it ends.
+struct ThreadCountGuard {
+  ~ThreadCountGuard() { set_num_threads(0); }
+};
+
+}  // namespace shamn::test

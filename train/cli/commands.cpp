@@ -1,0 +1,7 @@
+#include "train/cli/commands.h"
+
+namespace shamn::cli {
+
+void register_commands(CLI::App& app) { register_mlp_demo(app); }
+
+}  // namespace shamn::cli

@@ -1,0 +1,11 @@
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace shamn::cli {
+
+// Adds every subcommand to the app; each runs from its own callback.
+void register_commands(CLI::App& app);
+
+void register_mlp_demo(CLI::App& app);
+
+}  // namespace shamn::cli
