@@ -1,0 +1,48 @@
+#include "core/kernels/block_sparse.h"
+
+#include "core/check.h"
+#include "core/kernels/elementwise.h"
+
+namespace shamn {
+
+void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
+  SHAMN_CHECK(d.block > 0 && d.in % d.block == 0 && d.out % d.block == 0,
+              "block-sparse dims ", d.out, "x", d.in, " are not multiples of the block ", d.block);
+  SHAMN_CHECK(d.active >= 1 && d.active <= d.col_blocks(), "block-sparse: ", d.active,
+              " active blocks per row, but only ", d.col_blocks(), " column blocks");
+  for (int64_t r = 0; r < d.row_blocks(); ++r)
+    for (int64_t m = 0; m < d.active; ++m) {
+      const int32_t c = col_index[r * d.active + m];
+      SHAMN_CHECK(c >= 0 && c < d.col_blocks(), "col_index[", r, ", ", m, "] = ", c,
+                  " is outside [0, ", d.col_blocks(), ")");
+      SHAMN_CHECK(m == 0 || c > col_index[r * d.active + m - 1], "col_index row ", r,
+                  " is not sorted ascending with distinct entries");
+    }
+}
+
+// The float entry points. They start as the naive loops; the packed, parallel
+// kernels replace them (see experiments/block_sparse.md).
+void block_sparse_forward(float* y, const float* x, const float* values,
+                          const int32_t* col_index, const float* bias, int64_t n,
+                          const BlockSparseDims& dims) {
+  block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
+}
+
+void block_sparse_backward_input(float* dx, const float* dy, const float* values,
+                                 const int32_t* col_index, int64_t n,
+                                 const BlockSparseDims& dims) {
+  block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
+}
+
+void block_sparse_backward_values(float* dvalues, const float* dy, const float* x,
+                                  const int32_t* col_index, int64_t n,
+                                  const BlockSparseDims& dims) {
+  block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
+}
+
+void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n,
+                                const BlockSparseDims& dims) {
+  sum_rows_accumulate<float>(dbias, dy, nullptr, n, dims.out);
+}
+
+}  // namespace shamn

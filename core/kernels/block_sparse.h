@@ -1,0 +1,104 @@
+#pragma once
+// Block-sparse linear kernels over the BSR layout of SPEC 1.3:
+//   W[r*b + i, col_index[r, m]*b + k] = values[r, m, i, k],  y = x W^T + bias
+// Every block row has the same number `active` of non-zero blocks.
+//
+// Operands (N rows of activations):
+//   x: [N, in]  values: [nob, a, b, b]  col_index: [nob, a] int32 (sorted)  bias: [out]
+//   y, dy: [N, out]   dx: [N, in]   dvalues: [nob, a, b, b]   dbias: [out]
+// Backward kernels accumulate (+=). Fast float kernels and the slow, obvious
+// `_naive` twins (the test oracle, and the f64 path for gradient checks).
+#include <cstdint>
+
+namespace shamn {
+
+struct BlockSparseDims {
+  int64_t in = 0;      // input features, multiple of block
+  int64_t out = 0;     // output features, multiple of block
+  int64_t block = 32;  // b
+  int64_t active = 0;  // a: active blocks per block row
+
+  int64_t col_blocks() const { return in / block; }   // nib
+  int64_t row_blocks() const { return out / block; }  // nob
+  int64_t value_count() const { return row_blocks() * active * block * block; }
+};
+
+// Throws naming the mismatch if col_index is not [nob, a] with sorted, distinct
+// entries in [0, nib).
+void check_block_pattern(const int32_t* col_index, const BlockSparseDims& dims);
+
+void block_sparse_forward(float* y, const float* x, const float* values,
+                          const int32_t* col_index, const float* bias, int64_t n,
+                          const BlockSparseDims& dims);
+void block_sparse_backward_input(float* dx, const float* dy, const float* values,
+                                 const int32_t* col_index, int64_t n,
+                                 const BlockSparseDims& dims);
+void block_sparse_backward_values(float* dvalues, const float* dy, const float* x,
+                                  const int32_t* col_index, int64_t n,
+                                  const BlockSparseDims& dims);
+// dbias[out] += sum over rows of dy (fixed order: thread-count independent).
+void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n,
+                                const BlockSparseDims& dims);
+
+template <class T>
+void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t* col_index,
+                                const T* bias, int64_t n, const BlockSparseDims& d) {
+  const int64_t b = d.block, a = d.active;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < d.row_blocks(); ++r)
+      for (int64_t i = 0; i < b; ++i) {
+        double acc = bias ? static_cast<double>(bias[r * b + i]) : 0.0;
+        for (int64_t m = 0; m < a; ++m) {
+          const int64_t c = col_index[r * a + m];
+          const T* w = values + ((r * a + m) * b + i) * b;
+          for (int64_t k = 0; k < b; ++k) acc += static_cast<double>(w[k]) * x[t * d.in + c * b + k];
+        }
+        y[t * d.out + r * b + i] = static_cast<T>(acc);
+      }
+}
+
+template <class T>
+void block_sparse_backward_input_naive(T* dx, const T* dy, const T* values,
+                                       const int32_t* col_index, int64_t n,
+                                       const BlockSparseDims& d) {
+  const int64_t b = d.block, a = d.active;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < d.row_blocks(); ++r)
+      for (int64_t m = 0; m < a; ++m) {
+        const int64_t c = col_index[r * a + m];
+        for (int64_t i = 0; i < b; ++i) {
+          const T g = dy[t * d.out + r * b + i];
+          const T* w = values + ((r * a + m) * b + i) * b;
+          for (int64_t k = 0; k < b; ++k) dx[t * d.in + c * b + k] += g * w[k];
+        }
+      }
+}
+
+template <class T>
+void block_sparse_backward_values_naive(T* dvalues, const T* dy, const T* x,
+                                        const int32_t* col_index, int64_t n,
+                                        const BlockSparseDims& d) {
+  const int64_t b = d.block, a = d.active;
+  for (int64_t r = 0; r < d.row_blocks(); ++r)
+    for (int64_t m = 0; m < a; ++m) {
+      const int64_t c = col_index[r * a + m];
+      for (int64_t i = 0; i < b; ++i)
+        for (int64_t k = 0; k < b; ++k) {
+          double acc = 0;
+          for (int64_t t = 0; t < n; ++t)
+            acc += static_cast<double>(dy[t * d.out + r * b + i]) * x[t * d.in + c * b + k];
+          dvalues[((r * a + m) * b + i) * b + k] += static_cast<T>(acc);
+        }
+    }
+}
+
+template <class T>
+void block_sparse_backward_bias_naive(T* dbias, const T* dy, int64_t n, const BlockSparseDims& d) {
+  for (int64_t o = 0; o < d.out; ++o) {
+    double acc = 0;
+    for (int64_t t = 0; t < n; ++t) acc += dy[t * d.out + o];
+    dbias[o] += static_cast<T>(acc);
+  }
+}
+
+}  // namespace shamn
