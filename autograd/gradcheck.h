@@ -37,4 +37,10 @@ using GradcheckFn = std::function<Var(const std::vector<Var>&)>;
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 
+// The same for a closure over existing leaves (e.g. a module's parameters, after
+// Module::to(DType::f64)): each leaf is perturbed in place and restored, and its
+// gradient is zeroed first. Leaves that do not require a gradient are skipped.
+GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vector<Var>& leaves,
+                                 const GradcheckOptions& options = {});
+
 }  // namespace shamn

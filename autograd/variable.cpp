@@ -35,8 +35,16 @@ void Var::set_grad(Tensor grad) {
   impl_->grad = std::move(grad);
 }
 
-void Var::zero_grad() {
+void Var::zero_grad() const {
   if (impl_->grad.defined()) impl_->grad.zero();
+}
+
+void Var::replace_value(Tensor value) const {
+  SHAMN_CHECK(is_leaf(), "replace_value on a non-leaf (result of ", impl_->grad_fn->name, ")");
+  SHAMN_CHECK(!impl_->requires_grad || is_floating(value.dtype()), "a ", value.str(),
+              " tensor cannot require a gradient");
+  impl_->value = std::move(value);
+  impl_->grad = Tensor();
 }
 
 Node::Node(const char* name_, std::vector<Var> inputs_, std::function<void(Node&)> backward,

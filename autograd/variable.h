@@ -57,7 +57,10 @@ class Var {
   // Points the gradient at caller-owned storage (e.g. an arena); must match shape/dtype.
   void set_grad(Tensor grad);
   // Zeroes the gradient buffer in place (keeps the allocation).
-  void zero_grad();
+  void zero_grad() const;
+  // Replaces a leaf's value (e.g. converting a module to f64 for gradient checks);
+  // every handle to this Var sees the new tensor. Drops the gradient.
+  void replace_value(Tensor value) const;
 
   // Gradient of this scalar with respect to every leaf that requires one.
   void backward() const;

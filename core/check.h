@@ -19,6 +19,17 @@ class InputError : public Error {
   using Error::Error;
 };
 
+// A config value that is wrong for the model: `key` is the dotted config key
+// (e.g. "model.sparse.block") so the loader can add the file and line.
+class ConfigError : public InputError {
+ public:
+  ConfigError(std::string key, const std::string& what) : InputError(what), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+};
+
 namespace detail {
 template <class... Parts>
 std::string concat(const Parts&... parts) {
@@ -39,6 +50,13 @@ std::string concat(const Parts&... parts) {
     if (!(cond)) [[unlikely]]                                                         \
       ::shamn::detail::throw_check_failure(#cond, __FILE__, __LINE__,                 \
                                            ::shamn::detail::concat(__VA_ARGS__));     \
+  } while (0)
+
+// SHAMN_CONFIG_CHECK(cond, key, parts...): throws shamn::ConfigError for `key`.
+#define SHAMN_CONFIG_CHECK(cond, key, ...)                                            \
+  do {                                                                                \
+    if (!(cond)) [[unlikely]]                                                         \
+      throw ::shamn::ConfigError(key, ::shamn::detail::concat(__VA_ARGS__));          \
   } while (0)
 
 // SHAMN_INPUT_CHECK(cond, parts...): the same for bad user input; throws

@@ -1,6 +1,7 @@
 #include "core/gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -257,6 +258,12 @@ void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc,
 #if defined(__AVX512F__)
 
 constexpr int NV = NR / 16;
+#ifndef SHAMN_GEMM_PF
+#define SHAMN_GEMM_PF 0
+#endif
+#ifndef SHAMN_GEMM_PFD
+#define SHAMN_GEMM_PFD 32
+#endif
 
 inline __m512 combine(__m512 acc, const float* p, __mmask16 m, float alpha, float beta,
                       bool full) {
@@ -275,8 +282,7 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
 
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k) {
+  auto step = [&]() __attribute__((always_inline)) {
     __m512 bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + v * 16);
@@ -288,7 +294,23 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     }
     a += MR;
     b += NR;
-  }
+  };
+#if SHAMN_GEMM_PF == 1
+  for (int i = 0; i < mr; ++i)
+    for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + v * 16), _MM_HINT_T0);
+#endif
+#if SHAMN_GEMM_PF == 2
+  const int64_t k_main = kc > SHAMN_GEMM_PFD ? kc - SHAMN_GEMM_PFD : 0;
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < k_main; ++k) step();
+  for (int i = 0; i < mr; ++i)
+    for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + v * 16), _MM_HINT_T0);
+#pragma GCC unroll 4
+  for (int64_t k = k_main; k < kc; ++k) step();
+#else
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) step();
+#endif
 
   if (mr == MR && nr == NR) {
 #pragma GCC unroll 32

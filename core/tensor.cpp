@@ -158,13 +158,13 @@ Tensor Tensor::to(DType dtype) const {
   return t;
 }
 
-void Tensor::copy_from(const Tensor& src) {
+void Tensor::copy_from(const Tensor& src) const {
   SHAMN_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_, "copy_from: ", src.str(), " into ",
               str());
   if (numel_ > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
 }
 
-void Tensor::fill(double value) {
+void Tensor::fill(double value) const {
   dispatch(dtype_, [&](auto zero) {
     using T = decltype(zero);
     T* p = data<T>();
@@ -173,7 +173,7 @@ void Tensor::fill(double value) {
   });
 }
 
-void Tensor::zero() {
+void Tensor::zero() const {
   if (numel_ > 0) std::memset(raw_data(), 0, nbytes());
 }
 
@@ -185,6 +185,14 @@ double Tensor::item(int64_t i) const {
     out = static_cast<double>(data<T>()[i]);
   });
   return out;
+}
+
+void Tensor::set_item(int64_t i, double value) const {
+  SHAMN_CHECK(0 <= i && i < numel_, "set_item(", i, ") out of range for ", str());
+  dispatch(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    data<T>()[i] = static_cast<T>(value);
+  });
 }
 
 template <class T>

@@ -89,12 +89,15 @@ class Tensor {
   // Copies.
   Tensor clone() const;
   Tensor to(DType dtype) const;  // numeric conversion (always a copy)
-  void copy_from(const Tensor& src);  // same shape and dtype
-  void fill(double value);
-  void zero();
+  // Writers of the data (the handle itself is unchanged, hence const, as with
+  // data<T>()): every view of the storage sees the change.
+  void copy_from(const Tensor& src) const;  // same shape and dtype
+  void fill(double value) const;
+  void zero() const;
 
   // Element i of the flattened tensor, converted to double (tests, debugging).
   double item(int64_t i = 0) const;
+  void set_item(int64_t i, double value) const;  // converted to the dtype
   template <class T>
   std::vector<T> to_vector() const;
 
@@ -115,6 +118,12 @@ class Tensor {
   Shape shape_;
   int64_t numel_ = 0;
   DType dtype_ = DType::f32;
+};
+
+// A tensor with its dotted name (checkpoint entries, buffers, optimizer state).
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
 };
 
 // True when both tensors have the same shape and dtype and bitwise-equal data.

@@ -25,11 +25,6 @@ struct AdamWOptions {
   double eps = 1e-8;
 };
 
-struct NamedTensor {
-  std::string name;
-  Tensor tensor;
-};
-
 class AdamW {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});

@@ -1,0 +1,163 @@
+#include "core/config_table.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "core/check.h"
+
+namespace shamn {
+
+struct ConfigTable::Impl {
+  toml::table root;
+  std::string origin;
+};
+
+namespace {
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a bool";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+std::string location(const std::string& origin, const toml::node& n) {
+  std::ostringstream out;
+  out << origin << ":" << n.source().begin.line;
+  return out.str();
+}
+
+[[noreturn]] void type_error(const std::string& origin, const toml::node& n,
+                             const std::string& key, const char* expected, const char* hint) {
+  throw InputError(location(origin, n) + ": key '" + key + "' must be " + expected + ", got " +
+                   type_name(n) + hint);
+}
+
+}  // namespace
+
+ConfigTable ConfigTable::parse(const std::string& text, const std::string& origin) {
+  ConfigTable t;
+  t.impl_ = std::make_shared<Impl>();
+  t.impl_->origin = origin;
+  try {
+    t.impl_->root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream out;
+    out << origin << ":" << e.source().begin.line << ": TOML syntax error: " << e.description();
+    throw InputError(out.str());
+  }
+  return t;
+}
+
+ConfigTable ConfigTable::parse_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SHAMN_INPUT_CHECK(in.good(), "cannot open config file '", path, "'");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse(buffer.str(), path);
+}
+
+const std::string& ConfigTable::origin() const { return impl_->origin; }
+
+namespace {
+const toml::node* find(const toml::table& root, const std::string& key) {
+  return root.at_path(key).node();
+}
+}  // namespace
+
+bool ConfigTable::has(const std::string& key) const { return find(impl_->root, key) != nullptr; }
+
+std::optional<int64_t> ConfigTable::get_int(const std::string& key) const {
+  const toml::node* n = find(impl_->root, key);
+  if (!n) return std::nullopt;
+  if (!n->is_integer()) type_error(impl_->origin, *n, key, "an integer", "");
+  return n->as_integer()->get();
+}
+
+std::optional<double> ConfigTable::get_float(const std::string& key) const {
+  const toml::node* n = find(impl_->root, key);
+  if (!n) return std::nullopt;
+  if (!n->is_floating_point())
+    type_error(impl_->origin, *n, key, "a float",
+               n->is_integer() ? " (write it with a decimal point, e.g. 0.0)" : "");
+  return n->as_floating_point()->get();
+}
+
+std::optional<bool> ConfigTable::get_bool(const std::string& key) const {
+  const toml::node* n = find(impl_->root, key);
+  if (!n) return std::nullopt;
+  if (!n->is_boolean()) type_error(impl_->origin, *n, key, "a bool (true or false)", "");
+  return n->as_boolean()->get();
+}
+
+std::optional<std::string> ConfigTable::get_string(const std::string& key) const {
+  const toml::node* n = find(impl_->root, key);
+  if (!n) return std::nullopt;
+  if (!n->is_string()) type_error(impl_->origin, *n, key, "a string", "");
+  return n->as_string()->get();
+}
+
+std::optional<std::vector<int64_t>> ConfigTable::get_int_array(const std::string& key) const {
+  const toml::node* n = find(impl_->root, key);
+  if (!n) return std::nullopt;
+  if (!n->is_array()) type_error(impl_->origin, *n, key, "an array of integers", "");
+  std::vector<int64_t> out;
+  for (const toml::node& item : *n->as_array()) {
+    if (!item.is_integer()) type_error(impl_->origin, item, key, "an array of integers", "");
+    out.push_back(item.as_integer()->get());
+  }
+  return out;
+}
+
+std::string ConfigTable::where(const std::string& key) const {
+  const toml::node* n = find(impl_->root, key);
+  return n ? location(impl_->origin, *n) : impl_->origin;
+}
+
+void ConfigTable::reject_unknown(const std::string& table,
+                                 const std::set<std::string>& known) const {
+  const toml::node* n = table.empty() ? &impl_->root : find(impl_->root, table);
+  if (!n || !n->is_table()) return;
+  for (const auto& [k, child] : *n->as_table()) {
+    const std::string key = table.empty() ? std::string(k.str()) : table + "." + std::string(k.str());
+    SHAMN_INPUT_CHECK(known.count(key), location(impl_->origin, child), ": unknown key '", key,
+                      "'");
+    if (child.is_table()) reject_unknown(key, known);
+  }
+}
+
+void ConfigTable::set_from_text(const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  SHAMN_INPUT_CHECK(eq != std::string::npos && eq > 0, "override '", assignment,
+                    "' is not of the form section.key=value");
+  std::string key = assignment.substr(0, eq);
+  while (!key.empty() && key.back() == ' ') key.pop_back();
+  const std::string value = assignment.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, "--set " + key);
+  } catch (const toml::parse_error& e) {
+    throw InputError("--set " + assignment + ": the value is not valid TOML (" +
+                     std::string(e.description()) + "); quote strings: key=\"text\"");
+  }
+  // Walk/create the parent tables, then replace the leaf.
+  toml::table* table = &impl_->root;
+  size_t start = 0;
+  for (size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
+    const std::string part = key.substr(start, dot - start);
+    toml::node* child = table->get(part);
+    if (!child) child = &table->insert_or_assign(part, toml::table{}).first->second;
+    SHAMN_INPUT_CHECK(child->is_table(), "--set ", key, ": '", part, "' is not a table");
+    table = child->as_table();
+  }
+  table->insert_or_assign(key.substr(start), *parsed.get("v"));
+}
+
+}  // namespace shamn

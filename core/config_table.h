@@ -1,0 +1,44 @@
+#pragma once
+// Typed, strict access to a parsed TOML document by dotted key ("model.sparse.block").
+// Strict means no coercion: an integer is not a float, a float is not an integer,
+// and nothing is a bool but a bool. Every error names the origin (file), the line
+// and the key, so a user can go straight to it.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace shamn {
+
+class ConfigTable {
+ public:
+  // `origin` names the text in errors: a file path, or e.g. "ckpt.h5 (attribute config)".
+  static ConfigTable parse(const std::string& text, const std::string& origin);
+  static ConfigTable parse_file(const std::string& path);
+
+  const std::string& origin() const;
+  bool has(const std::string& key) const;
+  std::optional<int64_t> get_int(const std::string& key) const;
+  std::optional<double> get_float(const std::string& key) const;
+  std::optional<bool> get_bool(const std::string& key) const;
+  std::optional<std::string> get_string(const std::string& key) const;
+  std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
+
+  // "origin:line" of the key, or just the origin when the key is absent.
+  std::string where(const std::string& key) const;
+
+  // Throws for the first key (depth-first) under `table` that is not listed in
+  // `known` (full dotted names; a listed table admits only its listed children).
+  void reject_unknown(const std::string& table, const std::set<std::string>& known) const;
+
+  // Sets `key` from a "key=value" override written in TOML syntax (`--set`).
+  void set_from_text(const std::string& assignment);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace shamn

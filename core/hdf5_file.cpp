@@ -1,0 +1,261 @@
+#include "core/hdf5_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <hdf5.h>
+
+#include "core/check.h"
+
+namespace shamn {
+namespace {
+
+// HDF5 prints its own error stack to stderr by default; we report errors ourselves.
+void silence_hdf5() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+// Closes an HDF5 handle at scope exit.
+struct Handle {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~Handle() {
+    if (id >= 0) close(id);
+  }
+};
+
+hid_t native_type(DType dt) {
+  switch (dt) {
+    case DType::f32: return H5T_NATIVE_FLOAT;
+    case DType::f64: return H5T_NATIVE_DOUBLE;
+    case DType::i32: return H5T_NATIVE_INT32;
+    case DType::i8: return H5T_NATIVE_INT8;
+    case DType::u8: return H5T_NATIVE_UINT8;
+  }
+  return H5T_NATIVE_FLOAT;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& group, const std::string& dotted) {
+  std::string out = group + "/" + dotted;
+  for (size_t i = group.size() + 1; i < out.size(); ++i)
+    if (out[i] == '.') out[i] = '/';
+  return out;
+}
+
+std::string dotted_name(const std::string& group, const std::string& dataset_path) {
+  std::string out = dataset_path.substr(group.size() + 1);
+  for (char& c : out)
+    if (c == '/') c = '.';
+  return out;
+}
+
+Hdf5Writer::Hdf5Writer(const std::string& path) : path_(path) {
+  silence_hdf5();
+  const std::filesystem::path target(path);
+  temp_path_ = (target.parent_path() / ("." + target.filename().string() + ".tmp." +
+                                        std::to_string(::getpid())))
+                   .string();
+  file_ = H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  SHAMN_INPUT_CHECK(file_ >= 0, "cannot create '", temp_path_, "' to write '", path,
+                    "' (does the directory exist and is it writable?)");
+}
+
+Hdf5Writer::~Hdf5Writer() {
+  if (file_ >= 0) {
+    H5Fclose(file_);
+    std::remove(temp_path_.c_str());
+  }
+}
+
+void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& tensor) {
+  std::vector<hsize_t> dims(tensor.shape().begin(), tensor.shape().end());
+  Handle space{dims.empty() ? H5Screate(H5S_SCALAR)
+                            : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+               H5Sclose};
+  Handle link_props{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
+  H5Pset_create_intermediate_group(link_props.id, 1);
+  Handle dataset{H5Dcreate2(file_, dataset_path.c_str(), native_type(tensor.dtype()), space.id,
+                            link_props.id, H5P_DEFAULT, H5P_DEFAULT),
+                 H5Dclose};
+  SHAMN_CHECK(dataset.id >= 0, "cannot create dataset '", dataset_path, "' in '", path_, "'");
+  if (tensor.numel() > 0)
+    SHAMN_CHECK(H5Dwrite(dataset.id, native_type(tensor.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                         tensor.raw_data()) >= 0,
+                "writing dataset '", dataset_path, "' to '", path_, "' failed (disk full?)");
+}
+
+void Hdf5Writer::set_string_attribute(const std::string& name, const std::string& value) {
+  Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(type.id, H5T_VARIABLE);
+  H5Tset_cset(type.id, H5T_CSET_UTF8);
+  Handle space{H5Screate(H5S_SCALAR), H5Sclose};
+  Handle attr{H5Acreate2(file_, name.c_str(), type.id, space.id, H5P_DEFAULT, H5P_DEFAULT),
+              H5Aclose};
+  const char* data = value.c_str();
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, type.id, &data) >= 0, "writing attribute '",
+              name, "' to '", path_, "' failed");
+}
+
+void Hdf5Writer::set_int_attribute(const std::string& name, int64_t value) {
+  Handle space{H5Screate(H5S_SCALAR), H5Sclose};
+  Handle attr{H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space.id, H5P_DEFAULT,
+                         H5P_DEFAULT),
+              H5Aclose};
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_INT64, &value) >= 0,
+              "writing attribute '", name, "' to '", path_, "' failed");
+}
+
+void Hdf5Writer::commit() {
+  SHAMN_CHECK(file_ >= 0, "Hdf5Writer::commit called twice for '", path_, "'");
+  SHAMN_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0, "flushing '", temp_path_, "' failed");
+  H5Fclose(file_);
+  file_ = -1;
+  fsync_path(temp_path_, false);
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    std::remove(temp_path_.c_str());
+    SHAMN_INPUT_CHECK(false, "cannot move the finished file into place at '", path_, "'");
+  }
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  fsync_path(dir.empty() ? "." : dir, true);
+}
+
+Hdf5Reader::Hdf5Reader(const std::string& path) : path_(path) {
+  silence_hdf5();
+  SHAMN_INPUT_CHECK(std::filesystem::exists(path), "checkpoint '", path, "' does not exist");
+  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  SHAMN_INPUT_CHECK(file_ >= 0, "'", path,
+                    "' is not a readable HDF5 file (truncated or not a checkpoint?)");
+}
+
+Hdf5Reader::~Hdf5Reader() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+bool Hdf5Reader::has_dataset(const std::string& dataset_path) const {
+  // Walk the path so a missing intermediate group is "absent", not an error.
+  size_t pos = 0;
+  while ((pos = dataset_path.find('/', pos + 1)) != std::string::npos)
+    if (H5Lexists(file_, dataset_path.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+  if (H5Lexists(file_, dataset_path.c_str(), H5P_DEFAULT) <= 0) return false;
+  Handle obj{H5Oopen(file_, dataset_path.c_str(), H5P_DEFAULT), H5Oclose};
+  return obj.id >= 0 && H5Iget_type(obj.id) == H5I_DATASET;
+}
+
+std::vector<std::string> Hdf5Reader::datasets(const std::string& group) const {
+  std::vector<std::string> out;
+  if (H5Lexists(file_, group.c_str(), H5P_DEFAULT) <= 0) return out;
+  Handle g{H5Gopen2(file_, group.c_str(), H5P_DEFAULT), H5Gclose};
+  SHAMN_INPUT_CHECK(g.id >= 0, "'", path_, "': '", group, "' is not a group");
+  struct Ctx {
+    std::vector<std::string>* out;
+    std::string group;
+  } ctx{&out, group};
+  H5Lvisit(
+      g.id, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t gid, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        auto* c = static_cast<Ctx*>(data);
+        const hid_t obj = H5Oopen(gid, name, H5P_DEFAULT);
+        if (obj >= 0) {
+          if (H5Iget_type(obj) == H5I_DATASET) c->out->push_back(c->group + "/" + name);
+          H5Oclose(obj);
+        }
+        return 0;
+      },
+      &ctx);
+  return out;
+}
+
+Shape Hdf5Reader::dataset_shape(const std::string& dataset_path) const {
+  Handle dataset{H5Dopen2(file_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
+  SHAMN_INPUT_CHECK(dataset.id >= 0, "'", path_, "' has no dataset '", dataset_path, "'");
+  Handle space{H5Dget_space(dataset.id), H5Sclose};
+  const int rank = H5Sget_simple_extent_ndims(space.id);
+  SHAMN_INPUT_CHECK(rank >= 0, "'", path_, "': cannot read the shape of '", dataset_path, "'");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
+  return Shape(dims.begin(), dims.end());
+}
+
+Tensor Hdf5Reader::read_tensor(const std::string& dataset_path) const {
+  Handle dataset{H5Dopen2(file_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose};
+  SHAMN_INPUT_CHECK(dataset.id >= 0, "'", path_, "' has no dataset '", dataset_path, "'");
+  Handle type{H5Dget_type(dataset.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(type.id);
+  const size_t size = H5Tget_size(type.id);
+  DType dt;
+  if (cls == H5T_FLOAT && size == 4) dt = DType::f32;
+  else if (cls == H5T_FLOAT && size == 8) dt = DType::f64;
+  else if (cls == H5T_INTEGER && size == 4 && H5Tget_sign(type.id) == H5T_SGN_2) dt = DType::i32;
+  else if (cls == H5T_INTEGER && size == 1 && H5Tget_sign(type.id) == H5T_SGN_2) dt = DType::i8;
+  else if (cls == H5T_INTEGER && size == 1) dt = DType::u8;
+  else
+    SHAMN_INPUT_CHECK(false, "'", path_, "': dataset '", dataset_path,
+                      "' has an unsupported element type (want float32, int32, int8 or uint8)");
+  Tensor t = Tensor::empty(dataset_shape(dataset_path), dt);
+  if (t.numel() > 0)
+    SHAMN_INPUT_CHECK(H5Dread(dataset.id, native_type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                              t.raw_data()) >= 0,
+                      "'", path_, "': reading dataset '", dataset_path,
+                      "' failed (the file may be truncated)");
+  return t;
+}
+
+bool Hdf5Reader::has_attribute(const std::string& name) const {
+  return H5Aexists(file_, name.c_str()) > 0;
+}
+
+std::string Hdf5Reader::string_attribute(const std::string& name) const {
+  SHAMN_INPUT_CHECK(has_attribute(name), "'", path_, "' has no root attribute '", name, "'");
+  Handle attr{H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  Handle type{H5Aget_type(attr.id), H5Tclose};
+  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == H5T_STRING, "'", path_, "': attribute '", name,
+                    "' is not a string");
+  if (H5Tis_variable_str(type.id) > 0) {
+    Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(mem.id, H5T_VARIABLE);
+    H5Tset_cset(mem.id, H5Tget_cset(type.id));
+    char* data = nullptr;
+    SHAMN_INPUT_CHECK(H5Aread(attr.id, mem.id, &data) >= 0 && data, "'", path_,
+                      "': cannot read attribute '", name, "'");
+    std::string out(data);
+    Handle space{H5Aget_space(attr.id), H5Sclose};
+    H5Dvlen_reclaim(mem.id, space.id, H5P_DEFAULT, &data);
+    return out;
+  }
+  const size_t size = H5Tget_size(type.id);
+  std::string out(size, '\0');
+  SHAMN_INPUT_CHECK(H5Aread(attr.id, type.id, out.data()) >= 0, "'", path_,
+                    "': cannot read attribute '", name, "'");
+  out.resize(out.find('\0') == std::string::npos ? out.size() : out.find('\0'));
+  return out;
+}
+
+int64_t Hdf5Reader::int_attribute(const std::string& name) const {
+  SHAMN_INPUT_CHECK(has_attribute(name), "'", path_, "' has no root attribute '", name, "'");
+  Handle attr{H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  Handle type{H5Aget_type(attr.id), H5Tclose};
+  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == H5T_INTEGER, "'", path_, "': attribute '", name,
+                    "' is not an integer");
+  int64_t value = 0;
+  SHAMN_INPUT_CHECK(H5Aread(attr.id, H5T_NATIVE_INT64, &value) >= 0, "'", path_,
+                    "': cannot read attribute '", name, "'");
+  return value;
+}
+
+}  // namespace shamn

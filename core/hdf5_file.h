@@ -1,0 +1,57 @@
+#pragma once
+// Named tensors and root attributes in HDF5 files (C API), for checkpoints.
+// Paths are HDF5 paths ("/model/embed/table"). Writes go to a temporary file in
+// the same directory that commit() fsyncs and renames over the target, so a crash
+// or an error never leaves a half-written file under the real name.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace shamn {
+
+class Hdf5Writer {
+ public:
+  explicit Hdf5Writer(const std::string& path);
+  ~Hdf5Writer();  // without commit(): removes the temporary file
+  Hdf5Writer(const Hdf5Writer&) = delete;
+  Hdf5Writer& operator=(const Hdf5Writer&) = delete;
+
+  void write_tensor(const std::string& dataset_path, const Tensor& tensor);
+  void set_string_attribute(const std::string& name, const std::string& value);  // on "/"
+  void set_int_attribute(const std::string& name, int64_t value);                 // on "/"
+  void commit();
+
+ private:
+  std::string path_, temp_path_;
+  int64_t file_ = -1;
+};
+
+class Hdf5Reader {
+ public:
+  explicit Hdf5Reader(const std::string& path);  // throws InputError naming the file
+  ~Hdf5Reader();
+  Hdf5Reader(const Hdf5Reader&) = delete;
+  Hdf5Reader& operator=(const Hdf5Reader&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool has_dataset(const std::string& dataset_path) const;
+  // Every dataset below `group` ("/model"), as full paths in name order.
+  std::vector<std::string> datasets(const std::string& group) const;
+  Shape dataset_shape(const std::string& dataset_path) const;
+  Tensor read_tensor(const std::string& dataset_path) const;  // f32, f64, i32, i8, u8
+  bool has_attribute(const std::string& name) const;
+  std::string string_attribute(const std::string& name) const;
+  int64_t int_attribute(const std::string& name) const;
+
+ private:
+  std::string path_;
+  int64_t file_ = -1;
+};
+
+// "layers.3.mixer.conv" <-> "/model/layers/3/mixer/conv" (SPEC section 4).
+std::string checkpoint_path(const std::string& group, const std::string& dotted_name);
+std::string dotted_name(const std::string& group, const std::string& dataset_path);
+
+}  // namespace shamn

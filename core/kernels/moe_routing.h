@@ -1,0 +1,135 @@
+#pragma once
+// Hierarchical MoE routing (SPEC 1.6).
+//   rg: [N, G] group logits   re: [N, G*E] expert logits
+//   pg = softmax(rg)   pe = softmax of re within each group   P[n, g*E+j] = pg[g] * pe[g*E+j]
+//   experts, gates: [N, k] (selected expert ids, int32; normalised gates)
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/parallel.h"
+#include "core/kernels/elementwise.h"
+
+namespace shamn {
+
+struct MoeShape {
+  int64_t groups = 4;             // G
+  int64_t experts_per_group = 4;  // E
+  int64_t group_k = 1;
+  int64_t k = 2;
+  int64_t experts() const { return groups * experts_per_group; }
+};
+
+// Softmax of x[0..n) into y (in order, max-shifted).
+template <class T>
+void softmax_row(T* y, const T* x, int64_t n) {
+  T m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  T sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (y[i] = std::exp(x[i] - m));
+  for (int64_t i = 0; i < n; ++i) y[i] /= sum;
+}
+
+// P, pg [N, G], pe [N, G*E] (pg and pe saved for backward).
+template <class T>
+void router_probs_forward(T* P, T* pg, T* pe, const T* rg, const T* re, int64_t n,
+                          const MoeShape& s) {
+  const int64_t G = s.groups, E = s.experts_per_group, X = s.experts();
+  parallel_for(0, n, row_grain(X), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      softmax_row(pg + t * G, rg + t * G, G);
+      for (int64_t g = 0; g < G; ++g) {
+        softmax_row(pe + t * X + g * E, re + t * X + g * E, E);
+        for (int64_t j = 0; j < E; ++j)
+          P[t * X + g * E + j] = pg[t * G + g] * pe[t * X + g * E + j];
+      }
+    }
+  });
+}
+
+// drg += d/d rg, dre += d/d re of sum(dP * P). Either output may be null.
+template <class T>
+void router_probs_backward(T* drg, T* dre, const T* dP, const T* pg, const T* pe, int64_t n,
+                           const MoeShape& s) {
+  const int64_t G = s.groups, E = s.experts_per_group, X = s.experts();
+  parallel_for(0, n, row_grain(X), [&](int64_t lo, int64_t hi) {
+    std::vector<T> dpg(static_cast<size_t>(G));
+    for (int64_t t = lo; t < hi; ++t) {
+      const T* dp = dP + t * X;
+      const T* g_ = pg + t * G;
+      const T* e_ = pe + t * X;
+      for (int64_t g = 0; g < G; ++g) {
+        T acc = 0, dot = 0;
+        for (int64_t j = 0; j < E; ++j) acc += dp[g * E + j] * e_[g * E + j];
+        dpg[g] = acc;
+        if (dre) {
+          // dpe = dP * pg; softmax backward within the group.
+          for (int64_t j = 0; j < E; ++j) dot += dp[g * E + j] * g_[g] * e_[g * E + j];
+          for (int64_t j = 0; j < E; ++j)
+            dre[t * X + g * E + j] += e_[g * E + j] * (dp[g * E + j] * g_[g] - dot);
+        }
+      }
+      if (drg) {
+        T dot = 0;
+        for (int64_t g = 0; g < G; ++g) dot += dpg[g] * g_[g];
+        for (int64_t g = 0; g < G; ++g) drg[t * G + g] += g_[g] * (dpg[g] - dot);
+      }
+    }
+  });
+}
+
+// Tree routing: the top group_k groups by pg, then the top k experts by P among
+// them; ties go to the lower index. experts[t, i] in selection order (P descending).
+template <class T>
+void select_experts(int32_t* experts, const T* pg, const T* P, int64_t n, const MoeShape& s) {
+  const int64_t G = s.groups, E = s.experts_per_group, X = s.experts();
+  auto before = [](T va, int64_t ia, T vb, int64_t ib) { return va > vb || (va == vb && ia < ib); };
+  parallel_for(0, n, 64, [&](int64_t lo, int64_t hi) {
+    std::vector<int64_t> groups(static_cast<size_t>(G)), cand;
+    for (int64_t t = lo; t < hi; ++t) {
+      const T* g_ = pg + t * G;
+      const T* p = P + t * X;
+      for (int64_t g = 0; g < G; ++g) groups[g] = g;
+      std::partial_sort(groups.begin(), groups.begin() + s.group_k, groups.end(),
+                        [&](int64_t a, int64_t b) { return before(g_[a], a, g_[b], b); });
+      cand.clear();
+      for (int64_t i = 0; i < s.group_k; ++i)
+        for (int64_t j = 0; j < E; ++j) cand.push_back(groups[i] * E + j);
+      std::partial_sort(cand.begin(), cand.begin() + s.k, cand.end(),
+                        [&](int64_t a, int64_t b) { return before(p[a], a, p[b], b); });
+      for (int64_t i = 0; i < s.k; ++i) experts[t * s.k + i] = static_cast<int32_t>(cand[i]);
+    }
+  });
+}
+
+// gates[t, i] = P[t, e_i] / sum_i P[t, e_i]
+template <class T>
+void moe_gates_forward(T* gates, const T* P, const int32_t* experts, int64_t n, int64_t X,
+                       int64_t k) {
+  parallel_for(0, n, 256, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      T sum = 0;
+      for (int64_t i = 0; i < k; ++i) sum += P[t * X + experts[t * k + i]];
+      for (int64_t i = 0; i < k; ++i) gates[t * k + i] = P[t * X + experts[t * k + i]] / sum;
+    }
+  });
+}
+
+// dP[t, e_l] += (dg_l - sum_i dg_i g_i) / sum_i P[t, e_i]
+template <class T>
+void moe_gates_backward(T* dP, const T* dgates, const T* gates, const T* P,
+                        const int32_t* experts, int64_t n, int64_t X, int64_t k) {
+  parallel_for(0, n, 256, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      T sum = 0, dot = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        sum += P[t * X + experts[t * k + i]];
+        dot += dgates[t * k + i] * gates[t * k + i];
+      }
+      for (int64_t i = 0; i < k; ++i) dP[t * X + experts[t * k + i]] += (dgates[t * k + i] - dot) / sum;
+    }
+  });
+}
+
+}  // namespace shamn

@@ -1,0 +1,37 @@
+#pragma once
+#include "core/kernels/block_sparse.h"
+#include "core/model_config.h"
+#include "core/rng.h"
+#include "layers/module.h"
+
+namespace shamn {
+
+// SPEC 1.3: y = x W^T + bias, W stored as `a` active b x b blocks per block row.
+// Parameters: values [nob, a, b, b], bias [out]; buffer: col_index int32 [nob, a]
+// (drawn at init, sorted ascending, saved in checkpoints).
+// Init: values ~ N(0, init_scale^2 / (a*b)): each output sums a*b inputs, so unit-
+// variance inputs give outputs of variance init_scale^2 at any sparsity.
+class BlockSparseLinear : public Module {
+ public:
+  explicit BlockSparseLinear(const BlockSparseOptions& options, double init_scale = 1.0);
+  Var forward(const Var& x) const;
+
+  const BlockSparseDims& dims() const { return dims_; }
+  const Var& values() const { return values_; }
+  const Tensor& col_index() const { return col_index_; }
+  const Var& bias() const { return bias_; }
+  int64_t active_weights() const { return dims_.value_count(); }
+
+ private:
+  void init_own(uint64_t seed, const std::string& prefix) override;
+  BlockSparseDims dims_;
+  double init_scale_;
+  Var values_, bias_;
+  Tensor col_index_;
+};
+
+// Each of the nob block rows draws `active` distinct column blocks out of nib
+// uniformly at random (partial Fisher-Yates), sorted ascending: int32 [nob, active].
+Tensor draw_block_pattern(int64_t row_blocks, int64_t col_blocks, int64_t active, Rng& rng);
+
+}  // namespace shamn

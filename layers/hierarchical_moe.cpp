@@ -1,0 +1,63 @@
+#include "layers/hierarchical_moe.h"
+
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+#include "autograd/ops_moe.h"
+
+namespace shamn {
+
+MoeExpert::MoeExpert(const MoeOptions& o, double down_scale)
+    : up_(register_module("up", std::make_unique<BlockSparseLinear>(o.up))),
+      down_(register_module("down", std::make_unique<BlockSparseLinear>(o.down, down_scale))) {}
+
+Var MoeExpert::forward(const Var& u) const { return down_.forward(gelu(up_.forward(u))); }
+
+HierarchicalMoE::HierarchicalMoE(const MoeOptions& o, double down_scale)
+    : options_(o),
+      router_group_(register_module("router_group",
+                                    std::make_unique<Linear>(o.dim, o.groups, false, 0.02))),
+      router_expert_(register_module(
+          "router_expert", std::make_unique<Linear>(o.dim, o.experts(), false, 0.02))) {
+  o.validate();
+  auto& list = register_module("experts", std::make_unique<ModuleList>());
+  for (int64_t e = 0; e < o.experts(); ++e)
+    experts_.push_back(&list.push_back(std::make_unique<MoeExpert>(o, down_scale)));
+}
+
+HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u) const {
+  const MoeOptions& o = options_;
+  const MoeShape shape{o.groups, o.experts_per_group, o.group_k, o.k};
+  const int64_t n = u.numel() / o.dim, X = o.experts();
+  Var u2 = reshape(u, {n, o.dim});
+  Var rg = router_group_.forward(u2);
+  Var P = router_probs(rg, router_expert_.forward(u2), shape);
+
+  // Selection is piecewise constant: computed on values, outside the graph.
+  Tensor experts = Tensor::empty({n, o.k}, DType::i32);
+  dispatch_floating(u.dtype(), "moe", [&](auto zero) {
+    using T = decltype(zero);
+    Tensor pg = Tensor::empty({n, o.groups}, u.dtype());
+    for (int64_t t = 0; t < n; ++t)
+      softmax_row(pg.data<T>() + t * o.groups, rg.value().data<T>() + t * o.groups, o.groups);
+    select_experts(experts.data<int32_t>(), pg.data<T>(), P.value().data<T>(), n, shape);
+  });
+  Var gates = moe_gates(P, experts);
+
+  // aux = X * sum_e f[e] * mean_t P[t, e] = sum_{t,e} P[t, e] * (X * f[e] / N),
+  // with f[e] = (selections of e) / (N * k) held constant.
+  const MoeDispatch plan = plan_dispatch(experts, X);
+  Tensor weight = Tensor::empty({X}, u.dtype());
+  for (int64_t e = 0; e < X; ++e)
+    weight.set_item(e, static_cast<double>(X) * static_cast<double>(plan.tokens[e].numel()) /
+                               (static_cast<double>(n) * o.k) / static_cast<double>(n));
+  Var aux = sum(mul(P, Var(weight)));
+
+  std::vector<Var> outputs(static_cast<size_t>(X));
+  for (int64_t e = 0; e < X; ++e)
+    if (plan.tokens[e].numel() > 0)
+      outputs[e] = experts_[e]->forward(gather_rows(u2, plan.tokens[e]));
+  Var y = moe_combine(outputs, gates, experts, plan, o.dim);
+  return {reshape(y, u.shape()), aux, experts};
+}
+
+}  // namespace shamn

@@ -1,0 +1,62 @@
+#pragma once
+#include <vector>
+
+#include "core/model_config.h"
+#include "layers/block_sparse_linear.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace shamn {
+
+// Expert(u) = down(gelu(up(u))), up: D -> H, down: H -> D, both block-sparse.
+class MoeExpert : public Module {
+ public:
+  MoeExpert(const MoeOptions& options, double down_scale);
+  Var forward(const Var& u) const;
+
+ private:
+  BlockSparseLinear& up_;
+  BlockSparseLinear& down_;
+};
+
+// Children named "0", "1", ... (so names read "experts.7.up.values").
+class ModuleList : public Module {
+ public:
+  template <class M>
+  M& push_back(std::unique_ptr<M> m) {
+    return register_module(std::to_string(size_++), std::move(m));
+  }
+  int64_t size() const { return size_; }
+
+ private:
+  int64_t size_ = 0;
+};
+
+// SPEC 1.6: tree routing (top group_k groups, then top k experts by joint P),
+// gates normalised over the selected experts, dropless dispatch with each
+// expert's tokens run as one block-sparse GEMM, Switch load-balance aux loss.
+// Parameters: router_group.weight [G, D], router_expert.weight [G*E, D] (init
+// N(0, 0.02^2): near-uniform routing at start), experts.{e}.{up,down}.
+class HierarchicalMoE : public Module {
+ public:
+  // down_scale multiplies the experts' `down` init (residual-branch scaling).
+  HierarchicalMoE(const MoeOptions& options, double down_scale = 1.0);
+
+  struct Output {
+    Var y;    // [..., D]
+    Var aux;  // scalar load-balance loss of this layer
+    Tensor experts;  // int32 [N, k] chosen experts (for statistics)
+  };
+  Output forward(const Var& u) const;
+
+  const MoeOptions& options() const { return options_; }
+  const MoeExpert& expert(int64_t e) const { return *experts_[static_cast<size_t>(e)]; }
+
+ private:
+  MoeOptions options_;
+  Linear& router_group_;
+  Linear& router_expert_;
+  std::vector<MoeExpert*> experts_;
+};
+
+}  // namespace shamn

@@ -1,0 +1,70 @@
+#pragma once
+// Modules: parameters, buffers and submodules registered under the SPEC names, so
+// named_parameters() yields dotted names like "layers.3.moe.experts.7.up.values"
+// and a checkpoint maps "." to "/". Modules are not copyable: layers hold their
+// parameters as Var handles that share storage with the registry.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace shamn {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Depth-first in registration order, names prefixed by the submodule path.
+  std::vector<NamedVar> named_parameters() const;
+  std::vector<NamedTensor> named_buffers() const;
+  std::vector<Var> parameters() const;
+  int64_t parameter_count() const;
+
+  // Train/eval mode (affects layers that behave differently; gradients are
+  // controlled separately by NoGradGuard).
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  void zero_grad();
+
+  // Converts every parameter to `dtype` (f32 for training, f64 for gradient checks).
+  void to(DType dtype);
+
+  // Initialises this module's parameters and buffers, then its children's. Each
+  // tensor draws from its own RNG stream keyed by its full dotted name (see
+  // layers/init.h), so the result does not depend on construction order.
+  void init(uint64_t seed, const std::string& prefix = "");
+
+ protected:
+  // Override to initialise this module's own tensors (children are handled by init()).
+  virtual void init_own(uint64_t seed, const std::string& prefix) {}
+
+  // Registers a trainable f32 parameter initialised to `init` (shared, not copied).
+  Var register_parameter(const std::string& name, Tensor init);
+  // Registers a non-trainable tensor saved in checkpoints (e.g. int32 indices).
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  template <class M>
+  M& register_module(const std::string& name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    add_child(name, std::move(module));
+    return ref;
+  }
+
+ private:
+  void add_child(const std::string& name, std::unique_ptr<Module> module);
+  void collect(const std::string& prefix, std::vector<NamedVar>* params,
+               std::vector<NamedTensor>* buffers) const;
+
+  std::vector<NamedVar> params_;
+  std::vector<NamedTensor> buffers_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace shamn
