@@ -1,0 +1,86 @@
+#include "core/kernels/causal_conv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/kernels/elementwise.h"
+#include "core/parallel.h"
+
+// Every loop runs along D innermost, where rows are contiguous, so it vectorises; the
+// kernel is transposed to [K, D] once for that.
+
+namespace shamn {
+namespace {
+
+std::vector<float> transpose_kernel(const float* conv, const CausalConvDims& s) {
+  std::vector<float> w(static_cast<size_t>(s.kernel * s.dim));
+  for (int64_t d = 0; d < s.dim; ++d)
+    for (int64_t i = 0; i < s.kernel; ++i) w[static_cast<size_t>(i * s.dim + d)] = conv[d * s.kernel + i];
+  return w;
+}
+
+}  // namespace
+
+void causal_conv_forward(float* c, const float* u, const float* conv, const CausalConvDims& s) {
+  const std::vector<float> w = transpose_kernel(conv, s);
+  const int64_t D = s.dim;
+  parallel_for(0, s.batch * s.time, row_grain(D * s.kernel), [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t t = row % s.time;
+      float* out = c + row * D;
+      const float* x = u + row * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = w[d] * x[d];
+      for (int64_t i = 1; i < s.kernel && i <= t; ++i) {
+        const float* wi = w.data() + i * D;
+        const float* xi = x - i * D;
+        for (int64_t d = 0; d < D; ++d) out[d] += wi[d] * xi[d];
+      }
+    }
+  });
+}
+
+void causal_conv_backward_input(float* du, const float* dc, const float* conv,
+                                const CausalConvDims& s) {
+  const std::vector<float> w = transpose_kernel(conv, s);
+  const int64_t D = s.dim;
+  parallel_for(0, s.batch * s.time, row_grain(D * s.kernel), [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t t = row % s.time;
+      float* g = du + row * D;
+      for (int64_t i = 0; i < s.kernel && t + i < s.time; ++i) {
+        const float* wi = w.data() + i * D;
+        const float* gi = dc + (row + i) * D;
+        for (int64_t d = 0; d < D; ++d) g[d] += wi[d] * gi[d];
+      }
+    }
+  });
+}
+
+// Parallel over slices of D: each task sums its slice of dconv over all B*T rows in
+// order, so no partial sums are combined and the thread count cannot change a bit.
+void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u,
+                                 const CausalConvDims& s) {
+  constexpr int64_t kSlice = 32;
+  const int64_t D = s.dim, K = s.kernel;
+  parallel_for(0, (D + kSlice - 1) / kSlice, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> acc(static_cast<size_t>(K * kSlice));
+    for (int64_t sl = lo; sl < hi; ++sl) {
+      const int64_t d0 = sl * kSlice, dn = std::min(kSlice, D - d0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t t = 0; t < s.time; ++t) {
+          const int64_t row = b * s.time + t;
+          const float* g = dc + row * D + d0;
+          for (int64_t i = 0; i < K && i <= t; ++i) {
+            const float* x = u + (row - i) * D + d0;
+            float* a = acc.data() + i * kSlice;
+            for (int64_t d = 0; d < dn; ++d) a[d] += g[d] * x[d];
+          }
+        }
+      for (int64_t d = 0; d < dn; ++d)
+        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * kSlice + d)];
+    }
+  });
+}
+
+}  // namespace shamn

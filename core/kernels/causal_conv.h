@@ -1,0 +1,63 @@
+#pragma once
+// Causal depthwise convolution over time (SPEC 1.4), per sequence:
+//   c[b, t, d] = sum_{i=0}^{K-1} conv[d, i] * u[b, t - i, d]   (terms with t - i < 0 vanish)
+// conv[d, 0] weighs the current token (the reverse of a cross-correlation weight).
+//
+// Operands: u, du, c, dc: [B, T, D]   conv, dconv: [D, K]
+// Backward kernels accumulate (+=). The float kernels give the same bits for any
+// thread count; the `_naive` twins are the test oracle and the f64 path.
+#include <cstdint>
+
+namespace shamn {
+
+struct CausalConvDims {
+  int64_t batch = 0;   // B
+  int64_t time = 0;    // T
+  int64_t dim = 0;     // D
+  int64_t kernel = 0;  // K
+};
+
+void causal_conv_forward(float* c, const float* u, const float* conv, const CausalConvDims& dims);
+void causal_conv_backward_input(float* du, const float* dc, const float* conv,
+                                const CausalConvDims& dims);
+void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u,
+                                 const CausalConvDims& dims);
+
+template <class T>
+void causal_conv_forward_naive(T* c, const T* u, const T* conv, const CausalConvDims& s) {
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t t = 0; t < s.time; ++t)
+      for (int64_t d = 0; d < s.dim; ++d) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < s.kernel && i <= t; ++i)
+          acc += static_cast<double>(conv[d * s.kernel + i]) * u[(b * s.time + t - i) * s.dim + d];
+        c[(b * s.time + t) * s.dim + d] = static_cast<T>(acc);
+      }
+}
+
+template <class T>
+void causal_conv_backward_input_naive(T* du, const T* dc, const T* conv, const CausalConvDims& s) {
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t t = 0; t < s.time; ++t)
+      for (int64_t d = 0; d < s.dim; ++d) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < s.kernel && t + i < s.time; ++i)
+          acc += static_cast<double>(conv[d * s.kernel + i]) * dc[(b * s.time + t + i) * s.dim + d];
+        du[(b * s.time + t) * s.dim + d] += static_cast<T>(acc);
+      }
+}
+
+template <class T>
+void causal_conv_backward_kernel_naive(T* dconv, const T* dc, const T* u, const CausalConvDims& s) {
+  for (int64_t d = 0; d < s.dim; ++d)
+    for (int64_t i = 0; i < s.kernel; ++i) {
+      double acc = 0.0;
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t t = i; t < s.time; ++t)
+          acc += static_cast<double>(dc[(b * s.time + t) * s.dim + d]) *
+                 u[(b * s.time + t - i) * s.dim + d];
+      dconv[d * s.kernel + i] += static_cast<T>(acc);
+    }
+}
+
+}  // namespace shamn

@@ -1,0 +1,99 @@
+// The Mixer's causal depthwise convolution (SPEC 1.4): orientation, gradient checks,
+// fast kernels against the naive oracle, thread-count determinism, errors.
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "autograd/ops_causal_conv.h"
+#include "core/kernels/causal_conv.h"
+#include "helpers.h"
+
+using namespace shamn;
+using test::check_gradients;
+using test::random_tensor;
+
+namespace {
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.numel() == b.numel());
+  double m = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.item(i) - b.item(i)));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("causal_conv: conv[d, 0] weighs the current token, each sequence starts fresh",
+          "[conv]") {
+  // Two sequences of one channel, K = 2: c[t] = a u[t] + b u[t-1].
+  const Tensor u = Tensor::from_data<float>({2, 3, 1}, {1, 2, 3, 10, 20, 30});
+  const Tensor w = Tensor::from_data<float>({1, 2}, {2, 5});
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Var c = causal_conv(Var(u.to(dt)), Var(w.to(dt)));
+    const std::vector<double> want = {2, 4 + 5, 6 + 10, 20, 40 + 50, 60 + 100};
+    for (int64_t i = 0; i < 6; ++i) CHECK(c.value().item(i) == want[static_cast<size_t>(i)]);
+  }
+}
+
+TEST_CASE("gradcheck: causal_conv", "[conv][gradcheck]") {
+  check_gradients([](const std::vector<Var>& x) { return causal_conv(x[0], x[1]); },
+                  {random_tensor({2, 6, 3}, 1), random_tensor({3, 4}, 2)});
+  // A kernel longer than the sequence.
+  check_gradients([](const std::vector<Var>& x) { return causal_conv(x[0], x[1]); },
+                  {random_tensor({3, 2, 5}, 3), random_tensor({5, 4}, 4)});
+  check_gradients([](const std::vector<Var>& x) { return causal_conv(x[0], x[1]); },
+                  {random_tensor({1, 5, 2}, 5), random_tensor({2, 1}, 6)});
+}
+
+TEST_CASE("causal_conv kernels: fast float kernels match the naive oracle", "[conv][kernels]") {
+  for (int64_t K : {int64_t{1}, int64_t{4}, int64_t{7}}) {
+    DYNAMIC_SECTION("K=" << K) {
+      const CausalConvDims s{.batch = 3, .time = 37, .dim = 67, .kernel = K};
+      const Tensor u64 = random_tensor({3, 37, 67}, 10), w64 = random_tensor({67, K}, 11);
+      const Tensor dc64 = random_tensor({3, 37, 67}, 12);
+      const Tensor u = u64.to(DType::f32), w = w64.to(DType::f32), dc = dc64.to(DType::f32);
+      Tensor c = Tensor::empty(u.shape()), c64 = Tensor::empty(u.shape(), DType::f64);
+      causal_conv_forward(c.data<float>(), u.data<float>(), w.data<float>(), s);
+      causal_conv_forward_naive(c64.data<double>(), u64.data<double>(), w64.data<double>(), s);
+      CHECK(max_abs_diff(c, c64) < 1e-5);
+      Tensor du = Tensor::full(u.shape(), 0.25), du64 = Tensor::full(u.shape(), 0.25, DType::f64);
+      causal_conv_backward_input(du.data<float>(), dc.data<float>(), w.data<float>(), s);
+      causal_conv_backward_input_naive(du64.data<double>(), dc64.data<double>(), w64.data<double>(), s);
+      CHECK(max_abs_diff(du, du64) < 1e-5);
+      Tensor dw = Tensor::full(w.shape(), 0.25), dw64 = Tensor::full(w.shape(), 0.25, DType::f64);
+      causal_conv_backward_kernel(dw.data<float>(), dc.data<float>(), u.data<float>(), s);
+      causal_conv_backward_kernel_naive(dw64.data<double>(), dc64.data<double>(), u64.data<double>(), s);
+      CHECK(max_abs_diff(dw, dw64) < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("causal_conv gives the same bits with 1 and 2 threads", "[conv][determinism]") {
+  test::ThreadCountGuard guard;
+  const Tensor u = random_tensor({4, 256, 96}, 20, DType::f32);
+  const Tensor w = random_tensor({96, 4}, 21, DType::f32);
+  const Tensor seed = random_tensor({4, 256, 96}, 22, DType::f32);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    Var uv(u, true), wv(w, true);
+    Var c = causal_conv(uv, wv);
+    c.backward(seed);
+    return std::vector<Tensor>{c.value(), uv.grad(), wv.grad()};
+  };
+  const std::vector<Tensor> one = run(1), two = run(2);
+  for (size_t i = 0; i < one.size(); ++i) {
+    INFO("output " << i);
+    CHECK(bitwise_equal(one[i], two[i]));
+  }
+}
+
+TEST_CASE("causal_conv rejects mismatched shapes", "[conv][errors]") {
+  const Var u(random_tensor({2, 5, 3}, 30, DType::f32));
+  CHECK_THROWS_WITH(causal_conv(u, Var(random_tensor({4, 2}, 31, DType::f32))),
+                    Catch::Contains("conv must be [D, K] with D = 3"));
+  CHECK_THROWS_WITH(causal_conv(u, Var(Tensor::zeros({3, 0}))), Catch::Contains("K >= 1"));
+  CHECK_THROWS_WITH(causal_conv(Var(random_tensor({10, 3}, 32, DType::f32)),
+                                Var(random_tensor({3, 2}, 33, DType::f32))),
+                    Catch::Contains("u must be [B, T, D]"));
+  CHECK_THROWS_WITH(causal_conv(u, Var(random_tensor({3, 2}, 34))), Catch::Contains("conv is f64"));
+}
