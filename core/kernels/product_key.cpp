@@ -26,125 +26,286 @@ int64_t token_grain(const ProductKeyDims& d) {
   return std::max<int64_t>(1, 16384 / (2 * d.n + d.k * d.dim));
 }
 
-inline bool ranks_above(float sa, int32_t ia, float sb, int32_t ib) {
-  return sa > sb || (sa == sb && ia < ib);
+struct Scored {
+  float s;  // ranked score (never NaN)
+  int32_t id;
+};
+
+// Above this many entries a final cut (nth_element) precedes the counting selection.
+constexpr int64_t kRankSelectMax = 128;
+
+// A lambda rather than a function, so that nth_element and sort inline it.
+constexpr auto ranks_above = [](const Scored& x, const Scored& y) {
+  return x.s > y.s || (x.s == y.s && x.id < y.id);
+};
+
+// Writes the k best of buf[0..m) to out, best first, by counting for each entry how
+// many entries rank above it: m*m compares without a branch, kRankLanes entries at a
+// time in vector lanes; for the few dozen entries left here that beats nth_element +
+// sort. rs and rid are scratch for m scores and ids rounded up to whole lane groups.
+constexpr int64_t kRankLanes = 16;
+
+void rank_select(const Scored* buf, int64_t m, int64_t k, Scored* out, float* rs,
+                 int32_t* rid) {
+  for (int64_t i = 0; i < m; ++i) {
+    rs[i] = buf[i].s;
+    rid[i] = buf[i].id;
+  }
+  for (int64_t i = m; i % kRankLanes != 0; ++i) {  // padding lanes: counted, never stored
+    rs[i] = 0;
+    rid[i] = 0;
+  }
+  for (int64_t i0 = 0; i0 < m; i0 += kRankLanes) {
+    float si[kRankLanes];
+    int32_t ii[kRankLanes], above[kRankLanes] = {};
+    for (int64_t l = 0; l < kRankLanes; ++l) {
+      si[l] = rs[i0 + l];
+      ii[l] = rid[i0 + l];
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      const float sj = rs[j];
+      const int32_t ij = rid[j];
+      // Keeps GCC 12 on one vector compare-and-add per j (it otherwise unrolls this
+      // into scalar code and the selection runs 40% slower).
+#pragma GCC unroll 1
+      for (int64_t l = 0; l < kRankLanes; ++l)
+        above[l] += static_cast<int32_t>(sj > si[l]) |
+                    static_cast<int32_t>((sj == si[l]) & (ij < ii[l]));
+    }
+    for (int64_t l = 0; l < kRankLanes && i0 + l < m; ++l)
+      if (above[l] < k) out[above[l]] = {si[l], ii[l]};
+  }
 }
 
-// A bounded heap of the best `size` (score, id) entries seen so far, with the worst
-// at the root, so a newcomer is compared with the root only. Hand-written sifts keep
-// every access in bounds whatever the scores are.
-struct Heap {
-  float* s;
-  int32_t* id;
+// Candidates are appended to a buffer and, when it fills, cut back to the k best
+// with nth_element; buf[k-1] (the k-th best so far) is then the bar a newcomer must
+// clear. Scanning with a bar that only rises costs a compare per element, and the
+// cuts avoid the mispredicted sifts of a per-element heap. Ranked scores are never
+// NaN, so ranks_above is a strict weak order and the standard algorithms apply.
+struct BestK {
+  Scored* buf;
+  int64_t k, cap, size = 0;
 
-  void swap(int64_t a, int64_t b) {
-    std::swap(s[a], s[b]);
-    std::swap(id[a], id[b]);
+  void cut() {
+    std::nth_element(buf, buf + k - 1, buf + size, ranks_above);
+    size = k;
   }
-  // Restores the heap below `pos` for the first `size` entries.
-  void sift_down(int64_t pos, int64_t size) {
-    for (;;) {
-      int64_t worst = pos;
-      for (int64_t c = 2 * pos + 1; c <= 2 * pos + 2 && c < size; ++c)
-        if (ranks_above(s[worst], id[worst], s[c], id[c])) worst = c;
-      if (worst == pos) return;
-      swap(pos, worst);
-      pos = worst;
-    }
-  }
-  void heapify(int64_t size) {
-    for (int64_t p = size / 2 - 1; p >= 0; --p) sift_down(p, size);
-  }
-  void replace_root(float score, int32_t index, int64_t size) {
-    s[0] = score;
-    id[0] = index;
-    sift_down(0, size);
-  }
-  // Heap sort: moving the worst to the back each time leaves the entries best first.
-  void sort_best_first(int64_t size) {
-    for (int64_t end = size - 1; end > 0; --end) {
-      swap(0, end);
-      sift_down(0, end);
-    }
+  const Scored& bar() const { return buf[k - 1]; }
+  // Writes the k best to out[0..k), best first (out must not overlap buf).
+  void finish(Scored* out, float* rs, int32_t* rid) {
+    if (size > kRankSelectMax) cut();
+    rank_select(buf, size, k, out, rs, rid);
   }
 };
 
-// The k best of one score row, best first (ranked scores, key indices).
-void top_k_row(const float* score, int64_t n, int64_t k, float* best, int32_t* index) {
-  Heap heap{best, index};
-  for (int64_t i = 0; i < k; ++i) {
-    best[i] = product_key_rank_score(score[i]);
-    index[i] = static_cast<int32_t>(i);
+constexpr int64_t kScanBlock = 16;
+
+// Mean and standard deviation of a score row, in 16 fixed lanes (vectorized, and
+// the same result on every run).
+void row_moments(const float* x, int64_t n, float& mean, float& stddev) {
+  constexpr int64_t kLanes = 16;
+  float sum[kLanes] = {}, sq[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) {
+      sum[j] += x[i + j];
+      sq[j] += x[i + j] * x[i + j];
+    }
+  for (int64_t j = 1; j < kLanes; ++j) {
+    sum[0] += sum[j];
+    sq[0] += sq[j];
   }
-  heap.heapify(k);
-  // Indices arrive ascending, so a score equal to the root's loses the tie: only a
-  // strictly higher score gets in.
-  for (int64_t i = k; i < n; ++i) {
-    const float v = product_key_rank_score(score[i]);
-    if (v > best[0]) heap.replace_root(v, static_cast<int32_t>(i), k);
+  for (; i < n; ++i) {
+    sum[0] += x[i];
+    sq[0] += x[i] * x[i];
   }
-  heap.sort_best_first(k);
+  mean = sum[0] / static_cast<float>(n);
+  stddev = std::sqrt(std::max(0.0f, sq[0] / static_cast<float>(n) - mean * mean));
 }
 
+// z with P(X > z) = 1.5 k / n for a standard normal X (bisection on erfc; once per
+// kernel call), or +inf when that lets most scores through anyway.
+float guess_z(const ProductKeyDims& d) {
+  const double fraction = 1.5 * static_cast<double>(d.k) / static_cast<double>(d.n);
+  if (fraction > 0.5) return std::numeric_limits<float>::infinity();
+  double lo = 0, hi = 40;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (0.5 * std::erfc(mid / std::sqrt(2.0)) > fraction ? lo : hi) = mid;
+  }
+  return static_cast<float>(lo);
+}
+
+// Per-task buffers of the selection.
 struct SelectScratch {
-  std::vector<float> a, c;
-  std::vector<int32_t> I, J;
-  explicit SelectScratch(int64_t k)
-      : a(static_cast<size_t>(k)), c(static_cast<size_t>(k)), I(static_cast<size_t>(k)),
-        J(static_cast<size_t>(k)) {}
+  float z;      // from guess_z
+  int64_t cap;  // candidate buffer entries: a whole score row, or 3k + a scan block
+  std::vector<Scored> buf, best;
+  std::vector<float> rs, a, c;
+  std::vector<int32_t> rid, I, J;
+  SelectScratch(const ProductKeyDims& d, float z)
+      : z(z), cap(std::max(3 * d.k + kScanBlock, d.n + 1)) {
+    const auto k = static_cast<size_t>(d.k), padded = static_cast<size_t>(cap + kRankLanes);
+    buf.resize(static_cast<size_t>(cap));
+    best.resize(k);
+    rs.resize(padded);
+    rid.resize(padded);
+    a.resize(k);
+    c.resize(k);
+    I.resize(k);
+    J.resize(k);
+  }
+  void finish(BestK& top) { top.finish(best.data(), rs.data(), rid.data()); }
 };
+
+// The k best of one score row, best first: ranked scores and key indices.
+//
+// Fast path: scores of a token against many keys are close to normal, so the bar
+// mean + z * stddev (z from the SelectScratch, chosen to let about 1.5 k scores
+// through) usually has between k and 2k scores above it. Those are compacted without
+// branches and cut to the k best. If fewer than k clear the guessed bar it was too
+// high (skewed or tied scores, NaN) and the general scan below runs instead. Either
+// way the result is the exact top k: any bar with at least k scores above it lies
+// below the k-th best.
+void top_k_row(const float* score, int64_t n, int64_t k, SelectScratch& sc, float* best,
+               int32_t* index) {
+  Scored* buf = sc.buf.data();
+  BestK top{buf, k, sc.cap};
+  bool done = false;
+  if (std::isfinite(sc.z)) {
+    float mean, stddev;
+    row_moments(score, n, mean, stddev);
+    const float guess = mean + sc.z * stddev;
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      buf[m] = {score[i], static_cast<int32_t>(i)};
+      m += score[i] > guess;
+    }
+    if (m >= k) {
+      top.size = m;
+      done = true;
+    }
+  }
+  if (!done) {
+    // The first k are the k best so far: the bar is the lowest of them.
+    float bar = std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < k; ++i) {
+      buf[i] = {product_key_rank_score(score[i]), static_cast<int32_t>(i)};
+      bar = std::min(bar, buf[i].s);
+    }
+    top.size = k;
+    // Indices arrive ascending, so a score equal to the bar loses the tie: only a
+    // strictly higher one gets in (NaN, ranked -inf, never does).
+    int64_t i = k;
+    for (; i + kScanBlock <= n; i += kScanBlock) {
+      bool any = false;
+      for (int64_t j = 0; j < kScanBlock; ++j) any |= score[i + j] > bar;
+      if (!any) continue;
+      for (int64_t j = i; j < i + kScanBlock; ++j)
+        if (score[j] > bar) buf[top.size++] = {score[j], static_cast<int32_t>(j)};
+      if (top.size + kScanBlock > sc.cap) {
+        top.cut();
+        bar = top.bar().s;
+      }
+    }
+    for (; i < n; ++i)
+      if (score[i] > bar) buf[top.size++] = {score[i], static_cast<int32_t>(i)};
+  }
+  sc.finish(top);
+  for (int64_t m = 0; m < k; ++m) {
+    best[m] = sc.best[m].s;
+    index[m] = sc.best[m].id;
+  }
+}
 
 // One token: top-k of s1 and s2, the top k of the k*k candidate sums, the softmax.
 // Both lists are sorted, so a_p + c_r does not increase along r, nor a_p + c_0 along
 // p (float addition is monotonic): a row stops at the first sum strictly below the
-// k-th best so far, and the whole scan stops when that happens at r = 0. Equal sums
-// are still compared by slot id, so the result is exactly the full sort's. (The
-// textbook frontier heap over (p, r) would not be: rounding can make a_p + c_r equal
-// a_p + c_{r+1} with J_{r+1} < J_r.)
+// bar, and the whole scan stops when that happens at r = 0. The bar never ranks above
+// the true k-th best, so nothing that belongs is skipped; equal sums are compared by
+// slot id, so the result is exactly the full sort's. (The textbook frontier heap over
+// (p, r) would not be: rounding can make a_p + c_r equal a_p + c_{r+1} while
+// J_{r+1} < J_r.)
 void select_token(int32_t* slots, float* weights, const float* s1, const float* s2,
                   const ProductKeyDims& d, SelectScratch& sc) {
   const int64_t n = d.n, k = d.k;
-  top_k_row(s1, n, k, sc.a.data(), sc.I.data());
-  top_k_row(s2, n, k, sc.c.data(), sc.J.data());
-  Heap heap{weights, slots};  // the outputs double as the candidate heap
-  int64_t size = 0;
+  top_k_row(s1, n, k, sc, sc.a.data(), sc.I.data());
+  top_k_row(s2, n, k, sc, sc.c.data(), sc.J.data());
+  // Any P x R corner of the candidate grid with P * R >= k holds at least k sums, all
+  // at least a_{P-1} + c_{R-1}: the best such corner gives a bar at or below the k-th
+  // best sum, and every sum at or above the bar is kept. When the buffer fills, the
+  // k-th best of its entries raises the bar.
+  float bar = -std::numeric_limits<float>::infinity();
+  for (int64_t p = 0; p < k; ++p)
+    bar = std::max(bar, product_key_rank_score(sc.a[p] + sc.c[(k + p) / (p + 1) - 1]));
+  BestK top{sc.buf.data(), k, sc.cap};
   for (int64_t p = 0; p < k; ++p) {
-    bool row_pruned_at_start = false;
-    for (int64_t r = 0; r < k; ++r) {
+    int64_t r = 0;
+    for (; r < k; ++r) {
       const float v = product_key_rank_score(sc.a[p] + sc.c[r]);
-      const int32_t slot = static_cast<int32_t>(sc.I[p] * n + sc.J[r]);
-      if (size < k) {
-        weights[size] = v;
-        slots[size] = slot;
-        if (++size == k) heap.heapify(k);
-        continue;
+      if (v < bar) break;
+      sc.buf[top.size++] = {v, static_cast<int32_t>(sc.I[p] * n + sc.J[r])};
+      if (top.size == sc.cap) {
+        top.cut();
+        bar = top.bar().s;
       }
-      if (v < weights[0]) {
-        row_pruned_at_start = r == 0;
-        break;
-      }
-      if (ranks_above(v, slot, weights[0], slots[0])) heap.replace_root(v, slot, k);
     }
-    if (row_pruned_at_start) break;
+    if (r == 0) break;
   }
-  heap.sort_best_first(k);
-  const float top = weights[0];
+  sc.finish(top);
+  const float max = sc.best[0].s;
   float total = 0;
-  for (int64_t m = 0; m < k; ++m) total += (weights[m] = std::exp(weights[m] - top));
+  for (int64_t m = 0; m < k; ++m) {
+    slots[m] = sc.best[m].id;
+    total += (weights[m] = std::exp(sc.best[m].s - max));
+  }
   const float inv = 1.0f / total;
   for (int64_t m = 0; m < k; ++m) weights[m] *= inv;
 }
 
-void gather_token(float* out, const float* values, const int32_t* slots, const float* weights,
-                  const ProductKeyDims& d) {
-  const int64_t D = d.dim;
-  const float* v0 = values + static_cast<int64_t>(slots[0]) * D;
-  const float w0 = weights[0];
-  for (int64_t c = 0; c < D; ++c) out[c] = w0 * v0[c];
-  for (int64_t m = 1; m < d.k; ++m) {
-    const float* v = values + static_cast<int64_t>(slots[m]) * D;
-    const float w = weights[m];
-    for (int64_t c = 0; c < D; ++c) out[c] += w * v[c];
+// Dot product with kLanes independent partial sums added pairwise at the end: the
+// compiler vectorizes it, and the summation order is fixed.
+float dot(const float* x, const float* y, int64_t len) {
+  constexpr int64_t kLanes = 32;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] += x[i + j] * y[i + j];
+  float tail = 0;
+  for (; i < len; ++i) tail += x[i] * y[i];
+  for (int64_t w = kLanes / 2; w > 0; w /= 2)
+    for (int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0] + tail;
+}
+
+// Value rows are scattered over a table far larger than the caches: without a hint
+// each row is a string of cache misses. Rows are requested kPrefetchRows ahead of use.
+constexpr int64_t kPrefetchRows = 2;
+
+inline void prefetch_row(const float* row, int64_t len) {
+  for (int64_t c = 0; c < len; c += 64 / static_cast<int64_t>(sizeof(float)))
+    __builtin_prefetch(row + c);
+}
+
+// out[t] = sum_m weights[t, m] * values[slots[t, m]] for the tokens [lo, hi).
+void gather_tokens(float* out, const float* values, const int32_t* slots, const float* weights,
+                   int64_t lo, int64_t hi, const ProductKeyDims& d) {
+  const int64_t D = d.dim, k = d.k, end = hi * k;
+  for (int64_t e = lo * k; e < std::min(end, lo * k + kPrefetchRows); ++e)
+    prefetch_row(values + static_cast<int64_t>(slots[e]) * D, D);
+  for (int64_t t = lo; t < hi; ++t) {
+    float* o = out + t * D;
+    for (int64_t m = 0; m < k; ++m) {
+      const int64_t e = t * k + m;
+      if (e + kPrefetchRows < end)
+        prefetch_row(values + static_cast<int64_t>(slots[e + kPrefetchRows]) * D, D);
+      const float* v = values + static_cast<int64_t>(slots[e]) * D;
+      const float w = weights[e];
+      if (m == 0)
+        for (int64_t c = 0; c < D; ++c) o[c] = w * v[c];
+      else
+        for (int64_t c = 0; c < D; ++c) o[c] += w * v[c];
+    }
   }
 }
 
@@ -218,8 +379,9 @@ void product_key_scores(float* s1, float* s2, const float* q, const float* keys1
 
 void product_key_select(int32_t* slots, float* weights, const float* s1, const float* s2,
                         int64_t N, const ProductKeyDims& d) {
+  const float z = guess_z(d);
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
-    SelectScratch sc(d.k);
+    SelectScratch sc(d, z);
     for (int64_t t = lo; t < hi; ++t)
       select_token(slots + t * d.k, weights + t * d.k, s1 + t * d.n, s2 + t * d.n, d, sc);
   });
@@ -228,8 +390,7 @@ void product_key_select(int32_t* slots, float* weights, const float* s1, const f
 void product_key_gather(float* out, const float* values, const int32_t* slots,
                         const float* weights, int64_t N, const ProductKeyDims& d) {
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      gather_token(out + t * d.dim, values, slots + t * d.k, weights + t * d.k, d);
+    gather_tokens(out, values, slots, weights, lo, hi, d);
   });
 }
 
@@ -239,18 +400,19 @@ void product_key_forward(float* out, int32_t* slots, float* weights, const float
   check_product_key_dims(d);
   const int64_t tile = std::min(N, std::max<int64_t>(64, kScoreTileFloats / (2 * d.n)));
   std::vector<float> s(static_cast<size_t>(2 * tile * d.n));
+  const float z = guess_z(d);
   float* s1 = s.data();
   float* s2 = s1 + tile * d.n;
   for (int64_t t0 = 0; t0 < N; t0 += tile) {
     const int64_t tn = std::min(tile, N - t0);
     product_key_scores(s1, s2, q + t0 * 2 * d.dh, keys1, keys2, tn, d);
     parallel_for(0, tn, token_grain(d), [&](int64_t lo, int64_t hi) {
-      SelectScratch sc(d.k);
+      SelectScratch sc(d, z);
       for (int64_t i = lo; i < hi; ++i) {
         const int64_t t = t0 + i;
         select_token(slots + t * d.k, weights + t * d.k, s1 + i * d.n, s2 + i * d.n, d, sc);
-        gather_token(out + t * d.dim, values, slots + t * d.k, weights + t * d.k, d);
       }
+      gather_tokens(out, values, slots, weights, t0 + lo, t0 + hi, d);
     });
   }
 }
@@ -266,9 +428,11 @@ void product_key_backward_scores(float* dsigma, const float* dout, const float* 
       float* ds = dsigma + t * k;
       float gbar = 0;
       for (int64_t m = 0; m < k; ++m) {
-        const float* v = values + static_cast<int64_t>(slots[t * k + m]) * D;
-        float g = 0;
-        for (int64_t c = 0; c < D; ++c) g += go[c] * v[c];
+        const int64_t e = t * k + m;
+        if (e + kPrefetchRows < hi * k)
+          prefetch_row(values + static_cast<int64_t>(slots[e + kPrefetchRows]) * D, D);
+        const float* v = values + static_cast<int64_t>(slots[e]) * D;
+        const float g = dot(go, v, D);
         ds[m] = g;
         gbar += w[m] * g;
       }

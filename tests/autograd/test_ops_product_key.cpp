@@ -123,6 +123,51 @@ TEST_CASE("product-key memory: fast kernel equals the naive one on odd shapes",
             }
 }
 
+TEST_CASE("product-key memory: fast kernel equals the naive one at the SPEC n and k",
+          "[autograd][memory]") {
+  // The SPEC's n and k (smaller dh and D): the selection's guessed-bar path, its
+  // fallback and the buffer cuts all run. Steps of 1/64 keep the scores exact.
+  const int64_t N = 64;
+  const ProductKeyDims d{256, 16, 32, 8};
+  // variant 0: fine steps; 1: values in {-1, 0, 1}; 2: fine, but only every 8th key
+  // row non-zero (scores far from normal: the guessed bar fails).
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant);
+    const bool coarse = variant == 1;
+    const int levels = coarse ? 1 : 64;
+    const double step = coarse ? 1.0 : 64.0;
+    const Tensor q = grid_tensor({N, 32}, 51 + variant, levels, step);
+    Tensor k1 = grid_tensor({256, 16}, 54 + variant, levels, step);
+    Tensor k2 = grid_tensor({256, 16}, 57 + variant, levels, step);
+    if (variant == 2)
+      for (int64_t i = 0; i < 256 * 16; ++i)
+        if ((i / 16) % 8 != 0) k1.data<float>()[i] = k2.data<float>()[i] = 0;
+    const Tensor v = random_tensor({256 * 256, 8}, 57, DType::f32);
+    const Lookup fast = run_fast(q, k1, k2, v, N, d);
+    const Lookup naive = run_naive(q, k1, k2, v, N, d);
+    REQUIRE(fast.slots == naive.slots);
+    check_close(fast.weights, naive.weights, 1e-6);
+    check_close(fast.out, naive.out, 1e-5);
+  }
+}
+
+TEST_CASE("product-key memory: NaN scores rank lowest and the kernels still agree",
+          "[autograd][memory]") {
+  const int64_t N = 3;
+  const ProductKeyDims d{16, 2, 4, 3};
+  Tensor q = grid_tensor({N, 4}, 61, 8, 8.0);
+  q.data<float>()[1 * 4 + 0] = std::nanf("");  // token 1: every s1 score is NaN
+  Tensor k1 = grid_tensor({16, 2}, 62, 8, 8.0);
+  k1.data<float>()[5 * 2 + 1] = std::nanf("");  // key row 5 of the first half: NaN scores
+  const Tensor k2 = grid_tensor({16, 2}, 63, 8, 8.0);
+  const Tensor v = random_tensor({256, 3}, 64, DType::f32);
+  const Lookup fast = run_fast(q, k1, k2, v, N, d);
+  const Lookup naive = run_naive(q, k1, k2, v, N, d);
+  CHECK(fast.slots == naive.slots);
+  for (int64_t t : {0, 2})
+    for (int64_t m = 0; m < d.k; ++m) CHECK(fast.slots[t * d.k + m] / d.n != 5);
+}
+
 TEST_CASE("product-key memory: duplicate key rows go to the lower index",
           "[autograd][memory]") {
   // keys rows 1 and 3 are equal, as are rows 0 and 2. q1 = (1, 0) scores s1 =
