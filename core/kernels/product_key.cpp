@@ -94,7 +94,12 @@ struct BestK {
   // Writes the k best to out[0..k), best first (out must not overlap buf).
   void finish(Scored* out, float* rs, int32_t* rid) {
     if (size > kRankSelectMax) cut();
-    rank_select(buf, size, k, out, rs, rid);
+    if (size <= kRankSelectMax) {
+      rank_select(buf, size, k, out, rs, rid);
+    } else {  // a large k: counting would cost k*k
+      std::sort(buf, buf + k, ranks_above);
+      std::copy(buf, buf + k, out);
+    }
   }
 };
 

@@ -123,31 +123,33 @@ TEST_CASE("product-key memory: fast kernel equals the naive one on odd shapes",
             }
 }
 
-TEST_CASE("product-key memory: fast kernel equals the naive one at the SPEC n and k",
+TEST_CASE("product-key memory: fast kernel equals the naive one at large n and k",
           "[autograd][memory]") {
-  // The SPEC's n and k (smaller dh and D): the selection's guessed-bar path, its
-  // fallback and the buffer cuts all run. Steps of 1/64 keep the scores exact.
-  const int64_t N = 64;
-  const ProductKeyDims d{256, 16, 32, 8};
-  // variant 0: fine steps; 1: values in {-1, 0, 1}; 2: fine, but only every 8th key
-  // row non-zero (scores far from normal: the guessed bar fails).
-  for (int variant = 0; variant < 3; ++variant) {
-    INFO("variant " << variant);
-    const bool coarse = variant == 1;
-    const int levels = coarse ? 1 : 64;
-    const double step = coarse ? 1.0 : 64.0;
-    const Tensor q = grid_tensor({N, 32}, 51 + variant, levels, step);
-    Tensor k1 = grid_tensor({256, 16}, 54 + variant, levels, step);
-    Tensor k2 = grid_tensor({256, 16}, 57 + variant, levels, step);
-    if (variant == 2)
-      for (int64_t i = 0; i < 256 * 16; ++i)
-        if ((i / 16) % 8 != 0) k1.data<float>()[i] = k2.data<float>()[i] = 0;
-    const Tensor v = random_tensor({256 * 256, 8}, 57, DType::f32);
-    const Lookup fast = run_fast(q, k1, k2, v, N, d);
-    const Lookup naive = run_naive(q, k1, k2, v, N, d);
-    REQUIRE(fast.slots == naive.slots);
-    check_close(fast.weights, naive.weights, 1e-6);
-    check_close(fast.out, naive.out, 1e-5);
+  // The SPEC's n and k (smaller dh and D), and a k above the counting selection's
+  // limit: the selection's guessed-bar path, its fallback and the buffer cuts all run.
+  // Steps of 1/64 keep the scores exact.
+  const int64_t N = 40;
+  for (const ProductKeyDims& d : {ProductKeyDims{256, 16, 32, 8}, ProductKeyDims{150, 4, 140, 3}}) {
+    // variant 0: fine steps; 1: values in {-1, 0, 1}; 2: fine, but only every 8th key
+    // row non-zero (scores far from normal: the guessed bar fails).
+    for (int variant = 0; variant < 3; ++variant) {
+      INFO("n " << d.n << " k " << d.k << " variant " << variant);
+      const bool coarse = variant == 1;
+      const int levels = coarse ? 1 : 64;
+      const double step = coarse ? 1.0 : 64.0;
+      const Tensor q = grid_tensor({N, 2 * d.dh}, 51 + variant, levels, step);
+      Tensor k1 = grid_tensor({d.n, d.dh}, 54 + variant, levels, step);
+      Tensor k2 = grid_tensor({d.n, d.dh}, 57 + variant, levels, step);
+      if (variant == 2)
+        for (int64_t i = 0; i < d.n * d.dh; ++i)
+          if ((i / d.dh) % 8 != 0) k1.data<float>()[i] = k2.data<float>()[i] = 0;
+      const Tensor v = random_tensor({d.n * d.n, d.dim}, 57, DType::f32);
+      const Lookup fast = run_fast(q, k1, k2, v, N, d);
+      const Lookup naive = run_naive(q, k1, k2, v, N, d);
+      REQUIRE(fast.slots == naive.slots);
+      check_close(fast.weights, naive.weights, 1e-6);
+      check_close(fast.out, naive.out, 1e-5);
+    }
   }
 }
 
