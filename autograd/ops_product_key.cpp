@@ -1,0 +1,66 @@
+#include "autograd/ops_product_key.h"
+
+#include "autograd/dispatch.h"
+
+namespace shamn {
+
+Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values,
+                       int64_t topk) {
+  SHAMN_CHECK(q.dim() >= 1 && q.size(-1) >= 2 && q.size(-1) % 2 == 0,
+              "product_key_memory: query ", q.value().str(),
+              " must end in key_dim = 2*dh, an even width of at least 2 (memory.key_dim)");
+  const int64_t dh = q.size(-1) / 2;
+  SHAMN_CHECK(keys1.dim() == 2 && keys1.size(1) == dh, "product_key_memory: keys1 ",
+              keys1.value().str(), " is not [n, ", dh, "] for a query of width ", 2 * dh);
+  SHAMN_CHECK(keys2.shape() == keys1.shape(), "product_key_memory: keys2 ", keys2.value().str(),
+              " differs from keys1 ", keys1.value().str());
+  ProductKeyDims d;
+  d.n = keys1.size(0);
+  d.dh = dh;
+  d.k = topk;
+  SHAMN_CHECK(values.dim() == 2 && values.size(0) == d.n * d.n, "product_key_memory: values ",
+              values.value().str(), " must have n*n = ", d.n * d.n, " rows for ", d.n,
+              " keys per half");
+  d.dim = values.size(1);
+  check_product_key_dims(d);
+  SHAMN_CHECK(q.dtype() == keys1.dtype() && q.dtype() == keys2.dtype() &&
+                  q.dtype() == values.dtype(),
+              "product_key_memory: operand dtypes differ");
+
+  const int64_t N = q.numel() / (2 * dh);
+  Shape out_shape = q.shape();
+  out_shape.back() = d.dim;
+  Tensor out = Tensor::empty(out_shape, q.dtype());
+  Tensor slots = Tensor::empty({N, d.k}, DType::i32);
+  Tensor weights = Tensor::empty({N, d.k}, q.dtype());
+  const Tensor qv = q.value(), k1 = keys1.value(), k2 = keys2.value(), vv = values.value();
+  dispatch_floating(q.dtype(), "product_key_memory", [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, float>)
+      product_key_forward(out.data<T>(), slots.data<int32_t>(), weights.data<T>(), qv.data<T>(),
+                          k1.data<T>(), k2.data<T>(), vv.data<T>(), N, d);
+    else
+      product_key_forward_naive(out.data<T>(), slots.data<int32_t>(), weights.data<T>(),
+                                qv.data<T>(), k1.data<T>(), k2.data<T>(), vv.data<T>(), N, d);
+  });
+
+  return record("product_key_memory", out, {q, keys1, keys2, values}, [=](Node& node) {
+    dispatch_floating(node.out_dtype, "product_key_memory", [&](auto zero) {
+      using T = decltype(zero);
+      T* dq = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
+      T* dk1 = node.needs_grad(1) ? node.input_grad(1).data<T>() : nullptr;
+      T* dk2 = node.needs_grad(2) ? node.input_grad(2).data<T>() : nullptr;
+      T* dv = node.needs_grad(3) ? node.input_grad(3).data<T>() : nullptr;
+      const T* dout = node.out_grad.data<T>();
+      if constexpr (std::is_same_v<T, float>)
+        product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(),
+                             vv.data<T>(), slots.data<int32_t>(), weights.data<T>(), N, d);
+      else
+        product_key_backward_naive(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(),
+                                   k2.data<T>(), vv.data<T>(), slots.data<int32_t>(),
+                                   weights.data<T>(), N, d);
+    });
+  });
+}
+
+}  // namespace shamn
