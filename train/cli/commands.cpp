@@ -2,6 +2,9 @@
 
 namespace shamn::cli {
 
-void register_commands(CLI::App& app) { register_mlp_demo(app); }
+void register_commands(CLI::App& app) {
+  register_model_commands(app);
+  register_mlp_demo(app);
+}
 
 }  // namespace shamn::cli

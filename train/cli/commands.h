@@ -7,5 +7,6 @@ namespace shamn::cli {
 void register_commands(CLI::App& app);
 
 void register_mlp_demo(CLI::App& app);
+void register_model_commands(CLI::App& app);
 
 }  // namespace shamn::cli

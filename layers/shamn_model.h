@@ -1,0 +1,58 @@
+#pragma once
+// The SHAMN model (SPEC section 1):
+//   x = HashEmbedding(tokens)
+//   for each layer l: x += Mixer(mix_norm(x)); x += Memory(mem_norm(x)) (memory
+//   layers only); x += MoE(moe_norm(x))
+//   logits = HashHead(final_norm(x)); loss = CE + moe.aux_coef * mean_l aux_l
+#include <vector>
+
+#include "core/model_config.h"
+#include "layers/causal_conv_mixer.h"
+#include "layers/hierarchical_moe.h"
+#include "layers/linear.h"
+#include "layers/memory_bank.h"
+#include "layers/rms_norm.h"
+#include "layers/sparse_hash_embedding.h"
+
+namespace shamn {
+
+class ShamnBlock : public Module {
+ public:
+  ShamnBlock(const ModelConfig& config, bool with_memory);
+  // x: [B, T, D]; adds this layer's MoE aux loss to *aux_sum.
+  Var forward(const Var& x, std::vector<Var>* aux) const;
+
+ private:
+  RMSNorm* mix_norm_;
+  CausalConvMixer* mixer_;
+  RMSNorm* mem_norm_ = nullptr;
+  MemoryBank* memory_ = nullptr;
+  RMSNorm* moe_norm_;
+  HierarchicalMoE* moe_;
+};
+
+class Shamn : public Module {
+ public:
+  explicit Shamn(const ModelConfig& config);
+
+  struct Loss {
+    Var loss;  // ce + aux_coef * aux
+    Var ce;    // mean cross-entropy
+    Var aux;   // mean over layers of the MoE load-balance loss
+  };
+  // tokens, targets: int32 [B, T]
+  Loss loss(const Tensor& tokens, const Tensor& targets) const;
+  Var hidden(const Tensor& tokens, std::vector<Var>* aux) const;  // final_norm(x): [B, T, D]
+  Var logits(const Tensor& tokens) const;                          // [B, T, V]
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ModelConfig config_;
+  SparseHashEmbedding* embed_;
+  std::vector<ShamnBlock*> layers_;
+  RMSNorm* final_norm_;
+  Linear* head_ = nullptr;  // untied head only
+};
+
+}  // namespace shamn
