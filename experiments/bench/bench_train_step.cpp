@@ -1,0 +1,103 @@
+// End-to-end training-step benchmark: forward, backward, grad clipping and AdamW
+// on a model config with random tokens, timed per step; prints one JSON line per
+// thread count with the median tokens/s and the median split of a step.
+//   bench_train_step CONFIG.toml [--batch 8] [--seq 512] [--steps 5] [--warmup 1] [--threads 1,2]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/config_table.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "layers/shamn_model.h"
+#include "optim/adamw.h"
+#include "optim/clip_grad.h"
+
+using namespace shamn;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s CONFIG.toml [--batch B] [--seq T] [--steps S] [--warmup W] [--threads 1,2]\n", argv[0]);
+    return 2;
+  }
+  int64_t batch = 8, seq = 512, steps = 5, warmup = 1;
+  std::vector<int> threads{1, 2};
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--batch") batch = std::stoll(v);
+    else if (k == "--seq") seq = std::stoll(v);
+    else if (k == "--steps") steps = std::stoll(v);
+    else if (k == "--warmup") warmup = std::stoll(v);
+    else if (k == "--threads") {
+      threads.clear();
+      std::stringstream ss(v);
+      for (std::string t; std::getline(ss, t, ',');) threads.push_back(std::stoi(t));
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  try {
+    const ModelConfig config = ModelConfig::from_table(ConfigTable::parse_file(argv[1]));
+    for (int nt : threads) {
+      set_num_threads(nt);
+      Shamn model(config);
+      model.init(1);
+      const auto params = model.named_parameters();
+      AdamW opt(split_weight_decay(params, 0.1), {0.9, 0.95, 1e-8});
+      Rng rng(7);
+      std::vector<double> total, fwd, bwd, upd;
+      for (int64_t s = 0; s < warmup + steps; ++s) {
+        Tensor tokens = Tensor::empty({batch, seq}, DType::i32);
+        Tensor targets = Tensor::empty({batch, seq}, DType::i32);
+        for (int64_t i = 0; i < batch * seq; ++i) {
+          tokens.data<int32_t>()[i] = static_cast<int32_t>(rng.below(config.vocab_size));
+          targets.data<int32_t>()[i] = static_cast<int32_t>(rng.below(config.vocab_size));
+        }
+        const auto t0 = Clock::now();
+        opt.zero_grad();
+        const Shamn::Loss loss = model.loss(tokens, targets);
+        const double t_fwd = seconds_since(t0);
+        const auto t1 = Clock::now();
+        loss.loss.backward();
+        const double t_bwd = seconds_since(t1);
+        const auto t2 = Clock::now();
+        clip_grad_norm(params, 1.0);
+        opt.step(3e-4);
+        const double t_upd = seconds_since(t2);
+        if (s < warmup) continue;
+        total.push_back(seconds_since(t0));
+        fwd.push_back(t_fwd);
+        bwd.push_back(t_bwd);
+        upd.push_back(t_upd);
+      }
+      const double step = median(total);
+      std::printf(
+          "{\"impl\":\"shamn\",\"threads\":%d,\"batch\":%lld,\"seq\":%lld,\"steps\":%lld,"
+          "\"tokens_per_s\":%.1f,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,"
+          "\"optimizer_s\":%.4f,\"parameters\":%lld}\n",
+          nt, static_cast<long long>(batch), static_cast<long long>(seq),
+          static_cast<long long>(steps), batch * seq / step, step, median(fwd), median(bwd),
+          median(upd), static_cast<long long>(model.parameter_count()));
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
