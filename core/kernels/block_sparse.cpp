@@ -300,7 +300,8 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x,
           bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
       }
     });
-    parallel_for(0, nob * a, 1, [&](int64_t lo, int64_t hi) {
+    const int64_t blocks = nob * a;
+    parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t blk = lo; blk < hi; ++blk) {
         const int64_t r = blk / a, c = col_index[blk];
         float* dv = dvalues + blk * b * b;

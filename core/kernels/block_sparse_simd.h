@@ -107,7 +107,7 @@ inline constexpr TileShape kGradNarrow{4, 2};
 
 // C[0:mr, 0:NR] at c (row stride ldc) = init + chain, where init is bias (broadcast
 // over rows) when given, else C itself when `accumulate`, else zero; see the file
-// comment for the chain. b must be 64-byte aligned when vectors are.
+// comment for the chain.
 template <int MR, int NV>
 void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* seg,
                  int64_t seg_stride, int64_t a_step, const float* __restrict b, int64_t b_step,
@@ -125,7 +125,7 @@ void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* 
     for (int64_t k = 0; k < len; ++k) {
       vfloat bv[NV];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = vload(b + v * kVec);
+      for (int v = 0; v < NV; ++v) bv[v] = vloadu(b + v * kVec);
 #pragma GCC unroll 32
       for (int i = 0; i < MR; ++i) {
         const vfloat ai = vbroadcast(a + i);
