@@ -51,13 +51,13 @@ using bsr::ScratchSlot;
 using bsr::tile_kernel;
 
 #ifndef SHAMN_BSR_TILE_FLOATS
-#define SHAMN_BSR_TILE_FLOATS 65536
+#define SHAMN_BSR_TILE_FLOATS 32768
 #endif
 #ifndef SHAMN_BSR_KC
 #define SHAMN_BSR_KC 256
 #endif
-// Floats of packed activations per token tile (a few hundred KB: the tile stays in
-// L2 while every block row of the weights streams past it).
+// Floats of packed activations per token tile (128 KB: the tile, and the next one
+// being prefetched, stay in L2 while every block row of the weights streams past).
 constexpr int64_t kTileFloats = SHAMN_BSR_TILE_FLOATS;
 // Tokens per grad-values chunk: the packed chunk of dy and x is shared by all blocks.
 constexpr int64_t kTokenChunk = SHAMN_BSR_KC;
@@ -111,10 +111,6 @@ TokenTiling plan_tokens(int64_t n, int64_t width, int mr, int64_t blocks) {
   return t;
 }
 
-#ifndef SHAMN_BSR_PREFETCH_OUT
-#define SHAMN_BSR_PREFETCH_OUT 1
-#endif
-
 // While unit u computes, prefetches the rows of the next token tile: its input (read
 // by the packing) and, when one unit covers all blocks of a tile, its output rows.
 // Only the last group of a tile does it: the unit after it starts a new tile.
@@ -126,7 +122,7 @@ class NextTile {
     if (g != tt.groups - 1 || tile + 1 >= tt.tiles) return;
     const int64_t t0 = (tile + 1) * tt.mc, t1 = std::min(n, t0 + tt.mc);
     in_ = bsr::PrefetchStream(in + t0 * in_width, in + t1 * in_width, steps, false);
-    if (SHAMN_BSR_PREFETCH_OUT && tt.groups == 1)
+    if (tt.groups == 1)
       out_ = bsr::PrefetchStream(out + t0 * out_width, out + t1 * out_width, steps, true);
   }
   void step() {
