@@ -20,6 +20,8 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   dims.active = values.size(1);
   SHAMN_CHECK(dims.in % block == 0, "block_sparse_linear: input width ", dims.in,
               " is not a multiple of the block ", block);
+  // The kernels index x and dx through col_index: a bad pattern must stop here.
+  check_block_pattern(col_index.data<int32_t>(), dims);
   SHAMN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == dims.out),
               "block_sparse_linear: bias ", bias.defined() ? bias.value().str() : "",
               " does not match ", dims.out, " outputs");

@@ -1,0 +1,267 @@
+#pragma once
+// Internal to the block-sparse kernels: the SIMD vector wrapper, the register-tile
+// micro-kernel and the packing primitives. Not a public API.
+//
+// One micro-kernel serves forward, grad input and grad values. It computes a tile
+//   C[mr, NR] (=|+=) sum over segments s, k < len of A_s[k, 0:MR] (outer) B[k, 0:NR]
+// where A is packed k-major (MR contiguous floats per k, a_step floats apart) and the
+// segments are k ranges of it found at a_base + seg[s] * seg_stride, and B is packed
+// k-major (NR contiguous floats per k, b_step floats apart), its k running on across
+// segments. A block-sparse
+// product is such a sum over the active blocks of one block row (forward) or one
+// block column (grad input). Each C element is one FMA chain in segment-then-k
+// order, so its value does not depend on which thread computes the tile.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// GCC 12 warns falsely about _mm512_undefined_ps() inside its own intrinsics (GCC bug
+// 105593); the warning is attributed to the header, so silence it there.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace shamn::bsr {
+
+struct TileShape {
+  int mr;  // rows of C per tile (rows of the A panel)
+  int nv;  // vectors per C row: NR = nv * kVec columns
+};
+
+#if defined(__AVX512F__)
+
+using vfloat = __m512;
+inline constexpr int kVec = 16;
+inline vfloat vzero() { return _mm512_setzero_ps(); }
+inline vfloat vload(const float* p) { return _mm512_load_ps(p); }
+inline vfloat vloadu(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstoreu(float* p, vfloat v) { _mm512_storeu_ps(p, v); }
+inline vfloat vbroadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm512_fmadd_ps(a, b, c); }
+inline vfloat vadd(vfloat a, vfloat b) { return _mm512_add_ps(a, b); }
+
+// Token tiles (forward, grad input): 14x32 keeps 28 accumulators live, the most the
+// 32 registers allow with one B row and a broadcast; with 16-wide blocks a 28x16
+// tile keeps the same FMA-to-load ratio. Grad-values tiles must divide the block.
+inline constexpr TileShape kTokenWide{14, 2};
+inline constexpr TileShape kTokenNarrow{28, 1};
+inline constexpr TileShape kGradWide{8, 2};
+inline constexpr TileShape kGradNarrow{16, 1};
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+using vfloat = __m256;
+inline constexpr int kVec = 8;
+inline vfloat vzero() { return _mm256_setzero_ps(); }
+inline vfloat vload(const float* p) { return _mm256_load_ps(p); }
+inline vfloat vloadu(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstoreu(float* p, vfloat v) { _mm256_storeu_ps(p, v); }
+inline vfloat vbroadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm256_fmadd_ps(a, b, c); }
+inline vfloat vadd(vfloat a, vfloat b) { return _mm256_add_ps(a, b); }
+
+// 16 registers: 6x16 (12 accumulators) for tokens, 4x16 for grad values.
+inline constexpr TileShape kTokenWide{6, 2};
+inline constexpr TileShape kTokenNarrow{6, 2};
+inline constexpr TileShape kGradWide{4, 2};
+inline constexpr TileShape kGradNarrow{4, 2};
+
+#else
+
+// Portable fallback: a plain 8-float "vector" the compiler may vectorise itself.
+struct vfloat {
+  float f[8];
+};
+inline constexpr int kVec = 8;
+inline vfloat vzero() { return vfloat{}; }
+inline vfloat vloadu(const float* p) {
+  vfloat v;
+  std::memcpy(v.f, p, sizeof(v.f));
+  return v;
+}
+inline vfloat vload(const float* p) { return vloadu(p); }
+inline void vstoreu(float* p, vfloat v) { std::memcpy(p, v.f, sizeof(v.f)); }
+inline vfloat vbroadcast(const float* p) {
+  vfloat v;
+  for (float& x : v.f) x = *p;
+  return v;
+}
+inline vfloat vfma(vfloat a, vfloat b, vfloat c) {
+  for (int l = 0; l < kVec; ++l) c.f[l] += a.f[l] * b.f[l];
+  return c;
+}
+inline vfloat vadd(vfloat a, vfloat b) {
+  for (int l = 0; l < kVec; ++l) a.f[l] += b.f[l];
+  return a;
+}
+
+inline constexpr TileShape kTokenWide{4, 2};
+inline constexpr TileShape kTokenNarrow{4, 2};
+inline constexpr TileShape kGradWide{4, 2};
+inline constexpr TileShape kGradNarrow{4, 2};
+
+#endif
+
+// C[0:mr, 0:NR] at c (row stride ldc) = init + chain, where init is bias (broadcast
+// over rows) when given, else C itself when `accumulate`, else zero; see the file
+// comment for the chain.
+template <int MR, int NV>
+void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* seg,
+                 int64_t seg_stride, int64_t a_step, const float* __restrict b, int64_t b_step,
+                 float* c, int64_t ldc, const float* bias, bool accumulate, int mr) {
+  vfloat acc[MR][NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const vfloat init = bias ? vloadu(bias + v * kVec) : vzero();
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) acc[i][v] = init;
+  }
+  for (int64_t s = 0; s < nseg; ++s) {
+    const float* __restrict a = a_base + (seg ? seg[s] * seg_stride : 0);
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < len; ++k) {
+      vfloat bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = vloadu(b + v * kVec);
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i) {
+        const vfloat ai = vbroadcast(a + i);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = vfma(ai, bv[v], acc[i][v]);
+      }
+      a += a_step;
+      b += b_step;
+    }
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    if (i >= mr) break;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* p = c + i * ldc + v * kVec;
+      vstoreu(p, accumulate ? vadd(vloadu(p), acc[i][v]) : acc[i][v]);
+    }
+  }
+}
+
+// Spreads prefetches of a byte range over the calls of step(), so that the next
+// tile's activations stream in from memory while the current tile computes.
+class PrefetchStream {
+ public:
+  PrefetchStream() = default;
+  PrefetchStream(const void* begin, const void* end, int64_t steps, bool for_write)
+      : p_(static_cast<const char*>(begin)), end_(static_cast<const char*>(end)),
+        write_(for_write) {
+    const int64_t lines = (end_ - p_ + 63) / 64;
+    per_step_ = steps > 0 ? (lines + steps - 1) / steps : lines;
+  }
+  void step() {
+    for (int64_t l = 0; l < per_step_ && p_ < end_; ++l, p_ += 64) {
+      if (write_) {
+        __builtin_prefetch(p_, 1, 2);
+      } else {
+        __builtin_prefetch(p_, 0, 2);
+      }
+    }
+  }
+
+ private:
+  const char* p_ = nullptr;
+  const char* end_ = nullptr;
+  int64_t per_step_ = 0;
+  bool write_ = false;
+};
+
+// ---------------------------------------------------------------------------------
+// Packing: dst[k * width + i] = src[i * ld + k] for k < cols and i < width, rows at
+// or beyond `rows` read as zero (so padded tile rows hold harmless zeros).
+
+#if defined(__AVX512F__)
+
+// Transposes 16 rows of 16 floats in registers: afterwards r[k] holds column k.
+inline void transpose_16x16(__m512 r[16]) {
+  __m512 t[16];
+  // Interleave row pairs: lane L of t[2p] = rows 2p, 2p+1 at columns 4L, 4L+1.
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+  }
+  // Interleave pairs of pairs: lane L of u[4g + j] = column 4L + j of rows 4g..4g+3.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  // Column 4L + j gathers lane L of u[j], u[4 + j], u[8 + j], u[12 + j].
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[8 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
+inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst,
+                            int width) {
+  __m512 r[16];
+  for (int i0 = 0; i0 < width; i0 += 16) {
+    const int lanes = std::min(16, width - i0);
+    const int valid = std::clamp(rows - i0, 0, lanes);
+    const __mmask16 store_mask = static_cast<__mmask16>((1u << lanes) - 1u);
+    for (int64_t k0 = 0; k0 < cols; k0 += 16) {
+      const int kn = static_cast<int>(std::min<int64_t>(16, cols - k0));
+      const __mmask16 load_mask = static_cast<__mmask16>((1u << kn) - 1u);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, src + (i0 + i) * ld + k0)
+                         : _mm512_setzero_ps();
+      transpose_16x16(r);
+      float* d = dst + k0 * width + i0;
+      for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * width, store_mask, r[k]);
+    }
+  }
+}
+
+#else
+
+inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst,
+                            int width) {
+  for (int64_t k = 0; k < cols; ++k) {
+    float* d = dst + k * width;
+    int i = 0;
+    for (; i < std::min(rows, width); ++i) d[i] = src[i * ld + k];
+    for (; i < width; ++i) d[i] = 0.0f;
+  }
+}
+
+#endif
+
+// dst[k * W + i] = src[k * ld + i] for k < rows: W-float row slices made contiguous.
+template <int W>
+inline void pack_rows(const float* src, int64_t ld, int64_t rows, float* dst) {
+  for (int64_t k = 0; k < rows; ++k) std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
+}
+
+// dst[0:n] = src[0:n] for n a multiple of 16: inline vector moves, where a memcpy call
+// per short block slice would cost more than the copy.
+inline void copy_floats16(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16)
+#pragma GCC unroll 4
+    for (int v = 0; v < 16 / kVec; ++v) vstoreu(dst + i + v * kVec, vloadu(src + i + v * kVec));
+}
+
+}  // namespace shamn::bsr

@@ -1,0 +1,240 @@
+// The fast block-sparse kernels against their naive twins and against the dense GEMM.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/gemm.h"
+#include "core/kernels/block_sparse.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "helpers.h"
+
+using namespace shamn;
+
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  Rng rng(seed, 7);
+  for (float& x : v) x = static_cast<float>(rng.uniform() * 2.0 - 1.0);
+  return v;
+}
+
+int64_t active_blocks(double sparsity, int64_t nib) {
+  return std::max<int64_t>(1, std::llround((1.0 - sparsity) * static_cast<double>(nib)));
+}
+
+// Each block row draws `active` distinct column blocks, sorted ascending.
+std::vector<int32_t> random_pattern(const BlockSparseDims& d, uint64_t seed) {
+  Rng rng(seed, 3);
+  std::vector<int32_t> ci;
+  for (int64_t r = 0; r < d.row_blocks(); ++r) {
+    std::vector<int32_t> cols(static_cast<size_t>(d.col_blocks()));
+    for (size_t c = 0; c < cols.size(); ++c) cols[c] = static_cast<int32_t>(c);
+    for (size_t c = 0; c + 1 < cols.size(); ++c)  // Fisher-Yates
+      std::swap(cols[c], cols[c + rng.below(cols.size() - c)]);
+    cols.resize(static_cast<size_t>(d.active));
+    std::sort(cols.begin(), cols.end());
+    ci.insert(ci.end(), cols.begin(), cols.end());
+  }
+  return ci;
+}
+
+BlockSparseDims make_dims(int64_t block, int64_t nib, int64_t nob, double sparsity) {
+  BlockSparseDims d;
+  d.block = block;
+  d.in = nib * block;
+  d.out = nob * block;
+  d.active = active_blocks(sparsity, nib);
+  return d;
+}
+
+// |got - want| <= tol * (1 + |want|) everywhere; reports the first offender.
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                 const char* what) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (err > tol * (1.0 + std::abs(static_cast<double>(want[i])))) {
+      INFO(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
+      CHECK(err <= tol * (1.0 + std::abs(static_cast<double>(want[i]))));
+      return;
+    }
+  }
+  SUCCEED();
+}
+
+struct Problem {
+  BlockSparseDims d;
+  int64_t n;
+  std::vector<int32_t> ci;
+  std::vector<float> x, values, bias, dy;
+  Problem(const BlockSparseDims& dims, int64_t tokens, uint64_t seed) : d(dims), n(tokens) {
+    ci = random_pattern(d, seed);
+    x = random_floats(n * d.in, seed + 1);
+    values = random_floats(d.value_count(), seed + 2);
+    bias = random_floats(d.out, seed + 3);
+    dy = random_floats(n * d.out, seed + 4);
+  }
+};
+
+// Runs all four float kernels; backward outputs start from non-zero values so that
+// accumulation (+=) is checked too.
+struct Results {
+  std::vector<float> y, dx, dvalues, dbias;
+};
+
+Results run_fast(const Problem& p, bool with_bias) {
+  Results r;
+  r.y.assign(static_cast<size_t>(p.n * p.d.out), 0.0f);
+  r.dx = random_floats(p.n * p.d.in, 91);
+  r.dvalues = random_floats(p.d.value_count(), 92);
+  r.dbias = random_floats(p.d.out, 93);
+  block_sparse_forward(r.y.data(), p.x.data(), p.values.data(), p.ci.data(),
+                       with_bias ? p.bias.data() : nullptr, p.n, p.d);
+  block_sparse_backward_input(r.dx.data(), p.dy.data(), p.values.data(), p.ci.data(), p.n, p.d);
+  block_sparse_backward_values(r.dvalues.data(), p.dy.data(), p.x.data(), p.ci.data(), p.n, p.d);
+  block_sparse_backward_bias(r.dbias.data(), p.dy.data(), p.n, p.d);
+  return r;
+}
+
+Results run_naive(const Problem& p, bool with_bias) {
+  Results r;
+  r.y.assign(static_cast<size_t>(p.n * p.d.out), 0.0f);
+  r.dx = random_floats(p.n * p.d.in, 91);
+  r.dvalues = random_floats(p.d.value_count(), 92);
+  r.dbias = random_floats(p.d.out, 93);
+  block_sparse_forward_naive(r.y.data(), p.x.data(), p.values.data(), p.ci.data(),
+                             with_bias ? p.bias.data() : nullptr, p.n, p.d);
+  block_sparse_backward_input_naive(r.dx.data(), p.dy.data(), p.values.data(), p.ci.data(), p.n,
+                                    p.d);
+  block_sparse_backward_values_naive(r.dvalues.data(), p.dy.data(), p.x.data(), p.ci.data(), p.n,
+                                     p.d);
+  block_sparse_backward_bias_naive(r.dbias.data(), p.dy.data(), p.n, p.d);
+  return r;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("block-sparse kernels: fast equals naive over shapes, blocks and sparsities",
+          "[kernels][block_sparse]") {
+  // Float sums over up to a*b = 1280 (forward) or N = 130 terms of magnitude <= 1.
+  constexpr double kTol = 2e-5;
+  for (int64_t block : {16, 32, 64, 48, 8})
+    for (auto [nib, nob] : {std::pair<int64_t, int64_t>{20, 3}, {5, 9}})
+      for (double s : {0.0, 0.5, 0.9, 0.95})
+        for (int64_t n : {1, 7, 33, 130}) {
+          const BlockSparseDims d = make_dims(block, nib, nob, s);
+          DYNAMIC_SECTION("b " << block << " in " << d.in << " out " << d.out << " s " << s
+                               << " (a " << d.active << ") N " << n) {
+            const Problem p(d, n, static_cast<uint64_t>(block * 1000 + nib * 10 + n));
+            const bool with_bias = n % 2 == 1 || s > 0.5;
+            const Results fast = run_fast(p, with_bias);
+            const Results naive = run_naive(p, with_bias);
+            check_close(fast.y, naive.y, kTol, "y");
+            check_close(fast.dx, naive.dx, kTol, "dx");
+            check_close(fast.dvalues, naive.dvalues, kTol, "dvalues");
+            check_close(fast.dbias, naive.dbias, kTol, "dbias");
+          }
+        }
+}
+
+TEST_CASE("block-sparse kernels: bit-identical for 1 and 2 threads",
+          "[kernels][block_sparse][determinism]") {
+  test::ThreadCountGuard guard;
+  for (int64_t block : {16, 32, 64})
+    for (int64_t n : {20, 700}) {
+      DYNAMIC_SECTION("b " << block << " N " << n) {
+        const BlockSparseDims d = make_dims(block, 512 / block, 768 / block, 0.5);
+        const Problem p(d, n, 17);
+        set_num_threads(1);
+        const Results one = run_fast(p, true);
+        set_num_threads(2);
+        const Results two = run_fast(p, true);
+        CHECK(bit_equal(one.y, two.y));
+        CHECK(bit_equal(one.dx, two.dx));
+        CHECK(bit_equal(one.dvalues, two.dvalues));
+        CHECK(bit_equal(one.dbias, two.dbias));
+      }
+    }
+}
+
+TEST_CASE("block-sparse kernels: sparsity 0 equals the dense matmul",
+          "[kernels][block_sparse]") {
+  for (int64_t block : {16, 32, 64}) {
+    DYNAMIC_SECTION("b " << block) {
+      const BlockSparseDims d = make_dims(block, 256 / block, 192 / block, 0.0);
+      REQUIRE(d.active == d.col_blocks());
+      const int64_t n = 45;
+      const Problem p(d, n, 5);
+      // W[r*b + i, c*b + k] = values[r, m, i, k] with c = col_index[r, m] = m.
+      std::vector<float> w(static_cast<size_t>(d.out * d.in));
+      for (int64_t r = 0; r < d.row_blocks(); ++r)
+        for (int64_t m = 0; m < d.active; ++m)
+          for (int64_t i = 0; i < block; ++i)
+            for (int64_t k = 0; k < block; ++k)
+              w[(r * block + i) * d.in + p.ci[r * d.active + m] * block + k] =
+                  p.values[((r * d.active + m) * block + i) * block + k];
+
+      std::vector<float> y_ref(static_cast<size_t>(n * d.out));
+      for (int64_t t = 0; t < n; ++t) std::copy(p.bias.begin(), p.bias.end(), y_ref.begin() + t * d.out);
+      gemm(Trans::no, Trans::yes, n, d.out, d.in, 1.0f, p.x.data(), d.in, w.data(), d.in, 1.0f,
+           y_ref.data(), d.out);
+      std::vector<float> dx_ref(static_cast<size_t>(n * d.in));
+      gemm(Trans::no, Trans::no, n, d.in, d.out, 1.0f, p.dy.data(), d.out, w.data(), d.in, 0.0f,
+           dx_ref.data(), d.in);
+      std::vector<float> dw_ref(static_cast<size_t>(d.out * d.in));
+      gemm(Trans::yes, Trans::no, d.out, d.in, n, 1.0f, p.dy.data(), d.out, p.x.data(), d.in,
+           0.0f, dw_ref.data(), d.in);
+
+      std::vector<float> y(static_cast<size_t>(n * d.out)), dx(static_cast<size_t>(n * d.in));
+      std::vector<float> dvalues(static_cast<size_t>(d.value_count()));
+      block_sparse_forward(y.data(), p.x.data(), p.values.data(), p.ci.data(), p.bias.data(), n,
+                           d);
+      block_sparse_backward_input(dx.data(), p.dy.data(), p.values.data(), p.ci.data(), n, d);
+      block_sparse_backward_values(dvalues.data(), p.dy.data(), p.x.data(), p.ci.data(), n, d);
+      std::vector<float> dvalues_ref(dvalues.size());
+      for (int64_t r = 0; r < d.row_blocks(); ++r)
+        for (int64_t m = 0; m < d.active; ++m)
+          for (int64_t i = 0; i < block; ++i)
+            for (int64_t k = 0; k < block; ++k)
+              dvalues_ref[((r * d.active + m) * block + i) * block + k] =
+                  dw_ref[(r * block + i) * d.in + p.ci[r * d.active + m] * block + k];
+      check_close(y, y_ref, 2e-5, "y");
+      check_close(dx, dx_ref, 2e-5, "dx");
+      check_close(dvalues, dvalues_ref, 2e-5, "dvalues");
+    }
+  }
+}
+
+TEST_CASE("block-sparse kernels: check_block_pattern rejects bad patterns",
+          "[kernels][block_sparse]") {
+  BlockSparseDims d;
+  d.block = 16;
+  d.in = 64;  // 4 column blocks
+  d.out = 32;  // 2 block rows
+  d.active = 2;
+  const std::vector<int32_t> good{0, 3, 1, 2};
+  CHECK_NOTHROW(check_block_pattern(good.data(), d));
+  const std::vector<int32_t> unsorted{3, 0, 1, 2};
+  CHECK_THROWS_WITH(check_block_pattern(unsorted.data(), d), Catch::Contains("not sorted"));
+  const std::vector<int32_t> repeated{1, 1, 0, 2};
+  CHECK_THROWS_WITH(check_block_pattern(repeated.data(), d), Catch::Contains("distinct"));
+  const std::vector<int32_t> too_big{0, 4, 1, 2};
+  CHECK_THROWS_WITH(check_block_pattern(too_big.data(), d), Catch::Contains("outside [0, 4)"));
+  const std::vector<int32_t> negative{0, 1, -1, 2};
+  CHECK_THROWS_WITH(check_block_pattern(negative.data(), d), Catch::Contains("outside [0, 4)"));
+  BlockSparseDims too_many = d;
+  too_many.active = 5;
+  CHECK_THROWS_WITH(check_block_pattern(good.data(), too_many), Catch::Contains("active blocks"));
+  BlockSparseDims ragged = d;
+  ragged.in = 72;
+  CHECK_THROWS_WITH(check_block_pattern(good.data(), ragged), Catch::Contains("multiples"));
+}
