@@ -2,6 +2,7 @@
 
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
+#include "core/kernels/activation.h"
 #include "core/kernels/elementwise.h"
 
 namespace shamn {
@@ -74,22 +75,30 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
   });
 }
 
-// An element-wise function with derivative dfdx(x, y) (y = f(x)).
+// An element-wise activation: f64 runs the obvious scalar formulas (Fn<double>),
+// f32 the vectorised kernels of core/kernels/activation.h.
 template <template <class> class Fn>
 Var unary(const char* name, const Var& a) {
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
-    map_forward(out.data<T>(), a.value().data<T>(), a.numel(), [](T x) { return Fn<T>::forward(x); });
+    if constexpr (std::is_same_v<T, float>)
+      Fn<T>::forward_fast(out.data<T>(), a.value().data<T>(), a.numel());
+    else
+      map_forward(out.data<T>(), a.value().data<T>(), a.numel(),
+                  [](T x) { return Fn<T>::forward(x); });
   });
   const Tensor in = a.value();
   return record(name, out, {a}, [=](Node& n) {
     if (!n.needs_grad(0)) return;
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
-      map_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(),
-                   out.data<T>(), in.numel(),
-                   [](T x, T y) { return Fn<T>::derivative(x, y); });
+      if constexpr (std::is_same_v<T, float>)
+        Fn<T>::backward_fast(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(),
+                             out.data<T>(), in.numel());
+      else
+        map_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(),
+                     out.data<T>(), in.numel(), [](T x, T y) { return Fn<T>::derivative(x, y); });
     });
   });
 }
@@ -98,16 +107,28 @@ template <class T>
 struct GeluFn {
   static T forward(T x) { return Gelu<T>::forward(x); }
   static T derivative(T x, T) { return Gelu<T>::derivative(x); }
+  static void forward_fast(float* y, const float* x, int64_t n) { gelu_forward(y, x, n); }
+  static void backward_fast(float* dx, const float* dy, const float* x, const float*, int64_t n) {
+    gelu_backward(dx, dy, x, n);
+  }
 };
 template <class T>
 struct SiluFn {
   static T forward(T x) { return Silu<T>::forward(x); }
   static T derivative(T x, T) { return Silu<T>::derivative(x); }
+  static void forward_fast(float* y, const float* x, int64_t n) { silu_forward(y, x, n); }
+  static void backward_fast(float* dx, const float* dy, const float* x, const float*, int64_t n) {
+    silu_backward(dx, dy, x, n);
+  }
 };
 template <class T>
 struct SigmoidFn {
   static T forward(T x) { return shamn::sigmoid(x); }
   static T derivative(T, T y) { return y * (T(1) - y); }
+  static void forward_fast(float* y, const float* x, int64_t n) { sigmoid_forward(y, x, n); }
+  static void backward_fast(float* dx, const float* dy, const float*, const float* y, int64_t n) {
+    sigmoid_backward(dx, dy, y, n);
+  }
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 // GCC 12 warns falsely about _mm512_undefined_ps() inside its own intrinsics (GCC bug
@@ -68,8 +69,11 @@ constexpr int64_t kBalancePanels = SHAMN_GEMM_BAL;
 // Most A micro-panels per scheduling unit.
 constexpr int64_t kUnitGrain = SHAMN_GEMM_GRAIN;
 
-// Below this many multiply-adds packing and task dispatch cost more than they save.
-constexpr int64_t kSmallWork = 64 * 64 * 64;
+// Products with at most this many rows of op(A) skip packing: packing B costs about as
+// much as multiplying a few rows by it directly (measured crossover ~3 rows for B^T,
+// where the direct path uses dot products, ~6 rows for B).
+constexpr int64_t kDirectRowsBt = 2;
+constexpr int64_t kDirectRowsB = 4;
 
 // ---------------------------------------------------------------------------------
 // Scratch buffers. Each thread keeps one buffer per role and grows it on demand.
@@ -431,44 +435,67 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Tiny products: a plain loop over rows is faster than packing. Each C element is still
-// summed over k in order by one thread, so the result is deterministic.
+// Row-at-a-time GEMM without packing: the float path for very short op(A) (GEMV-like,
+// where packing B would cost more than the product) and the whole double path.
+// Unit u computes C[i, j0:j0+kChunk] completely (all of K, in order), so splitting
+// units between threads never changes a result.
+constexpr int64_t kDirectChunk = 256;
+
+// Sum of x[k] * y[k] in a fixed order: kLanes independent partial sums (a shape the
+// compiler vectorizes without reassociating) combined pairwise at the end.
+template <class T>
+T dot(const T* __restrict x, const T* __restrict y, int64_t n) {
+  constexpr int kLanes = 64 / sizeof(T) * 4;  // four vectors' worth
+  T part[kLanes] = {};
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += x[k + l] * y[k + l];
+  for (int l = 0; k < n; ++k, ++l) part[l] += x[k] * y[k];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) part[l] += part[l + width];
+  return part[0];
+}
+
 template <class T>
 void gemm_direct(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                 int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc,
-                 int64_t row_lo, int64_t row_hi) {
-  constexpr int64_t kChunk = 256;
-  T acc[kChunk];
-  for (int64_t i = row_lo; i < row_hi; ++i) {
-    T* crow = C + i * ldc;
-    for (int64_t j0 = 0; j0 < N; j0 += kChunk) {
-      const int64_t jn = std::min(kChunk, N - j0);
-      for (int64_t j = 0; j < jn; ++j) acc[j] = T(0);
-      if (tb == Trans::no) {
+                 int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  const int64_t chunks = ceil_div(N, kDirectChunk);
+  const int64_t unit_work = std::min(N, kDirectChunk) * K;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, unit_work));
+  parallel_for(0, M * chunks, grain, [&](int64_t lo, int64_t hi) {
+    alignas(64) T acc[kDirectChunk];
+    std::vector<T> a_copy(ta == Trans::yes ? static_cast<size_t>(K) : 0);
+    int64_t copied_row = -1;
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t i = u / chunks;
+      const int64_t j0 = (u % chunks) * kDirectChunk;
+      const int64_t jn = std::min(kDirectChunk, N - j0);
+      const T* arow = A + i * lda;
+      if (ta == Trans::yes) {  // op(A) row i is a strided column of A
+        if (copied_row != i) {
+          for (int64_t k = 0; k < K; ++k) a_copy[static_cast<size_t>(k)] = A[k * lda + i];
+          copied_row = i;
+        }
+        arow = a_copy.data();
+      }
+      if (tb == Trans::yes) {  // op(B) column j is row j of B: dot products
+        for (int64_t j = 0; j < jn; ++j) acc[j] = dot(arow, B + (j0 + j) * ldb, K);
+      } else {  // rows of B scaled and accumulated
+        std::fill(acc, acc + jn, T(0));
         for (int64_t k = 0; k < K; ++k) {
-          const T a = ta == Trans::yes ? A[k * lda + i] : A[i * lda + k];
-          const T* brow = B + k * ldb + j0;
+          const T a = arow[k];
+          const T* __restrict brow = B + k * ldb + j0;
           for (int64_t j = 0; j < jn; ++j) acc[j] += a * brow[j];
         }
-      } else {
-        for (int64_t j = 0; j < jn; ++j) {
-          const T* bcol = B + (j0 + j) * ldb;
-          T s = T(0);
-          if (ta == Trans::yes) {
-            for (int64_t k = 0; k < K; ++k) s += A[k * lda + i] * bcol[k];
-          } else {
-            const T* arow = A + i * lda;
-            for (int64_t k = 0; k < K; ++k) s += arow[k] * bcol[k];
-          }
-          acc[j] = s;
-        }
       }
-      for (int64_t j = 0; j < jn; ++j) {
-        const T r = alpha * acc[j];
-        crow[j0 + j] = beta == T(0) ? r : r + beta * crow[j0 + j];
+      T* crow = C + i * ldc + j0;
+      if (beta == T(0)) {
+        for (int64_t j = 0; j < jn; ++j) crow[j] = alpha * acc[j];
+      } else {
+        for (int64_t j = 0; j < jn; ++j) crow[j] = alpha * acc[j] + beta * crow[j];
       }
     }
-  }
+  });
 }
 
 template <class T>
@@ -571,8 +598,8 @@ void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float a
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  if (M * N * K <= kSmallWork) {
-    gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, M);
+  if (M <= (trans_b == Trans::yes ? kDirectRowsBt : kDirectRowsB)) {
+    gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   gemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -587,11 +614,7 @@ void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double 
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  // Rows are independent, so splitting them keeps the result thread-count invariant.
-  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, N * K));
-  parallel_for(0, M, grain, [&](int64_t lo, int64_t hi) {
-    gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, lo, hi);
-  });
+  gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace shamn

@@ -36,10 +36,11 @@ void AdamW::step(double lr) {
   for (Slot& s : slots_) {
     const Tensor& g = s.param.grad();
     if (!g.defined()) continue;
-    float* theta = s.param.value().data<float>();
-    const float* grad = g.data<float>();
-    float* m = s.m.data<float>();
-    float* v = s.v.data<float>();
+    // Distinct buffers: __restrict lets the compiler vectorise the update.
+    float* __restrict theta = s.param.value().data<float>();
+    const float* __restrict grad = g.data<float>();
+    float* __restrict m = s.m.data<float>();
+    float* __restrict v = s.v.data<float>();
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
     const float inv_bc1 = static_cast<float>(1.0 / bc1);
     const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));

@@ -1,0 +1,20 @@
+#pragma once
+// Fast float activations over contiguous arrays (16 lanes at a time with a
+// vectorised exp): gelu (tanh form, SPEC 1.6), silu and sigmoid, and their
+// backward passes (which accumulate). x, y, dx, dy: [n].
+// gelu(x) = 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3) is computed
+// as x * sigmoid(2u), the same function with one exp and no tanh. Every element
+// goes through the same 16-lane code (a short tail is padded), so the result does
+// not depend on how the array is split across threads.
+#include <cstdint>
+
+namespace shamn {
+
+void gelu_forward(float* y, const float* x, int64_t n);
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n);
+void silu_forward(float* y, const float* x, int64_t n);
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n);
+void sigmoid_forward(float* y, const float* x, int64_t n);
+void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n);  // y: the output
+
+}  // namespace shamn
