@@ -84,8 +84,9 @@ Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket
       }
       if (node.needs_grad(1)) {
         T* di = node.input_grad(1).data<T>();
-        if constexpr (kFast) hash_embedding_backward_importance(di, dy, tv.data<T>(), bi, tok, n, d);
-        else hash_embedding_backward_importance_naive(di, dy, tv.data<T>(), bi, tok, n, d);
+        const T* tab = tv.data<T>();
+        if constexpr (kFast) hash_embedding_backward_importance(di, dy, tab, bi, tok, n, d);
+        else hash_embedding_backward_importance_naive(di, dy, tab, bi, tok, n, d);
       }
     });
   });

@@ -15,7 +15,8 @@ namespace {
 std::vector<float> transpose_kernel(const float* conv, const CausalConvDims& s) {
   std::vector<float> w(static_cast<size_t>(s.kernel * s.dim));
   for (int64_t d = 0; d < s.dim; ++d)
-    for (int64_t i = 0; i < s.kernel; ++i) w[static_cast<size_t>(i * s.dim + d)] = conv[d * s.kernel + i];
+    for (int64_t i = 0; i < s.kernel; ++i)
+      w[static_cast<size_t>(i * s.dim + d)] = conv[d * s.kernel + i];
   return w;
 }
 
@@ -78,7 +79,8 @@ void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u,
           }
         }
       for (int64_t d = 0; d < dn; ++d)
-        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * kSlice + d)];
+        for (int64_t i = 0; i < K; ++i)
+          dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * kSlice + d)];
     }
   });
 }

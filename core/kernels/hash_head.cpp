@@ -22,7 +22,7 @@ namespace {
 
 using vec16::F;
 constexpr int64_t kRows = vec16::kLanes;  // rows per chunk, one per lane
-constexpr int64_t kTokenBlock = 256;      // logits kept at once per chunk in forward
+constexpr int64_t kTokenBlock = 256;      // tokens whose logits a chunk keeps at once
 // Chunks per partial dimportance buffer in backward. Fixed, so the partials (and
 // their sum, taken in group order) do not depend on the thread count.
 constexpr int64_t kGroupChunks = 16;
@@ -97,26 +97,37 @@ F chunk_logsumexp(const float* slab, const float* importance, const int32_t* buc
 // For one chunk, with p = weight * exp(logit - row_lse) per token (lane = row):
 //   dslab[bucket_index[t, j]] += importance[t, j] * p      (dslab may be null)
 //   part[t * h + j]           += sum over lanes of p * slab[bucket_index[t, j]]
-// The lane sums of 16 consecutive (t, j) pairs are taken together (vec16::sum16).
+// Each block of tokens gets its p first (independent exps the out-of-order core can
+// overlap), then the scatter. The lane sums of 16 consecutive (t, j) pairs are taken
+// together (vec16::sum16).
 void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
                             const float* importance, const int32_t* bucket_index,
                             int64_t vocab, int64_t h) {
+  alignas(64) F block[kTokenBlock];
   alignas(64) F prod[kRows];
   int pending = 0;
   int64_t k0 = 0;  // first (t, j) pair of `prod`
-  for (int64_t t = 0; t < vocab; ++t) {
-    const F p = vec16::exp(slab_logit(slab, importance, bucket_index, t, h) - row_lse) * weight;
-    for (int64_t j = 0; j < h; ++j) {
-      const int64_t off = static_cast<int64_t>(bucket_index[t * h + j]) * kRows;
-      if (dslab)
-        vec16::store(dslab + off, vec16::fmadd(vec16::splat(importance[t * h + j]), p,
-                                               vec16::load(dslab + off)));
-      if (part) {
-        prod[pending++] = p * vec16::load(slab + off);
-        if (pending == kRows) {
-          vec16::store(part + k0, vec16::load(part + k0) + vec16::sum16(prod));
-          k0 += kRows;
-          pending = 0;
+  for (int64_t t0 = 0; t0 < vocab; t0 += kTokenBlock) {
+    const int64_t tn = std::min(kTokenBlock, vocab - t0);
+    for (int64_t t = 0; t < tn; ++t)
+      block[t] = slab_logit(slab, importance, bucket_index, t0 + t, h);
+    for (int64_t t = 0; t < tn; ++t) block[t] = vec16::exp(block[t] - row_lse) * weight;
+    for (int64_t t = 0; t < tn; ++t) {
+      const F p = block[t];
+      const float* w = importance + (t0 + t) * h;
+      const int32_t* b = bucket_index + (t0 + t) * h;
+      for (int64_t j = 0; j < h; ++j) {
+        const int64_t off = static_cast<int64_t>(b[j]) * kRows;
+        if (dslab)
+          vec16::store(dslab + off,
+                       vec16::fmadd(vec16::splat(w[j]), p, vec16::load(dslab + off)));
+        if (part) {
+          prod[pending++] = p * vec16::load(slab + off);
+          if (pending == kRows) {
+            vec16::store(part + k0, vec16::load(part + k0) + vec16::sum16(prod));
+            k0 += kRows;
+            pending = 0;
+          }
         }
       }
     }
@@ -190,7 +201,8 @@ void hash_head_backward(float* dz, float* dtable, float* dimportance, const floa
       const float* dl = dlogits + r * d.vocab;
       float* dsr = ds + r * d.buckets;
       for (int64_t t = 0; t < d.vocab; ++t)
-        for (int64_t j = 0; j < h; ++j) dsr[bucket_index[t * h + j]] += importance[t * h + j] * dl[t];
+        for (int64_t j = 0; j < h; ++j)
+          dsr[bucket_index[t * h + j]] += importance[t * h + j] * dl[t];
     }
   });
   bucket_scores_backward(dz, dtable, ds, z, table, n, d);
@@ -213,8 +225,10 @@ double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t tgt = targets[n0 + r];
         float x = 0.0f;
-        for (int64_t j = 0; j < h; ++j)
-          x += importance[tgt * h + j] * slab[static_cast<int64_t>(bucket_index[tgt * h + j]) * kRows + r];
+        for (int64_t j = 0; j < h; ++j) {
+          const int64_t off = static_cast<int64_t>(bucket_index[tgt * h + j]) * kRows + r;
+          x += importance[tgt * h + j] * slab[off];
+        }
         lse[n0 + r] = row_lse[r];
         row_loss[static_cast<size_t>(n0 + r)] = static_cast<double>(lse[n0 + r]) - x;
       }

@@ -58,7 +58,8 @@ template <class T>
 double hash_head_row_logit(const double* s, const T* importance, const int32_t* bucket_index,
                            int64_t t, int64_t h) {
   double x = 0.0;
-  for (int64_t j = 0; j < h; ++j) x += static_cast<double>(importance[t * h + j]) * s[bucket_index[t * h + j]];
+  for (int64_t j = 0; j < h; ++j)
+    x += static_cast<double>(importance[t * h + j]) * s[bucket_index[t * h + j]];
   return x;
 }
 // The shared tail of both backward passes for one row: given dl = dL/dlogits of the
@@ -97,8 +98,8 @@ void hash_head_forward_naive(T* logits, T* scores, const T* z, const T* table,
     detail::hash_head_row_scores(s.data(), z + r * d.dim, table, d);
     for (int64_t b = 0; b < d.buckets; ++b) scores[r * d.buckets + b] = static_cast<T>(s[b]);
     for (int64_t t = 0; t < d.vocab; ++t)
-      logits[r * d.vocab + t] =
-          static_cast<T>(detail::hash_head_row_logit(s.data(), importance, bucket_index, t, d.hashes));
+      logits[r * d.vocab + t] = static_cast<T>(
+          detail::hash_head_row_logit(s.data(), importance, bucket_index, t, d.hashes));
   }
 }
 

@@ -91,30 +91,47 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// exp(x) lane by lane to within 2 ulp (Cody-Waite range reduction, then the
-// degree-5 polynomial of Cephes' expf). Lanes below -87 give 0, lanes above 88 give
-// exp(88); NaN propagates. std::exp does not vectorise without -ffast-math, and the
-// softmax-heavy kernels spend most of their time here.
-inline F exp(F x) {
-  const F lo = splat(-87.0f), hi = splat(88.0f);
-  const F magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  F xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const F t = fmadd(xc, splat(1.44269504088896341f), magic);
-  const F n = t - magic;  // round(x / ln 2)
-  F r = fmadd(n, splat(-0.693359375f), xc);  // ln 2 split in two: n * hi part is exact
-  r = fmadd(n, splat(2.12194440e-4f), r);
+// exp(r) for |r| <= ln(2)/2: the degree-5 polynomial of Cephes' expf.
+inline F exp_reduced(F r) {
   F p = splat(1.9875691500e-4f);
   p = fmadd(p, r, splat(1.3981999507e-3f));
   p = fmadd(p, r, splat(8.3334519073e-3f));
   p = fmadd(p, r, splat(4.1665795894e-2f));
   p = fmadd(p, r, splat(1.6666665459e-1f));
   p = fmadd(p, r, splat(5.0000001201e-1f));
-  F y = fmadd(p, r * r, r) + splat(1.0f);
+  return fmadd(p, r * r, r) + splat(1.0f);
+}
+
+// exp(x) lane by lane to within 2 ulp: x = n ln2 + r (Cody-Waite: ln 2 split in two
+// so that n * hi is exact), exp(x) = 2^n exp(r). NaN propagates, lanes above 88.7
+// give inf (the portable path gives exp(88) just below that), lanes below -87 give 0
+// (AVX-512 returns the denormals down to -104). std::exp does not vectorise without
+// -ffast-math, and the softmax-heavy kernels spend much of their time here.
+inline F exp(F x) {
+  const F log2e = splat(1.44269504088896341f);
+  const F ln2_hi = splat(-0.693359375f), ln2_lo = splat(2.12194440e-4f);
+#if defined(__AVX512F__)
+  // vrndscaleps rounds and vscalefps multiplies by 2^n with IEEE overflow and
+  // underflow: fewer instructions than the bit tricks below. maxps returns its
+  // second operand when one is NaN, so NaN survives the clamp.
+  const F xc = _mm512_max_ps(splat(-104.0f), x);
+  const F n = _mm512_roundscale_ps(xc * log2e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const F r = fmadd(n, ln2_lo, fmadd(n, ln2_hi, xc));
+  return _mm512_scalef_ps(exp_reduced(r), n);
+#else
+  const F lo = splat(-87.0f), hi = splat(88.0f);
+  const F magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  F xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const F t = fmadd(xc, log2e, magic);
+  const F n = t - magic;
+  F y = exp_reduced(fmadd(n, ln2_lo, fmadd(n, ln2_hi, xc)));
   // Scale by 2^n by adding n to the exponent field (n sits in t's low mantissa bits).
   const I shift = (std::bit_cast<I>(t) - std::bit_cast<I>(magic)) << 23;
   y = std::bit_cast<F>(std::bit_cast<I>(y) + shift);
+  y = x > splat(88.7228f) ? splat(__builtin_inff()) : y;
   return x < lo ? F{} : y;
+#endif
 }
 
 }  // namespace shamn::vec16

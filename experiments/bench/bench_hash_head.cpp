@@ -4,7 +4,10 @@
 //   fused:   hash_head_cross_entropy (16-row chunks, never holds [N, V])
 //   unfused: cross_entropy(hash_head(...)), the two separate ops ([N, V] logits and
 //            their gradient, 524 MB each)
+//   gemms:   only the three bucket-score GEMMs the fused op runs (scores = z table^T,
+//            dz = ds table, dtable = ds^T z): the floor under the fused op
 //   embedding: hash_embedding forward + backward at the same shapes
+// CPU time is the whole process's (all threads).
 // Each iteration also includes what the op saves for backward and frees afterwards.
 //
 //   bench_hash_head --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -14,6 +17,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/ops_hash_embedding.h"
+#include "core/gemm.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 
@@ -84,6 +88,25 @@ void bm_unfused(benchmark::State& state) {
   }
 }
 
+void bm_gemms(benchmark::State& state) {
+  shamn::set_num_threads(static_cast<int>(state.range(0)));
+  Problem& p = problem();
+  shamn::Tensor scores = shamn::Tensor::empty({kN, kBuckets});
+  shamn::Tensor dz = shamn::Tensor::zeros({kN, kD}), dtable = shamn::Tensor::zeros({kBuckets, kD});
+  const float* z = p.z.value().data<float>();
+  const float* table = p.table.value().data<float>();
+  float* s = scores.data<float>();
+  using shamn::Trans;
+  for (auto _ : state) {
+    shamn::gemm(Trans::no, Trans::yes, kN, kBuckets, kD, 1.0f, z, kD, table, kD, 0.0f, s, kBuckets);
+    shamn::gemm(Trans::no, Trans::no, kN, kD, kBuckets, 1.0f, s, kBuckets, table, kD, 1.0f,
+                dz.data<float>(), kD);
+    shamn::gemm(Trans::yes, Trans::no, kBuckets, kD, kN, 1.0f, s, kBuckets, z, kD, 1.0f,
+                dtable.data<float>(), kD);
+    benchmark::DoNotOptimize(dtable.raw_data());
+  }
+}
+
 void bm_embedding(benchmark::State& state) {
   shamn::set_num_threads(static_cast<int>(state.range(0)));
   Problem& p = problem();
@@ -99,6 +122,7 @@ int register_all() {
       {"hash_head_ce/fused/fwd+bwd", bm_fused},
       {"hash_head_ce/fused/fwd", bm_fused_forward},
       {"hash_head_ce/unfused/fwd+bwd", bm_unfused},
+      {"hash_head_ce/gemms_only", bm_gemms},
       {"hash_embedding/fwd+bwd", bm_embedding},
   };
   for (const auto& [name, fn] : benches)
@@ -107,6 +131,7 @@ int register_all() {
         ->Arg(1)
         ->Arg(2)
         ->UseRealTime()
+        ->MeasureProcessCPUTime()
         ->Unit(benchmark::kMillisecond);
   return 0;
 }

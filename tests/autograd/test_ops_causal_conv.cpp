@@ -58,11 +58,13 @@ TEST_CASE("causal_conv kernels: fast float kernels match the naive oracle", "[co
       CHECK(max_abs_diff(c, c64) < 1e-5);
       Tensor du = Tensor::full(u.shape(), 0.25), du64 = Tensor::full(u.shape(), 0.25, DType::f64);
       causal_conv_backward_input(du.data<float>(), dc.data<float>(), w.data<float>(), s);
-      causal_conv_backward_input_naive(du64.data<double>(), dc64.data<double>(), w64.data<double>(), s);
+      causal_conv_backward_input_naive(du64.data<double>(), dc64.data<double>(),
+                                       w64.data<double>(), s);
       CHECK(max_abs_diff(du, du64) < 1e-5);
       Tensor dw = Tensor::full(w.shape(), 0.25), dw64 = Tensor::full(w.shape(), 0.25, DType::f64);
       causal_conv_backward_kernel(dw.data<float>(), dc.data<float>(), u.data<float>(), s);
-      causal_conv_backward_kernel_naive(dw64.data<double>(), dc64.data<double>(), u64.data<double>(), s);
+      causal_conv_backward_kernel_naive(dw64.data<double>(), dc64.data<double>(),
+                                        u64.data<double>(), s);
       CHECK(max_abs_diff(dw, dw64) < 1e-4);
     }
   }

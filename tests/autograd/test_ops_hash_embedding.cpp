@@ -182,8 +182,10 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
     hash_embedding_forward_naive(out64.data<double>(), p64.table.data<double>(),
                                  p64.importance.data<double>(), bi, tg, n, d);
     check_close(out, out64, 1e-6, "out");
-    Tensor dt = Tensor::full(table.shape(), 0.5), dt64 = Tensor::full(table.shape(), 0.5, DType::f64);
-    hash_embedding_backward_table(dt.data<float>(), dout.data<float>(), imp.data<float>(), bi, tg, n, d);
+    Tensor dt = Tensor::full(table.shape(), 0.5);
+    Tensor dt64 = Tensor::full(table.shape(), 0.5, DType::f64);
+    hash_embedding_backward_table(dt.data<float>(), dout.data<float>(), imp.data<float>(), bi, tg,
+                                  n, d);
     hash_embedding_backward_table_naive(dt64.data<double>(), dout64.data<double>(),
                                         p64.importance.data<double>(), bi, tg, n, d);
     check_close(dt, dt64, 1e-6, "dtable");
@@ -205,7 +207,8 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
     check_close(scores, scores64, 1e-6, "scores");
     check_close(logits, logits64, 1e-6, "logits");
     Tensor dz = zeros_like(z), dt = zeros_like(table), di = zeros_like(imp);
-    Tensor dz64 = zeros_like(p64.z), dt64 = zeros_like(p64.table), di64 = zeros_like(p64.importance);
+    Tensor dz64 = zeros_like(p64.z), dt64 = zeros_like(p64.table);
+    Tensor di64 = zeros_like(p64.importance);
     hash_head_backward(dz.data<float>(), dt.data<float>(), di.data<float>(), dlogits.data<float>(),
                        scores.data<float>(), z.data<float>(), table.data<float>(),
                        imp.data<float>(), bi, n, d);
@@ -229,7 +232,8 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
     CHECK(std::abs(loss - loss64) <= 1e-6 * std::abs(loss64));
     check_close(lse, lse64, 1e-6, "lse");
     Tensor dz = zeros_like(z), dt = zeros_like(table), di = zeros_like(imp);
-    Tensor dz64 = zeros_like(p64.z), dt64 = zeros_like(p64.table), di64 = zeros_like(p64.importance);
+    Tensor dz64 = zeros_like(p64.z), dt64 = zeros_like(p64.table);
+    Tensor di64 = zeros_like(p64.importance);
     hash_head_cross_entropy_backward(dz.data<float>(), dt.data<float>(), di.data<float>(), 2.5f,
                                      lse.data<float>(), scores.data<float>(), z.data<float>(),
                                      table.data<float>(), imp.data<float>(), bi, tg, n, d);

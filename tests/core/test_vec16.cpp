@@ -1,7 +1,10 @@
-// The 16-lane helpers the fused kernels rely on: exp accuracy and its edge lanes.
+// The 16-lane helpers the fused kernels rely on: exp accuracy and its edge lanes,
+// the horizontal sums and the dot product.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -26,9 +29,10 @@ TEST_CASE("vec16::exp is within 2 ulp of exp over the softmax range", "[kernels]
   CHECK(worst <= 2.0);
 }
 
-TEST_CASE("vec16::exp underflows to zero and propagates NaN", "[kernels][vec16]") {
+TEST_CASE("vec16::exp underflows to zero, overflows to inf and propagates NaN",
+          "[kernels][vec16]") {
   vec16::F x = vec16::splat(0.0f);
-  x[0] = -87.5f;
+  x[0] = -105.0f;
   x[1] = -std::numeric_limits<float>::infinity();
   x[2] = std::numeric_limits<float>::quiet_NaN();
   x[3] = -1e30f;
@@ -38,7 +42,14 @@ TEST_CASE("vec16::exp underflows to zero and propagates NaN", "[kernels][vec16]"
   CHECK(std::isnan(y[2]));
   CHECK(y[3] == 0.0f);
   CHECK(y[4] == 1.0f);
-  CHECK(vec16::dot(std::vector<float>(37, 2.0f).data(), std::vector<float>(37, 0.5f).data(), 37) == 37.0f);
+  x[5] = 89.0f;
+  x[6] = std::numeric_limits<float>::infinity();
+  x[7] = -87.5f;
+  const vec16::F z = vec16::exp(x);
+  CHECK(std::isinf(z[5]));
+  CHECK(std::isinf(z[6]));
+  CHECK(z[7] >= 0.0f);
+  CHECK(z[7] < 1.2e-38f);
 }
 
 TEST_CASE("vec16::sum16 sums each input into its own lane", "[kernels][vec16]") {
@@ -49,5 +60,18 @@ TEST_CASE("vec16::sum16 sums each input into its own lane", "[kernels][vec16]") 
   for (int i = 0; i < vec16::kLanes; ++i) {
     INFO("lane " << i);
     CHECK(r[i] == static_cast<float>(16 * (i + 1) * 100 + 120));
+  }
+}
+
+TEST_CASE("vec16::dot covers the vector body and the scalar tail", "[kernels][vec16]") {
+  for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{16}, int64_t{64}, int64_t{101}}) {
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    double want = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      a[static_cast<size_t>(i)] = static_cast<float>(i % 7) - 3.0f;
+      b[static_cast<size_t>(i)] = static_cast<float>(i % 5) * 0.5f;
+      want += static_cast<double>(a[static_cast<size_t>(i)]) * b[static_cast<size_t>(i)];
+    }
+    CHECK(vec16::dot(a.data(), b.data(), n) == static_cast<float>(want));
   }
 }
