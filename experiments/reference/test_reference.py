@@ -297,6 +297,18 @@ class TestLayersAgainstLoops(unittest.TestCase):
                                 for t in range(V)])
             self.assertTrue(torch.allclose(logits[n], want))
 
+    def test_chunked_head_cross_entropy_matches_plain(self):
+        emb, V = self.model.embed, self.cfg.vocab_size
+        z = torch.randn(37, 16, dtype=torch.float64)
+        targets = torch.randint(0, V, (37,))
+        plain = F.cross_entropy(emb.head(z), targets)
+        g_plain = torch.autograd.grad(plain, [emb.table, emb.importance])
+        for chunk in [1, 5, 37, 64]:
+            chunked = emb.head_cross_entropy(z, targets, chunk=chunk)
+            g_chunked = torch.autograd.grad(chunked, [emb.table, emb.importance])
+            self.assertTrue(torch.allclose(plain, chunked))
+            self.assertTrue(all(torch.allclose(a, b) for a, b in zip(g_plain, g_chunked)))
+
     def test_mixer_orientation(self):
         mixer = self.model.layers[0].mixer
         u = torch.randn(2, 6, 16, dtype=torch.float64)
