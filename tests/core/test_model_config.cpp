@@ -98,7 +98,7 @@ TEST_CASE("bad model configs name the file, line and key", "[core][config]") {
                     Catch::Contains("no [model] table"));
 }
 
-TEST_CASE("--set overrides replace or add keys", "[core][config]") {
+TEST_CASE("config overrides (--set) replace or add keys", "[core][config]") {
   ConfigTable t = ConfigTable::parse(kMinimal, "base.toml");
   t.set_from_text("model.sparse.sparsity=0.5");
   t.set_from_text("model.dim = 256");
