@@ -28,32 +28,44 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
   }
 }
 
+namespace {
+
+// theta, grad, m, v: [n]. One AdamW update (SPEC 3) with the bias corrections
+// folded into inv_bc1 = 1/(1-b1^t) and inv_sqrt_bc2 = 1/sqrt(1-b2^t). A free
+// function with restrict pointers so the compiler vectorises it.
+void adamw_update(float* __restrict theta, const float* __restrict grad, float* __restrict m,
+                  float* __restrict v, int64_t n, float b1, float b2, float inv_bc1,
+                  float inv_sqrt_bc2, float lr, float eps, float wd) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    theta[i] -= lr * (mi * inv_bc1 / (std::sqrt(vi) * inv_sqrt_bc2 + eps) + wd * theta[i]);
+  }
+}
+
+}  // namespace
+
 void AdamW::step(double lr) {
   ++step_;
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
+  const float inv_bc1 = static_cast<float>(1.0 / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   for (Slot& s : slots_) {
     const Tensor& g = s.param.grad();
     if (!g.defined()) continue;
-    // Distinct buffers: __restrict lets the compiler vectorise the update.
-    float* __restrict theta = s.param.value().data<float>();
-    const float* __restrict grad = g.data<float>();
-    float* __restrict m = s.m.data<float>();
-    float* __restrict v = s.v.data<float>();
-    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-    const float inv_bc1 = static_cast<float>(1.0 / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const float flr = static_cast<float>(lr), eps = static_cast<float>(options_.eps);
-    const float wd = static_cast<float>(s.weight_decay);
+    float* theta = s.param.value().data<float>();
+    const float* grad = g.data<float>();
+    float* m = s.m.data<float>();
+    float* v = s.v.data<float>();
     parallel_for(0, s.param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        m[i] = fb1 * m[i] + (1.0f - fb1) * grad[i];
-        v[i] = fb2 * v[i] + (1.0f - fb2) * grad[i] * grad[i];
-        const float m_hat = m[i] * inv_bc1;
-        const float v_hat_sqrt = std::sqrt(v[i]) * inv_sqrt_bc2;
-        theta[i] -= flr * (m_hat / (v_hat_sqrt + eps) + wd * theta[i]);
-      }
+      adamw_update(theta + lo, grad + lo, m + lo, v + lo, hi - lo, static_cast<float>(b1),
+                   static_cast<float>(b2), inv_bc1, inv_sqrt_bc2, static_cast<float>(lr),
+                   static_cast<float>(options_.eps), static_cast<float>(s.weight_decay));
     });
   }
 }
