@@ -8,7 +8,11 @@
 // Counter FLOPs: effective rate counting only active blocks, 6*N*active_weights per
 // iteration for fwd+bwd (2*N*active_weights for one part), 1000-based: "85.2G/s".
 //
-//   bench_block_sparse --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   bench_block_sparse --benchmark_filter='^(sparse|dense)/' --benchmark_repetitions=5 \
+//       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+//       --benchmark_out=bsr.json --benchmark_out_format=json
+//   python3 experiments/bench/block_sparse_table.py bsr.json
+// Results and their discussion: experiments/block_sparse.md.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
