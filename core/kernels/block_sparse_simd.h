@@ -36,7 +36,6 @@ struct TileShape {
 using vfloat = __m512;
 inline constexpr int kVec = 16;
 inline vfloat vzero() { return _mm512_setzero_ps(); }
-inline vfloat vload(const float* p) { return _mm512_load_ps(p); }
 inline vfloat vloadu(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstoreu(float* p, vfloat v) { _mm512_storeu_ps(p, v); }
 inline vfloat vbroadcast(const float* p) { return _mm512_set1_ps(*p); }
@@ -56,7 +55,6 @@ inline constexpr TileShape kGradNarrow{16, 1};
 using vfloat = __m256;
 inline constexpr int kVec = 8;
 inline vfloat vzero() { return _mm256_setzero_ps(); }
-inline vfloat vload(const float* p) { return _mm256_load_ps(p); }
 inline vfloat vloadu(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstoreu(float* p, vfloat v) { _mm256_storeu_ps(p, v); }
 inline vfloat vbroadcast(const float* p) { return _mm256_broadcast_ss(p); }
@@ -82,7 +80,6 @@ inline vfloat vloadu(const float* p) {
   std::memcpy(v.f, p, sizeof(v.f));
   return v;
 }
-inline vfloat vload(const float* p) { return vloadu(p); }
 inline void vstoreu(float* p, vfloat v) { std::memcpy(p, v.f, sizeof(v.f)); }
 inline vfloat vbroadcast(const float* p) {
   vfloat v;
@@ -105,9 +102,8 @@ inline constexpr TileShape kGradNarrow{4, 2};
 
 #endif
 
-// C[0:mr, 0:NR] at c (row stride ldc) = init + chain, where init is bias (broadcast
-// over rows) when given, else C itself when `accumulate`, else zero; see the file
-// comment for the chain.
+// C[0:mr, 0:NR] at c (row stride ldc) = (accumulate ? C : 0) + (bias + chain), the
+// chain (see the file comment) starting from bias[0:NR] when given, else from zero.
 template <int MR, int NV>
 void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* seg,
                  int64_t seg_stride, int64_t a_step, const float* __restrict b, int64_t b_step,

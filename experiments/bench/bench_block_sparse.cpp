@@ -2,13 +2,19 @@
 // grad bias) at N = 4096 tokens, next to the dense baseline: shamn::gemm forward
 // (y = x W^T) and both backward GEMMs (dx = dy W, dW = dy^T x) on the same shape.
 //
-// Names:  sparse/in<in>_out<out>/b<block>/s<sparsity>/threads:<n>/real_time
-//         dense/in<in>_out<out>/threads:<n>/real_time
-//         part/<kernel>/in<in>_out<out>/b<block>/s<sparsity>/threads:<n>/real_time  (one kernel)
+// Names (each followed by /process_time/real_time):
+//         sparse/in<in>_out<out>/b<block>/s<sparsity>/threads:<n>
+//         dense/in<in>_out<out>/threads:<n>
+//         part/<kernel>/in<in>_out<out>/b<block>/s<sparsity>/threads:<n>  (one kernel)
 // Counter FLOPs: effective rate counting only active blocks, 6*N*active_weights per
-// iteration for fwd+bwd (2*N*active_weights for one part), 1000-based: "85.2G/s".
+// iteration for fwd+bwd (2*N*active_weights for one product kernel, N*out for
+// grad_bias), 1000-based: "85.2G/s".
 //
-//   bench_block_sparse --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   bench_block_sparse --benchmark_filter='^(sparse|dense)/' --benchmark_repetitions=5 \
+//       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+//       --benchmark_out=bsr.json --benchmark_out_format=json
+//   python3 experiments/bench/block_sparse_table.py bsr.json
+// Results and their discussion: experiments/block_sparse.md.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -119,7 +125,8 @@ void bm_part(benchmark::State& state, Layer layer, int64_t block, double sparsit
     benchmark::DoNotOptimize(op.dvalues.data());
     benchmark::ClobberMemory();
   }
-  set_flops(state, 2.0 * kTokens * op.active_weights());
+  set_flops(state, part == Part::grad_bias ? static_cast<double>(kTokens * op.d.out)
+                                           : 2.0 * kTokens * op.active_weights());
 }
 
 struct DenseOperands {
