@@ -2,6 +2,9 @@
 // Shared test helpers: seeded random tensors and gradcheck wrappers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "autograd/gradcheck.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -23,6 +26,14 @@ inline Tensor random_indices(const Shape& shape, int32_t num_rows, uint64_t seed
   for (int64_t i = 0; i < t.numel(); ++i)
     t.data<int32_t>()[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(num_rows)));
   return t;
+}
+
+// Largest |a[i] - b[i]| over two tensors of the same size (any dtypes).
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.numel() == b.numel());
+  double m = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.item(i) - b.item(i)));
+  return m;
 }
 
 // Gradient check in double (tight) and then in float (loose, through the f32 kernels).

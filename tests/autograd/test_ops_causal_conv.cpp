@@ -10,18 +10,8 @@
 
 using namespace shamn;
 using test::check_gradients;
+using test::max_abs_diff;
 using test::random_tensor;
-
-namespace {
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.numel() == b.numel());
-  double m = 0.0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.item(i) - b.item(i)));
-  return m;
-}
-
-}  // namespace
 
 TEST_CASE("causal_conv: conv[d, 0] weighs the current token, each sequence starts fresh",
           "[conv]") {

@@ -12,17 +12,11 @@
 
 using namespace shamn;
 using test::check_gradients;
+using test::max_abs_diff;
 using test::random_indices;
 using test::random_tensor;
 
 namespace {
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.numel() == b.numel());
-  double m = 0.0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.item(i) - b.item(i)));
-  return m;
-}
 
 double max_abs(const Tensor& a) {
   double m = 0.0;
