@@ -21,12 +21,14 @@
 // GotoBLAS/BLIS-style single-precision GEMM.
 //
 // Loop nest (C row-major, vectors run along N):
-//   jc: N in NC columns        B panel [KC, NC] packed once, shared by all threads
-//   pc: K in KC                (sequential: every C element sums over K in this order)
-//   ic: M in MC rows           parallel; each task packs its own A block [MC, KC]
-//   ir: MR rows of the block   A micro-panel [MR, KC] stays in L1
-//   jr: NR columns of panel    B micro-panels stream from L2
-//   micro-kernel: C[MR, NR] (+)= alpha * A[MR, KC] * B[KC, NR]
+//   jc: N in NC columns   B panel [KC, NC] packed once per (jc, pc), shared by threads
+//   pc: K in KC           sequential: every C element sums its K blocks in this order
+//   ir: MR rows of C      parallel; each unit packs its A micro-panel [MR, KC] just
+//                         before use, so it sits in L1 for the whole jr sweep
+//   jr: NR columns        B micro-panels [KC, NR] stream from L2/L3
+//   micro-kernel: C[MR, NR] = alpha * A[MR, KC] * B[KC, NR] + beta' * C
+// There is no MC block: with the A micro-panel resident in L1 and the B panel read
+// sequentially, an L2-sized A block bought nothing in measurements.
 // Threads only ever split M (and N when M is short), never K, so each element of C is
 // produced by one kernel call per KC block in a fixed order: bit-identical results for
 // any thread count.
@@ -34,40 +36,36 @@
 namespace shamn {
 namespace {
 
+// Register tile MR x NR and cache blocks, chosen by measurement on Zen4 (2 cores,
+// 32 KiB L1d and 1 MiB L2 per core; experiments/matmul.md). 8x32 keeps C in 16 of the
+// 32 zmm registers; it measured 1-3% faster than 14x32, 12x32 and 6x64, mostly because
+// it cuts the model's M (512, 2048, 4096) into an even number of panels, which keeps
+// both threads busy to the end. KC = 512 makes every K <= 512 product a single pass over C
+// (C is stored once, never re-read); the A micro-panel [8, 512] is 16 KiB and stays
+// in L1 while B micro-panels stream past it from L2/L3.
 #if defined(__AVX512F__)
-#ifndef SHAMN_GEMM_MR
-#define SHAMN_GEMM_MR 14
-#endif
-constexpr int MR = SHAMN_GEMM_MR;
+constexpr int MR = 8;
 constexpr int NR = 32;
 #elif defined(__AVX2__) && defined(__FMA__)
-constexpr int MR = 6;
+constexpr int MR = 6;  // 12 ymm accumulators + 2 for B + 1 broadcast = 15 of 16
 constexpr int NR = 16;
 #else
-constexpr int MR = 4;
-constexpr int NR = 16;
+constexpr int MR = 4;  // 8 accumulator registers even with 128-bit SSE2 (16 registers)
+constexpr int NR = 8;
 #endif
+constexpr int64_t KC = 512;
+constexpr int64_t NC = 1024 / NR * NR;  // B panel [KC, NC] = 2 MiB: shared via L3
 
-#ifndef SHAMN_GEMM_KC
-#define SHAMN_GEMM_KC 256
-#endif
-#ifndef SHAMN_GEMM_NC
-#define SHAMN_GEMM_NC 512
-#endif
-constexpr int64_t KC = SHAMN_GEMM_KC;
-constexpr int64_t NC = SHAMN_GEMM_NC / NR * NR;
+// Also split B's columns between threads when M has fewer micro-panels than this per
+// thread and they do not divide evenly (otherwise one thread would finish last by a
+// whole panel).
+constexpr int64_t kBalancePanels = 16;
+// Most A micro-panels per scheduling unit: big enough to amortise task overhead, small
+// enough for TBB to rebalance when a core is busy with something else.
+constexpr int64_t kUnitGrain = 4;
 
-#ifndef SHAMN_GEMM_BAL
-#define SHAMN_GEMM_BAL 16
-#endif
-#ifndef SHAMN_GEMM_GRAIN
-#define SHAMN_GEMM_GRAIN 4
-#endif
-// Split B's columns between threads too when M has fewer micro-panels than this per
-// thread and they do not divide evenly.
-constexpr int64_t kBalancePanels = SHAMN_GEMM_BAL;
-// Most A micro-panels per scheduling unit.
-constexpr int64_t kUnitGrain = SHAMN_GEMM_GRAIN;
+// Fewer multiply-adds than this: single-threaded.
+constexpr int64_t kParallelWork = int64_t{1} << 21;
 
 // Products with at most this many rows of op(A) skip packing: packing B costs about as
 // much as multiplying a few rows by it directly (measured crossover ~3 rows for B^T,
@@ -123,8 +121,8 @@ class ScratchLease {
 thread_local Scratch tls_apack;
 thread_local Scratch tls_bpack;
 
-// Packed panels are padded by one vector so that vector stores of a partial last row
-// during packing stay inside the buffer.
+// Slack after each packed buffer, so that a stray full-vector access at a panel's end
+// can never leave the allocation.
 constexpr size_t kPackPad = 64;
 
 // ---------------------------------------------------------------------------------
@@ -262,12 +260,6 @@ void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc,
 #if defined(__AVX512F__)
 
 constexpr int NV = NR / 16;
-#ifndef SHAMN_GEMM_PF
-#define SHAMN_GEMM_PF 0
-#endif
-#ifndef SHAMN_GEMM_PFD
-#define SHAMN_GEMM_PFD 32
-#endif
 
 inline __m512 combine(__m512 acc, const float* p, __mmask16 m, float alpha, float beta,
                       bool full) {
@@ -278,6 +270,9 @@ inline __m512 combine(__m512 acc, const float* p, __mmask16 m, float alpha, floa
   return _mm512_fmadd_ps(_mm512_set1_ps(beta), old, r);
 }
 
+// AVX-512: A panel [8, kc] (8 floats per k, broadcast one at a time), B panel [kc, 32]
+// (two zmm per k), C tile [8, 32] in 16 zmm accumulators; edge tiles store through
+// lane masks, so they round exactly like interior ones.
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
                   float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
   __m512 acc[MR][NV];
@@ -299,22 +294,13 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     a += MR;
     b += NR;
   };
-#if SHAMN_GEMM_PF == 1
+  // Pull the C tile toward L1 now: its rows are ldc apart, so no hardware prefetcher
+  // predicts them, and a miss at the end of the K loop would stall the whole tile.
   for (int i = 0; i < mr; ++i)
-    for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + v * 16), _MM_HINT_T0);
-#endif
-#if SHAMN_GEMM_PF == 2
-  const int64_t k_main = kc > SHAMN_GEMM_PFD ? kc - SHAMN_GEMM_PFD : 0;
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < k_main; ++k) step();
-  for (int i = 0; i < mr; ++i)
-    for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + v * 16), _MM_HINT_T0);
-#pragma GCC unroll 4
-  for (int64_t k = k_main; k < kc; ++k) step();
-#else
+    for (int v = 0; v < NV; ++v)
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + v * 16), _MM_HINT_T0);
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) step();
-#endif
 
   if (mr == MR && nr == NR) {
 #pragma GCC unroll 32
@@ -344,6 +330,8 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 
 constexpr int NV = NR / 8;
 
+// AVX2: A panel [6, kc], B panel [kc, 16] (two ymm per k), C tile [6, 16] in 12 ymm
+// accumulators.
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
                   float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
   __m256 acc[MR][NV];
@@ -352,6 +340,8 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
 
+  for (int i = 0; i < mr; ++i)  // see the AVX-512 kernel
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     __m256 bv[NV];
@@ -388,7 +378,11 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
   // Edge tile: spill to a buffer and finish element by element (same arithmetic as
   // the vector path, so edge and interior elements round alike).
   alignas(32) float tile[MR][NR];
+  // Fully unrolled so acc is only ever indexed by constants and stays in registers
+  // (a runtime index here makes GCC keep all of acc in memory, in the K loop too).
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) _mm256_store_ps(&tile[i][v * 8], acc[i][v]);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) {
@@ -405,6 +399,8 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 
 #else
 
+// Portable: A panel [4, kc], B panel [kc, 8], C tile [4, 8] in a local array the
+// compiler keeps in vector registers where it can.
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
                   float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
   float acc[MR][NR] = {};
@@ -535,7 +531,10 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
   ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
   float* bp = bpack.get();
 
-  const int threads = num_threads();
+  // Small products run on the calling thread: waking a TBB worker costs about as much
+  // as the whole product below ~128^3 (measured: no 2-thread speedup up to 192^3).
+  const bool serial = M * N * K < kParallelWork;
+  const int threads = serial ? 1 : num_threads();
   const int64_t m_panels = ceil_div(M, MR);
 
   for (int64_t jc = 0; jc < N; jc += NC) {
@@ -550,13 +549,15 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
     const int64_t group_panels = ceil_div(n_panels, n_groups);
     n_groups = ceil_div(n_panels, group_panels);
     const int64_t units = n_groups * m_panels;
-    const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(kUnitGrain, units / (4 * threads)));
+    const int64_t grain =
+        serial ? units : std::max<int64_t>(1, std::min<int64_t>(kUnitGrain, units / (4 * threads)));
+    const int64_t pack_grain = serial ? n_panels : 4;
 
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
       const float beta_k = pc == 0 ? beta : 1.0f;
 
-      parallel_for(0, n_panels, 4, [&](int64_t lo, int64_t hi) {
+      parallel_for(0, n_panels, pack_grain, [&](int64_t lo, int64_t hi) {
         for (int64_t q = lo; q < hi; ++q) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
           pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);

@@ -183,11 +183,16 @@ TEMPLATE_TEST_CASE("gemm with beta == 0 ignores NaN in C", "[gemm]", float, doub
   using T = TestType;
   const T nan = std::numeric_limits<T>::quiet_NaN();
   uint32_t seed = 3000;
-  // A small shape (direct path) and ones large enough for the packed path.
-  for (int64_t n : {int64_t{7}, int64_t{65}, int64_t{129}})
+  struct Dims {
+    int64_t M, N, K;
+  };
+  // One row (unpacked path), small and larger packed shapes, and K = 600, which spans
+  // two K blocks (only the first may ignore C).
+  const Dims dims[] = {{1, 9, 8}, {7, 9, 8}, {65, 67, 66}, {129, 131, 600}};
+  for (const Dims& d : dims)
     for (Trans ta : kTrans)
       for (Trans tb : kTrans) {
-        Problem<T> p(ta, tb, n, n + 2, n + 1, T(2), T(0), 1, seed++);
+        Problem<T> p(ta, tb, d.M, d.N, d.K, T(2), T(0), 1, seed++);
         std::vector<T> c_nan(p.c0.size(), nan);
         const std::vector<T> got = p.run_fast(c_nan);
         const std::vector<T> want = p.run_naive();
@@ -272,4 +277,27 @@ TEST_CASE("gemm double is bit-identical with 1 and 2 threads", "[gemm][threads]"
   shamn::set_num_threads(2);
   const std::vector<double> two = p.run_fast(p.c0);
   CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(double)) == 0);
+}
+
+TEST_CASE("gemm float gives the same bits when called from inside parallel tasks",
+          "[gemm][threads]") {
+  // Concurrent calls, each with its own parallel loops nested inside an outer task:
+  // every call needs private packing buffers to match the sequential results.
+  std::vector<Problem<float>> problems;
+  for (uint32_t t = 0; t < 24; ++t)
+    problems.emplace_back(t % 2 ? Trans::yes : Trans::no, t % 3 ? Trans::no : Trans::yes, 160,
+                          130 + t, 200, 1.0f, 0.0f, 0, 6000 + t);
+  std::vector<std::vector<float>> sequential, nested(problems.size());
+  for (const auto& p : problems) sequential.push_back(p.run_fast(p.c0));
+  shamn::parallel_for(0, static_cast<int64_t>(problems.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const auto& p = problems[static_cast<size_t>(t)];
+      nested[static_cast<size_t>(t)] = p.run_fast(p.c0);
+    }
+  });
+  for (size_t t = 0; t < problems.size(); ++t) {
+    INFO(problems[t].describe());
+    CHECK(std::memcmp(sequential[t].data(), nested[t].data(),
+                      sequential[t].size() * sizeof(float)) == 0);
+  }
 }
