@@ -38,11 +38,12 @@ namespace {
 
 // Register tile MR x NR and cache blocks, chosen by measurement on Zen4 (2 cores,
 // 32 KiB L1d and 1 MiB L2 per core; experiments/matmul.md). 8x32 keeps C in 16 of the
-// 32 zmm registers; it measured 1-3% faster than 14x32, 12x32 and 6x64, mostly because
-// it cuts the model's M (512, 2048, 4096) into an even number of panels, which keeps
-// both threads busy to the end. KC = 512 makes every K <= 512 product a single pass over C
-// (C is stored once, never re-read); the A micro-panel [8, 512] is 16 KiB and stays
-// in L1 while B micro-panels stream past it from L2/L3.
+// 32 zmm registers. Per call it is as fast as 14x32, 12x32 or 6x64 (the FMA pipe, not
+// the loads, is the limit), but it cuts the model's M (512, 2048, 4096) into an even
+// number of panels, which keeps both threads busy to the end. KC = 512 makes every
+// K <= 512 product a single pass over C (C is stored once, never re-read); the A
+// micro-panel [8, 512] is 16 KiB and stays in L1 while B micro-panels stream past it
+// from L2/L3.
 #if defined(__AVX512F__)
 constexpr int MR = 8;
 constexpr int NR = 32;
@@ -68,8 +69,8 @@ constexpr int64_t kUnitGrain = 4;
 constexpr int64_t kParallelWork = int64_t{1} << 21;
 
 // Products with at most this many rows of op(A) skip packing: packing B costs about as
-// much as multiplying a few rows by it directly (measured crossover ~3 rows for B^T,
-// where the direct path uses dot products, ~6 rows for B).
+// much as multiplying a few rows by it directly (measured crossover: ~2 rows for B^T,
+// where the direct path uses dot products, ~4 rows for B).
 constexpr int64_t kDirectRowsBt = 2;
 constexpr int64_t kDirectRowsB = 4;
 

@@ -4,7 +4,10 @@
 // Each benchmark is named  <library>/<shape>/threads:<n>/real_time  and reports the
 // counter FLOPs: 2*M*N*K floating-point operations per second ("85.2G/s" = 85.2 GFLOP/s).
 //
-//   bench_matmul --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   bench_matmul --benchmark_enable_random_interleaving=true
+//                --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
+// (experiments/matmul.md: on a shared machine, interleaving spreads other jobs' load
+// bursts over both libraries instead of one group of benchmarks).
 #include <cblas.h>
 
 #include <benchmark/benchmark.h>
