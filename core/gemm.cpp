@@ -17,6 +17,7 @@
 #include "core/aligned.h"
 #include "core/check.h"
 #include "core/parallel.h"
+#include "core/scratch.h"
 
 // GotoBLAS/BLIS-style single-precision GEMM.
 //
@@ -74,53 +75,9 @@ constexpr int64_t kParallelWork = int64_t{1} << 21;
 constexpr int64_t kDirectRowsBt = 2;
 constexpr int64_t kDirectRowsB = 4;
 
-// ---------------------------------------------------------------------------------
-// Scratch buffers. Each thread keeps one buffer per role and grows it on demand.
-// TBB may run an unrelated task (which may itself call gemm) on a thread that is
-// waiting inside parallel_for while its buffer is in use; such a nested call gets
-// a fresh allocation instead of clobbering the outer call's panel.
-struct Scratch {
-  float* ptr = nullptr;
-  size_t cap = 0;  // floats
-  bool busy = false;
-  ~Scratch() { aligned_free(ptr); }
-};
-
-class ScratchLease {
- public:
-  ScratchLease(Scratch& s, size_t n) {
-    if (!s.busy) {
-      if (s.cap < n) {
-        aligned_free(s.ptr);
-        s.ptr = nullptr;
-        s.cap = 0;
-        s.ptr = static_cast<float*>(aligned_alloc_bytes(n * sizeof(float)));
-        s.cap = n;
-      }
-      s.busy = true;
-      owner_ = &s;
-      ptr_ = s.ptr;
-    } else {
-      own_ = static_cast<float*>(aligned_alloc_bytes(n * sizeof(float)));
-      ptr_ = own_;
-    }
-  }
-  ~ScratchLease() {
-    if (owner_) owner_->busy = false;
-    aligned_free(own_);
-  }
-  ScratchLease(const ScratchLease&) = delete;
-  ScratchLease& operator=(const ScratchLease&) = delete;
-  float* get() const { return ptr_; }
-
- private:
-  Scratch* owner_ = nullptr;
-  float* own_ = nullptr;
-  float* ptr_ = nullptr;
-};
-
-thread_local Scratch tls_apack;
-thread_local Scratch tls_bpack;
+// Packed panels live in per-thread scratch slots (core/scratch.h).
+thread_local ScratchSlot tls_apack;
+thread_local ScratchSlot tls_bpack;
 
 // Slack after each packed buffer, so that a stray full-vector access at a panel's end
 // can never leave the allocation.

@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/kernels/block_sparse_scratch.h"
 #include "core/kernels/block_sparse_simd.h"
 #include "core/kernels/elementwise.h"
 #include "core/parallel.h"
+#include "core/scratch.h"
 
 // Fast kernels (block sizes that are multiples of 16; others take the naive loops).
 //
@@ -46,8 +46,9 @@ void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
 namespace {
 
 using bsr::kVec;
-using bsr::ScratchLease;
-using bsr::ScratchSlot;
+// Every scratch buffer gets one cache line of slack past its end, so a full-vector
+// access at a panel's edge stays inside the allocation.
+constexpr size_t kScratchSlack = 16;
 using bsr::tile_kernel;
 
 #ifndef SHAMN_BSR_TILE_FLOATS
@@ -145,7 +146,7 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
 
   // wp[r][j][m][k][q] = values[r, m, j*NR + q, k]: the (m, k) chain of output
   // columns j*NR.. of block row r, k-major.
-  ScratchLease wlease(tls_weights, static_cast<size_t>(d.value_count()));
+  ScratchLease wlease(tls_weights, static_cast<size_t>(d.value_count()) + kScratchSlack);
   float* wp = wlease.get();
   parallel_for(0, nob * a, 4, [&](int64_t lo, int64_t hi) {
     for (int64_t blk = lo; blk < hi; ++blk) {
@@ -159,7 +160,7 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
   const std::vector<int32_t> used = used_column_blocks(col_index, d);
   const TokenTiling tt = plan_tokens(n, d.in, MR, nob);
   parallel_for(0, tt.tiles * tt.groups, 1, [&](int64_t lo, int64_t hi) {
-    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.in));
+    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.in) + kScratchSlack);
     float* xp = tlease.get();  // xp[p][col][MR]: x rows of panel p, column-major
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t tile = u / tt.groups, g = u % tt.groups;
@@ -222,7 +223,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values,
   // wt[c][j][e][i][q] = values[block_e, i, j*NR + q] for the blocks e of column c: the
   // (e, i) chain of input columns c*b + j*NR.., k-major. Panel (c, j) sits at
   // (start[c]*jn + j*count_c) * b * NR.
-  ScratchLease wlease(tls_weights, static_cast<size_t>(d.value_count()));
+  ScratchLease wlease(tls_weights, static_cast<size_t>(d.value_count()) + kScratchSlack);
   float* wt = wlease.get();
   parallel_for(0, nib, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
@@ -237,7 +238,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values,
 
   const TokenTiling tt = plan_tokens(n, d.out, MR, nib);
   parallel_for(0, tt.tiles * tt.groups, 1, [&](int64_t lo, int64_t hi) {
-    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.out));
+    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.out) + kScratchSlack);
     float* gp = tlease.get();  // gp[p][col][MR]: dy rows of panel p, column-major
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t tile = u / tt.groups, g = u % tt.groups;
@@ -279,7 +280,7 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x,
   // Per chunk of kc tokens, every block row's band of dy and every used column
   // block's band of x, each made contiguous: gc[r][t][b], xc[c][t][b]. A tile reads
   // MR (NR) floats of each b-float row.
-  ScratchLease clease(tls_chunk, static_cast<size_t>((d.out + d.in) * kc_max));
+  ScratchLease clease(tls_chunk, static_cast<size_t>((d.out + d.in) * kc_max) + kScratchSlack);
   float* gc = clease.get();
   float* xc = gc + d.out * kc_max;
   // Chunks run in order, so dvalues sums its tokens chunk by chunk, always alike.

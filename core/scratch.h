@@ -1,16 +1,15 @@
 #pragma once
-// Internal to the block-sparse kernels: reusable per-thread packing buffers.
-//
-// Each thread keeps one aligned buffer per role and grows it on demand, so packing
-// does not page-fault fresh memory on every call. TBB may run an unrelated task
-// (which may itself call these kernels) on a thread that waits inside parallel_for
-// while its buffer is leased; such a nested lease gets a private allocation instead
-// of clobbering the outer one.
+// Reusable per-thread float buffers for kernels' packed operands. Each thread
+// keeps one slot per role (a thread_local ScratchSlot) and grows it on demand, so
+// packing does not page-fault fresh memory on every call. oneTBB may run an
+// unrelated task (which may itself call the same kernel) on a thread that waits
+// inside parallel_for while its slot is leased; such a nested lease gets a
+// private allocation instead of clobbering the outer one.
 #include <cstddef>
 
 #include "core/aligned.h"
 
-namespace shamn::bsr {
+namespace shamn {
 
 struct ScratchSlot {
   float* ptr = nullptr;
@@ -19,22 +18,21 @@ struct ScratchSlot {
   ~ScratchSlot() { aligned_free(ptr); }
 };
 
+// At least `floats` floats, 64-byte aligned, until the lease ends.
 class ScratchLease {
  public:
-  // `floats` plus one cache line of slack, 64-byte aligned.
   ScratchLease(ScratchSlot& slot, size_t floats) {
-    const size_t n = floats + 16;
     if (slot.busy) {
-      own_ = static_cast<float*>(aligned_alloc_bytes(n * sizeof(float)));
+      own_ = static_cast<float*>(aligned_alloc_bytes(floats * sizeof(float)));
       ptr_ = own_;
       return;
     }
-    if (slot.cap < n) {
+    if (slot.cap < floats) {
       aligned_free(slot.ptr);
       slot.ptr = nullptr;
       slot.cap = 0;
-      slot.ptr = static_cast<float*>(aligned_alloc_bytes(n * sizeof(float)));
-      slot.cap = n;
+      slot.ptr = static_cast<float*>(aligned_alloc_bytes(floats * sizeof(float)));
+      slot.cap = floats;
     }
     slot.busy = true;
     slot_ = &slot;
@@ -54,4 +52,4 @@ class ScratchLease {
   float* ptr_ = nullptr;
 };
 
-}  // namespace shamn::bsr
+}  // namespace shamn
