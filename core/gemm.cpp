@@ -16,6 +16,7 @@
 
 #include "core/aligned.h"
 #include "core/check.h"
+#include "core/kernels/vec16.h"
 #include "core/parallel.h"
 #include "core/scratch.h"
 
@@ -90,38 +91,6 @@ constexpr size_t kPackPad = 64;
 
 #if defined(__AVX512F__)
 
-// In-register transpose of 16 rows of 16 floats: afterwards r[k] holds column k.
-inline void transpose16x16(__m512 r[16]) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // Each 128-bit lane L of r[4g + j] now holds rows 4g..4g+3 of column 4L + j.
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    r[4 * g + 0] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], 0x44);
-    r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], 0xEE);
-    r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-    r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-  }
-  // Gather lane L of the four row groups into column 4L + j.
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512 s0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-    const __m512 s1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
-    const __m512 s2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    const __m512 s3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
-    t[j] = _mm512_shuffle_f32x4(s0, s2, 0x88);
-    t[8 + j] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
-    t[4 + j] = _mm512_shuffle_f32x4(s1, s3, 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-
 // dst[k * stride + r] = src[r * ld + k] for k < kc and r < lanes (<= 16); source rows
 // at or beyond `rows` read as zero.
 void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst,
@@ -135,7 +104,7 @@ void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* 
     for (int i = 0; i < 16; ++i)
       r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + k0)
                       : _mm512_setzero_ps();
-    transpose16x16(r);
+    vec16::transpose_16x16(r);
     float* d = dst + k0 * stride;
     if (kn == 16) {
 #pragma GCC unroll 16

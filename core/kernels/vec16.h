@@ -134,4 +134,40 @@ inline F exp(F x) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// Transposes 16 rows of 16 floats in registers: afterwards r[k] holds column k.
+inline void transpose_16x16(__m512 r[16]) {
+  __m512 t[16];
+  // Interleave row pairs: lane L of t[2p] = rows 2p, 2p+1 at columns 4L, 4L+1.
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+  }
+  // Interleave pairs of pairs: lane L of u[4g + j] = column 4L + j of rows 4g..4g+3.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  // Column 4L + j gathers lane L of u[j], u[4 + j], u[8 + j], u[12 + j].
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[8 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+#endif
+
 }  // namespace shamn::vec16
