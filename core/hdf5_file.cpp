@@ -1,9 +1,5 @@
 #include "core/hdf5_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <filesystem>
 
 #include <hdf5.h>
@@ -42,13 +38,6 @@ hid_t native_type(DType dt) {
   return H5T_NATIVE_FLOAT;
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 }  // namespace
 
 std::string checkpoint_path(const std::string& group, const std::string& dotted) {
@@ -65,22 +54,15 @@ std::string dotted_name(const std::string& group, const std::string& dataset_pat
   return out;
 }
 
-Hdf5Writer::Hdf5Writer(const std::string& path) : path_(path) {
+Hdf5Writer::Hdf5Writer(const std::string& path) : path_(path), temp_(path) {
   silence_hdf5();
-  const std::filesystem::path target(path);
-  temp_path_ = (target.parent_path() / ("." + target.filename().string() + ".tmp." +
-                                        std::to_string(::getpid())))
-                   .string();
-  file_ = H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  SHAMN_INPUT_CHECK(file_ >= 0, "cannot create '", temp_path_, "' to write '", path,
+  file_ = H5Fcreate(temp_.temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  SHAMN_INPUT_CHECK(file_ >= 0, "cannot create '", temp_.temp_path(), "' to write '", path,
                     "' (does the directory exist and is it writable?)");
 }
 
 Hdf5Writer::~Hdf5Writer() {
-  if (file_ >= 0) {
-    H5Fclose(file_);
-    std::remove(temp_path_.c_str());
-  }
+  if (file_ >= 0) H5Fclose(file_);  // temp_ then removes the unfinished file
 }
 
 void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& tensor) {
@@ -123,16 +105,11 @@ void Hdf5Writer::set_int_attribute(const std::string& name, int64_t value) {
 
 void Hdf5Writer::commit() {
   SHAMN_CHECK(file_ >= 0, "Hdf5Writer::commit called twice for '", path_, "'");
-  SHAMN_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0, "flushing '", temp_path_, "' failed");
+  SHAMN_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0, "flushing '", temp_.temp_path(),
+              "' failed");
   H5Fclose(file_);
   file_ = -1;
-  fsync_path(temp_path_, false);
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    std::remove(temp_path_.c_str());
-    SHAMN_INPUT_CHECK(false, "cannot move the finished file into place at '", path_, "'");
-  }
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
-  fsync_path(dir.empty() ? "." : dir, true);
+  temp_.commit();
 }
 
 Hdf5Reader::Hdf5Reader(const std::string& path) : path_(path) {

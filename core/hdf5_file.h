@@ -1,12 +1,12 @@
 #pragma once
 // Named tensors and root attributes in HDF5 files (C API), for checkpoints.
-// Paths are HDF5 paths ("/model/embed/table"). Writes go to a temporary file in
-// the same directory that commit() fsyncs and renames over the target, so a crash
-// or an error never leaves a half-written file under the real name.
+// Paths are HDF5 paths ("/model/embed/table"). Writes go through an AtomicFile, so
+// a crash or an error never leaves a half-written file under the real name.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/tensor.h"
 
 namespace shamn {
@@ -24,7 +24,8 @@ class Hdf5Writer {
   void commit();
 
  private:
-  std::string path_, temp_path_;
+  std::string path_;
+  AtomicFile temp_;
   int64_t file_ = -1;
 };
 

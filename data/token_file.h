@@ -1,8 +1,12 @@
 #pragma once
-// Token files in llm.c's format, read through mmap (no copy into RAM):
-// a 1024-byte header of 256 int32 (magic 20240520 + version 1 for uint16 tokens,
-// magic 20240801 + version 7 for uint32 tokens; header[2] = token count), then
-// the tokens.
+// Token files, read through a read-only shared mmap: nothing is copied into RAM, and
+// with MADV_RANDOM the kernel pages in only the windows that batches touch.
+// - llmc: llm.c's format, a 1024-byte header of 256 int32 (magic 20240520 + version 1
+//   for uint16 tokens, magic 20240801 + version 7 for uint32 tokens; header[2] = token
+//   count), then the tokens;
+// - u16: headerless raw uint16 tokens (nanoGPT's train.bin).
+// Every error names the file and the byte offset at fault.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,30 +19,58 @@ inline constexpr int32_t kTokenMagicU16 = 20240520;
 inline constexpr int32_t kTokenMagicU32 = 20240801;
 inline constexpr int64_t kTokenHeaderBytes = 1024;
 
+enum class TokenFormat { llmc, u16 };
+
+// "llmc" | "u16" (config values); throws InputError listing the valid names.
+TokenFormat token_format_from_string(const std::string& name);
+
 class TokenFile {
  public:
-  explicit TokenFile(const std::string& path);  // checks magic, version, size
-  ~TokenFile();
+  // Checks the header (llmc) or the size (u16); throws InputError naming the file.
+  explicit TokenFile(const std::string& path, TokenFormat format = TokenFormat::llmc);
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
   const std::string& path() const { return path_; }
   int64_t size() const { return count_; }
   int bytes_per_token() const { return token_bytes_; }
+  int64_t byte_offset(int64_t i) const { return header_bytes_ + i * token_bytes_; }
   uint32_t token(int64_t i) const;
-  // Copies tokens [begin, begin + n) into an int32 tensor, checking each < vocab
-  // (errors name the file and the token's offset).
+
+  // Copies tokens [begin, begin + n) into out as int32 and returns the index of the
+  // first token >= vocab, or -1. It does not throw so that parallel callers can report
+  // the first bad token in a fixed order (throw_bad_token), whatever the thread count.
+  int64_t copy_checked(int64_t begin, int64_t n, int64_t vocab, int32_t* out) const;
+  [[noreturn]] void throw_bad_token(int64_t index, int64_t vocab) const;
+  // Throws InputError unless [begin, begin + n) lies inside the file.
+  void check_range(int64_t begin, int64_t n) const;
+
+  // Tokens [begin, begin + n) as an int32 tensor, each checked < vocab.
   Tensor window(int64_t begin, int64_t n, int64_t vocab) const;
 
  private:
+  // Unmaps in its destructor, so a constructor that throws after mmap leaks nothing.
+  struct Mapping {
+    const uint8_t* data = nullptr;
+    size_t bytes = 0;
+    Mapping() = default;
+    Mapping(const Mapping&) = delete;
+    Mapping& operator=(const Mapping&) = delete;
+    ~Mapping();
+  };
+  void read_llmc_header();
+  void read_u16_size();
+
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t map_bytes_ = 0;
+  Mapping map_;
+  int64_t file_bytes_ = 0;
+  int64_t header_bytes_ = 0;
   int64_t count_ = 0;
   int token_bytes_ = 2;
 };
 
-// Writes tokens in the same format (uint16 when every token fits, else uint32).
+// Writes tokens in llm.c's format (uint16 when every token fits, else uint32),
+// atomically: a failed write leaves nothing at `path` (see core/atomic_file.h).
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens);
 
 }  // namespace shamn
