@@ -1,6 +1,8 @@
 #include "core/config_table.h"
 
+#include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -12,6 +14,7 @@ namespace shamn {
 struct ConfigTable::Impl {
   toml::table root;
   std::string origin;
+  std::set<std::string> overridden;  // keys set by --set: errors name the override
 };
 
 namespace {
@@ -28,17 +31,24 @@ std::string type_name(const toml::node& n) {
   }
 }
 
-std::string location(const std::string& origin, const toml::node& n) {
+}  // namespace
+
+// A value set by `--set key=value` is located by its override, not a file line.
+std::string ConfigTable::location(const std::string& key, const void* node) const {
+  if (impl_->overridden.count(key)) return "--set " + key;
   std::ostringstream out;
-  out << origin << ":" << n.source().begin.line;
+  out << impl_->origin << ":" << static_cast<const toml::node*>(node)->source().begin.line;
   return out.str();
 }
 
-[[noreturn]] void type_error(const std::string& origin, const toml::node& n,
-                             const std::string& key, const char* expected, const char* hint) {
-  throw InputError(location(origin, n) + ": key '" + key + "' must be " + expected + ", got " +
+void ConfigTable::type_error(const std::string& key, const void* node, const char* expected,
+                             const char* hint) const {
+  const auto& n = *static_cast<const toml::node*>(node);
+  throw InputError(location(key, node) + ": key '" + key + "' must be " + expected + ", got " +
                    type_name(n) + hint);
 }
+
+namespace {
 
 }  // namespace
 
@@ -77,7 +87,7 @@ bool ConfigTable::has(const std::string& key) const { return find(impl_->root, k
 std::optional<int64_t> ConfigTable::get_int(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   if (!n) return std::nullopt;
-  if (!n->is_integer()) type_error(impl_->origin, *n, key, "an integer", "");
+  if (!n->is_integer()) type_error(key, n, "an integer", "");
   return n->as_integer()->get();
 }
 
@@ -85,7 +95,7 @@ std::optional<double> ConfigTable::get_float(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   if (!n) return std::nullopt;
   if (!n->is_floating_point())
-    type_error(impl_->origin, *n, key, "a float",
+    type_error(key, n, "a float",
                n->is_integer() ? " (write it with a decimal point, e.g. 0.0)" : "");
   return n->as_floating_point()->get();
 }
@@ -93,24 +103,24 @@ std::optional<double> ConfigTable::get_float(const std::string& key) const {
 std::optional<bool> ConfigTable::get_bool(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   if (!n) return std::nullopt;
-  if (!n->is_boolean()) type_error(impl_->origin, *n, key, "a bool (true or false)", "");
+  if (!n->is_boolean()) type_error(key, n, "a bool (true or false)", "");
   return n->as_boolean()->get();
 }
 
 std::optional<std::string> ConfigTable::get_string(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   if (!n) return std::nullopt;
-  if (!n->is_string()) type_error(impl_->origin, *n, key, "a string", "");
+  if (!n->is_string()) type_error(key, n, "a string", "");
   return n->as_string()->get();
 }
 
 std::optional<std::vector<int64_t>> ConfigTable::get_int_array(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   if (!n) return std::nullopt;
-  if (!n->is_array()) type_error(impl_->origin, *n, key, "an array of integers", "");
+  if (!n->is_array()) type_error(key, n, "an array of integers", "");
   std::vector<int64_t> out;
   for (const toml::node& item : *n->as_array()) {
-    if (!item.is_integer()) type_error(impl_->origin, item, key, "an array of integers", "");
+    if (!item.is_integer()) type_error(key, &item, "an array of integers", "");
     out.push_back(item.as_integer()->get());
   }
   return out;
@@ -118,7 +128,7 @@ std::optional<std::vector<int64_t>> ConfigTable::get_int_array(const std::string
 
 std::string ConfigTable::where(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
-  return n ? location(impl_->origin, *n) : impl_->origin;
+  return n ? location(key, n) : impl_->origin;
 }
 
 void ConfigTable::reject_unknown(const std::string& table,
@@ -127,7 +137,7 @@ void ConfigTable::reject_unknown(const std::string& table,
   if (!n || !n->is_table()) return;
   for (const auto& [k, child] : *n->as_table()) {
     const std::string key = table.empty() ? std::string(k.str()) : table + "." + std::string(k.str());
-    SHAMN_INPUT_CHECK(known.count(key), location(impl_->origin, child), ": unknown key '", key,
+    SHAMN_INPUT_CHECK(known.count(key), location(key, &child), ": unknown key '", key,
                       "'");
     if (child.is_table()) reject_unknown(key, known);
   }
@@ -158,6 +168,33 @@ void ConfigTable::set_from_text(const std::string& assignment) {
     table = child->as_table();
   }
   table->insert_or_assign(key.substr(start), *parsed.get("v"));
+  impl_->overridden.insert(key);
+}
+
+std::string toml_float(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  std::string str = s.str();
+  if (str.find_first_of(".eEni") == std::string::npos) str += ".0";  // "inf"/"nan" stay
+  return str;
+}
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace shamn

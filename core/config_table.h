@@ -37,8 +37,18 @@ class ConfigTable {
   void set_from_text(const std::string& assignment);
 
  private:
+  // `node` is a toml::node (kept out of this header).
+  std::string location(const std::string& key, const void* node) const;
+  [[noreturn]] void type_error(const std::string& key, const void* node, const char* expected,
+                               const char* hint) const;
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
+
+// TOML literals for writing configs back: a float always with a decimal point or
+// exponent (17 significant digits, so it reads back exactly), a string quoted and
+// escaped.
+std::string toml_float(double v);
+std::string toml_string(const std::string& s);
 
 }  // namespace shamn

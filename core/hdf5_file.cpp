@@ -1,8 +1,10 @@
 #include "core/hdf5_file.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <hdf5.h>
+#include <zlib.h>
 
 #include "core/check.h"
 
@@ -36,6 +38,22 @@ hid_t native_type(DType dt) {
     case DType::u8: return H5T_NATIVE_UINT8;
   }
   return H5T_NATIVE_FLOAT;
+}
+
+// The attribute every dataset carries: CRC-32 (zlib's, the one gzip and PNG use)
+// of the values' bytes as stored in memory on a little-endian machine.
+constexpr const char* kChecksumAttribute = "crc32";
+
+uint32_t checksum(const Tensor& t) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(t.raw_data());
+  for (int64_t left = t.nbytes(); left > 0;) {
+    const uInt n = static_cast<uInt>(std::min<int64_t>(left, int64_t{1} << 30));
+    crc = crc32(crc, p, n);
+    p += n;
+    left -= n;
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 }  // namespace
@@ -80,6 +98,13 @@ void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& ten
     SHAMN_CHECK(H5Dwrite(dataset.id, native_type(tensor.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                          tensor.raw_data()) >= 0,
                 "writing dataset '", dataset_path, "' to '", path_, "' failed (disk full?)");
+  const uint32_t crc = checksum(tensor);
+  Handle attr_space{H5Screate(H5S_SCALAR), H5Sclose};
+  Handle attr{H5Acreate2(dataset.id, kChecksumAttribute, H5T_NATIVE_UINT32, attr_space.id,
+                         H5P_DEFAULT, H5P_DEFAULT),
+              H5Aclose};
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_UINT32, &crc) >= 0,
+              "writing the checksum of '", dataset_path, "' to '", path_, "' failed");
 }
 
 void Hdf5Writer::set_string_attribute(const std::string& name, const std::string& value) {
@@ -100,6 +125,15 @@ void Hdf5Writer::set_int_attribute(const std::string& name, int64_t value) {
                          H5P_DEFAULT),
               H5Aclose};
   SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_INT64, &value) >= 0,
+              "writing attribute '", name, "' to '", path_, "' failed");
+}
+
+void Hdf5Writer::set_float_attribute(const std::string& name, double value) {
+  Handle space{H5Screate(H5S_SCALAR), H5Sclose};
+  Handle attr{H5Acreate2(file_, name.c_str(), H5T_NATIVE_DOUBLE, space.id, H5P_DEFAULT,
+                         H5P_DEFAULT),
+              H5Aclose};
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_DOUBLE, &value) >= 0,
               "writing attribute '", name, "' to '", path_, "' failed");
 }
 
@@ -190,6 +224,17 @@ Tensor Hdf5Reader::read_tensor(const std::string& dataset_path) const {
                               t.raw_data()) >= 0,
                       "'", path_, "': reading dataset '", dataset_path,
                       "' failed (the file may be truncated)");
+  // Files written before checksums existed (or by other tools) have none to verify.
+  if (H5Aexists(dataset.id, kChecksumAttribute) > 0) {
+    Handle attr{H5Aopen(dataset.id, kChecksumAttribute, H5P_DEFAULT), H5Aclose};
+    uint32_t stored = 0;
+    SHAMN_INPUT_CHECK(attr.id >= 0 && H5Aread(attr.id, H5T_NATIVE_UINT32, &stored) >= 0, "'",
+                      path_, "': cannot read the checksum of '", dataset_path, "'");
+    const uint32_t actual = checksum(t);
+    SHAMN_INPUT_CHECK(stored == actual, "'", path_, "': dataset '", dataset_path,
+                      "' fails its checksum (stored crc32 ", stored, ", computed ", actual,
+                      "): the file is corrupt");
+  }
   return t;
 }
 
@@ -231,6 +276,18 @@ int64_t Hdf5Reader::int_attribute(const std::string& name) const {
                     "' is not an integer");
   int64_t value = 0;
   SHAMN_INPUT_CHECK(H5Aread(attr.id, H5T_NATIVE_INT64, &value) >= 0, "'", path_,
+                    "': cannot read attribute '", name, "'");
+  return value;
+}
+
+double Hdf5Reader::float_attribute(const std::string& name) const {
+  SHAMN_INPUT_CHECK(has_attribute(name), "'", path_, "' has no root attribute '", name, "'");
+  Handle attr{H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  Handle type{H5Aget_type(attr.id), H5Tclose};
+  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == H5T_FLOAT, "'", path_, "': attribute '", name,
+                    "' is not a float");
+  double value = 0;
+  SHAMN_INPUT_CHECK(H5Aread(attr.id, H5T_NATIVE_DOUBLE, &value) >= 0, "'", path_,
                     "': cannot read attribute '", name, "'");
   return value;
 }

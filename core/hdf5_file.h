@@ -2,6 +2,8 @@
 // Named tensors and root attributes in HDF5 files (C API), for checkpoints.
 // Paths are HDF5 paths ("/model/embed/table"). Writes go through an AtomicFile, so
 // a crash or an error never leaves a half-written file under the real name.
+// Every dataset carries a CRC-32 of its values (attribute `crc32`), verified
+// when it is read.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@ class Hdf5Writer {
   void write_tensor(const std::string& dataset_path, const Tensor& tensor);
   void set_string_attribute(const std::string& name, const std::string& value);  // on "/"
   void set_int_attribute(const std::string& name, int64_t value);                 // on "/"
+  void set_float_attribute(const std::string& name, double value);                // on "/"
   void commit();
 
  private:
@@ -45,6 +48,7 @@ class Hdf5Reader {
   bool has_attribute(const std::string& name) const;
   std::string string_attribute(const std::string& name) const;
   int64_t int_attribute(const std::string& name) const;
+  double float_attribute(const std::string& name) const;
 
  private:
   std::string path_;

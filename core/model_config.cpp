@@ -160,7 +160,7 @@ void ModelConfig::validate() const {
   if (!layers.empty()) memory().validate();
 }
 
-ModelConfig ModelConfig::from_table(const ConfigTable& t) {
+const std::set<std::string>& ModelConfig::known_keys() {
   static const std::set<std::string> known = {
       "model", "model.vocab_size", "model.dim", "model.n_layers",
       "model.embed", "model.embed.buckets", "model.embed.sparsity", "model.embed.hashes",
@@ -171,8 +171,12 @@ ModelConfig ModelConfig::from_table(const ConfigTable& t) {
       "model.memory.key_dim",
       "model.moe", "model.moe.groups", "model.moe.experts_per_group", "model.moe.group_k",
       "model.moe.k", "model.moe.hidden", "model.moe.sparsity", "model.moe.aux_coef"};
+  return known;
+}
+
+ModelConfig ModelConfig::from_table(const ConfigTable& t) {
   SHAMN_INPUT_CHECK(t.has("model"), t.origin(), ": the config has no [model] table");
-  t.reject_unknown("model", known);
+  t.reject_unknown("model", known_keys());
 
   auto required = [&](const std::string& key) {
     auto v = t.get_int(key);
@@ -220,15 +224,7 @@ std::string ModelConfig::to_toml() const {
   const MemoryOptions mem = memory();
   const MoeOptions mo = moe();
   std::ostringstream out;
-  out.precision(17);
-  auto f = [](double v) {  // always a float literal, never an integer
-    std::ostringstream s;
-    s.precision(17);
-    s << v;
-    std::string str = s.str();
-    if (str.find_first_of(".eE") == std::string::npos) str += ".0";
-    return str;
-  };
+  const auto f = toml_float;
   out << "[model]\nvocab_size = " << vocab_size << "\ndim = " << dim << "\nn_layers = " << n_layers
       << "\n\n[model.embed]\nbuckets = " << e.buckets << "\nsparsity = " << f(e.sparsity)
       << "\nhashes = " << e.hashes << "\ntie_head = " << (e.tie_head ? "true" : "false")

@@ -4,6 +4,7 @@
 // key, and the loader adds the file and line.
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,7 @@ struct ModelConfig {
   // origin, line and key) and validates the result.
   static ModelConfig from_table(const ConfigTable& table);
   static ModelConfig from_toml(const std::string& text, const std::string& origin);
+  static const std::set<std::string>& known_keys();  // every model.* key and table
 
   // Throws ConfigError naming the offending key.
   void validate() const;

@@ -1,0 +1,91 @@
+// `shamn train` (a run from a TOML config, or resumed from its run directory) and
+// `shamn info` (what a checkpoint holds).
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "core/hdf5_file.h"
+#include "layers/parameter_counts.h"
+#include "layers/shamn_model.h"
+#include "train/cli/commands.h"
+#include "train/model_checkpoint.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace shamn::cli {
+
+namespace {
+
+struct TrainArgs {
+  std::string config, resume;
+  std::vector<std::string> overrides;
+};
+
+void run_train(const TrainArgs& a) {
+  SHAMN_INPUT_CHECK(!a.config.empty() || !a.resume.empty(),
+                    "shamn train needs a CONFIG, or --resume RUN_DIR");
+  // Resuming without a config uses the one the run directory keeps.
+  const std::string config_path =
+      !a.config.empty() ? a.config : (std::filesystem::path(a.resume) / "config.toml").string();
+  const RunConfig config = RunConfig::from_file(config_path, a.overrides);
+  TrainOptions options;
+  options.resume_dir = a.resume;
+  train(config, options);
+}
+
+void run_info(const std::string& path) {
+  const Hdf5Reader reader(path);
+  const ModelConfig config = read_checkpoint_config(reader);
+  Shamn model(config);
+  load_model_tensors(reader, model);  // also verifies every tensor's checksum
+  const ParameterCounts counts = count_parameters(model);
+  const bool training = reader.has_attribute("optim_step");
+  std::printf("checkpoint      %s\n", path.c_str());
+  std::printf("kind            %s\n",
+              training ? "training (model + optimizer state; resumable)" : "model only");
+  std::printf("format_version  %" PRId64 "\n", reader.int_attribute("format_version"));
+  std::printf("step            %" PRId64 "\n", reader.int_attribute("step"));
+  std::printf("file size       %.1f MiB (%" PRIuMAX " bytes)\n",
+              static_cast<double>(std::filesystem::file_size(path)) / (1 << 20),
+              static_cast<uintmax_t>(std::filesystem::file_size(path)));
+  std::printf("parameters      %" PRId64 " stored (%.1f MiB f32), %" PRId64
+              " touched per token (%.1f%%)\n",
+              counts.stored, static_cast<double>(counts.stored) * 4 / (1 << 20),
+              counts.touched_per_token,
+              100.0 * static_cast<double>(counts.touched_per_token) / static_cast<double>(counts.stored));
+  std::printf("buffers         %" PRId64 " int32 elements\n", counts.buffers);
+  if (training) {
+    std::printf("tokens seen     %" PRId64 "\n", reader.int_attribute("tokens_seen"));
+    std::printf("train time      %.1f s\n", reader.float_attribute("elapsed_s"));
+    const double best = reader.float_attribute("best_val_loss");
+    if (std::isfinite(best))
+      std::printf("best val loss   %.4f (perplexity %.2f)\n", best, std::exp(best));
+  }
+  std::printf("\n# config\n%s", reader.string_attribute("config").c_str());
+}
+
+}  // namespace
+
+void register_train_commands(CLI::App& app) {
+  auto train = std::make_shared<TrainArgs>();
+  CLI::App* tc = app.add_subcommand(
+      "train", "train a model from a TOML config (configs/README.md documents every key)");
+  tc->add_option("config", train->config, "TOML config (optional with --resume)")
+      ->check(CLI::ExistingFile);
+  tc->add_option("--set", train->overrides,
+                 "override a config key, e.g. --set train.max_steps=100 (repeatable; TOML values)")
+      ->allow_extra_args(false);
+  tc->add_option("--resume", train->resume,
+                 "continue the run in this directory from its newest checkpoint")
+      ->check(CLI::ExistingDirectory);
+  tc->callback([train] { run_train(*train); });
+
+  auto info = std::make_shared<std::string>();
+  CLI::App* ic = app.add_subcommand("info", "print a checkpoint's config, step, sizes and parameter counts");
+  ic->add_option("checkpoint", *info, "checkpoint (.h5)")->required();
+  ic->callback([info] { run_info(*info); });
+}
+
+}  // namespace shamn::cli

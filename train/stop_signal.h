@@ -1,0 +1,19 @@
+#pragma once
+// SIGINT / SIGTERM as a request to stop: the trainer finishes its step, writes a
+// checkpoint and exits cleanly. A second signal while stopping falls back to the
+// default action (kill), which is safe because checkpoints are written atomically.
+namespace shamn {
+
+class StopSignal {
+ public:
+  StopSignal();   // installs the handlers
+  ~StopSignal();  // restores the previous ones
+  StopSignal(const StopSignal&) = delete;
+  StopSignal& operator=(const StopSignal&) = delete;
+
+  bool requested() const;
+  int signal_number() const;  // the signal that asked, 0 if none
+  static void request(int signal_number);  // what the handler does (tests use it directly)
+};
+
+}  // namespace shamn

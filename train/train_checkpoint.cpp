@@ -1,0 +1,128 @@
+#include "train/train_checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "core/check.h"
+#include "core/hdf5_file.h"
+#include "train/model_checkpoint.h"
+
+namespace shamn {
+
+namespace fs = std::filesystem;
+
+void save_train_checkpoint(const std::string& path, const Module& model, const AdamW& optimizer,
+                           const std::string& config_toml, const TrainState& state) {
+  Hdf5Writer writer(path);
+  write_model_tensors(writer, model);
+  for (const NamedTensor& t : optimizer.state_tensors())
+    writer.write_tensor(checkpoint_path("/optim", t.name), t.tensor);
+  writer.set_string_attribute("config", config_toml);
+  writer.set_int_attribute("format_version", kCheckpointFormatVersion);
+  writer.set_int_attribute("step", state.step);
+  writer.set_int_attribute("optim_step", state.optim_step);
+  writer.set_int_attribute("data_seed", static_cast<int64_t>(state.data_seed));
+  writer.set_int_attribute("data_position", static_cast<int64_t>(state.data_position));
+  writer.set_float_attribute("best_val_loss", state.best_val_loss);
+  writer.set_int_attribute("bad_steps", state.bad_steps);
+  writer.set_int_attribute("tokens_seen", state.tokens_seen);
+  writer.set_float_attribute("elapsed_s", state.elapsed_s);
+  writer.commit();
+}
+
+bool is_train_checkpoint(const std::string& path) {
+  const Hdf5Reader reader(path);
+  return reader.has_attribute("optim_step") && !reader.datasets("/optim").empty();
+}
+
+TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& optimizer) {
+  const Hdf5Reader reader(path);
+  SHAMN_INPUT_CHECK(reader.has_attribute("optim_step"), "'", path,
+                    "' holds no optimizer state (a model-only checkpoint): it can start a new "
+                    "run (train.init_from) but not resume one");
+  TrainState s;
+  s.step = reader.int_attribute("step");
+  s.optim_step = reader.int_attribute("optim_step");
+  s.data_seed = static_cast<uint64_t>(reader.int_attribute("data_seed"));
+  s.data_position = static_cast<uint64_t>(reader.int_attribute("data_position"));
+  s.best_val_loss = reader.float_attribute("best_val_loss");
+  s.bad_steps = reader.int_attribute("bad_steps");
+  s.tokens_seen = reader.int_attribute("tokens_seen");
+  s.elapsed_s = reader.float_attribute("elapsed_s");
+  std::vector<NamedTensor> moments;
+  for (const std::string& p : reader.datasets("/optim"))
+    moments.push_back({dotted_name("/optim", p), reader.read_tensor(p)});
+  // Check the moments before anything is copied, so a bad file changes neither
+  // the model nor the optimizer.
+  std::map<std::string, const Tensor*> by_name;
+  for (const NamedTensor& t : moments) by_name[t.name] = &t.tensor;
+  size_t expected = 0;
+  for (const ParamGroup& g : optimizer.groups()) {
+    for (const NamedVar& p : g.params) {
+      for (const char* moment : {"m.", "v."}) {
+        const std::string name = moment + p.name;
+        const auto it = by_name.find(name);
+        SHAMN_INPUT_CHECK(it != by_name.end(), "'", path, "' is missing optimizer tensor '", name,
+                          "' (", checkpoint_path("/optim", name), ")");
+        SHAMN_INPUT_CHECK(it->second->shape() == p.var.shape() &&
+                              it->second->dtype() == DType::f32,
+                          "'", path, "': optimizer tensor '", name, "' is ", it->second->str(),
+                          " but parameter '", p.name, "' is ", p.var.value().str());
+        ++expected;
+      }
+    }
+  }
+  SHAMN_INPUT_CHECK(moments.size() == expected, "'", path, "' has ", moments.size() - expected,
+                    " optimizer tensors that match no parameter of this model");
+  load_model_tensors(reader, model);
+  optimizer.load_state(s.optim_step, moments);
+  return s;
+}
+
+std::string checkpoint_file(const std::string& run_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "ckpt_%08lld.h5", static_cast<long long>(step));
+  return (fs::path(run_dir) / name).string();
+}
+
+std::string best_checkpoint_file(const std::string& run_dir) {
+  return (fs::path(run_dir) / "best.h5").string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+  static const std::regex pattern(R"(ckpt_\d{8,}\.h5)");
+  std::vector<std::string> out;
+  if (!fs::is_directory(run_dir)) return out;
+  for (const auto& entry : fs::directory_iterator(run_dir))
+    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), pattern))
+      out.push_back(entry.path().string());
+  // Same digit count sorts by step; longer names are later steps.
+  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  return out;
+}
+
+void prune_checkpoints(const std::string& run_dir, int64_t keep) {
+  const std::vector<std::string> all = list_checkpoints(run_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i]);
+}
+
+int remove_stale_temp_files(const std::string& run_dir) {
+  int removed = 0;
+  if (!fs::is_directory(run_dir)) return 0;
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    const std::string name = entry.path().filename().string();
+    static const std::regex temp(R"(.*\.tmp\.\d+)");
+    if (entry.is_regular_file() && std::regex_match(name, temp)) {
+      fs::remove(entry.path());
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+}  // namespace shamn
