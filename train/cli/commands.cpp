@@ -4,6 +4,7 @@ namespace shamn::cli {
 
 void register_commands(CLI::App& app) {
   register_model_commands(app);
+  register_tokenizer_commands(app);
   register_mlp_demo(app);
 }
 

@@ -8,5 +8,6 @@ void register_commands(CLI::App& app);
 
 void register_mlp_demo(CLI::App& app);
 void register_model_commands(CLI::App& app);
+void register_tokenizer_commands(CLI::App& app);
 
 }  // namespace shamn::cli
