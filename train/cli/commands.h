@@ -10,5 +10,6 @@ void register_mlp_demo(CLI::App& app);
 void register_model_commands(CLI::App& app);
 void register_train_commands(CLI::App& app);
 void register_synthetic_command(CLI::App& app);
+void register_tokenizer_commands(CLI::App& app);
 
 }  // namespace shamn::cli

@@ -1,0 +1,64 @@
+#pragma once
+// The byte-level BPE tokenizer. Ids 0..255 are the bytes; id 256 + i is merge i,
+// the concatenation of two earlier ids. Any byte string encodes (UTF-8 or not,
+// NULs, \r, invalid sequences) and decode(encode(x)) == x.
+//
+// Encoding pre-tokenizes the text (data/pretokenize.h) and, inside each chunk,
+// repeatedly merges the adjacent pair with the lowest merge rank (the leftmost
+// such pair on a tie) until no pair of the chunk is a merge. Big texts are cut
+// into blocks at sure chunk starts and encoded in parallel, so the ids do not
+// depend on the thread count; each block keeps a cache of chunk -> ids.
+//
+// Tokenizer file (text, UTF-8 free: numbers only), one item per line, every
+// line ending in '\n':
+//   shamn-bpe 1            magic and format version
+//   vocab_size N           256 <= N <= kMaxVocabSize
+//   L R                    merge i (i = 0 .. N-257) on line 3 + i: ids L, R < 256 + i,
+//   ...                    decimal, one space between; the merge makes id 256 + i
+// Nothing may follow the N - 256 merge lines, and no pair may appear twice.
+// A malformed file is an InputError naming "FILE:LINE".
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "data/bpe_trainer.h"
+
+namespace shamn {
+
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+
+class Tokenizer {
+ public:
+  Tokenizer() : Tokenizer(std::vector<Merge>{}) {}  // the 256 bytes only
+  explicit Tokenizer(std::vector<Merge> merges);     // merge i may use ids < 256 + i
+
+  // vocab_size >= 256; the result has fewer tokens when the text runs out of pairs.
+  static Tokenizer train(std::string_view text, int64_t vocab_size);
+  static Tokenizer load(const std::string& path);
+  void save(const std::string& path) const;  // temp file + rename: never half-written
+
+  int64_t vocab_size() const { return 256 + static_cast<int64_t>(merges_.size()); }
+  const std::vector<Merge>& merges() const { return merges_; }
+
+  std::vector<uint32_t> encode(std::string_view text) const;
+  // An id >= vocab_size() is an InputError naming its index.
+  std::string decode(const uint32_t* ids, int64_t n) const;
+  std::string decode(const std::vector<uint32_t>& ids) const {
+    return decode(ids.data(), static_cast<int64_t>(ids.size()));
+  }
+  const std::string& token_bytes(uint32_t id) const;
+
+ private:
+  static constexpr uint32_t kNoMerge = UINT32_MAX;
+  uint32_t rank_of(uint32_t left, uint32_t right) const;
+  void encode_chunk(std::string_view chunk, std::vector<uint32_t>& out) const;
+  void encode_block(std::string_view block, std::vector<uint32_t>& out) const;
+
+  std::vector<Merge> merges_;
+  std::vector<std::string> bytes_;                  // id -> the bytes it stands for
+  std::unordered_map<uint64_t, uint32_t> ranks_;    // left << 32 | right -> merge index
+};
+
+}  // namespace shamn
