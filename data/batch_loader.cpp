@@ -133,9 +133,11 @@ Batch BatchLoader::next() {
   std::optional<Slot> slot;
   if (prefetch_) {
     std::unique_lock<std::mutex> lock(mutex_);
-    // The last request is always for position_, so once the worker is idle, ready_
-    // holds batch position_ (a batch built for a position before a seek was dropped).
-    changed_.wait(lock, [&] { return !building_ && !requested_.has_value(); });
+    // A request the worker has not picked up yet is built here instead: waking a
+    // sleeping thread can take longer than building the batch (tens of microseconds
+    // on an idle VM). Otherwise wait for the build under way.
+    requested_.reset();
+    changed_.wait(lock, [&] { return !building_; });
     slot = std::move(ready_);
     ready_.reset();
   }
@@ -149,6 +151,11 @@ Batch BatchLoader::next() {
   ++position_;
   if (prefetch_) request(position_);
   return batch;
+}
+
+bool BatchLoader::prefetched() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ready_.has_value() && ready_->index == position_;
 }
 
 void BatchLoader::seek(uint64_t position) {

@@ -6,7 +6,7 @@
 // batch i is a pure function of (file, seed, B, T, i): independent of the thread count,
 // of prefetching, and of where a run was stopped and resumed (position() is all a
 // checkpoint needs). A background thread builds batch position() + 1 while the caller
-// trains on the current one.
+// trains on the current one. One caller thread drives next() and seek().
 //
 // Evaluation: the file cut into consecutive, non-overlapping windows of T+1 tokens
 // (window j starts at j*T), B windows per batch, in order; only full batches.
@@ -50,6 +50,8 @@ class BatchLoader {
   Batch next();
   uint64_t position() const { return position_; }  // batches handed out so far
   void seek(uint64_t position);  // the next batch is number `position`
+  // True once the prefetch thread has finished batch position() (or hit its error).
+  bool prefetched() const;
 
   const TokenFile& file() const { return *file_; }
 
@@ -70,7 +72,7 @@ class BatchLoader {
     std::optional<Batch> batch;
     std::exception_ptr error;
   };
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<uint64_t> requested_;
   bool building_ = false;
