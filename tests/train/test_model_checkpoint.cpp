@@ -3,26 +3,14 @@
 
 #include "core/hdf5_file.h"
 #include "helpers.h"
+#include "train_fixture.h"
 #include "layers/shamn_model.h"
 #include "train/model_checkpoint.h"
 
 using namespace shamn;
 
 namespace {
-const char* kConfig = R"([model]
-vocab_size = 64
-dim = 16
-n_layers = 2
-[model.sparse]
-block = 8
-sparsity = 0.5
-[model.memory]
-size = 16
-topk = 2
-[model.moe]
-groups = 2
-experts_per_group = 2
-)";
+const char* const kConfig = test::kMiniModelToml;
 
 std::string temp_path(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / "shamn_test_ckpt";

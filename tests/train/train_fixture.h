@@ -17,6 +17,22 @@
 
 namespace shamn::test {
 
+// A model small enough for checkpoint tests to build in milliseconds.
+inline constexpr const char* kMiniModelToml = R"([model]
+vocab_size = 64
+dim = 16
+n_layers = 2
+[model.sparse]
+block = 8
+sparsity = 0.5
+[model.memory]
+size = 16
+topk = 2
+[model.moe]
+groups = 2
+experts_per_group = 2
+)";
+
 class TrainFixture {
  public:
   explicit TrainFixture(const std::string& name, int64_t vocab = 64, int64_t successors = 4)
