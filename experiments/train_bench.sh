@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `shamn train` end to end (data loader, forward, backward, clipping, AdamW,
-# metrics) on a config at batch 8 x seq 512, next to the PyTorch reference's full
+# metrics) on a config at batch B x seq T (environment; default 8 x 512), next to the PyTorch reference's full
 # training step on the same model, back to back in this one script so both see
 # the same machine. shamn's figure is the median tokens/s of steps 2..N from the
 # run's metrics.jsonl (step 1 includes warm-up); the reference prints its own
 # median. Data: a synthetic token file (`shamn synthetic`) with the config's vocab.
-# Usage: experiments/train_bench.sh [CONFIG] [STEPS] [THREADS...]   (repo root, after
+# Usage: [B=8 T=512] experiments/train_bench.sh [CONFIG] [STEPS] [THREADS...]   (repo root, after
 # building into ./build; the reference needs /usr/bin/python3 with python3-torch)
 set -euo pipefail
 config=${1:-configs/default.toml}
@@ -13,15 +13,18 @@ steps=${2:-8}
 shift 2 || true
 threads=("$@")
 [ ${#threads[@]} -gt 0 ] || threads=(1 2)
+B=${B:-8}
+T=${T:-512}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 vocab=$(sed -n 's/^vocab_size *= *\([0-9]*\).*/\1/p' "$config" | head -1)
 ./build/shamn synthetic --out "$work/data" --vocab "$vocab" --successors 64 --tokens 2000000 > /dev/null
+echo "config $config, batch $B x seq $T, $steps steps"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in "${threads[@]}"; do
   ./build/shamn --threads "$t" train "$config" \
     --set "data.train_path=\"$work/data/train.bin\"" --set 'data.val_path=""' \
-    --set train.batch_size=8 --set train.seq_len=512 --set train.grad_accum=1 \
+    --set train.batch_size=$B --set train.seq_len=$T --set train.grad_accum=1 \
     --set "train.max_steps=$steps" \
     --set optim.warmup_steps=0 --set train.checkpoint_every=0 --set "train.out_dir=\"$work/run$t\"" \
     --set 'log.progress="never"' > "$work/log$t"
@@ -35,7 +38,7 @@ print(json.dumps({"impl": "shamn train", "threads": int(sys.argv[2]),
 PY
 done | tee "$work/rows"
 ts=$(IFS=,; echo "${threads[*]}")
-/usr/bin/python3 experiments/reference/shamn_ref.py bench --config "$config" --batch 8 --seq 512 \
+/usr/bin/python3 experiments/reference/shamn_ref.py bench --config "$config" --batch $B --seq $T \
   --threads "$ts" --steps 5 --warmup 1 | tee -a "$work/rows"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 - "$work/rows" <<'PY'
