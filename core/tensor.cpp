@@ -28,7 +28,7 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 Storage::Storage(size_t nbytes) : data_(aligned_alloc_bytes(nbytes)), nbytes_(nbytes) {}
-Storage::~Storage() { aligned_free(data_); }
+Storage::~Storage() { aligned_free(data_, nbytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   Tensor t;
