@@ -21,7 +21,6 @@ struct MoeDispatch {
   std::vector<int64_t> offsets;  // [X+1]: expert e's rows are [offsets[e], offsets[e+1])
   Tensor row;                    // int32 [N, k]
   int64_t count(int64_t e) const { return offsets[e + 1] - offsets[e]; }
-  Tensor tokens(int64_t e) const { return order.slice(offsets[e], offsets[e + 1]); }
 };
 MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts);
 
