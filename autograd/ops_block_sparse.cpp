@@ -1,45 +1,87 @@
 #include "autograd/ops_block_sparse.h"
 
 #include "autograd/dispatch.h"
+#include "core/parallel.h"
 
 namespace shamn {
+namespace {
 
-Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index,
-                        const Var& bias, int64_t block) {
-  SHAMN_CHECK(values.dim() == 4 && values.size(2) == block && values.size(3) == block,
-              "block_sparse_linear: values ", values.value().str(), " are not [nob, a, ", block,
-              ", ", block, "]");
+BlockSparseDims checked_dims(const char* op, const Var& x, const Var& values,
+                             const Tensor& col_index, const Var& bias, int64_t block) {
+  SHAMN_CHECK(values.dim() == 4 && values.size(2) == block && values.size(3) == block, op,
+              ": values ", values.value().str(), " are not [nob, a, ", block, ", ", block, "]");
   SHAMN_CHECK(col_index.dtype() == DType::i32 && col_index.dim() == 2 &&
                   col_index.size(0) == values.size(0) && col_index.size(1) == values.size(1),
-              "block_sparse_linear: col_index ", col_index.str(), " does not match values ",
+              op, ": col_index ", col_index.str(), " does not match values ",
               values.value().str());
   BlockSparseDims dims;
   dims.block = block;
   dims.in = x.size(-1);
   dims.out = values.size(0) * block;
   dims.active = values.size(1);
-  SHAMN_CHECK(dims.in % block == 0, "block_sparse_linear: input width ", dims.in,
+  SHAMN_CHECK(dims.in % block == 0, op, ": input width ", dims.in,
               " is not a multiple of the block ", block);
   // The kernels index x and dx through col_index: a bad pattern must stop here.
   check_block_pattern(col_index.data<int32_t>(), dims);
-  SHAMN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == dims.out),
-              "block_sparse_linear: bias ", bias.defined() ? bias.value().str() : "",
-              " does not match ", dims.out, " outputs");
-  SHAMN_CHECK(x.dtype() == values.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
-              "block_sparse_linear: operand dtypes differ");
+  SHAMN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == dims.out), op, ": bias ",
+              bias.defined() ? bias.value().str() : "", " does not match ", dims.out,
+              " outputs");
+  SHAMN_CHECK(x.dtype() == values.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), op,
+              ": operand dtypes differ");
+  return dims;
+}
+
+// f32 runs the fast kernels, f64 the naive ones (gradient checks).
+template <class T>
+void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T* bias,
+                  int64_t n, const BlockSparseDims& dims) {
+  if constexpr (std::is_same_v<T, float>)
+    block_sparse_forward(y, x, values, ci, bias, n, dims);
+  else
+    block_sparse_forward_naive(y, x, values, ci, bias, n, dims);
+}
+
+// Gradient destinations of one layer; null where no gradient is wanted.
+template <class T>
+struct GradRows {
+  T* dx = nullptr;
+  T* dvalues = nullptr;
+  T* dbias = nullptr;
+};
+
+template <class T>
+void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values,
+                   const int32_t* ci, int64_t n, const BlockSparseDims& dims) {
+  constexpr bool kFast = std::is_same_v<T, float>;
+  if (g.dx) {
+    if constexpr (kFast) block_sparse_backward_input(g.dx, dy, values, ci, n, dims);
+    else block_sparse_backward_input_naive(g.dx, dy, values, ci, n, dims);
+  }
+  if (g.dvalues) {
+    if constexpr (kFast) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims);
+    else block_sparse_backward_values_naive(g.dvalues, dy, x, ci, n, dims);
+  }
+  if (g.dbias) {
+    if constexpr (kFast) block_sparse_backward_bias(g.dbias, dy, n, dims);
+    else block_sparse_backward_bias_naive(g.dbias, dy, n, dims);
+  }
+}
+
+}  // namespace
+
+Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index,
+                        const Var& bias, int64_t block) {
+  const BlockSparseDims dims =
+      checked_dims("block_sparse_linear", x, values, col_index, bias, block);
   const int64_t n = x.numel() / dims.in;
   Shape out_shape = x.shape();
   out_shape.back() = dims.out;
   Tensor y = Tensor::empty(out_shape, x.dtype());
   dispatch_floating(x.dtype(), "block_sparse_linear", [&](auto zero) {
     using T = decltype(zero);
-    const T* pb = bias.defined() ? bias.value().data<T>() : nullptr;
-    if constexpr (std::is_same_v<T, float>)
-      block_sparse_forward(y.data<T>(), x.value().data<T>(), values.value().data<T>(),
-                           col_index.data<int32_t>(), pb, n, dims);
-    else
-      block_sparse_forward_naive(y.data<T>(), x.value().data<T>(), values.value().data<T>(),
-                                 col_index.data<int32_t>(), pb, n, dims);
+    forward_rows<T>(y.data<T>(), x.value().data<T>(), values.value().data<T>(),
+                    col_index.data<int32_t>(), bias.defined() ? bias.value().data<T>() : nullptr,
+                    n, dims);
   });
 
   std::vector<Var> inputs{x, values};
@@ -48,24 +90,93 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   return record("block_sparse_linear", y, inputs, [=](Node& node) {
     dispatch_floating(node.out_dtype, "block_sparse_linear", [&](auto zero) {
       using T = decltype(zero);
+      GradRows<T> g;
+      if (node.needs_grad(0)) g.dx = node.input_grad(0).data<T>();
+      if (node.needs_grad(1)) g.dvalues = node.input_grad(1).data<T>();
+      if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
+      backward_rows<T>(g, node.out_grad.data<T>(), xv.data<T>(), wv.data<T>(),
+                       col_index.data<int32_t>(), n, dims);
+    });
+  });
+}
+
+Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
+                                 const std::vector<BlockSparseOperands>& layers,
+                                 int64_t block) {
+  const int64_t G = static_cast<int64_t>(layers.size());
+  SHAMN_CHECK(G > 0 && static_cast<int64_t>(offsets.size()) == G + 1,
+              "block_sparse_linear_segments: ", offsets.size(), " offsets for ", G,
+              " layers (want layers + 1)");
+  SHAMN_CHECK(x.dim() == 2, "block_sparse_linear_segments: x must be 2-D, got ", x.value().str());
+  SHAMN_CHECK(offsets.front() == 0 && offsets.back() == x.size(0),
+              "block_sparse_linear_segments: offsets span [", offsets.front(), ", ",
+              offsets.back(), "), x has ", x.size(0), " rows");
+  std::vector<BlockSparseDims> dims;
+  std::vector<Var> inputs{x};
+  // Input positions of each layer's values and bias (-1: no bias).
+  std::vector<std::pair<size_t, int64_t>> slot;
+  for (int64_t g = 0; g < G; ++g) {
+    const BlockSparseOperands& l = layers[static_cast<size_t>(g)];
+    SHAMN_CHECK(offsets[g] <= offsets[g + 1], "block_sparse_linear_segments: offsets[", g + 1,
+                "] = ", offsets[g + 1], " is below offsets[", g, "] = ", offsets[g]);
+    dims.push_back(checked_dims("block_sparse_linear_segments", x, l.values, l.col_index,
+                                l.bias, block));
+    SHAMN_CHECK(dims.back().out == dims.front().out, "block_sparse_linear_segments: layer ", g,
+                " has ", dims.back().out, " outputs, layer 0 has ", dims.front().out);
+    slot.emplace_back(inputs.size(), -1);
+    inputs.push_back(l.values);
+    if (l.bias.defined()) {
+      slot.back().second = static_cast<int64_t>(inputs.size());
+      inputs.push_back(l.bias);
+    }
+  }
+  const int64_t in = dims.front().in, out = dims.front().out;
+  Tensor y = Tensor::empty({x.size(0), out}, x.dtype());
+  std::vector<Tensor> wv, bv, ci;
+  for (const BlockSparseOperands& l : layers) {
+    wv.push_back(l.values.value());
+    bv.push_back(l.bias.defined() ? l.bias.value() : Tensor());
+    ci.push_back(l.col_index);
+  }
+  dispatch_floating(x.dtype(), "block_sparse_linear_segments", [&](auto zero) {
+    using T = decltype(zero);
+    const T* xp = x.value().data<T>();
+    T* yp = y.data<T>();
+    parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t g = lo; g < hi; ++g) {
+        const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
+        if (n == 0) continue;
+        forward_rows<T>(yp + r0 * out, xp + r0 * in, wv[g].data<T>(), ci[g].data<int32_t>(),
+                        bv[g].defined() ? bv[g].data<T>() : nullptr, n, dims[g]);
+      }
+    });
+  });
+
+  const Tensor xv = x.value();
+  return record("block_sparse_linear_segments", y, inputs, [=](Node& node) {
+    dispatch_floating(node.out_dtype, "block_sparse_linear_segments", [&](auto zero) {
+      using T = decltype(zero);
+      // Gradient buffers are fetched (and zero-filled) here, before the tasks start.
+      T* dx = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
+      std::vector<GradRows<T>> grads(static_cast<size_t>(G));
+      for (int64_t g = 0; g < G; ++g) {
+        if (offsets[g + 1] == offsets[g]) continue;
+        const auto [values_at, bias_at] = slot[static_cast<size_t>(g)];
+        if (dx) grads[g].dx = dx + offsets[g] * in;
+        if (node.needs_grad(values_at)) grads[g].dvalues = node.input_grad(values_at).data<T>();
+        if (bias_at >= 0 && node.needs_grad(static_cast<size_t>(bias_at)))
+          grads[g].dbias = node.input_grad(static_cast<size_t>(bias_at)).data<T>();
+      }
       const T* dy = node.out_grad.data<T>();
-      const int32_t* ci = col_index.data<int32_t>();
-      constexpr bool kFast = std::is_same_v<T, float>;
-      if (node.needs_grad(0)) {
-        T* dx = node.input_grad(0).data<T>();
-        if constexpr (kFast) block_sparse_backward_input(dx, dy, wv.data<T>(), ci, n, dims);
-        else block_sparse_backward_input_naive(dx, dy, wv.data<T>(), ci, n, dims);
-      }
-      if (node.needs_grad(1)) {
-        T* dw = node.input_grad(1).data<T>();
-        if constexpr (kFast) block_sparse_backward_values(dw, dy, xv.data<T>(), ci, n, dims);
-        else block_sparse_backward_values_naive(dw, dy, xv.data<T>(), ci, n, dims);
-      }
-      if (node.inputs.size() > 2 && node.needs_grad(2)) {
-        T* db = node.input_grad(2).data<T>();
-        if constexpr (kFast) block_sparse_backward_bias(db, dy, n, dims);
-        else block_sparse_backward_bias_naive(db, dy, n, dims);
-      }
+      const T* xp = xv.data<T>();
+      parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t g = lo; g < hi; ++g) {
+          const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
+          if (n == 0) continue;
+          backward_rows<T>(grads[g], dy + r0 * out, xp + r0 * in, wv[g].data<T>(),
+                           ci[g].data<int32_t>(), n, dims[g]);
+        }
+      });
     });
   });
 }

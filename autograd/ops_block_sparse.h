@@ -1,4 +1,6 @@
 #pragma once
+#include <vector>
+
 #include "autograd/variable.h"
 #include "core/kernels/block_sparse.h"
 
@@ -9,5 +11,22 @@ namespace shamn {
 // -> [..., out]. Gradients flow into x, values (active blocks only) and bias.
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index,
                         const Var& bias, int64_t block);
+
+// One block-sparse layer's operands (values, col_index, bias as above).
+struct BlockSparseOperands {
+  Var values;
+  Tensor col_index;
+  Var bias;  // may be undefined
+};
+
+// Several layers, each over its own consecutive rows of one input (the MoE experts,
+// each on the tokens routed to it): rows [offsets[g], offsets[g+1]) of x go through
+// layers[g]. The layers run concurrently, which small row counts need to fill the
+// threads; results are bitwise those of one block_sparse_linear per segment.
+// x: [M, in]  offsets: G+1 ascending, 0 .. M  -> [M, out]. A layer with no rows gets
+// no gradient, as if it had not run.
+Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
+                                 const std::vector<BlockSparseOperands>& layers,
+                                 int64_t block);
 
 }  // namespace shamn

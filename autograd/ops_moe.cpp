@@ -52,89 +52,80 @@ Var moe_gates(const Var& P, const Tensor& experts) {
 MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts) {
   const int64_t n = experts.size(0), k = experts.size(1);
   const int32_t* e = experts.data<int32_t>();
-  std::vector<int64_t> count(static_cast<size_t>(num_experts), 0);
   MoeDispatch plan;
-  plan.row_in_expert = Tensor::empty({n, k}, DType::i32);
-  int32_t* row = plan.row_in_expert.data<int32_t>();
+  plan.offsets.assign(static_cast<size_t>(num_experts) + 1, 0);
+  for (int64_t s = 0; s < n * k; ++s) {
+    SHAMN_CHECK(e[s] >= 0 && e[s] < num_experts, "expert id ", e[s], " out of range");
+    ++plan.offsets[static_cast<size_t>(e[s]) + 1];
+  }
+  for (int64_t x = 0; x < num_experts; ++x) plan.offsets[x + 1] += plan.offsets[x];
+  plan.order = Tensor::empty({n * k}, DType::i32);
+  plan.row = Tensor::empty({n, k}, DType::i32);
+  int32_t* order = plan.order.data<int32_t>();
+  int32_t* row = plan.row.data<int32_t>();
+  std::vector<int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < k; ++i) {
-      SHAMN_CHECK(e[t * k + i] >= 0 && e[t * k + i] < num_experts, "expert id ", e[t * k + i],
-                  " out of range");
-      row[t * k + i] = static_cast<int32_t>(count[e[t * k + i]]++);
+      const int64_t r = next[e[t * k + i]]++;
+      row[t * k + i] = static_cast<int32_t>(r);
+      order[r] = static_cast<int32_t>(t);
     }
-  for (int64_t x = 0; x < num_experts; ++x) plan.tokens.push_back(Tensor::empty({count[x]}, DType::i32));
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < k; ++i)
-      plan.tokens[e[t * k + i]].data<int32_t>()[row[t * k + i]] = static_cast<int32_t>(t);
   return plan;
 }
 
-Var moe_combine(const std::vector<Var>& expert_out, const Var& gates, const Tensor& experts,
-                const MoeDispatch& plan, int64_t dim) {
+Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan) {
   const int64_t n = gates.size(0), k = gates.size(1);
-  const int64_t X = static_cast<int64_t>(expert_out.size());
-  // Inputs: gates first, then the experts that received tokens.
-  std::vector<Var> inputs{gates};
-  std::vector<int64_t> input_of(static_cast<size_t>(X), -1);
-  for (int64_t x = 0; x < X; ++x)
-    if (expert_out[x].defined()) {
-      SHAMN_CHECK(expert_out[x].dim() == 2 && expert_out[x].size(1) == dim &&
-                      expert_out[x].size(0) == plan.tokens[x].numel(),
-                  "moe_combine: expert ", x, " output ", expert_out[x].value().str(),
-                  " does not match its ", plan.tokens[x].numel(), " tokens");
-      input_of[x] = static_cast<int64_t>(inputs.size());
-      inputs.push_back(expert_out[x]);
-    }
+  SHAMN_CHECK(expert_rows.dim() == 2 && expert_rows.size(0) == n * k &&
+                  plan.row.dim() == 2 && plan.row.size(0) == n && plan.row.size(1) == k,
+              "moe_combine: expert rows ", expert_rows.value().str(), ", gates ",
+              gates.value().str(), " and plan rows ", plan.row.str(), " do not match");
+  SHAMN_CHECK(expert_rows.dtype() == gates.dtype(), "moe_combine: operand dtypes differ");
+  const int64_t dim = expert_rows.size(1);
   Tensor out = Tensor::empty({n, dim}, gates.dtype());
-  const int32_t* e = experts.data<int32_t>();
-  const int32_t* row = plan.row_in_expert.data<int32_t>();
+  const int32_t* row = plan.row.data<int32_t>();
   dispatch_floating(gates.dtype(), "moe_combine", [&](auto zero) {
     using T = decltype(zero);
     const T* g = gates.value().data<T>();
+    const T* ys = expert_rows.value().data<T>();
     T* o = out.data<T>();
     parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t) {
         T* ot = o + t * dim;
         for (int64_t d = 0; d < dim; ++d) ot[d] = 0;
         for (int64_t i = 0; i < k; ++i) {
-          const T* y = expert_out[e[t * k + i]].value().template data<T>() + row[t * k + i] * dim;
+          const T* y = ys + static_cast<int64_t>(row[t * k + i]) * dim;
           const T gi = g[t * k + i];
           for (int64_t d = 0; d < dim; ++d) ot[d] += gi * y[d];
         }
       }
     });
   });
-  std::vector<Tensor> values;
-  for (const Var& v : expert_out) values.push_back(v.defined() ? v.value() : Tensor());
-  const Tensor gv = gates.value();
-  // Keep the index tensors alive with the node (the caller's may not outlive it).
-  const Tensor experts_kept = experts, rows_kept = plan.row_in_expert;
-  return record("moe_combine", out, inputs, [=](Node& node) {
+  const Tensor gv = gates.value(), yv = expert_rows.value();
+  // Keep the index tensor alive with the node (the caller's plan may not outlive it).
+  const Tensor rows_kept = plan.row;
+  return record("moe_combine", out, {gates, expert_rows}, [=](Node& node) {
     dispatch_floating(node.out_dtype, "moe_combine", [&](auto zero) {
       using T = decltype(zero);
-      const int32_t* e = experts_kept.data<int32_t>();
       const int32_t* row = rows_kept.data<int32_t>();
       const T* dout = node.out_grad.data<T>();
       const T* g = gv.data<T>();
-      std::vector<T*> dy(static_cast<size_t>(X), nullptr);
-      for (int64_t x = 0; x < X; ++x)
-        if (input_of[x] >= 0 && node.needs_grad(static_cast<size_t>(input_of[x])))
-          dy[x] = node.input_grad(static_cast<size_t>(input_of[x])).template data<T>();
+      const T* ys = yv.data<T>();
       T* dg = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
+      T* dys = node.needs_grad(1) ? node.input_grad(1).data<T>() : nullptr;
       // Each (token, slot) owns one expert row: no two tasks write the same element.
       parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
         for (int64_t t = lo; t < hi; ++t)
           for (int64_t i = 0; i < k; ++i) {
-            const int64_t x = e[t * k + i];
+            const int64_t r = row[t * k + i];
             const T* dot = dout + t * dim;
             if (dg) {
-              const T* y = values[x].template data<T>() + row[t * k + i] * dim;
+              const T* y = ys + r * dim;
               T acc = 0;
               for (int64_t d = 0; d < dim; ++d) acc += dot[d] * y[d];
               dg[t * k + i] += acc;
             }
-            if (dy[x]) {
-              T* dyr = dy[x] + row[t * k + i] * dim;
+            if (dys) {
+              T* dyr = dys + r * dim;
               const T gi = g[t * k + i];
               for (int64_t d = 0; d < dim; ++d) dyr[d] += gi * dot[d];
             }

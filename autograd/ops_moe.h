@@ -13,17 +13,19 @@ Var router_probs(const Var& rg, const Var& re, const MoeShape& shape);
 // P: [N, X], experts: int32 [N, k] -> gates [N, k] = P[e_i] / sum_selected P.
 Var moe_gates(const Var& P, const Tensor& experts);
 
-// Dispatch plan: for each expert, the tokens routed to it (ascending) and, for
-// each (token, slot), the row of that token in its expert's batch.
+// Dispatch plan: the tokens routed to each expert, all in one list grouped by
+// expert (so the experts run as one op over consecutive rows), and for each
+// (token, slot) the row of that token in this grouped batch.
 struct MoeDispatch {
-  std::vector<Tensor> tokens;  // per expert: int32 [M_e]
-  Tensor row_in_expert;        // int32 [N, k]
+  Tensor order;                  // int32 [N*k]: token ids, by expert, ascending within one
+  std::vector<int64_t> offsets;  // [X+1]: expert e's rows are [offsets[e], offsets[e+1])
+  Tensor row;                    // int32 [N, k]
+  int64_t count(int64_t e) const { return offsets[e + 1] - offsets[e]; }
 };
 MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts);
 
-// out[t] = sum_i gates[t, i] * expert_out[e_i][row_in_expert[t, i]].
-// expert_out[e]: [M_e, D] (undefined when no token chose e); gates: [N, k].
-Var moe_combine(const std::vector<Var>& expert_out, const Var& gates, const Tensor& experts,
-                const MoeDispatch& plan, int64_t dim);
+// out[t] = sum_i gates[t, i] * expert_rows[row[t, i]].
+// expert_rows: [N*k, D], the experts' outputs in plan order; gates: [N, k].
+Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan);
 
 }  // namespace shamn

@@ -1,21 +1,151 @@
 #include "core/aligned.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
-#include <new>
+#include <map>
+#include <mutex>
 
 #include "core/check.h"
 
 namespace shamn {
+namespace {
 
-void* aligned_alloc_bytes(size_t nbytes) {
+size_t rounded_size(size_t nbytes) {
   // std::aligned_alloc wants a multiple of the alignment.
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
+}
+
+// Freed blocks by size, reused oldest first among equals. Bytes are counted for
+// cached-size blocks only: `live_` handed out, `cached_` held, `peak_` the most
+// ever live. A request that misses evicts the oldest cached blocks only as far as
+// live + cached + request would pass that peak, so the cache never makes the
+// process hold more than the largest live footprint it had (and only that).
+class BlockCache {
+ public:
+  void* take(size_t rounded) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto hit = by_size_.find(rounded);
+    if (hit != by_size_.end()) {
+      const uint64_t age = hit->second;
+      void* ptr = by_age_[age].ptr;
+      by_age_.erase(age);
+      by_size_.erase(hit);
+      cached_ -= rounded;
+      live_ += rounded;
+      return ptr;
+    }
+    const size_t limit = std::max(peak_, live_ + rounded);
+    while (!by_age_.empty() && live_ + cached_ + rounded > limit) {
+      auto oldest = by_age_.begin();
+      const Entry e = oldest->second;
+      std::free(e.ptr);
+      cached_ -= e.bytes;
+      auto range = by_size_.equal_range(e.bytes);
+      for (auto it = range.first; it != range.second; ++it)
+        if (it->second == oldest->first) {
+          by_size_.erase(it);
+          break;
+        }
+      by_age_.erase(oldest);
+    }
+    return nullptr;
+  }
+
+  // A fresh block of `rounded` bytes is now live.
+  void note_fresh(size_t rounded) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_ += rounded;
+    peak_ = std::max(peak_, live_);
+  }
+
+  void put(void* ptr, size_t rounded) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t age = next_age_++;
+    auto sized = by_size_.emplace(rounded, age);
+    try {
+      by_age_.emplace(age, Entry{ptr, rounded});
+    } catch (...) {
+      by_size_.erase(sized);
+      throw;
+    }
+    cached_ += rounded;
+    live_ -= rounded;
+  }
+
+  // The block could not be cached: it goes back to the C library.
+  void note_freed(size_t rounded) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_ -= rounded;
+  }
+
+  size_t bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [age, e] : by_age_) std::free(e.ptr);
+    by_age_.clear();
+    by_size_.clear();
+    cached_ = 0;
+    peak_ = live_;
+  }
+
+ private:
+  struct Entry {
+    void* ptr;
+    size_t bytes;
+  };
+  std::mutex mutex_;
+  std::map<uint64_t, Entry> by_age_;
+  std::multimap<size_t, uint64_t> by_size_;
+  uint64_t next_age_ = 0;
+  size_t live_ = 0, cached_ = 0, peak_ = 0;
+};
+
+// Never destroyed: tensors in static objects may be freed after any static cache.
+BlockCache& cache() {
+  static BlockCache* instance = new BlockCache;
+  return *instance;
+}
+
+}  // namespace
+
+void* aligned_alloc_bytes(size_t nbytes) {
+  const size_t rounded = rounded_size(nbytes);
+  const bool cached = rounded >= kCachedBlockBytes;
+  if (cached)
+    if (void* ptr = cache().take(rounded)) return ptr;
   void* ptr = std::aligned_alloc(kAlignment, rounded);
+  if (ptr == nullptr && cached_block_bytes() > 0) {
+    release_cached_blocks();
+    ptr = std::aligned_alloc(kAlignment, rounded);
+  }
   SHAMN_CHECK(ptr != nullptr, "out of memory allocating ", nbytes, " bytes");
+  if (cached) cache().note_fresh(rounded);
   return ptr;
 }
 
-void aligned_free(void* ptr) noexcept { std::free(ptr); }
+void aligned_free(void* ptr, size_t nbytes) noexcept {
+  if (ptr == nullptr) return;
+  const size_t rounded = rounded_size(nbytes);
+  if (rounded < kCachedBlockBytes) {
+    std::free(ptr);
+    return;
+  }
+  try {
+    cache().put(ptr, rounded);
+  } catch (...) {  // no memory for the map nodes: give the block back instead
+    std::free(ptr);
+    cache().note_freed(rounded);
+  }
+}
+
+size_t cached_block_bytes() { return cache().bytes(); }
+
+void release_cached_blocks() { cache().release(); }
 
 }  // namespace shamn

@@ -15,7 +15,7 @@ struct ScratchSlot {
   float* ptr = nullptr;
   size_t cap = 0;  // floats
   bool busy = false;
-  ~ScratchSlot() { aligned_free(ptr); }
+  ~ScratchSlot() { aligned_free(ptr, cap * sizeof(float)); }
 };
 
 // At least `floats` floats, 64-byte aligned, until the lease ends.
@@ -24,11 +24,12 @@ class ScratchLease {
   ScratchLease(ScratchSlot& slot, size_t floats) {
     if (slot.busy) {
       own_ = static_cast<float*>(aligned_alloc_bytes(floats * sizeof(float)));
+      own_floats_ = floats;
       ptr_ = own_;
       return;
     }
     if (slot.cap < floats) {
-      aligned_free(slot.ptr);
+      aligned_free(slot.ptr, slot.cap * sizeof(float));
       slot.ptr = nullptr;
       slot.cap = 0;
       slot.ptr = static_cast<float*>(aligned_alloc_bytes(floats * sizeof(float)));
@@ -40,7 +41,7 @@ class ScratchLease {
   }
   ~ScratchLease() {
     if (slot_) slot_->busy = false;
-    aligned_free(own_);
+    aligned_free(own_, own_floats_ * sizeof(float));
   }
   ScratchLease(const ScratchLease&) = delete;
   ScratchLease& operator=(const ScratchLease&) = delete;
@@ -49,6 +50,7 @@ class ScratchLease {
  private:
   ScratchSlot* slot_ = nullptr;
   float* own_ = nullptr;
+  size_t own_floats_ = 0;
   float* ptr_ = nullptr;
 };
 

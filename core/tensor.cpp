@@ -1,10 +1,12 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <sstream>
 
 #include "core/aligned.h"
+#include "core/parallel.h"
 
 namespace shamn {
 
@@ -28,7 +30,7 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 Storage::Storage(size_t nbytes) : data_(aligned_alloc_bytes(nbytes)), nbytes_(nbytes) {}
-Storage::~Storage() { aligned_free(data_); }
+Storage::~Storage() { aligned_free(data_, nbytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   Tensor t;
@@ -174,7 +176,15 @@ void Tensor::fill(double value) const {
 }
 
 void Tensor::zero() const {
-  if (numel_ > 0) std::memset(raw_data(), 0, nbytes());
+  if (numel_ == 0) return;
+  // Gradient buffers of activations are zeroed on every step: split the big ones.
+  constexpr int64_t kChunk = int64_t{256} << 10;
+  char* p = static_cast<char*>(raw_data());
+  const int64_t bytes = static_cast<int64_t>(nbytes());
+  parallel_for(0, (bytes + kChunk - 1) / kChunk, 1, [&](int64_t lo, int64_t hi) {
+    const int64_t end = std::min(bytes, hi * kChunk);
+    std::memset(p + lo * kChunk, 0, static_cast<size_t>(end - lo * kChunk));
+  });
 }
 
 double Tensor::item(int64_t i) const {

@@ -5,8 +5,9 @@
 # the same machine. shamn's figure is the median tokens/s of steps 2..N from the
 # run's metrics.jsonl (step 1 includes warm-up); the reference prints its own
 # median. Data: a synthetic token file (`shamn synthetic`) with the config's vocab.
-# Usage: [B=8 T=512] experiments/train_bench.sh [CONFIG] [STEPS] [THREADS...]   (repo root, after
-# building into ./build; the reference needs /usr/bin/python3 with python3-torch)
+# Usage: [B=8 T=512] experiments/train_bench.sh [CONFIG] [STEPS] [THREADS...]   (repo root,
+# after building into ./build; the reference needs /usr/bin/python3 with python3-torch).
+# SHAMN=path/to/shamn runs another binary (e.g. a copy of an earlier build, for A/B).
 set -euo pipefail
 config=${1:-configs/default.toml}
 steps=${2:-8}
@@ -15,14 +16,15 @@ threads=("$@")
 [ ${#threads[@]} -gt 0 ] || threads=(1 2)
 B=${B:-8}
 T=${T:-512}
+shamn=${SHAMN:-./build/shamn}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 vocab=$(sed -n 's/^vocab_size *= *\([0-9]*\).*/\1/p' "$config" | head -1)
-./build/shamn synthetic --out "$work/data" --vocab "$vocab" --successors 64 --tokens 2000000 > /dev/null
+"$shamn" synthetic --out "$work/data" --vocab "$vocab" --successors 64 --tokens 2000000 > /dev/null
 echo "config $config, batch $B x seq $T, $steps steps"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in "${threads[@]}"; do
-  ./build/shamn --threads "$t" train "$config" \
+  "$shamn" --threads "$t" train "$config" \
     --set "data.train_path=\"$work/data/train.bin\"" --set 'data.val_path=""' \
     --set train.batch_size=$B --set train.seq_len=$T --set train.grad_accum=1 \
     --set "train.max_steps=$steps" \
@@ -44,8 +46,8 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 - "$work/rows" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-ours = {r["threads"]: r["tokens_per_s"] for r in rows if r["impl"] == "shamn train"}
-ref = {r["threads"]: r["tokens_per_s"] for r in rows if r["impl"] != "shamn train"}
+ours = {r["threads"]: r["tokens_per_s"] for r in rows if r.get("impl") == "shamn train"}
+ref = {r["threads"]: r["tokens_per_s"] for r in rows if r.get("impl") != "shamn train"}
 for t in sorted(ours):
     if t in ref:
         print(f"{t} thread(s): shamn train {ours[t]:.0f} tok/s, PyTorch {ref[t]:.0f} tok/s: {ours[t] / ref[t]:.2f}x")

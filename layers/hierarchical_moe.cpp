@@ -2,7 +2,7 @@
 
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
-#include "autograd/ops_moe.h"
+#include "autograd/ops_block_sparse.h"
 
 namespace shamn {
 
@@ -48,16 +48,23 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u) const {
   const MoeDispatch plan = plan_dispatch(experts, X);
   Tensor weight = Tensor::empty({X}, u.dtype());
   for (int64_t e = 0; e < X; ++e)
-    weight.set_item(e, static_cast<double>(X) * static_cast<double>(plan.tokens[e].numel()) /
+    weight.set_item(e, static_cast<double>(X) * static_cast<double>(plan.count(e)) /
                                (static_cast<double>(n) * o.k) / static_cast<double>(n));
   Var aux = sum(mul(P, Var(weight)));
 
-  std::vector<Var> outputs(static_cast<size_t>(X));
-  for (int64_t e = 0; e < X; ++e)
-    if (plan.tokens[e].numel() > 0)
-      outputs[e] = experts_[e]->forward(gather_rows(u2, plan.tokens[e]));
-  Var y = moe_combine(outputs, gates, experts, plan, o.dim);
+  Var ys = experts_forward(gather_rows(u2, plan.order), plan);
+  Var y = moe_combine(ys, gates, plan);
   return {reshape(y, u.shape()), aux, experts};
+}
+
+Var HierarchicalMoE::experts_forward(const Var& xs, const MoeDispatch& plan) const {
+  std::vector<BlockSparseOperands> up, down;
+  for (const MoeExpert* e : experts_) {
+    up.push_back({e->up().values(), e->up().col_index(), e->up().bias()});
+    down.push_back({e->down().values(), e->down().col_index(), e->down().bias()});
+  }
+  Var h = gelu(block_sparse_linear_segments(xs, plan.offsets, up, options_.up.block));
+  return block_sparse_linear_segments(h, plan.offsets, down, options_.down.block);
 }
 
 }  // namespace shamn

@@ -1,6 +1,7 @@
 #pragma once
 #include <vector>
 
+#include "autograd/ops_moe.h"
 #include "core/model_config.h"
 #include "layers/block_sparse_linear.h"
 #include "layers/linear.h"
@@ -13,6 +14,8 @@ class MoeExpert : public Module {
  public:
   MoeExpert(const MoeOptions& options, double down_scale);
   Var forward(const Var& u) const;
+  const BlockSparseLinear& up() const { return up_; }
+  const BlockSparseLinear& down() const { return down_; }
 
  private:
   BlockSparseLinear& up_;
@@ -48,6 +51,9 @@ class HierarchicalMoE : public Module {
     Tensor experts;  // int32 [N, k] chosen experts (for statistics)
   };
   Output forward(const Var& u) const;
+  // Every expert on its rows of xs ([N*k, D], the routed tokens in plan order),
+  // the experts running concurrently: [N*k, D].
+  Var experts_forward(const Var& xs, const MoeDispatch& plan) const;
 
   const MoeOptions& options() const { return options_; }
   const MoeExpert& expert(int64_t e) const { return *experts_[static_cast<size_t>(e)]; }

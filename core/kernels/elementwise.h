@@ -20,6 +20,12 @@ inline int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 4096 / std:
 // a: [R, C]  b: [C] broadcast over rows (C == R*C when shapes match)  out: [R, C]
 template <class T, class Op>
 void broadcast_rows_forward(T* out, const T* a, const T* b, int64_t rows, int64_t cols, Op op) {
+  if (rows == 1) {  // same shapes: one long row, split across its columns
+    parallel_for(0, cols, kElementGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) out[c] = op(a[c], b[c]);
+    });
+    return;
+  }
   parallel_for(0, rows, row_grain(cols),
                [&](int64_t lo, int64_t hi) {
                  for (int64_t r = lo; r < hi; ++r)
@@ -58,10 +64,13 @@ template <class T>
 void sum_rows_accumulate(T* dst, const T* src, const T* w, int64_t rows, int64_t cols) {
   constexpr int64_t kRowChunk = 64;
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
-  if (chunks <= 1) {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        dst[c] += w ? src[r * cols + c] * w[r * cols + c] : src[r * cols + c];
+  if (chunks <= 1) {  // few rows (one when shapes match): split the columns instead
+    parallel_for(0, cols, std::max<int64_t>(1, 4096 / std::max<int64_t>(rows, 1)),
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t r = 0; r < rows; ++r)
+                     for (int64_t c = lo; c < hi; ++c)
+                       dst[c] += w ? src[r * cols + c] * w[r * cols + c] : src[r * cols + c];
+                 });
     return;
   }
   std::vector<T> partial(static_cast<size_t>(chunks * cols), T(0));

@@ -113,14 +113,7 @@ void BM_MoeExperts(benchmark::State& state) {
   Var u(f.u, true);
   for (auto _ : state) {
     f.moe.zero_grad();
-    Var total;
-    for (int64_t e = 0; e < 16; ++e) {
-      if (r.plan.tokens[e].numel() == 0) continue;
-      Var y = f.moe.expert(e).forward(gather_rows(u, r.plan.tokens[e]));
-      Var s = sum(y);
-      total = total.defined() ? add(total, s) : s;
-    }
-    total.backward();
+    sum(f.moe.experts_forward(gather_rows(u, r.plan.order), r.plan)).backward();
   }
   set_rate(state);
 }
@@ -128,13 +121,11 @@ void BM_MoeExperts(benchmark::State& state) {
 void BM_MoeCombine(benchmark::State& state) {
   set_num_threads(static_cast<int>(state.range(0)));
   Routing& r = routing();
-  std::vector<Var> outs;
-  for (int64_t e = 0; e < 16; ++e)
-    outs.push_back(Var(random_like({r.plan.tokens[e].numel(), 512}, 10 + e), true));
+  Var rows(random_like({2 * kTokens, 512}, 10), true);
   Var gates(r.gates, true);
   const Tensor seed = random_like({kTokens, 512}, 7);
   for (auto _ : state) {
-    Var y = moe_combine(outs, gates, r.experts, r.plan, 512);
+    Var y = moe_combine(rows, gates, r.plan);
     sum(mul(y, Var(seed))).backward();
   }
   set_rate(state);

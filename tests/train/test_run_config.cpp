@@ -68,7 +68,7 @@ TEST_CASE("the resolved run config round-trips exactly", "[train][config]") {
   CHECK(d.optim.lr == c.optim.lr);
 }
 
-TEST_CASE("--set overrides keys of every section with TOML values", "[train][config]") {
+TEST_CASE("run config: --set overrides keys of every section with TOML values", "[train][config]") {
   ConfigTable t = ConfigTable::parse(valid(), "run.toml");
   t.set_from_text("train.max_steps=500");
   t.set_from_text("optim.lr = 0.01");

@@ -1,0 +1,123 @@
+// block_sparse_linear_segments: bitwise equal to one block_sparse_linear per row
+// segment (values and gradients, empty segments included), gradient checks, and
+// thread-count independence.
+#include "autograd/ops.h"
+#include "autograd/ops_block_sparse.h"
+#include "helpers.h"
+
+using namespace shamn;
+using test::check_gradients;
+using test::random_tensor;
+
+namespace {
+
+// 3 column blocks, 2 block rows, 2 active blocks per row; three patterns.
+std::vector<Tensor> patterns() {
+  return {Tensor::from_data<int32_t>({2, 2}, {0, 2, 1, 2}),
+          Tensor::from_data<int32_t>({2, 2}, {0, 1, 0, 2}),
+          Tensor::from_data<int32_t>({2, 2}, {1, 2, 0, 1})};
+}
+
+struct Grads {
+  std::vector<Tensor> y;  // per non-empty segment
+  Tensor dx;
+  std::vector<Tensor> dw, db;
+};
+
+Tensor segment_indices(int64_t begin, int64_t end) {
+  Tensor t = Tensor::empty({end - begin}, DType::i32);
+  for (int64_t i = begin; i < end; ++i) t.data<int32_t>()[i - begin] = static_cast<int32_t>(i);
+  return t;
+}
+
+// Three layers over rows [0, 5), [5, 5) (none) and [5, 12) of x, segmented or one by one.
+Grads run(bool segmented, int threads) {
+  set_num_threads(threads);
+  const int64_t b = 16;
+  const std::vector<int64_t> offsets{0, 5, 5, 12};
+  const auto ci = patterns();
+  Var x(random_tensor({12, 3 * b}, 40, DType::f32), true);
+  std::vector<BlockSparseOperands> layers;
+  for (int g = 0; g < 3; ++g)
+    layers.push_back({Var(random_tensor({2, 2, b, b}, 41 + g, DType::f32), true), ci[g],
+                      Var(random_tensor({2 * b}, 44 + g, DType::f32), true)});
+  const Tensor seed = random_tensor({12, 2 * b}, 47, DType::f32);
+  Grads r;
+  if (segmented) {
+    Var y = block_sparse_linear_segments(x, offsets, layers, b);
+    sum(mul(y, Var(seed))).backward();
+    for (int g = 0; g < 3; ++g)
+      if (offsets[g + 1] > offsets[g]) r.y.push_back(y.value().slice(offsets[g], offsets[g + 1]));
+  } else {
+    Var loss;
+    for (int g = 0; g < 3; ++g) {
+      if (offsets[g + 1] == offsets[g]) continue;
+      Var y = block_sparse_linear(gather_rows(x, segment_indices(offsets[g], offsets[g + 1])),
+                                  layers[g].values, ci[g], layers[g].bias, b);
+      Var part = sum(mul(y, Var(seed.slice(offsets[g], offsets[g + 1]))));
+      loss = loss.defined() ? add(loss, part) : part;
+      r.y.push_back(y.value());
+    }
+    loss.backward();
+  }
+  r.dx = x.grad();
+  for (const auto& l : layers) {
+    r.dw.push_back(l.values.grad());
+    r.db.push_back(l.bias.grad());
+  }
+  return r;
+}
+
+void check_same(const Grads& a, const Grads& b) {
+  REQUIRE(a.y.size() == b.y.size());
+  for (size_t s = 0; s < a.y.size(); ++s) CHECK(bitwise_equal(a.y[s], b.y[s]));
+  CHECK(bitwise_equal(a.dx, b.dx));
+  for (size_t g = 0; g < a.dw.size(); ++g) {
+    INFO("layer " << g);
+    REQUIRE(a.dw[g].defined() == b.dw[g].defined());
+    if (!a.dw[g].defined()) continue;
+    CHECK(bitwise_equal(a.dw[g], b.dw[g]));
+    CHECK(bitwise_equal(a.db[g], b.db[g]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("block_sparse_linear_segments equals one block_sparse_linear per segment",
+          "[autograd][block_sparse][segments]") {
+  test::ThreadCountGuard guard;
+  const Grads segmented = run(true, 2), separate = run(false, 2);
+  check_same(segmented, separate);
+  CHECK_FALSE(segmented.dw[1].defined());  // the empty segment's layer got no gradient
+}
+
+TEST_CASE("block_sparse_linear_segments is bit-identical with 1 and 2 threads",
+          "[autograd][block_sparse][segments][determinism]") {
+  test::ThreadCountGuard guard;
+  check_same(run(true, 1), run(true, 2));
+}
+
+TEST_CASE("gradcheck: block_sparse_linear_segments", "[autograd][gradcheck][block_sparse][segments]") {
+  const int64_t b = 16;
+  const auto ci = patterns();
+  check_gradients(
+      [=](const std::vector<Var>& v) {
+        return block_sparse_linear_segments(v[0], {0, 2, 2, 5},
+                                            {{v[1], ci[0], v[2]}, {v[3], ci[1], Var()}, {v[4], ci[2], v[5]}},
+                                            b);
+      },
+      {random_tensor({5, 3 * b}, 50), random_tensor({2, 2, b, b}, 51), random_tensor({2 * b}, 52),
+       random_tensor({2, 2, b, b}, 53), random_tensor({2, 2, b, b}, 54),
+       random_tensor({2 * b}, 55)});
+}
+
+TEST_CASE("block_sparse_linear_segments rejects offsets that do not cover x",
+          "[autograd][block_sparse][segments]") {
+  const Var x(random_tensor({4, 48}, 56, DType::f32));
+  const std::vector<BlockSparseOperands> layers{
+      {Var(random_tensor({2, 2, 16, 16}, 57, DType::f32)), patterns()[0], Var()}};
+  CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 3}, layers, 16),
+                    Catch::Contains("4 rows"));
+  CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 2, 4}, layers, 16),
+                    Catch::Contains("offsets for 1 layers"));
+}
