@@ -1,6 +1,9 @@
-// Byte-level BPE encoding speed on the Brown corpus (data/fetch_brown.sh), with
-// a tokenizer trained on it to vocab 8192 before timing; 1 and 2 threads.
-// Reports bytes/s of text encoded (all threads together).
+// The byte-level BPE tokenizer on the Brown corpus (data/fetch_brown.sh), 1 and
+// 2 threads:
+//   encode        Tokenizer::encode of the whole text, with a tokenizer trained
+//                 on it to vocab 8192 before timing; bytes/s of text (all threads)
+//   count_chunks  the first training stage: distinct chunks and their counts
+//   train_bpe     the whole training to vocab 8192 (count_chunks included)
 // The text is read from $SHAMN_BROWN_TXT, default /tmp/brown.txt.
 //
 //   bench_tokenizer --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -33,13 +36,19 @@ Data& data() {
   return instance;
 }
 
-void BM_Encode(benchmark::State& state) {
+// The text, or nullptr after telling the benchmark why it is missing.
+const Data* setup(benchmark::State& state) {
   shamn::set_num_threads(static_cast<int>(state.range(0)));
   const Data& d = data();
-  if (d.text.empty()) {
-    state.SkipWithError("no text: run data/fetch_brown.sh /tmp/brown.txt or set SHAMN_BROWN_TXT");
-    return;
-  }
+  if (!d.text.empty()) return &d;
+  state.SkipWithError("no text: run data/fetch_brown.sh /tmp/brown.txt or set SHAMN_BROWN_TXT");
+  return nullptr;
+}
+
+void BM_Encode(benchmark::State& state) {
+  const Data* dp = setup(state);
+  if (!dp) return;
+  const Data& d = *dp;
   size_t tokens = 0;
   for (auto _ : state) {
     const std::vector<uint32_t> ids = d.tokenizer.encode(d.text);
@@ -50,8 +59,24 @@ void BM_Encode(benchmark::State& state) {
   state.counters["bytes/token"] = static_cast<double>(d.text.size()) / static_cast<double>(tokens);
 }
 
+void BM_CountChunks(benchmark::State& state) {
+  const Data* d = setup(state);
+  if (!d) return;
+  for (auto _ : state) benchmark::DoNotOptimize(shamn::count_chunks(d->text).size());
+}
+
+void BM_TrainBpe(benchmark::State& state) {
+  const Data* d = setup(state);
+  if (!d) return;
+  for (auto _ : state) benchmark::DoNotOptimize(shamn::train_bpe(d->text, 8192).size());
+}
+
 BENCHMARK(BM_Encode)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CountChunks)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
+    ->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainBpe)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
+    ->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
