@@ -1,12 +1,11 @@
 // Tokenizer::load and Tokenizer::save: the text format documented in tokenizer.h.
-#include <unistd.h>
 
 #include <charconv>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "core/atomic_file.h"
 #include "core/check.h"
 #include "data/tokenizer.h"
 
@@ -141,26 +140,9 @@ void Tokenizer::save(const std::string& path) const {
     text += std::to_string(m.right);
     text += '\n';
   }
-  const std::filesystem::path target(path);
-  const std::string temp =
-      (target.parent_path() /
-       detail::concat(".", target.filename().string(), ".tmp.", ::getpid()))
-          .string();
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    SHAMN_INPUT_CHECK(out.good(), "cannot create '", temp, "' to write tokenizer '", path,
-                      "' (does the directory exist and is it writable?)");
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out.good()) {
-      std::remove(temp.c_str());
-      SHAMN_INPUT_CHECK(false, "writing tokenizer '", path, "' failed (disk full?)");
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    SHAMN_INPUT_CHECK(false, "cannot move the finished tokenizer into place at '", path, "'");
-  }
+  AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit();
 }
 
 }  // namespace shamn
