@@ -135,7 +135,6 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   if (resuming) {
     SHAMN_INPUT_CHECK(fs::is_directory(run_dir), "--resume ", run_dir, ": no such run directory");
   } else {
-    fs::create_directories(run_dir);
     const auto existing = list_checkpoints(run_dir);
     SHAMN_INPUT_CHECK(existing.empty() && !fs::exists(best_checkpoint_file(run_dir)),
                       "train.out_dir '", run_dir, "' already holds a run (",
@@ -179,6 +178,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   }
 
   const std::string resolved = c.to_toml();
+  fs::create_directories(run_dir);  // only once every input checked out: no empty run left behind
   write_text_atomically((fs::path(run_dir) / "config.toml").string(), resolved);
   if (!options.quiet)
     std::printf("# resolved config (saved in %s/config.toml)\n%s\n", run_dir.c_str(),
