@@ -1,0 +1,61 @@
+#include "infer/quant_blocks.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace shamn {
+namespace {
+
+// Copies block b of x into a zero-padded buffer of 32 and returns max|x|.
+float load_block(const float* x, int64_t n, int64_t b, float* buf) {
+  const int64_t begin = b * kQuantBlock;
+  const int64_t len = std::min<int64_t>(kQuantBlock, n - begin);
+  float amax = 0.0f;
+  for (int64_t i = 0; i < kQuantBlock; ++i) {
+    buf[i] = i < len ? x[begin + i] : 0.0f;
+    amax = std::max(amax, std::fabs(buf[i]));
+  }
+  return amax;
+}
+
+// Round to nearest (ties away from zero), clamped to [-limit, limit]; d == 0 gives 0.
+int quantize_value(float x, float d, int limit) {
+  if (d == 0.0f) return 0;
+  const float r = std::round(x / d);
+  return static_cast<int>(std::clamp(r, -static_cast<float>(limit), static_cast<float>(limit)));
+}
+
+}  // namespace
+
+void quantize_row_q8(const float* x, BlockQ8* out, int64_t n) {
+  float buf[kQuantBlock];
+  for (int64_t b = 0; b < quant_blocks(n); ++b) {
+    const float d = load_block(x, n, b, buf) / 127.0f;
+    out[b].d = d;
+    for (int i = 0; i < kQuantBlock; ++i) out[b].q[i] = static_cast<int8_t>(quantize_value(buf[i], d, 127));
+  }
+}
+
+void quantize_row_q4(const float* x, BlockQ4* out, int64_t n) {
+  float buf[kQuantBlock];
+  for (int64_t b = 0; b < quant_blocks(n); ++b) {
+    const float d = load_block(x, n, b, buf) / 7.0f;
+    out[b].d = d;
+    for (int j = 0; j < kQuantBlock / 2; ++j) {
+      const int lo = quantize_value(buf[j], d, 7) + 8;
+      const int hi = quantize_value(buf[j + 16], d, 7) + 8;
+      out[b].q[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void dequantize_row_q8(const BlockQ8* in, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = in[i / kQuantBlock].d * in[i / kQuantBlock].q[i % kQuantBlock];
+}
+
+void dequantize_row_q4(const BlockQ4* in, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = in[i / kQuantBlock].d * static_cast<float>(q4_value(in[i / kQuantBlock], static_cast<int>(i % kQuantBlock)));
+}
+
+}  // namespace shamn

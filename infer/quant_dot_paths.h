@@ -1,0 +1,43 @@
+#pragma once
+// Internal to infer/: the per-ISA dot paths and the scalar pieces they share,
+// so every path scales and sums blocks in exactly the same order.
+#include <cmath>
+#include <cstdint>
+
+#include "infer/quant_blocks.h"
+
+namespace shamn::quant_detail {
+
+inline constexpr int kLanes = 8;
+
+inline int32_t block_isum(const BlockQ8& a, const BlockQ8& b) {
+  int32_t s = 0;
+  for (int i = 0; i < kQuantBlock; ++i) s += int32_t{a.q[i]} * int32_t{b.q[i]};
+  return s;
+}
+
+inline int32_t block_isum(const BlockQ4& w, const BlockQ8& x) {
+  int32_t s = 0;
+  for (int i = 0; i < kQuantBlock; ++i) s += q4_value(w, i) * int32_t{x.q[i]};
+  return s;
+}
+
+// Adds blocks [begin, end) into lanes[i % 8] in the canonical order.
+template <class W>
+void add_blocks_scalar(const W* w, const BlockQ8* x, int64_t begin, int64_t end, float* lanes) {
+  for (int64_t i = begin; i < end; ++i)
+    lanes[i % kLanes] = std::fma(w[i].d * x[i].d, static_cast<float>(block_isum(w[i], x[i])), lanes[i % kLanes]);
+}
+
+inline float sum_lanes(const float* lanes) {
+  float s = lanes[0];
+  for (int l = 1; l < kLanes; ++l) s += lanes[l];
+  return s;
+}
+
+float dot_q8_q8_avx2(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
+float dot_q4_q8_avx2(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
+float dot_q8_q8_avx512(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
+float dot_q4_q8_avx512(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
+
+}  // namespace shamn::quant_detail

@@ -1,0 +1,59 @@
+#pragma once
+// Internal to infer/: AVX2 helpers shared by the AVX2 and AVX-512 paths. Each
+// carries its own target attribute so the file compiles without -march flags.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "infer/quant_dot_paths.h"
+
+#define SHAMN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define SHAMN_TARGET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+namespace shamn::quant_detail {
+
+// Eight vectors of 8 int32 partial sums (one vector per block) -> one vector
+// of the 8 block totals, block k in lane k. Integer adds: order is free.
+SHAMN_TARGET_AVX2 inline __m256i block_totals(const __m256i* v) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
+  const __m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]);
+  const __m256i h67 = _mm256_hadd_epi32(v[6], v[7]);
+  // Per 128-bit half: [b0 b1 b2 b3] (low half) and [b0 b1 b2 b3] (high half) sums.
+  const __m256i h0123 = _mm256_hadd_epi32(h01, h23);
+  const __m256i h4567 = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// 32 Q4 values of one block as signed bytes in element order (-8..7).
+SHAMN_TARGET_AVX2 inline __m256i unpack_q4(const BlockQ4& w) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(raw, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+SHAMN_TARGET_AVX2 inline __m256i load_q8(const BlockQ8& b) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q));
+}
+
+// One group of 8 blocks starting at `first` into the lane accumulators.
+template <class W>
+SHAMN_TARGET_AVX2 inline __m256 add_group(__m256 lanes, const W* w, const BlockQ8* x, int64_t first, __m256i totals) {
+  float scale[kLanes];
+  for (int k = 0; k < kLanes; ++k) scale[k] = w[first + k].d * x[first + k].d;
+  return _mm256_fmadd_ps(_mm256_loadu_ps(scale), _mm256_cvtepi32_ps(totals), lanes);
+}
+
+// Lanes back to memory, the scalar tail, the canonical final sum.
+template <class W>
+SHAMN_TARGET_AVX2 inline float finish(__m256 lanes, const W* w, const BlockQ8* x, int64_t begin, int64_t end) {
+  float l[kLanes];
+  _mm256_storeu_ps(l, lanes);
+  add_blocks_scalar(w, x, begin, end, l);
+  return sum_lanes(l);
+}
+
+}  // namespace shamn::quant_detail

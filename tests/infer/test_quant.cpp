@@ -1,0 +1,245 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/parallel.h"
+#include "helpers.h"
+#include "infer/quant_blocks.h"
+#include "infer/quant_dot.h"
+
+using namespace shamn;
+
+namespace {
+
+const int64_t kLengths[] = {1, 7, 31, 33, 127, 4096};
+const QuantKernel kAllKernels[] = {QuantKernel::scalar, QuantKernel::avx2, QuantKernel::avx512};
+
+// Puts the process-wide kernel back after a test changes it.
+struct KernelGuard {
+  QuantKernel saved = quant_kernel();
+  ~KernelGuard() { set_quant_kernel(saved); }
+};
+
+enum class Fill { random, zeros, extremes, outlier };
+
+std::vector<float> make_row(int64_t n, Fill fill, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (fill) {
+      case Fill::random:
+      case Fill::outlier:
+        x[i] = uniform(gen);
+        break;
+      case Fill::zeros:
+        x[i] = 0.0f;
+        break;
+      case Fill::extremes:  // every value at +-max|x|: q = +-127 (q8), +-7 (q4)
+        x[i] = (gen() & 1) ? 3.0f : -3.0f;
+        break;
+    }
+  }
+  if (fill == Fill::outlier) x[static_cast<size_t>(n / 2)] = 1.0e6f;
+  return x;
+}
+
+const char* fill_name(Fill f) {
+  switch (f) {
+    case Fill::random: return "random";
+    case Fill::zeros: return "zeros";
+    case Fill::extremes: return "extremes";
+    case Fill::outlier: return "outlier";
+  }
+  return "?";
+}
+
+template <class Block, class Quantize, class Dequantize>
+void check_round_trip(Quantize quantize, Dequantize dequantize, float levels) {
+  for (int64_t n : kLengths) {
+    for (Fill fill : {Fill::random, Fill::zeros, Fill::extremes, Fill::outlier}) {
+      INFO("n = " << n << ", " << fill_name(fill));
+      const std::vector<float> x = make_row(n, fill, 11);
+      std::vector<Block> q(static_cast<size_t>(quant_blocks(n)));
+      quantize(x.data(), q.data(), n);
+      std::vector<float> y(static_cast<size_t>(n));
+      dequantize(q.data(), y.data(), n);
+      for (int64_t b = 0; b < quant_blocks(n); ++b) {
+        float amax = 0.0f;
+        for (int64_t i = b * kQuantBlock; i < std::min(n, (b + 1) * kQuantBlock); ++i) amax = std::max(amax, std::fabs(x[i]));
+        REQUIRE(q[b].d == amax / levels);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = q[i / kQuantBlock].d;
+        REQUIRE(std::isfinite(y[i]));
+        // d/2 from rounding, plus a few ulps from x/d and d*q being rounded floats.
+        REQUIRE(std::fabs(x[i] - y[i]) <= 0.5f * d * (1.0f + 1e-5f) + 1e-30f);
+      }
+    }
+  }
+}
+
+// Plain f64 dot of the dequantised rows: what the integer kernels approximate.
+template <class W>
+double dequantised_dot(const std::vector<W>& w, const std::vector<BlockQ8>& x, double* magnitude) {
+  double sum = 0.0, mag = 0.0;
+  for (size_t b = 0; b < w.size(); ++b) {
+    for (int i = 0; i < kQuantBlock; ++i) {
+      int wi;
+      if constexpr (std::is_same_v<W, BlockQ4>) wi = q4_value(w[b], i);
+      else wi = w[b].q[i];
+      const double term = double(w[b].d) * wi * double(x[b].d) * x[b].q[i];
+      sum += term;
+      mag += std::fabs(term);
+    }
+  }
+  *magnitude = mag;
+  return sum;
+}
+
+// Raw blocks with every code the format allows (q8: -127..127, q4: all 16 nibbles,
+// including -8 which our quantiser never writes but a file may hold).
+std::vector<BlockQ8> raw_q8(int64_t blocks, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<BlockQ8> out(static_cast<size_t>(blocks));
+  for (auto& b : out) {
+    b.d = std::uniform_real_distribution<float>(0.0f, 2.0f)(gen);
+    for (auto& v : b.q) v = static_cast<int8_t>(static_cast<int>(gen() % 255) - 127);
+  }
+  return out;
+}
+std::vector<BlockQ4> raw_q4(int64_t blocks, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<BlockQ4> out(static_cast<size_t>(blocks));
+  for (auto& b : out) {
+    b.d = std::uniform_real_distribution<float>(0.0f, 2.0f)(gen);
+    for (auto& v : b.q) v = static_cast<uint8_t>(gen() & 0xFF);
+  }
+  return out;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("q8 round trip is within half a step of every value", "[infer][quant]") {
+  check_round_trip<BlockQ8>(quantize_row_q8, dequantize_row_q8, 127.0f);
+}
+
+TEST_CASE("q4 round trip is within half a step of every value", "[infer][quant]") {
+  check_round_trip<BlockQ4>(quantize_row_q4, dequantize_row_q4, 7.0f);
+}
+
+TEST_CASE("quantised rows zero-pad their last block and zero blocks have scale 0", "[infer][quant]") {
+  const std::vector<float> x = make_row(33, Fill::random, 3);
+  std::vector<BlockQ8> q8(2);
+  std::vector<BlockQ4> q4(2);
+  quantize_row_q8(x.data(), q8.data(), 33);
+  quantize_row_q4(x.data(), q4.data(), 33);
+  for (int i = 1; i < kQuantBlock; ++i) {
+    CHECK(q8[1].q[i] == 0);
+    CHECK(q4_value(q4[1], i) == 0);
+  }
+  const std::vector<float> zeros(40, 0.0f);
+  quantize_row_q8(zeros.data(), q8.data(), 40);
+  quantize_row_q4(zeros.data(), q4.data(), 40);
+  CHECK(q8[0].d == 0.0f);
+  CHECK(q4[0].d == 0.0f);
+  CHECK(q4_value(q4[0], 5) == 0);
+}
+
+TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot closely", "[infer][quant]") {
+  KernelGuard guard;
+  for (QuantKernel k : kAllKernels) {
+    if (!quant_kernel_supported(k)) {
+      WARN("skipping quant kernel " << quant_kernel_name(k) << ": this CPU lacks it");
+      continue;
+    }
+    for (int64_t n : kLengths) {
+      for (Fill fill : {Fill::random, Fill::zeros, Fill::extremes, Fill::outlier}) {
+        INFO("kernel " << quant_kernel_name(k) << ", n = " << n << ", " << fill_name(fill));
+        const int64_t blocks = quant_blocks(n);
+        const std::vector<float> a = make_row(n, fill, 21), b = make_row(n, Fill::random, 22);
+        std::vector<BlockQ8> qa(blocks), qb(blocks);
+        std::vector<BlockQ4> wa(blocks);
+        quantize_row_q8(a.data(), qa.data(), n);
+        quantize_row_q8(b.data(), qb.data(), n);
+        quantize_row_q4(a.data(), wa.data(), n);
+        // Also blocks straight from every code the format allows.
+        const std::vector<BlockQ8> ra = raw_q8(blocks, 5), rb = raw_q8(blocks, 6);
+        const std::vector<BlockQ4> rw = raw_q4(blocks, 7);
+
+        set_quant_kernel(QuantKernel::scalar);
+        const float s_q8 = dot_q8_q8(qa.data(), qb.data(), blocks);
+        const float s_q4 = dot_q4_q8(wa.data(), qb.data(), blocks);
+        const float s_raw8 = dot_q8_q8(ra.data(), rb.data(), blocks);
+        const float s_raw4 = dot_q4_q8(rw.data(), rb.data(), blocks);
+        set_quant_kernel(k);
+        CHECK(bits(dot_q8_q8(qa.data(), qb.data(), blocks)) == bits(s_q8));
+        CHECK(bits(dot_q4_q8(wa.data(), qb.data(), blocks)) == bits(s_q4));
+        CHECK(bits(dot_q8_q8(ra.data(), rb.data(), blocks)) == bits(s_raw8));
+        CHECK(bits(dot_q4_q8(rw.data(), rb.data(), blocks)) == bits(s_raw4));
+
+        double mag = 0.0;
+        const double ref8 = dequantised_dot(qa, qb, &mag);
+        CHECK(std::fabs(s_q8 - ref8) <= 1e-5 * mag + 1e-30);
+        const double ref4 = dequantised_dot(wa, qb, &mag);
+        CHECK(std::fabs(s_q4 - ref4) <= 1e-5 * mag + 1e-30);
+        const double refr = dequantised_dot(rw, rb, &mag);
+        CHECK(std::fabs(s_raw4 - refr) <= 1e-5 * mag);
+      }
+    }
+  }
+}
+
+TEST_CASE("matvec equals the per-row dot and does not depend on the thread count", "[infer][quant]") {
+  KernelGuard guard;
+  test::ThreadCountGuard threads;
+  const int64_t rows = 101, bpr = 9;
+  const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 1), x = raw_q8(bpr, 2);
+  const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 3);
+  for (QuantKernel k : kAllKernels) {
+    if (!quant_kernel_supported(k)) continue;
+    INFO("kernel " << quant_kernel_name(k));
+    set_quant_kernel(k);
+    std::vector<float> y8_1(rows), y8_2(rows), y4_1(rows), y4_2(rows);
+    set_num_threads(1);
+    matvec_q8(w8.data(), rows, bpr, x.data(), y8_1.data());
+    matvec_q4(w4.data(), rows, bpr, x.data(), y4_1.data());
+    set_num_threads(2);
+    matvec_q8(w8.data(), rows, bpr, x.data(), y8_2.data());
+    matvec_q4(w4.data(), rows, bpr, x.data(), y4_2.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      CHECK(bits(y8_1[r]) == bits(dot_q8_q8(w8.data() + r * bpr, x.data(), bpr)));
+      CHECK(bits(y4_1[r]) == bits(dot_q4_q8(w4.data() + r * bpr, x.data(), bpr)));
+      CHECK(bits(y8_1[r]) == bits(y8_2[r]));
+      CHECK(bits(y4_1[r]) == bits(y4_2[r]));
+    }
+  }
+}
+
+TEST_CASE("quant kernel names are checked", "[infer][quant]") {
+  KernelGuard guard;
+  CHECK(quant_kernel_from_string("scalar") == QuantKernel::scalar);
+  CHECK_THROWS_AS(quant_kernel_from_string("sse"), InputError);
+  CHECK_THROWS_WITH(quant_kernel_from_string("AVX2"), Catch::Contains("use scalar, avx2 or avx512"));
+  CHECK_THROWS_AS(quant_kernel_from_string(""), InputError);
+  for (QuantKernel k : kAllKernels) {
+    if (quant_kernel_supported(k)) {
+      CHECK(quant_kernel_from_string(quant_kernel_name(k)) == k);
+    } else {
+      CHECK_THROWS_AS(quant_kernel_from_string(quant_kernel_name(k)), InputError);
+      CHECK_THROWS_AS(set_quant_kernel(k), InputError);
+    }
+  }
+  CHECK(quant_kernel_supported(best_quant_kernel()));
+}
