@@ -1,21 +1,18 @@
-// AVX-512 VNNI path: two blocks per 512-bit register and one vpdpbusd (u8 x s8,
-// four products summed into each int32) per pair. vpdpbusd needs an unsigned
-// left operand, so as in the AVX2 path we feed |a| and b negated where a < 0.
+// AVX-512 VNNI path: one vpdpbusd (u8 x s8, four products summed into each
+// int32) per block instead of AVX2's maddubs + madd pair. vpdpbusd needs an
+// unsigned left operand, so as in the AVX2 path we feed |a| and b with a's sign.
+// It runs on 256-bit registers (AVX512VL): on this Zen 4 a 512-bit op is two
+// 256-bit halves, and pairing blocks into zmm registers cost more shuffles
+// (inserts, extracts, mask ops for the sign) than it saved; measured in
+// experiments/quant_kernels.md.
 #include "infer/quant_dot_simd.h"
 
 namespace shamn::quant_detail {
 namespace {
 
-// Two blocks side by side: lo in bytes 0..31, hi in 32..63.
-SHAMN_TARGET_AVX512 inline __m512i pair(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-// 64 signed bytes each -> 16 int32 partial sums (8 per block).
-SHAMN_TARGET_AVX512 inline __m512i partial_dot(__m512i a, __m512i b) {
-  const __mmask64 negative = _mm512_movepi8_mask(a);
-  const __m512i b_signed = _mm512_mask_sub_epi8(b, negative, _mm512_setzero_si512(), b);
-  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), b_signed);
+// a, b: 32 signed bytes each (|a| <= 127 or a >= -8, b != -128) -> 8 int32 partial sums.
+SHAMN_TARGET_AVX512 inline __m256i partial_dot(__m256i a, __m256i b) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
 template <class W, class Load>
@@ -24,12 +21,7 @@ SHAMN_TARGET_AVX512 float dot(const W* w, const BlockQ8* x, int64_t blocks, Load
   const int64_t full = blocks / kLanes * kLanes;
   for (int64_t g = 0; g < full; g += kLanes) {
     __m256i partial[kLanes];
-    for (int k = 0; k < kLanes; k += 2) {
-      const __m512i p = partial_dot(pair(load_w(w[g + k]), load_w(w[g + k + 1])),
-                                    pair(load_q8(x[g + k]), load_q8(x[g + k + 1])));
-      partial[k] = _mm512_castsi512_si256(p);
-      partial[k + 1] = _mm512_extracti64x4_epi64(p, 1);
-    }
+    for (int k = 0; k < kLanes; ++k) partial[k] = partial_dot(load_w(w[g + k]), load_q8(x[g + k]));
     lanes = add_group(lanes, w, x, g, block_totals(partial));
   }
   return finish(lanes, w, x, full, blocks);

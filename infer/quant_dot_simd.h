@@ -42,9 +42,13 @@ SHAMN_TARGET_AVX2 inline __m256i load_q8(const BlockQ8& b) {
 // One group of 8 blocks starting at `first` into the lane accumulators.
 template <class W>
 SHAMN_TARGET_AVX2 inline __m256 add_group(__m256 lanes, const W* w, const BlockQ8* x, int64_t first, __m256i totals) {
-  float scale[kLanes];
-  for (int k = 0; k < kLanes; ++k) scale[k] = w[first + k].d * x[first + k].d;
-  return _mm256_fmadd_ps(_mm256_loadu_ps(scale), _mm256_cvtepi32_ps(totals), lanes);
+  // Built in registers: eight scalar stores read back as one vector would stall
+  // store forwarding. Each lane's product is the same float multiply as scalar code.
+  const W* v = w + first;
+  const BlockQ8* u = x + first;
+  const __m256 dw = _mm256_set_ps(v[7].d, v[6].d, v[5].d, v[4].d, v[3].d, v[2].d, v[1].d, v[0].d);
+  const __m256 dx = _mm256_set_ps(u[7].d, u[6].d, u[5].d, u[4].d, u[3].d, u[2].d, u[1].d, u[0].d);
+  return _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(totals), lanes);
 }
 
 // Lanes back to memory, the scalar tail, the canonical final sum.
