@@ -120,21 +120,20 @@ void Hdf5Writer::set_string_attribute(const std::string& name, const std::string
 }
 
 void Hdf5Writer::set_int_attribute(const std::string& name, int64_t value) {
-  Handle space{H5Screate(H5S_SCALAR), H5Sclose};
-  Handle attr{H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space.id, H5P_DEFAULT,
-                         H5P_DEFAULT),
-              H5Aclose};
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_INT64, &value) >= 0,
-              "writing attribute '", name, "' to '", path_, "' failed");
+  write_scalar_attribute(name, H5T_NATIVE_INT64, &value);
 }
 
 void Hdf5Writer::set_float_attribute(const std::string& name, double value) {
+  write_scalar_attribute(name, H5T_NATIVE_DOUBLE, &value);
+}
+
+void Hdf5Writer::write_scalar_attribute(const std::string& name, int64_t native_type,
+                                        const void* value) {
   Handle space{H5Screate(H5S_SCALAR), H5Sclose};
-  Handle attr{H5Acreate2(file_, name.c_str(), H5T_NATIVE_DOUBLE, space.id, H5P_DEFAULT,
-                         H5P_DEFAULT),
+  Handle attr{H5Acreate2(file_, name.c_str(), native_type, space.id, H5P_DEFAULT, H5P_DEFAULT),
               H5Aclose};
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_DOUBLE, &value) >= 0,
-              "writing attribute '", name, "' to '", path_, "' failed");
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, native_type, value) >= 0, "writing attribute '",
+              name, "' to '", path_, "' failed");
 }
 
 void Hdf5Writer::commit() {
@@ -269,27 +268,26 @@ std::string Hdf5Reader::string_attribute(const std::string& name) const {
 }
 
 int64_t Hdf5Reader::int_attribute(const std::string& name) const {
-  SHAMN_INPUT_CHECK(has_attribute(name), "'", path_, "' has no root attribute '", name, "'");
-  Handle attr{H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose};
-  Handle type{H5Aget_type(attr.id), H5Tclose};
-  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == H5T_INTEGER, "'", path_, "': attribute '", name,
-                    "' is not an integer");
   int64_t value = 0;
-  SHAMN_INPUT_CHECK(H5Aread(attr.id, H5T_NATIVE_INT64, &value) >= 0, "'", path_,
-                    "': cannot read attribute '", name, "'");
+  read_scalar_attribute(name, H5T_INTEGER, H5T_NATIVE_INT64, "an integer", &value);
   return value;
 }
 
 double Hdf5Reader::float_attribute(const std::string& name) const {
+  double value = 0;
+  read_scalar_attribute(name, H5T_FLOAT, H5T_NATIVE_DOUBLE, "a float", &value);
+  return value;
+}
+
+void Hdf5Reader::read_scalar_attribute(const std::string& name, int type_class,
+                                       int64_t native_type, const char* kind, void* out) const {
   SHAMN_INPUT_CHECK(has_attribute(name), "'", path_, "' has no root attribute '", name, "'");
   Handle attr{H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose};
   Handle type{H5Aget_type(attr.id), H5Tclose};
-  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == H5T_FLOAT, "'", path_, "': attribute '", name,
-                    "' is not a float");
-  double value = 0;
-  SHAMN_INPUT_CHECK(H5Aread(attr.id, H5T_NATIVE_DOUBLE, &value) >= 0, "'", path_,
+  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == type_class, "'", path_, "': attribute '", name,
+                    "' is not ", kind);
+  SHAMN_INPUT_CHECK(H5Aread(attr.id, native_type, out) >= 0, "'", path_,
                     "': cannot read attribute '", name, "'");
-  return value;
 }
 
 }  // namespace shamn

@@ -27,6 +27,8 @@ class Hdf5Writer {
   void commit();
 
  private:
+  // native_type: an hid_t (kept out of this header).
+  void write_scalar_attribute(const std::string& name, int64_t native_type, const void* value);
   std::string path_;
   AtomicFile temp_;
   int64_t file_ = -1;
@@ -51,6 +53,9 @@ class Hdf5Reader {
   double float_attribute(const std::string& name) const;
 
  private:
+  // type_class: an H5T_class_t; native_type: an hid_t (kept out of this header).
+  void read_scalar_attribute(const std::string& name, int type_class, int64_t native_type,
+                             const char* kind, void* out) const;
   std::string path_;
   int64_t file_ = -1;
 };

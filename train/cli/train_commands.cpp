@@ -12,6 +12,7 @@
 #include "train/cli/commands.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
+#include "train/train_checkpoint.h"
 #include "train/trainer.h"
 
 namespace shamn::cli {
@@ -41,7 +42,7 @@ void run_info(const std::string& path) {
   Shamn model(config);
   load_model_tensors(reader, model);  // also verifies every tensor's checksum
   const ParameterCounts counts = count_parameters(model);
-  const bool training = reader.has_attribute("optim_step");
+  const bool training = is_train_checkpoint(path);
   std::printf("checkpoint      %s\n", path.c_str());
   std::printf("kind            %s\n",
               training ? "training (model + optimizer state; resumable)" : "model only");
