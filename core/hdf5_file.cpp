@@ -4,9 +4,9 @@
 #include <filesystem>
 
 #include <hdf5.h>
-#include <zlib.h>
 
 #include "core/check.h"
+#include "core/checksum.h"
 
 namespace shamn {
 namespace {
@@ -44,17 +44,7 @@ hid_t native_type(DType dt) {
 // of the values' bytes as stored in memory on a little-endian machine.
 constexpr const char* kChecksumAttribute = "crc32";
 
-uint32_t checksum(const Tensor& t) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(t.raw_data());
-  for (int64_t left = t.nbytes(); left > 0;) {
-    const uInt n = static_cast<uInt>(std::min<int64_t>(left, int64_t{1} << 30));
-    crc = crc32(crc, p, n);
-    p += n;
-    left -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
+uint32_t checksum(const Tensor& t) { return crc32_bytes(t.raw_data(), t.nbytes()); }
 
 }  // namespace
 

@@ -107,21 +107,40 @@ float dot_q4_q8(const BlockQ4* w, const BlockQ8* x, int64_t blocks) {
   return dot_scalar(w, x, blocks);
 }
 
-namespace {
-template <class W, class Dot>
-void matvec(const W* weights, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y, Dot dot) {
-  parallel_for(0, rows, kRowGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) y[r] = dot(weights + r * blocks_per_row, x, blocks_per_row);
-  });
+void dot_rows_q8(const BlockQ8* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y) {
+  switch (quant_kernel()) {
+    case QuantKernel::avx512:
+      return quant_detail::dot_rows_q8_q8_avx512(W, rows, blocks_per_row, x, y);
+    case QuantKernel::avx2:
+      return quant_detail::dot_rows_q8_q8_avx2(W, rows, blocks_per_row, x, y);
+    case QuantKernel::scalar:
+      break;
+  }
+  for (int64_t r = 0; r < rows; ++r) y[r] = dot_scalar(W + r * blocks_per_row, x, blocks_per_row);
 }
-}  // namespace
+
+void dot_rows_q4(const BlockQ4* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y) {
+  switch (quant_kernel()) {
+    case QuantKernel::avx512:
+      return quant_detail::dot_rows_q4_q8_avx512(W, rows, blocks_per_row, x, y);
+    case QuantKernel::avx2:
+      return quant_detail::dot_rows_q4_q8_avx2(W, rows, blocks_per_row, x, y);
+    case QuantKernel::scalar:
+      break;
+  }
+  for (int64_t r = 0; r < rows; ++r) y[r] = dot_scalar(W + r * blocks_per_row, x, blocks_per_row);
+}
 
 void matvec_q8(const BlockQ8* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y) {
-  matvec(W, rows, blocks_per_row, x, y, dot_q8_q8);
+  parallel_for(0, rows, kRowGrain, [&](int64_t lo, int64_t hi) {
+    dot_rows_q8(W + lo * blocks_per_row, hi - lo, blocks_per_row, x, y + lo);
+  });
 }
 
 void matvec_q4(const BlockQ4* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y) {
-  matvec(W, rows, blocks_per_row, x, y, dot_q4_q8);
+  parallel_for(0, rows, kRowGrain, [&](int64_t lo, int64_t hi) {
+    dot_rows_q4(W + lo * blocks_per_row, hi - lo, blocks_per_row, x, y + lo);
+  });
 }
 
 }  // namespace shamn

@@ -38,7 +38,12 @@ float dot_q8_q8(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 
 // W: [rows, blocks_per_row]  x: [blocks_per_row]  y: [rows]
-// y[r] = dot(W[r], x); rows split over shamn::parallel_for, one row per output.
+// y[r] = dot(W[r], x) on the calling thread, one kernel dispatch for all rows:
+// the runtime's building block (it splits work across threads itself).
+void dot_rows_q8(const BlockQ8* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
+void dot_rows_q4(const BlockQ4* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
+
+// The same with rows split over shamn::parallel_for, one row per output.
 void matvec_q8(const BlockQ8* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
 void matvec_q4(const BlockQ4* W, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
 

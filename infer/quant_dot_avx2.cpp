@@ -21,7 +21,14 @@ SHAMN_TARGET_AVX2 float dot(const W* w, const BlockQ8* x, int64_t blocks, Load l
     for (int k = 0; k < kLanes; ++k) partial[k] = partial_dot(load_w(w[g + k]), load_q8(x[g + k]));
     lanes = add_group(lanes, w, x, g, block_totals(partial));
   }
-  return finish(lanes, w, x, full, blocks);
+  return finish(lanes, w, x, full, blocks, [&](const W& wb, const BlockQ8& xb) SHAMN_TARGET_AVX2 {
+    return hsum_epi32(partial_dot(load_w(wb), load_q8(xb)));
+  });
+}
+
+template <class W, class Load>
+SHAMN_TARGET_AVX2 void dot_rows(const W* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y, Load load_w) {
+  for (int64_t r = 0; r < rows; ++r) y[r] = dot(w + r * blocks_per_row, x, blocks_per_row, load_w);
 }
 
 }  // namespace
@@ -32,6 +39,16 @@ SHAMN_TARGET_AVX2 float dot_q8_q8_avx2(const BlockQ8* a, const BlockQ8* b, int64
 
 SHAMN_TARGET_AVX2 float dot_q4_q8_avx2(const BlockQ4* w, const BlockQ8* x, int64_t blocks) {
   return dot(w, x, blocks, [](const BlockQ4& blk) SHAMN_TARGET_AVX2 { return unpack_q4(blk); });
+}
+
+SHAMN_TARGET_AVX2 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x,
+                                         float* y) {
+  dot_rows(w, rows, blocks_per_row, x, y, [](const BlockQ8& blk) SHAMN_TARGET_AVX2 { return load_q8(blk); });
+}
+
+SHAMN_TARGET_AVX2 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x,
+                                         float* y) {
+  dot_rows(w, rows, blocks_per_row, x, y, [](const BlockQ4& blk) SHAMN_TARGET_AVX2 { return unpack_q4(blk); });
 }
 
 }  // namespace shamn::quant_detail

@@ -51,12 +51,22 @@ SHAMN_TARGET_AVX2 inline __m256 add_group(__m256 lanes, const W* w, const BlockQ
   return _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(totals), lanes);
 }
 
-// Lanes back to memory, the scalar tail, the canonical final sum.
-template <class W>
-SHAMN_TARGET_AVX2 inline float finish(__m256 lanes, const W* w, const BlockQ8* x, int64_t begin, int64_t end) {
+SHAMN_TARGET_AVX2 inline int32_t hsum_epi32(__m256i v) {
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i t = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1)));
+}
+
+// Lanes back to memory, then the blocks past the last full group of 8 one at a
+// time (rows of 1..7 blocks, e.g. block-sparse rows, are all tail), then the
+// canonical final sum. block_sum(w, x) -> int32 is the path's SIMD block total.
+template <class W, class BlockSum>
+SHAMN_TARGET_AVX2 inline float finish(__m256 lanes, const W* w, const BlockQ8* x, int64_t begin, int64_t end,
+                                      BlockSum block_sum) {
   float l[kLanes];
   _mm256_storeu_ps(l, lanes);
-  add_blocks_scalar(w, x, begin, end, l);
+  for (int64_t i = begin; i < end; ++i)
+    l[i % kLanes] = std::fma(w[i].d * x[i].d, static_cast<float>(block_sum(w[i], x[i])), l[i % kLanes]);
   return sum_lanes(l);
 }
 

@@ -203,7 +203,7 @@ TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot 
   }
 }
 
-TEST_CASE("matvec equals the per-row dot and does not depend on the thread count", "[infer][quant]") {
+TEST_CASE("matvec and dot_rows equal the per-row scalar dot and do not depend on the thread count", "[infer][quant]") {
   KernelGuard guard;
   test::ThreadCountGuard threads;
   const int64_t rows = 101, bpr = 9;
@@ -220,7 +220,16 @@ TEST_CASE("matvec equals the per-row dot and does not depend on the thread count
     set_num_threads(2);
     matvec_q8(w8.data(), rows, bpr, x.data(), y8_2.data());
     matvec_q4(w4.data(), rows, bpr, x.data(), y4_2.data());
+    std::vector<float> rows8(rows), rows4(rows), scalar8(rows), scalar4(rows);
+    dot_rows_q8(w8.data(), rows, bpr, x.data(), rows8.data());
+    dot_rows_q4(w4.data(), rows, bpr, x.data(), rows4.data());
+    set_quant_kernel(QuantKernel::scalar);
+    dot_rows_q8(w8.data(), rows, bpr, x.data(), scalar8.data());
+    dot_rows_q4(w4.data(), rows, bpr, x.data(), scalar4.data());
+    set_quant_kernel(k);
     for (int64_t r = 0; r < rows; ++r) {
+      CHECK(bits(rows8[r]) == bits(scalar8[r]));
+      CHECK(bits(rows4[r]) == bits(scalar4[r]));
       CHECK(bits(y8_1[r]) == bits(dot_q8_q8(w8.data() + r * bpr, x.data(), bpr)));
       CHECK(bits(y4_1[r]) == bits(dot_q4_q8(w4.data() + r * bpr, x.data(), bpr)));
       CHECK(bits(y8_1[r]) == bits(y8_2[r]));

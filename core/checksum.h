@@ -1,0 +1,11 @@
+#pragma once
+// CRC-32 (zlib's: the one gzip and PNG use) of a byte range. Checkpoints and
+// model files carry it per tensor so a flipped byte is caught on load.
+#include <cstddef>
+#include <cstdint>
+
+namespace shamn {
+
+uint32_t crc32_bytes(const void* data, size_t bytes);
+
+}  // namespace shamn
