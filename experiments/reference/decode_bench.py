@@ -10,6 +10,12 @@ Two ways to decode batch 1 with the reference model, one token per step:
 - incremental: a fair baseline. Each layer keeps its last kernel - 1 conv
   inputs (SPEC 1.4) and a step runs the model on the new token alone, through
   the reference's own modules, so quantize_dynamic reaches it too.
+- window_all_rows: window, but the head runs on every position of the window
+  and only the last row is kept (the plainest user code; an extra mode, not
+  in the default --modes).
+
+--check first prints one line with how far both modes' logits are from a
+full-context forward over the prompt and the generated tokens.
 
     /usr/bin/python3 experiments/reference/decode_bench.py --config CONFIG.toml --seed 1
     /usr/bin/python3 experiments/reference/decode_bench.py --checkpoint CKPT.h5 [--data TOK.bin]
@@ -68,11 +74,13 @@ def last_logits(model, tokens):
 
 
 class WindowDecoder:
-    mode = "window"
+    """head_rows "last" sends only the last position through the head; "all" is the
+    plainest user code (logits at every position, keep the last row)."""
 
-    def __init__(self, model, window=None):
+    def __init__(self, model, window=None, head_rows="last"):
         self.model = model
         self.window = window or receptive_field(model.cfg)
+        self.head_rows = head_rows
         self.context = []
 
     def prefill(self, tokens):
@@ -80,12 +88,12 @@ class WindowDecoder:
 
     def step(self, token):
         self.context = (self.context + [token])[-self.window:]
+        if self.head_rows == "all":
+            return all_logits(self.model, torch.tensor(self.context))[-1]
         return last_logits(self.model, torch.tensor(self.context))
 
 
 class IncrementalDecoder:
-    mode = "incremental"
-
     def __init__(self, model):
         self.model = model
         self.history = []
@@ -115,7 +123,9 @@ class IncrementalDecoder:
         return head_logits(model, model.final_norm(x[0]))[0]
 
 
-DECODERS = {"window": WindowDecoder, "incremental": IncrementalDecoder}
+DECODERS = {"window": WindowDecoder,
+            "window_all_rows": lambda model: WindowDecoder(model, head_rows="all"),
+            "incremental": IncrementalDecoder}
 
 
 @torch.no_grad()
@@ -130,6 +140,27 @@ def greedy_decode(decoder, prompt, n):
         token = int(decoder.step(token).argmax())
         out.append(token)
     return out, time.perf_counter() - start
+
+
+@torch.no_grad()
+def check_against_full(model, prompt, n):
+    """Largest relative error (over positions, against the row's largest logit) of the
+    window and incremental logits against one full-context forward, over the prompt
+    and n greedy tokens."""
+    generated, _ = greedy_decode(IncrementalDecoder(model), prompt, n)
+    tokens = prompt + generated
+    full = all_logits(model, torch.tensor(tokens))
+    window, incremental = WindowDecoder(model), IncrementalDecoder(model)
+    window.prefill([])
+    incremental.prefill([])
+    errors = {"window": 0.0, "incremental": 0.0}
+    for t, token in enumerate(tokens):
+        scale = float(full[t].abs().max())
+        for name, decoder in (("window", window), ("incremental", incremental)):
+            errors[name] = max(errors[name], float((decoder.step(token) - full[t]).abs().max()) / scale)
+    return {"check": "logits_vs_full_forward", "positions": len(tokens),
+            "receptive_field": receptive_field(model.cfg),
+            "window_max_rel_err": errors["window"], "incremental_max_rel_err": errors["incremental"]}
 
 
 def quantize(model):
@@ -165,7 +196,7 @@ def make_prompt(args, vocab_size):
 def bench(model, quant, prompt, args, extra):
     for mode in args.modes.split(","):
         if mode not in DECODERS:
-            raise ValueError(f"--modes: unknown mode {mode!r} (window, incremental)")
+            raise ValueError(f"--modes: unknown mode {mode!r} ({', '.join(DECODERS)})")
         for threads in [int(t) for t in args.threads.split(",")]:
             torch.set_num_threads(threads)
             decoder = DECODERS[mode](model)
@@ -209,6 +240,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=4, help="untimed tokens before the repeats")
     parser.add_argument("--quantize-dynamic", action="store_true",
                         help="also run torch.quantization.quantize_dynamic({nn.Linear}, qint8)")
+    parser.add_argument("--check", action="store_true",
+                        help="first print how far window and incremental logits are from a full forward")
     parser.add_argument("--self-test", action="store_true", help="run the decode self-tests and exit")
     args = parser.parse_args(argv)
     if args.self_test:
@@ -218,6 +251,8 @@ def main(argv=None):
             raise ValueError("--prompt, --new-tokens and --repeats must be >= 1, --warmup >= 0")
         model = load_model(args)
         prompt = make_prompt(args, model.cfg.vocab_size)
+        if args.check:
+            print(json.dumps(check_against_full(model, prompt, args.new_tokens)), flush=True)
         bench(model, "none", prompt, args, {})
         if args.quantize_dynamic:
             qmodel, converted = quantize(model)

@@ -107,6 +107,14 @@ class TestDecode(unittest.TestCase):
         with torch.no_grad():  # the first generated token reads the prompt's last position
             self.assertEqual(window[0], int(db.all_logits(model, torch.tensor(prompt))[-1].argmax()))
 
+    def test_check_line_and_window_all_rows(self):
+        model, prompt = self.models["untied"], self.tokens[:10].tolist()
+        check = db.check_against_full(model, prompt, 8)
+        self.assertEqual(check["positions"], 18)
+        self.assertLess(max(check["window_max_rel_err"], check["incremental_max_rel_err"]), 1e-5)
+        self.assertEqual(db.greedy_decode(db.DECODERS["window_all_rows"](model), prompt, 8)[0],
+                         db.greedy_decode(db.WindowDecoder(model), prompt, 8)[0])
+
     def test_quantize_dynamic_converts_dense_linears_only(self):
         expected = {"tied": 2 * 3 + 2, "untied": 2 * 3 + 2 + 1}  # routers per layer, 2 queries, head
         for name, model in self.models.items():
