@@ -37,7 +37,10 @@ class Tokenizer {
   // vocab_size >= 256; the result has fewer tokens when the text runs out of pairs.
   static Tokenizer train(std::string_view text, int64_t vocab_size);
   static Tokenizer load(const std::string& path);
+  // The file format from memory (a tokenizer embedded in a model file); errors name `origin`.
+  static Tokenizer parse(const std::string& text, const std::string& origin);
   void save(const std::string& path) const;  // temp file + rename: never half-written
+  std::string to_text() const;               // exactly what save() writes
 
   int64_t vocab_size() const { return 256 + static_cast<int64_t>(merges_.size()); }
   const std::vector<Merge>& merges() const { return merges_; }

@@ -82,8 +82,9 @@ std::string read_whole_file(const std::string& path) {
 
 }  // namespace
 
-Tokenizer Tokenizer::load(const std::string& path) {
-  const std::string text = read_whole_file(path);
+Tokenizer Tokenizer::load(const std::string& path) { return parse(read_whole_file(path), path); }
+
+Tokenizer Tokenizer::parse(const std::string& text, const std::string& path) {
   LineReader lines(path, text);
   std::string_view line;
 
@@ -132,7 +133,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return Tokenizer(std::move(merges));
 }
 
-void Tokenizer::save(const std::string& path) const {
+std::string Tokenizer::to_text() const {
   std::string text = detail::concat(kMagic, "\nvocab_size ", vocab_size(), "\n");
   for (const Merge& m : merges_) {
     text += std::to_string(m.left);
@@ -140,6 +141,11 @@ void Tokenizer::save(const std::string& path) const {
     text += std::to_string(m.right);
     text += '\n';
   }
+  return text;
+}
+
+void Tokenizer::save(const std::string& path) const {
+  const std::string text = to_text();
   AtomicFile file(path);
   file.write(text.data(), text.size());
   file.commit();

@@ -25,6 +25,41 @@ int quantize_value(float x, float d, int limit) {
   return static_cast<int>(std::clamp(r, -static_cast<float>(limit), static_cast<float>(limit)));
 }
 
+void pack_q4(const float* buf, float d, BlockQ4& out) {
+  out.d = d;
+  for (int j = 0; j < kQuantBlock / 2; ++j) {
+    const int lo = quantize_value(buf[j], d, 7) + 8;
+    const int hi = quantize_value(buf[j + 16], d, 7) + 8;
+    out.q[j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+// The scale with the least squared error over a few grids: for each, the
+// levels are rounded from amax / (7 + 0.1 s), then the scale is refitted to
+// them by least squares, d = sum(x q) / sum(q^2), which minimises
+// sum (x - d q)^2 for those levels. Lowering the error per block this way is
+// what lets weights lose less at 4 bits than plain rounding does.
+float fitted_q4_scale(const float* buf, float amax) {
+  if (amax == 0.0f) return 0.0f;
+  double best_gain = -1.0;
+  float best = amax / 7.0f;
+  for (int s = -9; s <= 9; ++s) {
+    const float d0 = amax / (7.0f + 0.1f * static_cast<float>(s));
+    double sxq = 0.0, sqq = 0.0;
+    for (int i = 0; i < kQuantBlock; ++i) {
+      const int q = quantize_value(buf[i], d0, 7);
+      sxq += static_cast<double>(buf[i]) * q;
+      sqq += static_cast<double>(q) * q;
+    }
+    // The error at the fitted scale is sum x^2 - sxq^2 / sqq: maximise the second term.
+    if (sqq > 0.0 && sxq * sxq / sqq > best_gain) {
+      best_gain = sxq * sxq / sqq;
+      best = static_cast<float>(sxq / sqq);
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 void quantize_row_q8(const float* x, BlockQ8* out, int64_t n) {
@@ -38,14 +73,14 @@ void quantize_row_q8(const float* x, BlockQ8* out, int64_t n) {
 
 void quantize_row_q4(const float* x, BlockQ4* out, int64_t n) {
   float buf[kQuantBlock];
+  for (int64_t b = 0; b < quant_blocks(n); ++b) pack_q4(buf, load_block(x, n, b, buf) / 7.0f, out[b]);
+}
+
+void quantize_row_q4_fitted(const float* x, BlockQ4* out, int64_t n) {
+  float buf[kQuantBlock];
   for (int64_t b = 0; b < quant_blocks(n); ++b) {
-    const float d = load_block(x, n, b, buf) / 7.0f;
-    out[b].d = d;
-    for (int j = 0; j < kQuantBlock / 2; ++j) {
-      const int lo = quantize_value(buf[j], d, 7) + 8;
-      const int hi = quantize_value(buf[j + 16], d, 7) + 8;
-      out[b].q[j] = static_cast<uint8_t>(lo | (hi << 4));
-    }
+    const float amax = load_block(x, n, b, buf);
+    pack_q4(buf, fitted_q4_scale(buf, amax), out[b]);
   }
 }
 

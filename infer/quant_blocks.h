@@ -49,6 +49,11 @@ inline constexpr int64_t quant_blocks(int64_t n) { return (n + kQuantBlock - 1) 
 // x: [n]  out: [quant_blocks(n)]
 void quantize_row_q8(const float* x, BlockQ8* out, int64_t n);
 void quantize_row_q4(const float* x, BlockQ4* out, int64_t n);
+// For weights (export): the same format, each block's scale refitted by least
+// squares over a small search. Slower, and a single element may err by more
+// than d/2, but each block's total squared error is never above the plain
+// rounding's (the search includes its levels).
+void quantize_row_q4_fitted(const float* x, BlockQ4* out, int64_t n);
 
 // in: [quant_blocks(n)]  y: [n] (the padding past n is not written)
 void dequantize_row_q8(const BlockQ8* in, float* y, int64_t n);

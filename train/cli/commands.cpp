@@ -5,6 +5,7 @@ namespace shamn::cli {
 void register_commands(CLI::App& app) {
   register_model_commands(app);
   register_train_commands(app);
+  register_infer_commands(app);
   register_synthetic_command(app);
   register_tokenizer_commands(app);
   register_mlp_demo(app);

@@ -1,0 +1,84 @@
+#include "infer/evaluate.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/check.h"
+#include "core/parallel.h"
+
+namespace shamn {
+
+namespace {
+
+// log-softmax of one row into lp [V]; returns the argmax (lowest id on ties).
+int64_t log_softmax_row(const float* x, int64_t V, std::vector<double>& lp) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < V; ++v)
+    if (x[v] > x[best]) best = v;
+  double sum = 0.0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(x[v]) - x[best]);
+  const double lse = x[best] + std::log(sum);
+  lp.resize(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) lp[v] = x[v] - lse;
+  return best;
+}
+
+}  // namespace
+
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows, const LogitFunction& model,
+                    const LogitFunction* reference) {
+  SHAMN_INPUT_CHECK(T >= 1, "--seq-len must be >= 1");
+  int64_t windows = (data.size() - 1) / T;
+  SHAMN_INPUT_CHECK(windows >= 1, "token file has ", data.size(), " tokens: fewer than one window of --seq-len ", T,
+                    " + 1");
+  if (max_windows > 0) windows = std::min(windows, max_windows);
+
+  EvalResult r;
+  r.has_reference = reference != nullptr;
+  std::vector<float> logits(static_cast<size_t>(T * vocab)), ref(reference ? logits.size() : 0);
+  std::vector<int32_t> inputs(static_cast<size_t>(T));
+  // Per position: loss, ref loss, KL, agreement; summed in position order at the end.
+  std::vector<double> loss(static_cast<size_t>(T)), ref_loss(loss.size()), kl(loss.size()), agree(loss.size());
+  double sum_loss = 0, sum_ref = 0, sum_kl = 0, sum_agree = 0;
+  for (int64_t w = 0; w < windows; ++w) {
+    const Tensor win = data.window(w * T, T + 1, vocab);
+    const int32_t* tok = win.data<int32_t>();
+    std::copy_n(tok, T, inputs.data());
+    model(inputs.data(), T, logits.data());
+    if (reference) (*reference)(inputs.data(), T, ref.data());
+    parallel_for(0, T, 8, [&](int64_t lo, int64_t hi) {
+      std::vector<double> lp, lq;
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t top = log_softmax_row(logits.data() + t * vocab, vocab, lp);
+        loss[t] = -lp[tok[t + 1]];
+        if (!reference) continue;
+        const int64_t ref_top = log_softmax_row(ref.data() + t * vocab, vocab, lq);
+        ref_loss[t] = -lq[tok[t + 1]];
+        double k = 0.0;
+        for (int64_t v = 0; v < vocab; ++v) k += std::exp(lq[v]) * (lq[v] - lp[v]);
+        kl[t] = k;
+        agree[t] = top == ref_top ? 1.0 : 0.0;
+      }
+    });
+    for (int64_t t = 0; t < T; ++t) {
+      sum_loss += loss[t];
+      sum_ref += ref_loss[t];
+      sum_kl += kl[t];
+      sum_agree += agree[t];
+    }
+  }
+  r.windows = windows;
+  r.tokens = windows * T;
+  const double n = static_cast<double>(r.tokens);
+  r.loss = sum_loss / n;
+  if (reference) {
+    r.reference_loss = sum_ref / n;
+    r.mean_kl = sum_kl / n;
+    r.top1_agreement = sum_agree / n;
+  }
+  return r;
+}
+
+}  // namespace shamn

@@ -1,0 +1,33 @@
+#pragma once
+// Perplexity over a token file, as llama.cpp's perplexity tool reports it: the
+// file is cut into consecutive windows of T + 1 tokens (inputs t, targets
+// t + 1), each window starts from an empty state, and every position counts.
+// With a reference model it also reports, per position, the KL divergence
+// KL(P_ref || P_model) of the next-token distributions and whether both pick
+// the same top-1 token.
+#include <cstdint>
+#include <functional>
+
+#include "data/token_file.h"
+
+namespace shamn {
+
+// Fills logits [T, V] for the window tokens [T].
+using LogitFunction = std::function<void(const int32_t* tokens, int64_t T, float* logits)>;
+
+struct EvalResult {
+  int64_t windows = 0, tokens = 0;
+  double loss = 0.0;  // mean cross-entropy, nats
+  double perplexity() const;
+  // With a reference only:
+  bool has_reference = false;
+  double reference_loss = 0.0;
+  double mean_kl = 0.0;         // mean over positions of KL(P_ref || P_model), nats
+  double top1_agreement = 0.0;  // fraction of positions where the argmaxes agree
+};
+
+// max_windows 0 = every full window of the file.
+EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows, const LogitFunction& model,
+                    const LogitFunction* reference = nullptr);
+
+}  // namespace shamn

@@ -1,0 +1,31 @@
+#pragma once
+// `shamn export`: a checkpoint (training or model-only, SPEC section 4) to a
+// .shq model file. Matrices that feed dot products are quantised row-wise
+// along their input dim; everything else stays as trained (see
+// export_dtype and infer/README.md for which and why).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "infer/shq_format.h"
+
+namespace shamn {
+
+struct ExportOptions {
+  ShqQuant quant = ShqQuant::int8;
+  std::string tokenizer_text;  // "" = no tokenizer embedded
+};
+
+// The dtype tensor `name` (a SPEC name) is stored as under `quant`.
+ShqDType export_dtype(const std::string& name, ShqQuant quant);
+
+// The whole file image. Before returning, it is loaded back through the
+// runtime's own checks (ShqFile + InferModel), so export never writes a file
+// the runtime would reject.
+std::vector<uint8_t> export_model_image(const std::string& checkpoint, const ExportOptions& options);
+// Writes the image atomically to `out`.
+void export_model(const std::string& checkpoint, const ExportOptions& options, const std::string& out);
+
+ShqQuant shq_quant_from_string(const std::string& name);  // "f32" | "int8" | "int4"
+
+}  // namespace shamn

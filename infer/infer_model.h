@@ -1,0 +1,68 @@
+#pragma once
+// The inference-only SHAMN forward (no autograd, no training graph): it reads
+// the weights in place from a mapped .shq file and shares the core's kernels
+// (norms, activations, routing, product-key selection) with training.
+//
+// The only token mixing in SHAMN is each layer's causal convolution over the
+// last K mixer inputs, so a sequence's whole state is, per layer, the last K-1
+// normalised mixer inputs (DecodeState). forward() runs n new tokens after
+// that history: n = prompt length is a batched prefill (weights stream once
+// for all n tokens), n = 1 is a decode step whose cost does not depend on how
+// long the context already is.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+#include "data/tokenizer.h"
+#include "infer/shq_file.h"
+#include "infer/weight_matrix.h"
+
+namespace shamn {
+
+struct DecodeState {
+  // Per layer: the last K-1 normalised mixer inputs, [K-1, D], oldest first;
+  // zeros before the sequence starts (the SPEC's zero padding).
+  std::vector<std::vector<float>> history;
+  int64_t position = 0;  // tokens seen so far
+};
+
+class InferModel {
+ public:
+  // Checks every tensor against the config (name, dtype, shape, index ranges);
+  // an InputError names the file and tensor.
+  explicit InferModel(ShqFile file);
+  InferModel(InferModel&&) noexcept;
+  ~InferModel();
+
+  const ModelConfig& config() const { return config_; }
+  const ShqFile& file() const { return file_; }
+  // The embedded tokenizer, if the file has one.
+  const std::optional<Tokenizer>& tokenizer() const { return tokenizer_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+
+  DecodeState new_state() const;
+
+  // tokens: [n] ids < vocab_size. Runs them after `state`'s history and advances it.
+  // logits: [n, V] when all_logits, else [V] for the last token only.
+  void forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits, bool all_logits) const;
+
+  // Bytes of weights one decoded token reads: every matrix it touches (the
+  // routed experts only, the k selected memory value rows), its biases, gains
+  // and index buffers; computed from the loaded tensors.
+  uint64_t weight_bytes_per_token() const;
+  // Bytes of weights stored (every tensor), as the file holds them.
+  uint64_t weight_bytes() const;
+
+  struct Impl;
+
+ private:
+  ModelConfig config_;
+  ShqFile file_;
+  std::optional<Tokenizer> tokenizer_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shamn

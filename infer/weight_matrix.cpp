@@ -1,0 +1,76 @@
+#include "infer/weight_matrix.h"
+
+#include "core/check.h"
+#include "core/kernels/vec16.h"
+#include "infer/quant_dot.h"
+
+namespace shamn {
+
+const char* weight_type_name(WeightType type) {
+  switch (type) {
+    case WeightType::f32:
+      return "f32";
+    case WeightType::q8:
+      return "q8_0";
+    case WeightType::q4:
+      return "q4_0";
+  }
+  return "?";
+}
+
+size_t WeightMatrix::row_bytes() const {
+  switch (type) {
+    case WeightType::f32:
+      return static_cast<size_t>(cols) * sizeof(float);
+    case WeightType::q8:
+      return static_cast<size_t>(blocks_per_row()) * sizeof(BlockQ8);
+    case WeightType::q4:
+      return static_cast<size_t>(blocks_per_row()) * sizeof(BlockQ4);
+  }
+  return 0;
+}
+
+void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
+  switch (type) {
+    case WeightType::f32: {
+      const float* w = static_cast<const float*>(data) + r0 * cols;
+      for (int64_t i = 0; i < n; ++i) y[i] = vec16::dot(w + i * cols, x.f, cols);
+      return;
+    }
+    case WeightType::q8:
+      dot_rows_q8(static_cast<const BlockQ8*>(data) + r0 * blocks_per_row(), n, blocks_per_row(), x.q, y);
+      return;
+    case WeightType::q4:
+      dot_rows_q4(static_cast<const BlockQ4*>(data) + r0 * blocks_per_row(), n, blocks_per_row(), x.q, y);
+      return;
+  }
+}
+
+void WeightMatrix::add_row(int64_t r, float w, float* acc) const {
+  if (type == WeightType::f32) {
+    const float* row = static_cast<const float*>(data) + r * cols;
+    for (int64_t c = 0; c < cols; ++c) acc[c] += w * row[c];
+    return;
+  }
+  const int64_t seg = segment_length(), seg_blocks = quant_blocks(seg), bpr = blocks_per_row();
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t block = r * bpr + c / seg * seg_blocks + c % seg / kQuantBlock;
+    const int i = static_cast<int>(c % seg % kQuantBlock);
+    if (type == WeightType::q8) {
+      const BlockQ8& b = static_cast<const BlockQ8*>(data)[block];
+      acc[c] += w * (b.d * static_cast<float>(b.q[i]));
+    } else {
+      const BlockQ4& b = static_cast<const BlockQ4*>(data)[block];
+      acc[c] += w * (b.d * static_cast<float>(q4_value(b, i)));
+    }
+  }
+}
+
+InputRow quantize_input(WeightType type, const float* x, int64_t n, std::vector<BlockQ8>& out) {
+  if (type == WeightType::f32) return {x, nullptr};
+  out.resize(static_cast<size_t>(quant_blocks(n)));
+  quantize_row_q8(x, out.data(), n);
+  return {x, out.data()};
+}
+
+}  // namespace shamn

@@ -1,0 +1,51 @@
+#pragma once
+// A weight matrix of the runtime, read in place from a mapped .shq file:
+// [rows, cols] row-major, each row either f32 or quantised along cols into
+// BlockQ8 / BlockQ4 blocks (the last one zero-padded).
+//
+// Inputs to a quantised matrix are quantised once per row of activations to
+// Q8 blocks with the same blocking (quantize_input), so every product is an
+// integer block dot; inputs to an f32 matrix stay f32.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "infer/quant_blocks.h"
+
+namespace shamn {
+
+enum class WeightType { f32, q8, q4 };
+
+const char* weight_type_name(WeightType type);
+
+// One row of activations in the form a matrix wants: f for f32 weights, q for quantised ones.
+struct InputRow {
+  const float* f = nullptr;    // [cols]
+  const BlockQ8* q = nullptr;  // [quant_blocks(cols)]
+};
+
+struct WeightMatrix {
+  WeightType type = WeightType::f32;
+  int64_t rows = 0, cols = 0;
+  // Rows are cut into segments of this many values, each quantised on its own
+  // (its last block zero-padded); 0 means one segment per row. Block-sparse
+  // rows are their active blocks side by side, one segment each.
+  int64_t segment = 0;
+  const void* data = nullptr;
+
+  bool quantized() const { return type != WeightType::f32; }
+  int64_t segment_length() const { return segment > 0 ? segment : cols; }
+  int64_t blocks_per_row() const { return cols / segment_length() * quant_blocks(segment_length()); }
+  size_t row_bytes() const;
+  size_t bytes() const { return row_bytes() * static_cast<size_t>(rows); }
+
+  // y[i] = W[r0 + i] . x for i < n, on the calling thread.
+  void dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const;
+  // acc[c] += w * W[r, c] for c < cols (dequantised).
+  void add_row(int64_t r, float w, float* acc) const;
+};
+
+// Quantises x [n] into out (resized to quant_blocks(n)) when `type` is quantised.
+InputRow quantize_input(WeightType type, const float* x, int64_t n, std::vector<BlockQ8>& out);
+
+}  // namespace shamn

@@ -1,0 +1,30 @@
+#pragma once
+// What `shamn eval` and `shamn bench` accept as a model: a .shq file (run by
+// the inference runtime) or an HDF5 checkpoint (run by the autograd model),
+// told apart by the file's first bytes.
+#include <memory>
+#include <string>
+
+#include "core/model_config.h"
+#include "infer/evaluate.h"
+#include "infer/infer_model.h"
+#include "layers/shamn_model.h"
+
+namespace shamn::cli {
+
+struct ModelSource {
+  std::string path;
+  ModelConfig config;
+  std::unique_ptr<InferModel> runtime;  // a .shq file
+  std::unique_ptr<Shamn> autograd;      // a checkpoint
+  std::string kind() const;             // "f32" | "int8" | "int4" | "checkpoint"
+  // Logits for every position of a window; the runtime starts from an empty state.
+  LogitFunction logit_function() const;
+};
+
+ModelSource open_model_source(const std::string& path);
+bool is_shq_file(const std::string& path);
+// --kernel scalar|avx2|avx512 ("" = keep the CPU's best).
+void apply_kernel_flag(const std::string& kernel);
+
+}  // namespace shamn::cli
