@@ -333,14 +333,15 @@ void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
   }
   std::vector<float> s(static_cast<size_t>(n * buckets));
   dense_forward(Dense{table, nullptr}, z, n, s.data());
-  parallel_for(0, V, grain_for(n * hashes), [&](int64_t lo, int64_t hi) {
-    for (int64_t v = lo; v < hi; ++v)
-      for (int64_t t = 0; t < n; ++t) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < hashes; ++j)
-          acc += importance[v * hashes + j] * s[t * buckets + bucket_index[v * hashes + j]];
-        out[t * V + v] = acc;
-      }
+  // logit[t, v] = sum_j importance[v, j] * s[t, bucket_index[v, j]]
+  parallel_for(0, V, grain_for(n * hashes * 8), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float* st = s.data() + t * buckets;
+      float* ot = out + t * V;
+      for (int64_t v = lo; v < hi; ++v) ot[v] = 0.0f;
+      for (int64_t j = 0; j < hashes; ++j)
+        for (int64_t v = lo; v < hi; ++v) ot[v] += importance[v * hashes + j] * st[bucket_index[v * hashes + j]];
+    }
   });
 }
 

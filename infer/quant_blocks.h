@@ -47,7 +47,10 @@ static_assert(offsetof(BlockQ4, q) == 4);
 inline constexpr int64_t quant_blocks(int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; }
 
 // x: [n]  out: [quant_blocks(n)]
+// quantize_row_q8 runs the SIMD path unless the scalar kernel is selected
+// (infer/quant_dot.h); both give the same bytes.
 void quantize_row_q8(const float* x, BlockQ8* out, int64_t n);
+void quantize_row_q8_scalar(const float* x, BlockQ8* out, int64_t n);
 void quantize_row_q4(const float* x, BlockQ4* out, int64_t n);
 // For weights (export): the same format, each block's scale refitted by least
 // squares over a small search. Slower, and a single element may err by more

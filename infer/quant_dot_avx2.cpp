@@ -28,7 +28,12 @@ SHAMN_TARGET_AVX2 float dot(const W* w, const BlockQ8* x, int64_t blocks, Load l
 
 template <class W, class Load>
 SHAMN_TARGET_AVX2 void dot_rows(const W* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y, Load load_w) {
-  for (int64_t r = 0; r < rows; ++r) y[r] = dot(w + r * blocks_per_row, x, blocks_per_row, load_w);
+  const int64_t bpr = blocks_per_row;
+  int64_t r0 = 0;
+  if (bpr < kLanes) r0 = short_rows(w, rows / kLanes * kLanes, bpr, x, y, [&](const W& wb, const BlockQ8& xb) SHAMN_TARGET_AVX2 {
+      return partial_dot(load_w(wb), load_q8(xb));
+    });
+  for (int64_t r = r0; r < rows; ++r) y[r] = dot(w + r * bpr, x, bpr, load_w);
 }
 
 }  // namespace
@@ -49,6 +54,56 @@ SHAMN_TARGET_AVX2 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64
 SHAMN_TARGET_AVX2 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x,
                                          float* y) {
   dot_rows(w, rows, blocks_per_row, x, y, [](const BlockQ4& blk) SHAMN_TARGET_AVX2 { return unpack_q4(blk); });
+}
+
+}  // namespace shamn::quant_detail
+
+namespace shamn::quant_detail {
+
+// The same arithmetic as the scalar quantize_row_q8, eight values at a time:
+// max|x| (exact in any order), d = amax / 127, v = x / d, round half away from
+// zero via trunc, clamp, then pack to bytes. Bitwise equal to the scalar path.
+SHAMN_TARGET_AVX2 void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+  float buf[kQuantBlock];
+  for (int64_t b = 0; b < quant_blocks(n); ++b) {
+    const float* src = x + b * kQuantBlock;
+    if (n - b * kQuantBlock < kQuantBlock) {  // the zero-padded last block
+      const int64_t len = n - b * kQuantBlock;
+      for (int64_t i = 0; i < kQuantBlock; ++i) buf[i] = i < len ? src[i] : 0.0f;
+      src = buf;
+    }
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(src + 8 * k);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[k]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    out[b].d = d;
+    if (d == 0.0f) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), _mm256_setzero_si256());
+      continue;
+    }
+    const __m256 vd = _mm256_set1_ps(d);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 s = _mm256_div_ps(v[k], vd);
+      __m256 r = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 away = _mm256_cmp_ps(_mm256_andnot_ps(sign_mask, _mm256_sub_ps(s, r)), half, _CMP_GE_OQ);
+      r = _mm256_add_ps(r, _mm256_and_ps(away, _mm256_or_ps(_mm256_and_ps(s, sign_mask), one)));
+      q[k] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    }
+    // packs work within 128-bit halves; the permute restores element order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    const __m256i ordered = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), ordered);
+  }
 }
 
 }  // namespace shamn::quant_detail

@@ -31,7 +31,12 @@ SHAMN_TARGET_AVX512 float dot(const W* w, const BlockQ8* x, int64_t blocks, Load
 
 template <class W, class Load>
 SHAMN_TARGET_AVX512 void dot_rows(const W* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y, Load load_w) {
-  for (int64_t r = 0; r < rows; ++r) y[r] = dot(w + r * blocks_per_row, x, blocks_per_row, load_w);
+  const int64_t bpr = blocks_per_row;
+  int64_t r0 = 0;
+  if (bpr < kLanes) r0 = short_rows(w, rows / kLanes * kLanes, bpr, x, y, [&](const W& wb, const BlockQ8& xb) SHAMN_TARGET_AVX512 {
+      return partial_dot(load_w(wb), load_q8(xb));
+    });
+  for (int64_t r = r0; r < rows; ++r) y[r] = dot(w + r * bpr, x, bpr, load_w);
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ float dot_q8_q8_avx2(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8_avx2(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 float dot_q8_q8_avx512(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8_avx512(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
+void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n);
+
 // y[r] = dot(w[r], x), r < rows: one dispatch for many short rows.
 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);

@@ -70,4 +70,39 @@ SHAMN_TARGET_AVX2 inline float finish(__m256 lanes, const W* w, const BlockQ8* x
   return sum_lanes(l);
 }
 
+// Rows of bpr < 8 blocks (block-sparse rows): every block is the first in its
+// lane, so the canonical lane value is fma(dw * dx, total, 0) and the row sum
+// is those values added in block order, plus the untouched +0 lanes (adding
+// +0 once turns a -0 sum into +0, as the scalar path does). Eight rows are
+// eight groups of bpr blocks, so each group of 8 (row, block) pairs shares one
+// block_totals. rows must be a multiple of 8; returns rows.
+template <class W, class Partial>
+SHAMN_TARGET_AVX2 inline int64_t short_rows(const W* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y,
+                                           Partial partial_dot) {
+  float prod[kLanes * kLanes];
+  for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
+    const W* wr = w + r0 * bpr;
+    for (int64_t g = 0; g < bpr; ++g) {
+      __m256i partial[kLanes];
+      float dw[kLanes], dx[kLanes];
+      for (int k = 0; k < kLanes; ++k) {
+        const int64_t f = g * kLanes + k;
+        const BlockQ8& xb = x[f % bpr];
+        partial[k] = partial_dot(wr[f], xb);
+        dw[k] = wr[f].d;
+        dx[k] = xb.d;
+      }
+      const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));
+      _mm256_storeu_ps(prod + g * kLanes,
+                       _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_totals(partial)), _mm256_setzero_ps()));
+    }
+    for (int i = 0; i < kLanes; ++i) {
+      float s = prod[i * bpr];
+      for (int64_t j = 1; j < bpr; ++j) s += prod[i * bpr + j];
+      y[r0 + i] = s + 0.0f;
+    }
+  }
+  return rows;
+}
+
 }  // namespace shamn::quant_detail

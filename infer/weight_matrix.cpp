@@ -1,5 +1,7 @@
 #include "infer/weight_matrix.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/kernels/vec16.h"
 #include "infer/quant_dot.h"
@@ -53,17 +55,21 @@ void WeightMatrix::add_row(int64_t r, float w, float* acc) const {
     return;
   }
   const int64_t seg = segment_length(), seg_blocks = quant_blocks(seg), bpr = blocks_per_row();
-  for (int64_t c = 0; c < cols; ++c) {
-    const int64_t block = r * bpr + c / seg * seg_blocks + c % seg / kQuantBlock;
-    const int i = static_cast<int>(c % seg % kQuantBlock);
-    if (type == WeightType::q8) {
-      const BlockQ8& b = static_cast<const BlockQ8*>(data)[block];
-      acc[c] += w * (b.d * static_cast<float>(b.q[i]));
-    } else {
-      const BlockQ4& b = static_cast<const BlockQ4*>(data)[block];
-      acc[c] += w * (b.d * static_cast<float>(q4_value(b, i)));
+  // Block by block, so the 32-value inner loops vectorise.
+  for (int64_t s = 0; s < cols / seg; ++s)
+    for (int64_t j = 0; j < seg_blocks; ++j) {
+      const int64_t block = r * bpr + s * seg_blocks + j;
+      const int64_t c0 = s * seg + j * kQuantBlock;
+      const int len = static_cast<int>(std::min<int64_t>(kQuantBlock, seg - j * kQuantBlock));
+      float* a = acc + c0;
+      if (type == WeightType::q8) {
+        const BlockQ8& b = static_cast<const BlockQ8*>(data)[block];
+        for (int i = 0; i < len; ++i) a[i] += w * (b.d * static_cast<float>(b.q[i]));
+      } else {
+        const BlockQ4& b = static_cast<const BlockQ4*>(data)[block];
+        for (int i = 0; i < len; ++i) a[i] += w * (b.d * static_cast<float>(q4_value(b, i)));
+      }
     }
-  }
 }
 
 InputRow quantize_input(WeightType type, const float* x, int64_t n, std::vector<BlockQ8>& out) {

@@ -137,6 +137,45 @@ TEST_CASE("q8 round trip is within half a step of every value", "[infer][quant]"
   check_round_trip<BlockQ8>(quantize_row_q8, dequantize_row_q8, 127.0f);
 }
 
+TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ties away from zero", "[infer][quant]") {
+  KernelGuard guard;
+  if (!quant_kernel_supported(QuantKernel::avx2)) {
+    WARN("skipping: this CPU lacks AVX2");
+    return;
+  }
+  set_quant_kernel(QuantKernel::avx2);
+  for (int64_t n : kLengths)
+    for (Fill fill : {Fill::random, Fill::zeros, Fill::extremes, Fill::outlier}) {
+      INFO("n = " << n << ", " << fill_name(fill));
+      const std::vector<float> x = make_row(n, fill, 31);
+      std::vector<BlockQ8> simd(quant_blocks(n)), scalar(quant_blocks(n));
+      quantize_row_q8(x.data(), simd.data(), n);
+      quantize_row_q8_scalar(x.data(), scalar.data(), n);
+      CHECK(std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(BlockQ8)) == 0);
+    }
+  // amax 127 makes d = 1, so k + 0.5 is an exact tie: it rounds away from zero.
+  std::vector<float> ties(kQuantBlock, 0.0f);
+  ties[0] = 127.0f;
+  ties[1] = 2.5f;
+  ties[2] = -3.5f;
+  ties[3] = 0.5f;
+  ties[4] = -0.5f;
+  ties[5] = 0.49999997f;
+  for (QuantKernel k : {QuantKernel::scalar, QuantKernel::avx2}) {
+    set_quant_kernel(k);
+    BlockQ8 b;
+    quantize_row_q8(ties.data(), &b, kQuantBlock);
+    INFO("kernel " << quant_kernel_name(k));
+    CHECK(b.d == 1.0f);
+    CHECK(b.q[0] == 127);
+    CHECK(b.q[1] == 3);
+    CHECK(b.q[2] == -4);
+    CHECK(b.q[3] == 1);
+    CHECK(b.q[4] == -1);
+    CHECK(b.q[5] == 0);
+  }
+}
+
 TEST_CASE("q4 round trip is within half a step of every value", "[infer][quant]") {
   check_round_trip<BlockQ4>(quantize_row_q4, dequantize_row_q4, 7.0f);
 }
@@ -206,12 +245,14 @@ TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot 
 TEST_CASE("matvec and dot_rows equal the per-row scalar dot and do not depend on the thread count", "[infer][quant]") {
   KernelGuard guard;
   test::ThreadCountGuard threads;
-  const int64_t rows = 101, bpr = 9;
-  const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 1), x = raw_q8(bpr, 2);
-  const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 3);
+  const int64_t rows = 101;
+  // Short rows (fewer than 8 blocks, as block-sparse rows are) take a batched path.
+  for (int64_t bpr : {1, 2, 3, 7, 8, 9, 17})
   for (QuantKernel k : kAllKernels) {
     if (!quant_kernel_supported(k)) continue;
-    INFO("kernel " << quant_kernel_name(k));
+    INFO("kernel " << quant_kernel_name(k) << ", blocks per row " << bpr);
+    const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 1), x = raw_q8(bpr, 2);
+    const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 3);
     set_quant_kernel(k);
     std::vector<float> y8_1(rows), y8_2(rows), y4_1(rows), y4_2(rows);
     set_num_threads(1);
