@@ -335,12 +335,19 @@ void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
   dense_forward(Dense{table, nullptr}, z, n, s.data());
   // logit[t, v] = sum_j importance[v, j] * s[t, bucket_index[v, j]]
   parallel_for(0, V, grain_for(n * hashes * 8), [&](int64_t lo, int64_t hi) {
+    const float* __restrict imp = importance;
+    const int32_t* __restrict idx = bucket_index;
     for (int64_t t = 0; t < n; ++t) {
-      const float* st = s.data() + t * buckets;
-      float* ot = out + t * V;
+      const float* __restrict st = s.data() + t * buckets;
+      float* __restrict ot = out + t * V;
+      if (hashes == 2) {  // the default: one pass, gathers vectorise
+        for (int64_t v = lo; v < hi; ++v)
+          ot[v] = imp[2 * v] * st[idx[2 * v]] + imp[2 * v + 1] * st[idx[2 * v + 1]];
+        continue;
+      }
       for (int64_t v = lo; v < hi; ++v) ot[v] = 0.0f;
       for (int64_t j = 0; j < hashes; ++j)
-        for (int64_t v = lo; v < hi; ++v) ot[v] += importance[v * hashes + j] * st[bucket_index[v * hashes + j]];
+        for (int64_t v = lo; v < hi; ++v) ot[v] += imp[v * hashes + j] * st[idx[v * hashes + j]];
     }
   });
 }

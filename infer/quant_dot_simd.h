@@ -82,20 +82,23 @@ SHAMN_TARGET_AVX2 inline int64_t short_rows(const W* w, int64_t rows, int64_t bp
   float prod[kLanes * kLanes];
   for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
     const W* wr = w + r0 * bpr;
-    for (int64_t g = 0; g < bpr; ++g) {
-      __m256i partial[kLanes];
-      float dw[kLanes], dx[kLanes];
-      for (int k = 0; k < kLanes; ++k) {
-        const int64_t f = g * kLanes + k;
-        const BlockQ8& xb = x[f % bpr];
-        partial[k] = partial_dot(wr[f], xb);
-        dw[k] = wr[f].d;
-        dx[k] = xb.d;
+    __m256i partial[kLanes];
+    float dw[kLanes], dx[kLanes];
+    int k = 0;
+    float* out = prod;
+    for (int i = 0; i < kLanes; ++i)
+      for (int64_t j = 0; j < bpr; ++j) {
+        const W& wb = wr[i * bpr + j];
+        partial[k] = partial_dot(wb, x[j]);
+        dw[k] = wb.d;
+        dx[k] = x[j].d;
+        if (++k == kLanes) {
+          const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));
+          _mm256_storeu_ps(out, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_totals(partial)), _mm256_setzero_ps()));
+          out += kLanes;
+          k = 0;
+        }
       }
-      const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));
-      _mm256_storeu_ps(prod + g * kLanes,
-                       _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_totals(partial)), _mm256_setzero_ps()));
-    }
     for (int i = 0; i < kLanes; ++i) {
       float s = prod[i * bpr];
       for (int64_t j = 1; j < bpr; ++j) s += prod[i * bpr + j];
