@@ -1,0 +1,411 @@
+// The inference runtime against the autograd model (the reference), decode
+// against prefill, quantised against f32, and the paths against each other.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "core/model_config.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "data/token_file.h"
+#include "helpers.h"
+#include "infer/evaluate.h"
+#include "infer/export_model.h"
+#include "infer/infer_model.h"
+#include "infer/quant_dot.h"
+#include "infer/sampler.h"
+#include "infer/shq_writer.h"
+#include "layers/shamn_model.h"
+#include "train/model_checkpoint.h"
+
+namespace shamn {
+namespace {
+
+// Block 32 (quantisation blocks line up with sparse blocks), a memory layer,
+// two groups of experts; `extra` appends or overrides tables.
+std::string model_toml(const std::string& extra = "") {
+  return R"([model]
+vocab_size = 300
+dim = 64
+n_layers = 2
+[model.embed]
+buckets = 40
+)" + extra + R"(
+[model.sparse]
+block = 32
+sparsity = 0.5
+[model.memory]
+size = 64
+topk = 4
+key_dim = 24
+[model.moe]
+groups = 2
+experts_per_group = 2
+k = 2
+)";
+}
+
+struct TestModel {
+  std::string dir, checkpoint;
+  ModelConfig config;
+  std::unique_ptr<Shamn> reference;
+
+  explicit TestModel(const std::string& toml, const std::string& name) {
+    dir = (std::filesystem::temp_directory_path() / ("shamn_infer_" + name + "_" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(dir);
+    checkpoint = dir + "/model.h5";
+    config = ModelConfig::from_toml(toml, name);
+    reference = std::make_unique<Shamn>(config);
+    reference->init(5);
+    // Larger gains and importance than init so the logits are far from flat.
+    for (const NamedVar& p : reference->named_parameters()) {
+      Tensor v = p.var.value();
+      if (p.name.find("gain") != std::string::npos || p.name.find("importance") != std::string::npos) {
+        Rng rng(7, std::hash<std::string>{}(p.name));
+        rng.fill_uniform(v, 0.5, 3.0);
+      }
+    }
+    save_model_checkpoint(checkpoint, *reference, config.to_toml(), 42);
+  }
+  ~TestModel() { std::filesystem::remove_all(dir); }
+
+  InferModel runtime(ShqQuant quant) const {
+    ExportOptions o;
+    o.quant = quant;
+    const std::vector<uint8_t> image = export_model_image(checkpoint, o);
+    return InferModel(ShqFile::from_bytes(image.data(), image.size(), "test"));
+  }
+};
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+  return t;
+}
+
+std::vector<float> prefill_logits(const InferModel& m, const std::vector<int32_t>& tokens) {
+  std::vector<float> out(tokens.size() * static_cast<size_t>(m.vocab_size()));
+  DecodeState s = m.new_state();
+  m.forward(tokens.data(), static_cast<int64_t>(tokens.size()), s, out.data(), true);
+  return out;
+}
+
+std::vector<float> decode_logits(const InferModel& m, const std::vector<int32_t>& tokens) {
+  const int64_t V = m.vocab_size();
+  std::vector<float> out(tokens.size() * static_cast<size_t>(V));
+  DecodeState s = m.new_state();
+  for (size_t t = 0; t < tokens.size(); ++t) m.forward(&tokens[t], 1, s, out.data() + t * V, false);
+  return out;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 0.0, diff = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return diff / scale;
+}
+
+// mean |a - b| / mean |b|: routing near-ties in a random model flip an expert
+// now and then, which a max-norm would report as a large error.
+double mean_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 0.0, diff = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale += std::fabs(static_cast<double>(b[i]));
+    diff += std::fabs(static_cast<double>(a[i]) - b[i]);
+  }
+  return diff / scale;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct KernelGuard {
+  QuantKernel saved = quant_kernel();
+  ~KernelGuard() { set_quant_kernel(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("f32 runtime logits equal the autograd model's", "[infer][runtime]") {
+  for (const std::string& variant : {std::string(""), std::string("tie_head = false\n")}) {
+    INFO("variant: " << (variant.empty() ? "tied head" : "untied head"));
+    const TestModel tm(model_toml(variant), variant.empty() ? "tied" : "untied");
+    const InferModel m = tm.runtime(ShqQuant::f32);
+    const std::vector<int32_t> tokens = random_tokens(37, tm.config.vocab_size, 1);
+    NoGradGuard no_grad;
+    const Tensor ref = tm.reference->logits(
+        Tensor::from_data<int32_t>({1, 37}, std::span<const int32_t>(tokens.data(), tokens.size()))).value();
+    const std::vector<float> want = ref.to_vector<float>();
+    CHECK(max_rel_diff(prefill_logits(m, tokens), want) < 1e-5);
+    CHECK(max_rel_diff(decode_logits(m, tokens), want) < 1e-5);
+  }
+}
+
+TEST_CASE("decoding token by token gives the prefill's logits bit for bit", "[infer][runtime]") {
+  const TestModel tm(model_toml(), "decode");
+  for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8, ShqQuant::int4}) {
+    INFO("quant " << shq_quant_name(q));
+    const InferModel m = tm.runtime(q);
+    const std::vector<int32_t> tokens = random_tokens(23, tm.config.vocab_size, 2);
+    const std::vector<float> all = prefill_logits(m, tokens);
+    CHECK(bitwise_equal(decode_logits(m, tokens), all));
+    // A prefill in two chunks continues from the state the first one left.
+    const int64_t V = m.vocab_size();
+    std::vector<float> split(all.size());
+    DecodeState s = m.new_state();
+    m.forward(tokens.data(), 9, s, split.data(), true);
+    m.forward(tokens.data() + 9, 14, s, split.data() + 9 * V, true);
+    CHECK(bitwise_equal(split, all));
+    CHECK(s.position == 23);
+    // Only the last row when all_logits is false.
+    std::vector<float> last(static_cast<size_t>(V));
+    DecodeState s2 = m.new_state();
+    m.forward(tokens.data(), 23, s2, last.data(), false);
+    CHECK(std::memcmp(last.data(), all.data() + 22 * V, V * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("a token's logits depend only on the receptive field, so decode is O(1) in context", "[infer][runtime]") {
+  const TestModel tm(model_toml(), "field");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  const int64_t R = tm.config.n_layers * (tm.config.mixer_kernel - 1) + 1;
+  const int64_t V = m.vocab_size();
+  std::vector<int32_t> tokens = random_tokens(40, V, 3);
+  const std::vector<float> full = prefill_logits(m, tokens);
+  const std::vector<int32_t> window(tokens.end() - R, tokens.end());
+  const std::vector<float> w = prefill_logits(m, window);
+  CHECK(std::memcmp(w.data() + (R - 1) * V, full.data() + 39 * V, V * sizeof(float)) == 0);
+  // One token fewer than the receptive field changes the result.
+  const std::vector<int32_t> short_window(tokens.end() - (R - 1), tokens.end());
+  const std::vector<float> sw = prefill_logits(m, short_window);
+  CHECK(std::memcmp(sw.data() + (R - 2) * V, full.data() + 39 * V, V * sizeof(float)) != 0);
+}
+
+TEST_CASE("quantised runtimes stay close to f32", "[infer][runtime]") {
+  const TestModel tm(model_toml(), "close");
+  const std::vector<int32_t> tokens = random_tokens(64, tm.config.vocab_size, 4);
+  const std::vector<float> f32 = prefill_logits(tm.runtime(ShqQuant::f32), tokens);
+  const double e8 = mean_rel_diff(prefill_logits(tm.runtime(ShqQuant::int8), tokens), f32);
+  const double e4 = mean_rel_diff(prefill_logits(tm.runtime(ShqQuant::int4), tokens), f32);
+  INFO("int8 " << e8 << ", int4 " << e4);
+  CHECK(e8 < 0.05);  // measured 0.022
+  CHECK(e4 < 0.6);   // measured 0.30 (random weights, amplified gains)
+  CHECK(e8 < e4);
+}
+
+// The same file with every quantised tensor dequantised back to f32.
+InferModel dequantised_copy(const InferModel& m) {
+  ShqWriter w(ShqQuant::f32, m.file().config_toml(), m.file().tokenizer_text(), 0);
+  for (const ShqTensor& t : m.file().tensors()) {
+    if (t.dtype != ShqDType::q8_0 && t.dtype != ShqDType::q4_0) {
+      const auto* p = static_cast<const uint8_t*>(t.data);
+      w.add(t.name, t.dtype, t.shape, std::vector<uint8_t>(p, p + t.bytes));
+      continue;
+    }
+    const int64_t cols = t.shape.back(), rows = shape_numel(t.shape) / cols, bpr = quant_blocks(cols);
+    std::vector<uint8_t> out(static_cast<size_t>(rows * cols) * sizeof(float));
+    auto* f = reinterpret_cast<float*>(out.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      if (t.dtype == ShqDType::q8_0)
+        dequantize_row_q8(static_cast<const BlockQ8*>(t.data) + r * bpr, f + r * cols, cols);
+      else
+        dequantize_row_q4(static_cast<const BlockQ4*>(t.data) + r * bpr, f + r * cols, cols);
+    }
+    w.add(t.name, ShqDType::f32, t.shape, std::move(out));
+  }
+  const std::vector<uint8_t> image = w.image();
+  return InferModel(ShqFile::from_bytes(image.data(), image.size(), "dequantised"));
+}
+
+TEST_CASE("quantised kernels compute what the dequantised weights compute in f32", "[infer][runtime]") {
+  // Isolates the integer kernels and layouts from the weight rounding: the
+  // only difference left is the activations' 8-bit rounding.
+  const TestModel tm(model_toml(), "dequant");
+  const std::vector<int32_t> tokens = random_tokens(64, tm.config.vocab_size, 4);
+  for (ShqQuant q : {ShqQuant::int8, ShqQuant::int4}) {
+    const InferModel m = tm.runtime(q);
+    const double e = mean_rel_diff(prefill_logits(m, tokens), prefill_logits(dequantised_copy(m), tokens));
+    INFO("quant " << shq_quant_name(q) << ": " << e);
+    CHECK(e < 0.03);
+  }
+}
+
+TEST_CASE("runtime results do not depend on the kernel path or the thread count", "[infer][runtime]") {
+  KernelGuard kernel;
+  test::ThreadCountGuard threads;
+  // Block 16: sparse rows are padded quantisation segments.
+  for (const std::string& block : {std::string("32"), std::string("16")}) {
+    std::string toml = model_toml();
+    toml.replace(toml.find("block = 32"), 10, "block = " + block);
+    const TestModel tm(toml, "paths" + block);
+    for (ShqQuant q : {ShqQuant::int8, ShqQuant::int4}) {
+      INFO("block " << block << ", quant " << shq_quant_name(q));
+      const InferModel m = tm.runtime(q);
+      const std::vector<int32_t> tokens = random_tokens(19, tm.config.vocab_size, 5);
+      set_num_threads(1);
+      set_quant_kernel(QuantKernel::scalar);
+      const std::vector<float> ref = prefill_logits(m, tokens);
+      for (QuantKernel k : {QuantKernel::avx2, QuantKernel::avx512}) {
+        if (!quant_kernel_supported(k)) continue;
+        set_quant_kernel(k);
+        for (int t : {1, 2}) {
+          set_num_threads(t);
+          INFO("kernel " << quant_kernel_name(k) << ", threads " << t);
+          CHECK(bitwise_equal(prefill_logits(m, tokens), ref));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("export keeps norms, biases, importance and indices as trained and quantises the matrices",
+          "[infer][export]") {
+  CHECK(export_dtype("layers.0.mixer.out.values", ShqQuant::int8) == ShqDType::q8_0);
+  CHECK(export_dtype("layers.0.moe.experts.3.up.values", ShqQuant::int4) == ShqDType::q4_0);
+  CHECK(export_dtype("layers.1.memory.values", ShqQuant::int4) == ShqDType::q4_0);
+  CHECK(export_dtype("embed.table", ShqQuant::int4) == ShqDType::q8_0);
+  CHECK(export_dtype("layers.0.moe.router_group.weight", ShqQuant::int4) == ShqDType::q8_0);
+  CHECK(export_dtype("embed.table", ShqQuant::f32) == ShqDType::f32);
+  for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8, ShqQuant::int4}) {
+    CHECK(export_dtype("embed.importance", q) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mix_norm.gain", q) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mixer.conv", q) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mixer.out.bias", q) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mixer.out.col_index", q) == ShqDType::i32);
+    CHECK(export_dtype("embed.bucket_index", q) == ShqDType::i32);
+  }
+  const TestModel tm(model_toml(), "export");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  CHECK(m.file().header().step == 42);
+  CHECK(m.config().to_toml() == tm.config.to_toml());
+  CHECK_FALSE(m.tokenizer().has_value());
+  // Every checkpoint tensor is in the file, under its SPEC name.
+  for (const NamedVar& p : tm.reference->named_parameters()) CHECK(m.file().has_tensor(p.name));
+  CHECK(m.file().tensors().size() ==
+        tm.reference->named_parameters().size() + tm.reference->named_buffers().size());
+  CHECK(m.weight_bytes_per_token() < m.weight_bytes());
+  // Data is 64-byte aligned in the file.
+  for (const ShqTensor& t : m.file().tensors()) CHECK(reinterpret_cast<uintptr_t>(t.data) % 64 == 0);
+}
+
+TEST_CASE("export embeds the tokenizer and writes the file atomically", "[infer][export]") {
+  const TestModel tm(model_toml(), "tokenizer");
+  ExportOptions o;
+  o.quant = ShqQuant::int4;
+  o.tokenizer_text = Tokenizer::train("the cat sat on the mat, the cat sat on the hat", 270).to_text();
+  const std::string out = tm.dir + "/model.shq";
+  export_model(tm.checkpoint, o, out);
+  const InferModel m(ShqFile::open(out));
+  REQUIRE(m.tokenizer().has_value());
+  CHECK(m.tokenizer()->to_text() == o.tokenizer_text);
+  // A failing export leaves the previous file as it was and no temporary file.
+  const auto before = std::filesystem::file_size(out);
+  CHECK_THROWS_AS(export_model(tm.dir + "/missing.h5", o, out), InputError);
+  CHECK(std::filesystem::file_size(out) == before);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tm.dir)) files += e.is_regular_file();
+  CHECK(files == 2);  // model.h5 and model.shq
+}
+
+TEST_CASE("sampling is deterministic per seed and greedy at temperature 0", "[infer][sampler]") {
+  const int64_t V = 50;
+  std::vector<float> logits(V);
+  Rng rng(3);
+  for (float& l : logits) l = static_cast<float>(rng.normal());
+  logits[17] = 4.0f;
+  auto draw = [&](SamplingOptions o, int n) {
+    Sampler s(o);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) out.push_back(s.sample(logits.data(), V));
+    return out;
+  };
+  SamplingOptions o;
+  o.temperature = 1.0;
+  o.top_k = 0;
+  o.top_p = 1.0;
+  o.seed = 9;
+  CHECK(draw(o, 200) == draw(o, 200));
+  SamplingOptions other = o;
+  other.seed = 10;
+  CHECK(draw(o, 200) != draw(other, 200));
+  // Greedy, top-k 1 and a tiny top-p all pick the argmax.
+  SamplingOptions greedy = o;
+  greedy.temperature = 0.0;
+  CHECK(draw(greedy, 5) == std::vector<int32_t>(5, 17));
+  SamplingOptions k1 = o;
+  k1.top_k = 1;
+  CHECK(draw(k1, 5) == std::vector<int32_t>(5, 17));
+  SamplingOptions p0 = o;
+  p0.top_p = 1e-6;
+  CHECK(draw(p0, 5) == std::vector<int32_t>(5, 17));
+  // top-k 3 only ever draws the three likeliest.
+  SamplingOptions k3 = o;
+  k3.top_k = 3;
+  std::vector<int32_t> order(V);
+  for (int i = 0; i < V; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  for (int32_t t : draw(k3, 300)) CHECK((t == order[0] || t == order[1] || t == order[2]));
+  // Frequencies follow softmax(logits / T) (T = 1, no cuts): the argmax's share.
+  int hits = 0;
+  for (int32_t t : draw(o, 4000)) hits += t == 17;
+  double z = 0.0;
+  for (float l : logits) z += std::exp(l - 4.0);
+  CHECK(std::fabs(hits / 4000.0 - 1.0 / z) < 0.03);
+  SamplingOptions bad = o;
+  bad.top_p = 0.0;
+  CHECK_THROWS_AS(Sampler(bad), InputError);
+  bad = o;
+  bad.temperature = -1.0;
+  CHECK_THROWS_AS(Sampler(bad), InputError);
+}
+
+}  // namespace shamn
+
+namespace shamn {
+
+TEST_CASE("evaluate's loss is the autograd cross-entropy over the same windows; KL against itself is 0",
+          "[infer][eval]") {
+  const TestModel tm(model_toml(), "eval");
+  const int64_t V = tm.config.vocab_size, T = 16, W = 3;
+  const std::vector<int32_t> stream = random_tokens(W * T + 5, V, 6);
+  const std::string data = tm.dir + "/val.bin";
+  write_token_file(data, std::vector<uint32_t>(stream.begin(), stream.end()));
+  const TokenFile file(data);
+  const InferModel m = tm.runtime(ShqQuant::f32);
+  const LogitFunction f = [&](const int32_t* tokens, int64_t n, float* logits) {
+    DecodeState s = m.new_state();
+    m.forward(tokens, n, s, logits, true);
+  };
+  const EvalResult r = evaluate(file, V, T, 0, f, &f);
+  CHECK(r.windows == W);
+  CHECK(r.tokens == W * T);
+  CHECK(r.mean_kl == Approx(0.0).margin(1e-12));
+  CHECK(r.top1_agreement == 1.0);
+  CHECK(r.reference_loss == r.loss);
+
+  Tensor inputs = Tensor::empty({W, T}, DType::i32), targets = Tensor::empty({W, T}, DType::i32);
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t t = 0; t < T; ++t) {
+      inputs.data<int32_t>()[w * T + t] = stream[w * T + t];
+      targets.data<int32_t>()[w * T + t] = stream[w * T + t + 1];
+    }
+  NoGradGuard no_grad;
+  const double ce = tm.reference->loss(inputs, targets).ce.value().item();
+  CHECK(r.loss == Approx(ce).epsilon(1e-5));
+  CHECK(evaluate(file, V, T, 2, f).windows == 2);
+  CHECK_THROWS_AS(evaluate(file, V, 1000, 0, f), InputError);
+}
+
+}  // namespace shamn
