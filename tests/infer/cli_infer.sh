@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The inference commands end to end: a tiny checkpoint with a tokenizer is
+# exported at every precision, generate is deterministic per seed and streams
+# text, eval prints JSON for model files and checkpoints alike, bench reports
+# its figures, and bad input exits 1 naming the file, flag or tensor, leaving
+# any earlier output untouched.
+# Usage: cli_infer.sh SHAMN_BINARY CONFIG WORKDIR
+set -euo pipefail
+shamn=$1 config=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+for i in $(seq 1 200); do
+  printf 'Story %d: the cat sat on the mat and the dog ran %d times.\n\n' "$i" $((i * 7))
+done > "$work/text.txt"
+"$shamn" tokenizer train --input "$work/text.txt" --vocab 320 -o "$work/tok.bpe" > /dev/null
+"$shamn" prepare --input "$work/text.txt" --tokenizer "$work/tok.bpe" --out "$work/data" > /dev/null
+"$shamn" init "$config" -o "$work/model.h5" --seed 3 > /dev/null
+
+for q in f32 int8 int4; do
+  "$shamn" export "$work/model.h5" --quant $q --tokenizer "$work/tok.bpe" -o "$work/$q.shq" | grep -q "wrote"
+done
+# Without a tokenizer in the config or on the command line, export asks for one.
+expect_error() {  # expect_error MESSAGE COMMAND...: exit status 1 and MESSAGE on stderr
+  local message=$1 status=0
+  shift
+  "$@" > "$work/stdout" 2> "$work/stderr" || status=$?
+  [ "$status" -eq 1 ] || { echo "expected exit 1, got $status: $*"; cat "$work/stderr"; exit 1; }
+  grep -qF -- "$message" "$work/stderr" || { echo "expected '$message' from: $*"; cat "$work/stderr"; exit 1; }
+}
+expect_error "pass --tokenizer PATH" "$shamn" export "$work/model.h5" -o "$work/x.shq"
+"$shamn" export "$work/model.h5" --no-tokenizer -o "$work/ids_only.shq" | grep -q "tokenizer: none"
+
+# generate: the same seed gives the same text; the prompt comes first.
+"$shamn" generate "$work/int8.shq" --prompt "the cat" --max-tokens 20 --seed 5 > "$work/a.txt" 2> "$work/a.err"
+"$shamn" generate "$work/int8.shq" --prompt "the cat" --max-tokens 20 --seed 5 > "$work/b.txt" 2> /dev/null
+cmp "$work/a.txt" "$work/b.txt"
+head -c 7 "$work/a.txt" | grep -qx "the cat"
+grep -q "tok/s decode" "$work/a.err"
+"$shamn" generate "$work/int4.shq" --prompt "the dog" --max-tokens 5 --temperature 0 --kernel scalar > /dev/null 2>&1
+expect_error "has no tokenizer" "$shamn" generate "$work/ids_only.shq" --prompt "the"
+expect_error "--top-p" "$shamn" generate "$work/int8.shq" --prompt "the" --top-p 0
+expect_error "--kernel 'sse' is unknown" "$shamn" generate "$work/int8.shq" --prompt "the" --kernel sse
+
+# eval: JSON for a model file and for the checkpoint, and the f32 file matches the checkpoint.
+"$shamn" eval "$work/model.h5" --data "$work/data/val.bin" --seq-len 32 > "$work/ckpt.json"
+"$shamn" eval "$work/f32.shq" --data "$work/data/val.bin" --seq-len 32 --reference "$work/model.h5" > "$work/f32.json"
+"$shamn" eval "$work/int8.shq" --data "$work/data/val.bin" --seq-len 32 --reference "$work/f32.shq" > "$work/int8.json"
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+ckpt, f32, i8 = (json.load(open(f"{w}/{n}.json")) for n in ("ckpt", "f32", "int8"))
+assert ckpt["kind"] == "checkpoint" and f32["kind"] == "f32" and i8["kind"] == "int8", (ckpt, f32, i8)
+assert abs(f32["loss"] - ckpt["loss"]) < 1e-5 * ckpt["loss"], (f32, ckpt)
+assert f32["mean_kl"] < 1e-9 and f32["top1_agreement"] == 1.0, f32
+assert 0 <= i8["mean_kl"] < 0.05 and i8["top1_agreement"] > 0.5, i8
+PY
+sed 's/^dim = 64$/dim = 96/' "$config" > "$work/other.toml"
+"$shamn" init "$work/other.toml" -o "$work/other.h5" > /dev/null
+expect_error "different model" "$shamn" eval "$work/int8.shq" --data "$work/data/val.bin" --reference "$work/other.h5"
+
+# bench: the figures it promises.
+"$shamn" bench "$work/int8.shq" --prompt-tokens 16 --decode-tokens 16 --repeats 2 --json > "$work/bench.json"
+"$shamn" bench "$work/model.h5" --prompt-tokens 16 --decode-tokens 4 --repeats 1 --json > "$work/bench_ckpt.json"
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+b = json.load(open(f"{w}/bench.json"))
+for k in ("prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "file_bytes", "peak_rss_mib"):
+    assert b[k] > 0, (k, b)
+c = json.load(open(f"{w}/bench_ckpt.json"))
+assert c["kind"] == "checkpoint" and c["decode_tok_s"] > 0, c
+PY
+
+# Bad files: truncated, flipped byte, not a model file; export over an existing file that fails keeps it.
+head -c 5000 "$work/int8.shq" > "$work/truncated.shq"
+expect_error "truncated" "$shamn" generate "$work/truncated.shq" --prompt "the"
+cp "$work/int8.shq" "$work/flipped.shq"
+size=$(stat -c %s "$work/flipped.shq")
+printf '\x55' | dd of="$work/flipped.shq" bs=1 seek=$((size - 100)) conv=notrunc status=none
+expect_error "fails its checksum" "$shamn" eval "$work/flipped.shq" --data "$work/data/val.bin"
+expect_error "not a readable HDF5 file" "$shamn" export "$work/text.txt" -o "$work/int8.shq"
+expect_error "--quant 'int3' is unknown" "$shamn" export "$work/model.h5" --quant int3 --no-tokenizer -o "$work/int8.shq"
+cmp <(head -c 5000 "$work/int8.shq") "$work/truncated.shq"
+[ -z "$(find "$work" -name '.*.tmp.*')" ] || { echo "temporary files left behind"; exit 1; }
+echo "cli_infer: ok"
