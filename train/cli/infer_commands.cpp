@@ -131,6 +131,7 @@ void run_generate(const GenerateArgs& a) {
   }
   const double decode_s = seconds_since(t1);
   std::printf("\n");
+  std::fflush(stdout);
   std::fprintf(stderr, "[%zu prompt tokens: %.1f tok/s prefill; %" PRId64 " tokens: %.1f tok/s decode; kernel %s]\n",
                prompt.size(), prompt.size() / prefill_s, produced, produced / std::max(decode_s, 1e-9),
                quant_kernel_name(quant_kernel()));
