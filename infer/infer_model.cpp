@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "core/check.h"
 #include "core/kernels/activation.h"
@@ -71,7 +72,7 @@ class TensorBinder {
                       ", which the runtime cannot use there");
     SHAMN_INPUT_CHECK(t.shape == shape, "model file '", file_.path(), "': tensor '", name, "' has shape ",
                       shape_str(t.shape), " but the config implies ", shape_str(shape));
-    ++used_;
+    used_.insert(name);
     return t;
   }
   const float* f32(const std::string& name, const Shape& shape) {
@@ -113,15 +114,14 @@ class TensorBinder {
     return b;
   }
   void check_all_used() const {
-    if (used_ == file_.tensors().size()) return;
-    // Name the first tensor nothing asked for.
-    SHAMN_INPUT_CHECK(false, "model file '", file_.path(), "' holds ", file_.tensors().size(),
-                      " tensors but the config uses ", used_, ": it was not written for this config");
+    for (const ShqTensor& t : file_.tensors())
+      SHAMN_INPUT_CHECK(used_.count(t.name), "model file '", file_.path(), "' has a tensor '", t.name,
+                        "' that its config does not call for");
   }
 
  private:
   const ShqFile& file_;
-  size_t used_ = 0;
+  std::set<std::string> used_;
 };
 
 uint64_t block_sparse_bytes(const BlockSparse& b) {

@@ -303,7 +303,7 @@ std::vector<Corruption> corruptions() {
                    }});
   c.push_back({"extra tensor", [](Image& im) {
                  im = rewrite(im, "", true);
-                 return "tensors but the config uses";
+                 return std::string("has a tensor 'layers.9.unexpected' that its config does not call for");
                }});
   c.push_back({"missing tensor", [](Image& im) {
                  im = rewrite(im, kColIndex, false);
