@@ -36,7 +36,6 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   if (max_windows > 0) windows = std::min(windows, max_windows);
 
   EvalResult r;
-  r.has_reference = reference != nullptr;
   std::vector<float> logits(static_cast<size_t>(T * vocab)), ref(reference ? logits.size() : 0);
   std::vector<int32_t> inputs(static_cast<size_t>(T));
   // Per position: loss, ref loss, KL, agreement; summed in position order at the end.

@@ -20,7 +20,6 @@ struct EvalResult {
   double loss = 0.0;  // mean cross-entropy, nats
   double perplexity() const;
   // With a reference only:
-  bool has_reference = false;
   double reference_loss = 0.0;
   double mean_kl = 0.0;         // mean over positions of KL(P_ref || P_model), nats
   double top1_agreement = 0.0;  // fraction of positions where the argmaxes agree

@@ -108,4 +108,26 @@ SHAMN_TARGET_AVX2 inline int64_t short_rows(const W* w, int64_t rows, int64_t bp
   return rows;
 }
 
+// Both SIMD paths share this shape; `block(w, x)` -> __m256i is the path's
+// eight int32 partial sums of one block pair (their total is the block's dot).
+template <class W, class Block>
+SHAMN_TARGET_AVX2 inline float dot_blocks(const W* w, const BlockQ8* x, int64_t blocks, Block block) {
+  __m256 lanes = _mm256_setzero_ps();
+  const int64_t full = blocks / kLanes * kLanes;
+  for (int64_t g = 0; g < full; g += kLanes) {
+    __m256i partial[kLanes];
+    for (int k = 0; k < kLanes; ++k) partial[k] = block(w[g + k], x[g + k]);
+    lanes = add_group(lanes, w, x, g, block_totals(partial));
+  }
+  return finish(lanes, w, x, full, blocks,
+                [&](const W& wb, const BlockQ8& xb) SHAMN_TARGET_AVX2 { return hsum_epi32(block(wb, xb)); });
+}
+
+template <class W, class Block>
+SHAMN_TARGET_AVX2 inline void dot_rows_blocks(const W* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y,
+                                              Block block) {
+  const int64_t r0 = bpr < kLanes ? short_rows(w, rows / kLanes * kLanes, bpr, x, y, block) : 0;
+  for (int64_t r = r0; r < rows; ++r) y[r] = dot_blocks(w + r * bpr, x, bpr, block);
+}
+
 }  // namespace shamn::quant_detail

@@ -72,11 +72,4 @@ void WeightMatrix::add_row(int64_t r, float w, float* acc) const {
     }
 }
 
-InputRow quantize_input(WeightType type, const float* x, int64_t n, std::vector<BlockQ8>& out) {
-  if (type == WeightType::f32) return {x, nullptr};
-  out.resize(static_cast<size_t>(quant_blocks(n)));
-  quantize_row_q8(x, out.data(), n);
-  return {x, out.data()};
-}
-
 }  // namespace shamn

@@ -4,11 +4,10 @@
 // BlockQ8 / BlockQ4 blocks (the last one zero-padded).
 //
 // Inputs to a quantised matrix are quantised once per row of activations to
-// Q8 blocks with the same blocking (quantize_input), so every product is an
+// Q8 blocks with the same blocking (quantize_row_q8), so every product is an
 // integer block dot; inputs to an f32 matrix stay f32.
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "infer/quant_blocks.h"
 
@@ -44,8 +43,5 @@ struct WeightMatrix {
   // acc[c] += w * W[r, c] for c < cols (dequantised).
   void add_row(int64_t r, float w, float* acc) const;
 };
-
-// Quantises x [n] into out (resized to quant_blocks(n)) when `type` is quantised.
-InputRow quantize_input(WeightType type, const float* x, int64_t n, std::vector<BlockQ8>& out);
 
 }  // namespace shamn
