@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model_config.h"
 #include "infer/shq_format.h"
 
 namespace shamn {
@@ -16,8 +17,8 @@ struct ExportOptions {
   std::string tokenizer_text;  // "" = no tokenizer embedded
 };
 
-// The dtype tensor `name` (a SPEC name) is stored as under `quant`.
-ShqDType export_dtype(const std::string& name, ShqQuant quant);
+// The dtype tensor `name` (a SPEC name) of a model with `config` is stored as under `quant`.
+ShqDType export_dtype(const std::string& name, ShqQuant quant, const ModelConfig& config);
 
 // The whole file image. Before returning, it is loaded back through the
 // runtime's own checks (ShqFile + InferModel), so export never writes a file

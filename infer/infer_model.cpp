@@ -10,6 +10,7 @@
 #include "core/kernels/product_key.h"
 #include "core/kernels/rms_norm.h"
 #include "core/parallel.h"
+#include "infer/quant_tiles.h"
 
 namespace shamn {
 
@@ -45,7 +46,7 @@ struct Expert {
 
 struct Layer {
   const float* mix_gain = nullptr;
-  const float* conv = nullptr;  // [D, K]
+  std::vector<float> conv_by_tap;  // the file's conv [D, K] transposed to [K, D], so taps vectorise over d
   BlockSparse mixer_out;
   bool has_memory = false;
   const float* mem_gain = nullptr;
@@ -88,9 +89,13 @@ class TensorBinder {
     return v;
   }
   WeightMatrix matrix(const std::string& name, const Shape& shape) {
-    const ShqTensor& t = get(name, shape, {ShqDType::f32, ShqDType::q8_0, ShqDType::q4_0});
+    const ShqTensor& t =
+        get(name, shape, {ShqDType::f32, ShqDType::q8_0, ShqDType::q4_0, ShqDType::q8_0x16, ShqDType::q4_0x16});
     WeightMatrix w;
-    w.type = t.dtype == ShqDType::f32 ? WeightType::f32 : t.dtype == ShqDType::q8_0 ? WeightType::q8 : WeightType::q4;
+    w.type = t.dtype == ShqDType::f32                                        ? WeightType::f32
+             : t.dtype == ShqDType::q8_0 || t.dtype == ShqDType::q8_0x16 ? WeightType::q8
+                                                                         : WeightType::q4;
+    w.tiled = shq_dtype_tiled(t.dtype);
     w.cols = shape.back();
     w.rows = shape_numel(shape) / w.cols;
     w.data = t.data;
@@ -105,6 +110,10 @@ class TensorBinder {
     const int64_t nob = o.out / o.block, nib = o.in / o.block;
     // The matrix view: one output row per row, its a segments of b values side by side.
     WeightMatrix seg = matrix(prefix + ".values", {nob, o.block, b.active, o.block});
+    // A row block is multiplied on its own (its rows share their input blocks).
+    SHAMN_INPUT_CHECK(!seg.tiled || o.block % kTileRows == 0, "model file '", file_.path(), "': tensor '", prefix,
+                      ".values' is tiled by ", kTileRows, " rows, which needs a block that is a multiple of ",
+                      kTileRows, ", not ", o.block);
     b.values = seg;
     b.values.rows = o.out;
     b.values.cols = b.active * o.block;
@@ -241,12 +250,15 @@ void InferModel::Impl::mixer(const Layer& L, float* x, int64_t n, std::vector<fl
   const int64_t H = K - 1;
   auto u_at = [&](int64_t t) -> const float* { return t >= 0 ? u.data() + t * D : history.data() + (H + t) * D; };
   parallel_for(0, n, grain_for(D * K), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      for (int64_t d = 0; d < D; ++d) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < K; ++i) acc += L.conv[d * K + i] * u_at(t - i)[d];
-        c[t * D + d] = acc;
+    for (int64_t t = lo; t < hi; ++t) {
+      float* __restrict ct = c.data() + t * D;
+      std::fill_n(ct, D, 0.0f);
+      for (int64_t i = 0; i < K; ++i) {
+        const float* __restrict w = L.conv_by_tap.data() + i * D;
+        const float* __restrict ui = u_at(t - i);
+        for (int64_t d = 0; d < D; ++d) ct[d] += w[d] * ui[d];
       }
+    }
   });
   // The new history: the last K-1 inputs, taking older ones from the old history.
   std::vector<float> next(static_cast<size_t>(H * D));
@@ -377,7 +389,10 @@ InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_u
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer L;
     L.mix_gain = bind.f32(p + "mix_norm.gain", {m.D});
-    L.conv = bind.f32(p + "mixer.conv", {m.D, m.K});
+    const float* conv = bind.f32(p + "mixer.conv", {m.D, m.K});
+    L.conv_by_tap.resize(static_cast<size_t>(m.K * m.D));
+    for (int64_t d = 0; d < m.D; ++d)
+      for (int64_t i = 0; i < m.K; ++i) L.conv_by_tap[i * m.D + d] = conv[d * m.K + i];
     L.mixer_out = bind.block_sparse(p + "mixer.out", mx.out);
     L.has_memory = c.has_memory(l);
     if (L.has_memory) {

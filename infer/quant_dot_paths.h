@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "infer/quant_blocks.h"
+#include "infer/quant_tiles.h"
 
 namespace shamn::quant_detail {
 
@@ -46,5 +47,11 @@ void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row,
 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
 void dot_rows_q8_q8_avx512(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
 void dot_rows_q4_q8_avx512(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
+
+// y[r] = dot(row r, x) over row-interleaved tiles (infer/quant_tiles.h).
+void dot_tiles_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+void dot_tiles_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+void dot_tiles_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+void dot_tiles_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
 
 }  // namespace shamn::quant_detail

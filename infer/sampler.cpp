@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/kernels/vec16.h"
 
 namespace shamn {
 
@@ -15,18 +16,50 @@ void SamplingOptions::validate() const {
   SHAMN_INPUT_CHECK(top_p > 0.0 && top_p <= 1.0, "--top-p ", top_p, " must be in (0, 1]");
 }
 
+namespace {
+
+int32_t argmax_scalar(const float* logits, int64_t begin, int64_t end, int64_t best) {
+  for (int64_t v = begin; v < end; ++v)
+    if (logits[v] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[v]))) best = v;
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace
+
+int32_t argmax_logit(const float* logits, int64_t vocab) {
+  using vec16::F;
+  using I = int32_t __attribute__((vector_size(64)));
+  const int64_t full = vocab / vec16::kLanes * vec16::kLanes;
+  if (full == 0) return argmax_scalar(logits, 1, vocab, 0);
+  // Per lane: the largest value so far and its first index (strict >, so a
+  // later equal value or a NaN never replaces it).
+  F best = vec16::load(logits);
+  I index, next;
+  for (int i = 0; i < vec16::kLanes; ++i) index[i] = i;
+  next = index + vec16::kLanes;
+  for (int64_t v = vec16::kLanes; v < full; v += vec16::kLanes) {
+    const F x = vec16::load(logits + v);
+    const auto gt = x > best;
+    best = gt ? x : best;
+    index = gt ? next : index;
+    next += vec16::kLanes;
+  }
+  // A lane that started on a NaN never moved: then the scalar scan decides.
+  int64_t pick = -1;
+  for (int i = 0; i < vec16::kLanes; ++i) {
+    if (std::isnan(best[i])) return argmax_scalar(logits, 1, vocab, 0);
+    if (pick < 0 || best[i] > logits[pick] || (best[i] == logits[pick] && index[i] < pick)) pick = index[i];
+  }
+  return argmax_scalar(logits, full, vocab, pick);
+}
+
 Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(options.seed, /*stream=*/0x5A) {
   options_.validate();
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
   // Greedy: the first maximum (a NaN logit never wins).
-  if (options_.temperature == 0.0) {
-    int64_t best = 0;
-    for (int64_t v = 1; v < vocab; ++v)
-      if (logits[v] > logits[best] || !(logits[best] == logits[best])) best = v;
-    return static_cast<int32_t>(best);
-  }
+  if (options_.temperature == 0.0) return argmax_logit(logits, vocab);
   order_.resize(static_cast<size_t>(vocab));
   std::iota(order_.begin(), order_.end(), 0);
   const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;

@@ -10,6 +10,11 @@
 
 namespace shamn {
 
+// The index of the first maximum of logits [vocab] (a NaN never wins; 0 when
+// every value is NaN). Vectorised: greedy decoding calls it once per token
+// over the whole vocabulary.
+int32_t argmax_logit(const float* logits, int64_t vocab);
+
 struct SamplingOptions {
   double temperature = 0.8;  // 0 = greedy
   int64_t top_k = 40;        // 0 = all tokens

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/checksum.h"
 #include "infer/quant_blocks.h"
+#include "infer/quant_tiles.h"
 
 namespace shamn {
 
@@ -27,6 +28,10 @@ const char* shq_dtype_name(ShqDType dtype) {
       return "q8_0";
     case ShqDType::q4_0:
       return "q4_0";
+    case ShqDType::q8_0x16:
+      return "q8_0x16";
+    case ShqDType::q4_0x16:
+      return "q4_0x16";
   }
   return "?";
 }
@@ -77,6 +82,16 @@ bool shq_tensor_bytes(ShqDType dtype, const Shape& shape, uint64_t* bytes) {
       return mul_ok(rows, blocks, bytes) && mul_ok(*bytes, sizeof(BlockQ8), bytes);
     case ShqDType::q4_0:
       return mul_ok(rows, blocks, bytes) && mul_ok(*bytes, sizeof(BlockQ4), bytes);
+    case ShqDType::q8_0x16:
+    case ShqDType::q4_0x16: {
+      if (shape.size() != 2 && shape.size() != 4) return false;
+      const uint64_t tile_rows = shape.size() == 2 ? static_cast<uint64_t>(shape[0])
+                                                   : static_cast<uint64_t>(shape[0]) * static_cast<uint64_t>(shape[1]);
+      const uint64_t tiles = (tile_rows + kTileRows - 1) / kTileRows;
+      const uint64_t row_blocks = rows / tile_rows * blocks;
+      return mul_ok(tiles, row_blocks, bytes) &&
+             mul_ok(*bytes, dtype == ShqDType::q8_0x16 ? sizeof(TileQ8) : sizeof(TileQ4), bytes);
+    }
   }
   return false;
 }
@@ -129,7 +144,8 @@ void ShqFile::parse() {
   SHAMN_INPUT_CHECK(std::memcmp(h.magic, kShqMagic, sizeof(kShqMagic)) == 0, "'", p,
                     "' is not a shamn model file (bad magic); make one with `shamn export`");
   SHAMN_INPUT_CHECK(h.version == kShqVersion, "model file '", p, "' has format version ", h.version,
-                    "; this shamn reads version ", kShqVersion);
+                    "; this shamn reads version ", kShqVersion,
+                    " (export the checkpoint again with this shamn)");
   SHAMN_INPUT_CHECK(crc32_bytes(base, offsetof(ShqHeader, header_crc)) == h.header_crc, "model file '", p,
                     "': the header fails its checksum (corrupted)");
   SHAMN_INPUT_CHECK(h.header_bytes == sizeof(ShqHeader), "model file '", p, "': header_bytes is ", h.header_bytes,
@@ -181,7 +197,7 @@ void ShqFile::parse() {
       SHAMN_INPUT_CHECK(c > ' ' && c < 127, "model file '", p, "': tensor entry ", i, " has a non-printable name");
     const std::string where = "model file '" + p + "': tensor '" + name + "'";
     SHAMN_INPUT_CHECK(seen.emplace(name, i).second, where, " appears twice in the directory");
-    SHAMN_INPUT_CHECK(e.dtype <= static_cast<uint32_t>(ShqDType::q4_0), where, ": unknown dtype ", e.dtype);
+    SHAMN_INPUT_CHECK(e.dtype <= static_cast<uint32_t>(ShqDType::q4_0x16), where, ": unknown dtype ", e.dtype);
     const auto dtype = static_cast<ShqDType>(e.dtype);
     SHAMN_INPUT_CHECK(e.ndim >= 1 && e.ndim <= static_cast<uint32_t>(kShqMaxDims), where, ": ndim ", e.ndim,
                       " is out of range 1..", kShqMaxDims);
@@ -190,10 +206,10 @@ void ShqFile::parse() {
       SHAMN_INPUT_CHECK(e.shape[d] == 0, where, ": unused shape entries must be 0");
     uint64_t expected = 0;
     SHAMN_INPUT_CHECK(shq_tensor_bytes(dtype, shape, &expected), where, ": shape ", shape_str(shape),
-                      " is invalid (a dim <= 0 or too many elements)");
+                      " is invalid (a dim <= 0, too many elements, or a tiled dtype that is not 2-D or 4-D)");
     SHAMN_INPUT_CHECK(e.bytes == expected, where, ": ", e.bytes, " bytes of data, but ", shq_dtype_name(dtype),
                       shape_str(shape), " takes ", expected);
-    const bool quantized = dtype == ShqDType::q8_0 || dtype == ShqDType::q4_0;
+    const bool quantized = shq_dtype_quantized(dtype);
     SHAMN_INPUT_CHECK(e.block == (quantized ? kQuantBlock : 0), where, ": quantisation block ", e.block,
                       ", expected ", quantized ? kQuantBlock : 0);
     SHAMN_INPUT_CHECK(e.offset % kShqAlignment == 0, where, ": data offset ", e.offset, " is not ", kShqAlignment,

@@ -16,7 +16,7 @@ namespace shamn {
 static_assert(std::endian::native == std::endian::little, ".shq files are little-endian");
 
 inline constexpr char kShqMagic[8] = {'S', 'H', 'A', 'M', 'N', 'Q', 'M', '\x1a'};
-inline constexpr uint32_t kShqVersion = 1;
+inline constexpr uint32_t kShqVersion = 2;  // 2: the row-interleaved q8_0x16 / q4_0x16
 inline constexpr uint64_t kShqAlignment = 64;
 inline constexpr int kShqMaxDims = 4;
 inline constexpr int kShqNameBytes = 64;  // NUL-padded, at least one NUL
@@ -26,7 +26,16 @@ enum class ShqDType : uint32_t {
   i32 = 1,
   q8_0 = 2,  // rows of BlockQ8 (infer/quant_blocks.h) along the last dim
   q4_0 = 3,  // rows of BlockQ4 along the last dim
+  // The same blocks in row-interleaved tiles of 16 rows (infer/quant_tiles.h).
+  // 2-D [R, C]: R rows; 4-D block-sparse values [nob, b, a, b]: nob * b rows,
+  // each a segments of b values. Rows are padded to a multiple of 16.
+  q8_0x16 = 4,
+  q4_0x16 = 5,
 };
+
+// The dtypes made of quantisation blocks, and the row-interleaved ones.
+inline bool shq_dtype_quantized(ShqDType d) { return d != ShqDType::f32 && d != ShqDType::i32; }
+inline bool shq_dtype_tiled(ShqDType d) { return d == ShqDType::q8_0x16 || d == ShqDType::q4_0x16; }
 
 // What `shamn export --quant` asked for; each tensor's own dtype is in its entry.
 enum class ShqQuant : uint32_t { f32 = 0, int8 = 1, int4 = 2 };
@@ -55,7 +64,7 @@ struct ShqTensorEntry {
   int64_t shape[kShqMaxDims];  // unused dims are 0
   uint64_t offset;           // from the start of the file, a multiple of 64
   uint64_t bytes;            // exactly what dtype and shape imply
-  uint32_t block;            // values per quantisation block: 32 for q8_0/q4_0, 0 otherwise
+  uint32_t block;            // values per quantisation block: 32 for the q* dtypes, 0 otherwise
   uint32_t crc;              // CRC-32 of the data bytes
 };
 static_assert(sizeof(ShqTensorEntry) == 128);

@@ -54,7 +54,7 @@ std::vector<uint8_t> ShqWriter::image() const {
     for (size_t d = 0; d < t.shape.size(); ++d) e.shape[d] = t.shape[d];
     e.offset = offset;
     e.bytes = t.data.size();
-    e.block = t.dtype == ShqDType::q8_0 || t.dtype == ShqDType::q4_0 ? kQuantBlock : 0;
+    e.block = shq_dtype_quantized(t.dtype) ? kQuantBlock : 0;
     e.crc = crc32_bytes(t.data.data(), t.data.size());
     offset = align_up(offset + e.bytes);
   }

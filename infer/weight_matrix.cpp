@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/kernels/vec16.h"
 #include "infer/quant_dot.h"
+#include "infer/quant_tiles.h"
 
 namespace shamn {
 
@@ -20,6 +21,9 @@ const char* weight_type_name(WeightType type) {
   return "?";
 }
 
+// A tile is 16 rows' blocks, so a row takes the same bytes in either layout.
+static_assert(sizeof(TileQ8) == kTileRows * sizeof(BlockQ8) && sizeof(TileQ4) == kTileRows * sizeof(BlockQ4));
+
 size_t WeightMatrix::row_bytes() const {
   switch (type) {
     case WeightType::f32:
@@ -32,6 +36,10 @@ size_t WeightMatrix::row_bytes() const {
   return 0;
 }
 
+size_t WeightMatrix::bytes() const {
+  return row_bytes() * static_cast<size_t>(tiled ? row_tiles(rows) * kTileRows : rows);
+}
+
 void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
   switch (type) {
     case WeightType::f32: {
@@ -40,9 +48,19 @@ void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
       return;
     }
     case WeightType::q8:
+      if (tiled) {
+        SHAMN_CHECK(r0 % kTileRows == 0, "tiled rows start on a tile, got row ", r0);
+        dot_tiles(static_cast<const TileQ8*>(data) + r0 / kTileRows * blocks_per_row(), n, blocks_per_row(), x.q, y);
+        return;
+      }
       dot_rows_q8(static_cast<const BlockQ8*>(data) + r0 * blocks_per_row(), n, blocks_per_row(), x.q, y);
       return;
     case WeightType::q4:
+      if (tiled) {
+        SHAMN_CHECK(r0 % kTileRows == 0, "tiled rows start on a tile, got row ", r0);
+        dot_tiles(static_cast<const TileQ4*>(data) + r0 / kTileRows * blocks_per_row(), n, blocks_per_row(), x.q, y);
+        return;
+      }
       dot_rows_q4(static_cast<const BlockQ4*>(data) + r0 * blocks_per_row(), n, blocks_per_row(), x.q, y);
       return;
   }
@@ -58,15 +76,17 @@ void WeightMatrix::add_row(int64_t r, float w, float* acc) const {
   // Block by block, so the 32-value inner loops vectorise.
   for (int64_t s = 0; s < cols / seg; ++s)
     for (int64_t j = 0; j < seg_blocks; ++j) {
-      const int64_t block = r * bpr + s * seg_blocks + j;
       const int64_t c0 = s * seg + j * kQuantBlock;
       const int len = static_cast<int>(std::min<int64_t>(kQuantBlock, seg - j * kQuantBlock));
       float* a = acc + c0;
+      const int64_t j_row = s * seg_blocks + j;
       if (type == WeightType::q8) {
-        const BlockQ8& b = static_cast<const BlockQ8*>(data)[block];
+        const BlockQ8 b = tiled ? tile_block(static_cast<const TileQ8*>(data), bpr, r, j_row)
+                                : static_cast<const BlockQ8*>(data)[r * bpr + j_row];
         for (int i = 0; i < len; ++i) a[i] += w * (b.d * static_cast<float>(b.q[i]));
       } else {
-        const BlockQ4& b = static_cast<const BlockQ4*>(data)[block];
+        const BlockQ4 b = tiled ? tile_block(static_cast<const TileQ4*>(data), bpr, r, j_row)
+                                : static_cast<const BlockQ4*>(data)[r * bpr + j_row];
         for (int i = 0; i < len; ++i) a[i] += w * (b.d * static_cast<float>(q4_value(b, i)));
       }
     }

@@ -3,6 +3,10 @@
 // [rows, cols] row-major, each row either f32 or quantised along cols into
 // BlockQ8 / BlockQ4 blocks (the last one zero-padded).
 //
+// Quantised blocks are either row-major (each row's blocks side by side) or
+// row-interleaved in tiles of 16 rows (infer/quant_tiles.h), the layout whose
+// products are fast; the runtime takes either.
+//
 // Inputs to a quantised matrix are quantised once per row of activations to
 // Q8 blocks with the same blocking (quantize_row_q8), so every product is an
 // integer block dot; inputs to an f32 matrix stay f32.
@@ -30,15 +34,17 @@ struct WeightMatrix {
   // (its last block zero-padded); 0 means one segment per row. Block-sparse
   // rows are their active blocks side by side, one segment each.
   int64_t segment = 0;
+  bool tiled = false;  // quantised only: row-interleaved tiles
   const void* data = nullptr;
 
   bool quantized() const { return type != WeightType::f32; }
   int64_t segment_length() const { return segment > 0 ? segment : cols; }
   int64_t blocks_per_row() const { return cols / segment_length() * quant_blocks(segment_length()); }
-  size_t row_bytes() const;
-  size_t bytes() const { return row_bytes() * static_cast<size_t>(rows); }
+  size_t row_bytes() const;  // one row's data (tiles pad the last one's rows)
+  size_t bytes() const;
 
-  // y[i] = W[r0 + i] . x for i < n, on the calling thread.
+  // y[i] = W[r0 + i] . x for i < n, on the calling thread. A tiled matrix
+  // needs r0 to be a multiple of 16 (kTileRows).
   void dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const;
   // acc[c] += w * W[r, c] for c < cols (dequantised).
   void add_row(int64_t r, float w, float* acc) const;

@@ -8,18 +8,28 @@
 // of weights read / s (blocks include their scales). Args: path (0 scalar,
 // 1 avx2, 2 avx512, 3 f32), rows, cols, threads.
 //
+//   rows:   the runtime's single-thread building block, W[rows, cols] . x in one
+//           call, on the CPU's best path: row-major blocks (dot_rows_q8/q4)
+//           vs row-interleaved tiles (dot_tiles) vs the runtime's f32 rows
+//           (vec16::dot). 32x64 is one block-sparse row block at the default
+//           config (2 active blocks), 512x512 the memory query, 1600x512 the
+//           tied head's bucket scores. Args: layout (0 rows, 1 tiles, 2 f32), q4.
+//
 //   bench_quant_dot --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <map>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/parallel.h"
 #include "infer/quant_blocks.h"
+#include "core/kernels/vec16.h"
 #include "infer/quant_dot.h"
+#include "infer/quant_tiles.h"
 
 namespace {
 
@@ -139,6 +149,32 @@ void BM_dot_q8(benchmark::State& state) {
   shamn::set_quant_kernel(shamn::best_quant_kernel());
 }
 
+const char* kLayoutNames[] = {"rows", "tiles", "f32"};
+
+void BM_rows(benchmark::State& state) {
+  const int layout = static_cast<int>(state.range(0));
+  const bool q4 = state.range(1) != 0;
+  const int64_t rows = state.range(2), cols = state.range(3), bpr = shamn::quant_blocks(cols);
+  state.SetLabel(std::string(kLayoutNames[layout]) + (layout == 2 ? "" : q4 ? " q4" : " q8"));
+  const Matrix& m = matrix(rows, cols);
+  std::vector<shamn::TileQ8> t8(static_cast<size_t>(shamn::row_tiles(rows) * bpr));
+  std::vector<shamn::TileQ4> t4(t8.size());
+  shamn::pack_tiles(m.w8.data(), rows, bpr, t8.data());
+  shamn::pack_tiles(m.w4.data(), rows, bpr, t4.data());
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (auto _ : state) {
+    if (layout == 2)
+      for (int64_t r = 0; r < rows; ++r) y[r] = shamn::vec16::dot(m.w.data() + r * cols, m.x.data(), cols);
+    else if (layout == 1 && q4) shamn::dot_tiles(t4.data(), rows, bpr, m.xq.data(), y.data());
+    else if (layout == 1) shamn::dot_tiles(t8.data(), rows, bpr, m.xq.data(), y.data());
+    else if (q4) shamn::dot_rows_q4(m.w4.data(), rows, bpr, m.xq.data(), y.data());
+    else shamn::dot_rows_q8(m.w8.data(), rows, bpr, m.xq.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double block_bytes = q4 ? sizeof(shamn::BlockQ4) : sizeof(shamn::BlockQ8);
+  set_counters(state, rows, cols, layout == 2 ? 4.0 * rows * cols : double(rows * bpr) * block_bytes);
+}
+
 // q8 also runs the f32 baseline (path 3); q4 runs the quantised paths only.
 template <int LastPath>
 void matvec_args(benchmark::internal::Benchmark* b) {
@@ -153,5 +189,10 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_dot_q8)->ArgsProduct({{0, 1, 2, kF32}, {512, 4096}})->ArgNames({"path", "cols"});
 BENCHMARK_TEMPLATE(BM_matvec, false)->Name("BM_matvec_q8")->Apply(matvec_args<kF32>);
 BENCHMARK_TEMPLATE(BM_matvec, true)->Name("BM_matvec_q4")->Apply(matvec_args<2>);
+
+BENCHMARK(BM_rows)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {32}, {64}})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {512, 1600}, {512}})
+    ->ArgNames({"layout", "q4", "rows", "cols"});
 
 BENCHMARK_MAIN();

@@ -21,6 +21,7 @@
 #include "infer/export_model.h"
 #include "infer/infer_model.h"
 #include "infer/quant_dot.h"
+#include "infer/quant_tiles.h"
 #include "infer/sampler.h"
 #include "infer/shq_writer.h"
 #include "layers/shamn_model.h"
@@ -209,19 +210,32 @@ TEST_CASE("quantised runtimes stay close to f32", "[infer][runtime]") {
 InferModel dequantised_copy(const InferModel& m) {
   ShqWriter w(ShqQuant::f32, m.file().config_toml(), m.file().tokenizer_text(), 0);
   for (const ShqTensor& t : m.file().tensors()) {
-    if (t.dtype != ShqDType::q8_0 && t.dtype != ShqDType::q4_0) {
+    if (!shq_dtype_quantized(t.dtype)) {
       const auto* p = static_cast<const uint8_t*>(t.data);
       w.add(t.name, t.dtype, t.shape, std::vector<uint8_t>(p, p + t.bytes));
       continue;
     }
-    const int64_t cols = t.shape.back(), rows = shape_numel(t.shape) / cols, bpr = quant_blocks(cols);
-    std::vector<uint8_t> out(static_cast<size_t>(rows * cols) * sizeof(float));
+    // Segments of `cols` values, each its own blocks; a tiled tensor's rows
+    // (t.shape[0] or nob * b) hold several segments.
+    const int64_t cols = t.shape.back(), segments = shape_numel(t.shape) / cols, sb = quant_blocks(cols);
+    const int64_t tile_rows = t.shape.size() == 4 ? t.shape[0] * t.shape[1] : t.shape[0];
+    const int64_t per_row = segments / tile_rows;
+    std::vector<uint8_t> out(static_cast<size_t>(segments * cols) * sizeof(float));
     auto* f = reinterpret_cast<float*>(out.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      if (t.dtype == ShqDType::q8_0)
-        dequantize_row_q8(static_cast<const BlockQ8*>(t.data) + r * bpr, f + r * cols, cols);
+    for (int64_t s = 0; s < segments; ++s) {
+      std::vector<BlockQ8> b8(static_cast<size_t>(sb));
+      std::vector<BlockQ4> b4(static_cast<size_t>(sb));
+      for (int64_t j = 0; j < sb; ++j) {
+        const int64_t r = s / per_row, jr = s % per_row * sb + j;
+        if (t.dtype == ShqDType::q8_0) b8[j] = static_cast<const BlockQ8*>(t.data)[s * sb + j];
+        if (t.dtype == ShqDType::q4_0) b4[j] = static_cast<const BlockQ4*>(t.data)[s * sb + j];
+        if (t.dtype == ShqDType::q8_0x16) b8[j] = tile_block(static_cast<const TileQ8*>(t.data), per_row * sb, r, jr);
+        if (t.dtype == ShqDType::q4_0x16) b4[j] = tile_block(static_cast<const TileQ4*>(t.data), per_row * sb, r, jr);
+      }
+      if (t.dtype == ShqDType::q8_0 || t.dtype == ShqDType::q8_0x16)
+        dequantize_row_q8(b8.data(), f + s * cols, cols);
       else
-        dequantize_row_q4(static_cast<const BlockQ4*>(t.data) + r * bpr, f + r * cols, cols);
+        dequantize_row_q4(b4.data(), f + s * cols, cols);
     }
     w.add(t.name, ShqDType::f32, t.shape, std::move(out));
   }
@@ -272,19 +286,31 @@ TEST_CASE("runtime results do not depend on the kernel path or the thread count"
 
 TEST_CASE("export keeps norms, biases, importance and indices as trained and quantises the matrices",
           "[infer][export]") {
-  CHECK(export_dtype("layers.0.mixer.out.values", ShqQuant::int8) == ShqDType::q8_0);
-  CHECK(export_dtype("layers.0.moe.experts.3.up.values", ShqQuant::int4) == ShqDType::q4_0);
-  CHECK(export_dtype("layers.1.memory.values", ShqQuant::int4) == ShqDType::q4_0);
-  CHECK(export_dtype("embed.table", ShqQuant::int4) == ShqDType::q8_0);
-  CHECK(export_dtype("layers.0.moe.router_group.weight", ShqQuant::int4) == ShqDType::q8_0);
-  CHECK(export_dtype("embed.table", ShqQuant::f32) == ShqDType::f32);
+  ModelConfig c;  // block 32, tied head
+  ModelConfig untied_block8 = c;
+  untied_block8.tie_head = false;
+  untied_block8.block = 8;
+  // Matrices multiplied by activations are tiled; those only read by rows are not.
+  CHECK(export_dtype("layers.0.mixer.out.values", ShqQuant::int8, c) == ShqDType::q8_0x16);
+  CHECK(export_dtype("layers.0.moe.experts.3.up.values", ShqQuant::int4, c) == ShqDType::q4_0x16);
+  CHECK(export_dtype("layers.1.memory.query.weight", ShqQuant::int8, c) == ShqDType::q8_0x16);
+  CHECK(export_dtype("layers.1.memory.keys1", ShqQuant::int4, c) == ShqDType::q4_0x16);
+  CHECK(export_dtype("layers.1.memory.values", ShqQuant::int4, c) == ShqDType::q4_0);
+  CHECK(export_dtype("layers.1.memory.values", ShqQuant::int8, c) == ShqDType::q8_0);
+  CHECK(export_dtype("embed.table", ShqQuant::int4, c) == ShqDType::q8_0x16);
+  CHECK(export_dtype("embed.table", ShqQuant::int8, untied_block8) == ShqDType::q8_0);
+  CHECK(export_dtype("head.weight", ShqQuant::int4, untied_block8) == ShqDType::q8_0x16);
+  // A block that is not a multiple of 16 rows keeps block-sparse values row-major.
+  CHECK(export_dtype("layers.0.mixer.out.values", ShqQuant::int8, untied_block8) == ShqDType::q8_0);
+  CHECK(export_dtype("layers.0.moe.router_group.weight", ShqQuant::int4, c) == ShqDType::q8_0x16);
+  CHECK(export_dtype("embed.table", ShqQuant::f32, c) == ShqDType::f32);
   for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8, ShqQuant::int4}) {
-    CHECK(export_dtype("embed.importance", q) == ShqDType::f32);
-    CHECK(export_dtype("layers.0.mix_norm.gain", q) == ShqDType::f32);
-    CHECK(export_dtype("layers.0.mixer.conv", q) == ShqDType::f32);
-    CHECK(export_dtype("layers.0.mixer.out.bias", q) == ShqDType::f32);
-    CHECK(export_dtype("layers.0.mixer.out.col_index", q) == ShqDType::i32);
-    CHECK(export_dtype("embed.bucket_index", q) == ShqDType::i32);
+    CHECK(export_dtype("embed.importance", q, c) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mix_norm.gain", q, c) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mixer.conv", q, c) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mixer.out.bias", q, c) == ShqDType::f32);
+    CHECK(export_dtype("layers.0.mixer.out.col_index", q, c) == ShqDType::i32);
+    CHECK(export_dtype("embed.bucket_index", q, c) == ShqDType::i32);
   }
   const TestModel tm(model_toml(), "export");
   const InferModel m = tm.runtime(ShqQuant::int8);
@@ -317,6 +343,25 @@ TEST_CASE("export embeds the tokenizer and writes the file atomically", "[infer]
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(tm.dir)) files += e.is_regular_file();
   CHECK(files == 2);  // model.h5 and model.shq
+}
+
+TEST_CASE("argmax_logit finds the first maximum, never a NaN", "[infer][sampler]") {
+  Rng rng(9);
+  for (int64_t n = 1; n <= 70; ++n)
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> l(static_cast<size_t>(n));
+      // Few distinct values, so ties are common; some NaN and -inf.
+      for (float& v : l) {
+        const uint64_t r = rng.below(10);
+        v = r == 0 ? std::nanf("") : r == 1 ? -INFINITY : static_cast<float>(rng.below(4));
+      }
+      if (trial == 0) std::fill(l.begin(), l.end(), std::nanf(""));
+      int64_t want = -1;
+      for (int64_t v = 0; v < n; ++v)
+        if (!std::isnan(l[v]) && (want < 0 || l[v] > l[want])) want = v;
+      INFO("n " << n << ", trial " << trial);
+      CHECK(argmax_logit(l.data(), n) == std::max<int64_t>(want, 0));
+    }
 }
 
 TEST_CASE("sampling is deterministic per seed and greedy at temperature 0", "[infer][sampler]") {

@@ -13,6 +13,7 @@
 #include "helpers.h"
 #include "infer/quant_blocks.h"
 #include "infer/quant_dot.h"
+#include "infer/quant_tiles.h"
 
 using namespace shamn;
 
@@ -277,6 +278,47 @@ TEST_CASE("matvec and dot_rows equal the per-row scalar dot and do not depend on
       CHECK(bits(y4_1[r]) == bits(y4_2[r]));
     }
   }
+}
+
+TEST_CASE("row-interleaved tiles hold the row-major blocks and every path's dot equals the row-major dot bit for bit",
+          "[infer][quant]") {
+  KernelGuard guard;
+  for (int64_t rows : {1, 15, 16, 17, 40})
+    for (int64_t bpr : {1, 2, 3, 7, 8, 9, 17}) {
+      // Blocks from every code the format allows, and -128 in Q8 weights too.
+      std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 31);
+      w8[0].q[3] = -128;
+      const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 32);
+      const std::vector<BlockQ8> x = raw_q8(bpr, 33);
+      std::vector<TileQ8> t8(static_cast<size_t>(row_tiles(rows) * bpr));
+      std::vector<TileQ4> t4(t8.size());
+      pack_tiles(w8.data(), rows, bpr, t8.data());
+      pack_tiles(w4.data(), rows, bpr, t4.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < bpr; ++j) {
+          const BlockQ8 b8 = tile_block(t8.data(), bpr, r, j);
+          const BlockQ4 b4 = tile_block(t4.data(), bpr, r, j);
+          REQUIRE(std::memcmp(&b8, &w8[r * bpr + j], sizeof(b8)) == 0);
+          REQUIRE(std::memcmp(&b4, &w4[r * bpr + j], sizeof(b4)) == 0);
+        }
+      // Rows past the matrix are zero, so a padded tile adds nothing.
+      if (rows % kTileRows) CHECK(t8.back().d[kTileRows - 1] == 0.0f);
+      for (QuantKernel k : kAllKernels) {
+        if (!quant_kernel_supported(k)) continue;
+        INFO("kernel " << quant_kernel_name(k) << ", rows " << rows << ", blocks per row " << bpr);
+        set_quant_kernel(k);
+        std::vector<float> y8(rows + 1, -7.0f), y4(rows + 1, -7.0f);
+        dot_tiles(t8.data(), rows, bpr, x.data(), y8.data());
+        dot_tiles(t4.data(), rows, bpr, x.data(), y4.data());
+        set_quant_kernel(QuantKernel::scalar);
+        for (int64_t r = 0; r < rows; ++r) {
+          CHECK(bits(y8[r]) == bits(dot_q8_q8(w8.data() + r * bpr, x.data(), bpr)));
+          CHECK(bits(y4[r]) == bits(dot_q4_q8(w4.data() + r * bpr, x.data(), bpr)));
+        }
+        CHECK(y8[rows] == -7.0f);  // nothing written past the last row
+        CHECK(y4[rows] == -7.0f);
+      }
+    }
 }
 
 TEST_CASE("quant kernel names are checked", "[infer][quant]") {

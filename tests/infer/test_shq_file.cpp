@@ -20,6 +20,7 @@
 #include "core/model_config.h"
 #include "infer/export_model.h"
 #include "infer/infer_model.h"
+#include "infer/quant_tiles.h"
 #include "infer/shq_file.h"
 #include "infer/shq_writer.h"
 #include "layers/shamn_model.h"
@@ -155,7 +156,14 @@ std::vector<Corruption> corruptions() {
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
   std::vector<Corruption> c;
   c.push_back({"bad magic", [](Image& im) { im[0] = 'X'; return "bad magic"; }});
-  c.push_back({"version 2", [](Image& im) { patch_header(im, [](ShqHeader& h) { h.version = 2; }); return "format version 2"; }});
+  c.push_back({"version 1 (before tiles)", [](Image& im) {
+                 patch_header(im, [](ShqHeader& h) { h.version = 1; });
+                 return "format version 1";
+               }});
+  c.push_back({"a newer version", [](Image& im) {
+                 patch_header(im, [](ShqHeader& h) { h.version = kShqVersion + 1; });
+                 return "format version " + std::to_string(kShqVersion + 1);
+               }});
   c.push_back({"header byte flipped", [](Image& im) {
                  im[offsetof(ShqHeader, step)] ^= 1;
                  return "header fails its checksum";
@@ -232,7 +240,7 @@ std::vector<Corruption> corruptions() {
                      e.shape[0] = dim;
                      if (dim > 0) e.shape[1] = dim;  // 2^40 x 2^40 overflows 64 bits
                    });
-                   return "is invalid (a dim <= 0 or too many elements)";
+                   return "is invalid (a dim <= 0, too many elements";
                  }});
   c.push_back({"unused shape entry set", [](Image& im) {
                  patch_entry(im, kGain, [](ShqTensorEntry& e) { e.shape[2] = 1; });
@@ -358,4 +366,21 @@ TEST_CASE("ShqFile::open maps an exported file and names a missing one", "[infer
   const std::string tiny = (temp_dir() / "tiny.shq").string();
   std::ofstream(tiny) << "SHAMN";
   CHECK_THROWS_WITH(ShqFile::open(tiny), Catch::Contains("'" + tiny + "' is 5 bytes: too short"));
+}
+
+TEST_CASE("tiled dtypes take whole 16-row tiles and need a 2-D or 4-D shape", "[infer][shq]") {
+  uint64_t bytes = 0;
+  // 40 rows x 64 values: 3 tiles of 16 rows, 2 blocks per row.
+  REQUIRE(shq_tensor_bytes(ShqDType::q8_0x16, {40, 64}, &bytes));
+  CHECK(bytes == 3 * 2 * sizeof(TileQ8));
+  REQUIRE(shq_tensor_bytes(ShqDType::q4_0x16, {40, 64}, &bytes));
+  CHECK(bytes == 3 * 2 * sizeof(TileQ4));
+  // Block-sparse values [nob, b, a, b]: nob * b rows of a segments of b values.
+  REQUIRE(shq_tensor_bytes(ShqDType::q8_0x16, {2, 16, 3, 16}, &bytes));
+  CHECK(bytes == 2 * 3 * sizeof(TileQ8));
+  REQUIRE(shq_tensor_bytes(ShqDType::q8_0, {2, 16, 3, 16}, &bytes));
+  CHECK(bytes == 2 * 16 * 3 * sizeof(BlockQ8));
+  CHECK_FALSE(shq_tensor_bytes(ShqDType::q8_0x16, {512}, &bytes));
+  CHECK_FALSE(shq_tensor_bytes(ShqDType::q4_0x16, {4, 4, 4}, &bytes));
+  CHECK_FALSE(shq_tensor_bytes(ShqDType::q8_0x16, {int64_t{1} << 40, int64_t{1} << 40}, &bytes));
 }

@@ -72,17 +72,18 @@ void run_export(const ExportArgs& a) {
   }
   export_model(a.checkpoint, options, a.out);
   const InferModel model(ShqFile::open(a.out));
-  uint64_t by_dtype[4] = {}, count[4] = {};
+  constexpr int kDTypes = static_cast<int>(ShqDType::q4_0x16) + 1;
+  uint64_t by_dtype[kDTypes] = {}, count[kDTypes] = {};
   for (const ShqTensor& t : model.file().tensors()) {
     by_dtype[static_cast<int>(t.dtype)] += t.bytes;
     ++count[static_cast<int>(t.dtype)];
   }
   std::printf("wrote %s (%s, step %" PRIu64 ", %.2f MiB, %.1f s)\n", a.out.c_str(), a.quant.c_str(),
               model.file().header().step, model.file().file_bytes() / 1048576.0, seconds_since(t0));
-  for (ShqDType d : {ShqDType::f32, ShqDType::i32, ShqDType::q8_0, ShqDType::q4_0}) {
-    const int i = static_cast<int>(d);
+  for (int i = 0; i < kDTypes; ++i) {
+    const auto d = static_cast<ShqDType>(i);
     if (count[i] > 0)
-      std::printf("  %-5s %5" PRIu64 " tensors %10.2f MiB\n", shq_dtype_name(d), count[i], by_dtype[i] / 1048576.0);
+      std::printf("  %-7s %5" PRIu64 " tensors %10.2f MiB\n", shq_dtype_name(d), count[i], by_dtype[i] / 1048576.0);
   }
   std::printf("  tokenizer: %s\n", model.tokenizer() ? std::to_string(model.tokenizer()->vocab_size()).c_str() : "none");
 }
@@ -189,7 +190,7 @@ void run_bench(const BenchArgs& a) {
   Rng rng(a.seed);
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
-  auto argmax = [V](const float* l) { return static_cast<int32_t>(std::max_element(l, l + V) - l); };
+  auto argmax = [V](const float* l) { return argmax_logit(l, V); };
 
   std::vector<double> prefill, decode;
   if (model.runtime) {

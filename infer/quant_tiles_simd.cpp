@@ -1,0 +1,171 @@
+// The AVX2 and AVX-512 VNNI paths of dot_tiles (infer/quant_tiles.h). Each
+// tile gives a vector of 16 row sums directly; the float part follows the
+// canonical order of infer/quant_dot.h with rows in vector lanes: block j is
+// fma'd into accumulator j % 8, and the eight accumulators are summed left to
+// right, so the results are bitwise those of the scalar path.
+#include <cstring>
+#include <vector>
+
+#include "infer/quant_dot_simd.h"
+
+namespace shamn::quant_detail {
+namespace {
+
+SHAMN_TARGET_AVX2 inline int32_t load_group(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, sizeof(v));
+  return v;
+}
+
+// The sum of a Q8 block's 32 values: sad sums unsigned bytes, so the values
+// are shifted by 128 first and 32 * 128 taken back off.
+SHAMN_TARGET_AVX2 inline int32_t block_value_sum(const BlockQ8& x) {
+  const __m256i u = _mm256_xor_si256(load_q8(x), _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+}
+
+// x's block sums, which turn the unsigned products below back into signed ones.
+class ValueSums {
+ public:
+  SHAMN_TARGET_AVX2 ValueSums(const BlockQ8* x, int64_t bpr) {
+    if (bpr > kStack) heap_.resize(static_cast<size_t>(bpr));
+    sums_ = bpr > kStack ? heap_.data() : stack_;
+    for (int64_t j = 0; j < bpr; ++j) sums_[j] = block_value_sum(x[j]);
+  }
+  int32_t operator[](int64_t j) const { return sums_[j]; }
+
+ private:
+  static constexpr int64_t kStack = 64;
+  int32_t stack_[kStack];
+  std::vector<int32_t> heap_;
+  int32_t* sums_;
+};
+
+// ---- AVX-512 VNNI: one zmm holds a tile's 16 rows. vpdpbusd wants unsigned
+// bytes on one side: Q8 weights are flipped to w + 128 and 128 * sum(x) is
+// subtracted; Q4 nibbles are already w + 8 and 8 * sum(x) is subtracted.
+
+// Two accumulators halve the chain of dependent vpdpbusd (integer sums: the
+// order is free).
+SHAMN_TARGET_AVX512 inline __m512i tile_isums(const TileQ8& w, const BlockQ8& x, int32_t xsum) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i acc[2] = {_mm512_set1_epi32(-128 * xsum), _mm512_setzero_si512()};
+  for (int g = 0; g < kQuantBlock / 4; ++g)
+    acc[g % 2] = _mm512_dpbusd_epi32(acc[g % 2], _mm512_xor_si512(_mm512_loadu_si512(w.q[g]), flip),
+                                     _mm512_set1_epi32(load_group(x.q + 4 * g)));
+  return _mm512_add_epi32(acc[0], acc[1]);
+}
+
+SHAMN_TARGET_AVX512 inline __m512i tile_isums(const TileQ4& w, const BlockQ8& x, int32_t xsum) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512i acc[2] = {_mm512_set1_epi32(-8 * xsum), _mm512_setzero_si512()};
+  for (int g = 0; g < kQuantBlock / 8; ++g) {
+    const __m512i v = _mm512_loadu_si512(w.q[g]);
+    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_and_si512(v, low), _mm512_set1_epi32(load_group(x.q + 4 * g)));
+    acc[1] = _mm512_dpbusd_epi32(acc[1], _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
+                                 _mm512_set1_epi32(load_group(x.q + 16 + 4 * g)));
+  }
+  return _mm512_add_epi32(acc[0], acc[1]);
+}
+
+template <class Tile>
+SHAMN_TARGET_AVX512 void dot_tiles_avx512(const Tile* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  const ValueSums xsum(x, bpr);
+  for (int64_t t = 0; t * kTileRows < rows; ++t) {
+    const Tile* wt = w + t * bpr;
+    __m512 lanes[kLanes];
+    for (auto& l : lanes) l = _mm512_setzero_ps();
+    for (int64_t g = 0; g < bpr; g += kLanes) {
+#pragma GCC unroll 8
+      for (int k = 0; k < kLanes; ++k) {
+        const int64_t j = g + k;
+        if (j >= bpr) break;
+        const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(wt[j].d), _mm512_set1_ps(x[j].d));
+        lanes[k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(tile_isums(wt[j], x[j], xsum[j])), lanes[k]);
+      }
+    }
+    __m512 s = lanes[0];
+    for (int k = 1; k < kLanes; ++k) s = _mm512_add_ps(s, lanes[k]);
+    const int64_t n = std::min<int64_t>(kTileRows, rows - t * kTileRows);
+    _mm512_mask_storeu_ps(y + t * kTileRows, static_cast<__mmask16>((1u << n) - 1), s);
+  }
+}
+
+// ---- AVX2: a tile's 16 rows in two ymm halves of 8. Q8 uses the sign trick
+// (|w| times x with w's sign; pairs of products stay within int16); Q4 nibbles
+// are unsigned already and 8 * sum(x) is subtracted.
+
+SHAMN_TARGET_AVX2 inline __m256i madd_bytes(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+SHAMN_TARGET_AVX2 inline void tile_isums(const TileQ8& w, const BlockQ8& x, int32_t, __m256i* acc) {
+  acc[0] = acc[1] = _mm256_setzero_si256();
+  for (int g = 0; g < kQuantBlock / 4; ++g) {
+    const __m256i xb = _mm256_set1_epi32(load_group(x.q + 4 * g));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q[g][8 * h]));
+      acc[h] = _mm256_add_epi32(acc[h], madd_bytes(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xb, v)));
+    }
+  }
+}
+
+SHAMN_TARGET_AVX2 inline void tile_isums(const TileQ4& w, const BlockQ8& x, int32_t xsum, __m256i* acc) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  acc[0] = acc[1] = _mm256_set1_epi32(-8 * xsum);
+  for (int g = 0; g < kQuantBlock / 8; ++g) {
+    const __m256i xlo = _mm256_set1_epi32(load_group(x.q + 4 * g));
+    const __m256i xhi = _mm256_set1_epi32(load_group(x.q + 16 + 4 * g));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q[g][8 * h]));
+      acc[h] = _mm256_add_epi32(acc[h], madd_bytes(_mm256_and_si256(v, low), xlo));
+      acc[h] = _mm256_add_epi32(acc[h], madd_bytes(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), xhi));
+    }
+  }
+}
+
+template <class Tile>
+SHAMN_TARGET_AVX2 void dot_tiles_avx2(const Tile* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  const ValueSums xsum(x, bpr);
+  for (int64_t t = 0; t * kTileRows < rows; ++t) {
+    const Tile* wt = w + t * bpr;
+    __m256 lanes[kLanes][2];
+    for (auto& l : lanes) l[0] = l[1] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < bpr; ++j) {
+      __m256i isum[2];
+      tile_isums(wt[j], x[j], xsum[j], isum);
+      const __m256 dx = _mm256_set1_ps(x[j].d);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(wt[j].d + 8 * h), dx);
+        lanes[j % kLanes][h] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[h]), lanes[j % kLanes][h]);
+      }
+    }
+    float out[kTileRows];
+    for (int h = 0; h < 2; ++h) {
+      __m256 s = lanes[0][h];
+      for (int k = 1; k < kLanes; ++k) s = _mm256_add_ps(s, lanes[k][h]);
+      _mm256_storeu_ps(out + 8 * h, s);
+    }
+    const int64_t n = std::min<int64_t>(kTileRows, rows - t * kTileRows);
+    std::memcpy(y + t * kTileRows, out, static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+}  // namespace
+
+SHAMN_TARGET_AVX512 void dot_tiles_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  dot_tiles_avx512(w, rows, bpr, x, y);
+}
+SHAMN_TARGET_AVX512 void dot_tiles_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  dot_tiles_avx512(w, rows, bpr, x, y);
+}
+SHAMN_TARGET_AVX2 void dot_tiles_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  dot_tiles_avx2(w, rows, bpr, x, y);
+}
+SHAMN_TARGET_AVX2 void dot_tiles_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  dot_tiles_avx2(w, rows, bpr, x, y);
+}
+
+}  // namespace shamn::quant_detail
