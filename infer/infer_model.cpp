@@ -197,8 +197,14 @@ void block_sparse_forward(const BlockSparse& L, const float* x, int64_t n, float
   std::vector<BlockQ8> xq(q ? static_cast<size_t>(n * nib * sb) : 0);
   if (q)
     parallel_for(0, n, grain_for(L.in), [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t)
+      for (int64_t t = lo; t < hi; ++t) {
+        // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
+        if (b % kQuantBlock == 0) {
+          quantize_row_q8(x + t * L.in, xq.data() + t * nib * sb, L.in);
+          continue;
+        }
         for (int64_t s = 0; s < nib; ++s) quantize_row_q8(x + t * L.in + s * b, xq.data() + (t * nib + s) * sb, b);
+      }
     });
   parallel_for(0, nob, grain_for(b * a * b * n), [&](int64_t lo, int64_t hi) {
     std::vector<float> gf(q ? 0 : static_cast<size_t>(a * b));
