@@ -10,7 +10,7 @@ namespace shamn {
 
 namespace {
 
-const std::set<std::string>& known_keys() {
+const std::set<std::string>& all_known_keys() {
   static const std::set<std::string> known = [] {
     std::set<std::string> k = ModelConfig::known_keys();
     k.insert({"data", "data.train_path", "data.val_path", "data.format", "data.tokenizer",
@@ -103,8 +103,10 @@ void RunConfig::validate() const {
                      log.progress, "\"");
 }
 
+const std::set<std::string>& RunConfig::known_keys() { return all_known_keys(); }
+
 RunConfig RunConfig::from_table(const ConfigTable& t) {
-  t.reject_unknown("", known_keys());
+  t.reject_unknown("", all_known_keys());
   RunConfig c;
   c.model = ModelConfig::from_table(t);
   for (const char* section : {"data", "train", "optim"})

@@ -6,6 +6,7 @@
 // config back with every default filled in, which is what a run directory and
 // every checkpoint keep.
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,8 @@ struct RunConfig {
   // Reads `path`, applies the `--set key=value` overrides in order, then loads.
   static RunConfig from_file(const std::string& path, const std::vector<std::string>& overrides);
   static RunConfig from_toml(const std::string& text, const std::string& origin);
+
+  static const std::set<std::string>& known_keys();  // every key and table
 
   void validate() const;  // throws ConfigError naming the key
   std::string to_toml() const;

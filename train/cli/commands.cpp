@@ -7,6 +7,7 @@ void register_commands(CLI::App& app) {
   register_train_commands(app);
   register_infer_commands(app);
   register_synthetic_command(app);
+  register_sweep_command(app);
   register_tokenizer_commands(app);
   register_mlp_demo(app);
 }

@@ -11,6 +11,7 @@ void register_infer_commands(CLI::App& app);
 void register_model_commands(CLI::App& app);
 void register_train_commands(CLI::App& app);
 void register_synthetic_command(CLI::App& app);
+void register_sweep_command(CLI::App& app);
 void register_tokenizer_commands(CLI::App& app);
 
 }  // namespace shamn::cli

@@ -1,0 +1,196 @@
+// `shamn sweep SWEEP.toml`: every point of a sweep file run as its own training
+// run (in parallel with --jobs), then results.csv, summary.md and the plots.
+// A rerun skips finished points and resumes interrupted ones.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "train/cli/child_process.h"
+#include "train/cli/commands.h"
+#include "train/cli/sweep_point.h"
+#include "train/sweep_report.h"
+#include "train/sweep_spec.h"
+
+namespace shamn::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct SweepArgs {
+  std::string file, out_dir;
+  std::vector<std::string> overrides;
+  int64_t jobs = 0, threads_per_job = 0;
+  bool dry_run = false;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Each point's directory keeps its resolved config; a different one there means
+// the directory belongs to another sweep, and mixing results would be wrong.
+void check_or_write_configs(const std::vector<SweepPoint>& points) {
+  for (const SweepPoint& p : points) {
+    const std::string path = (fs::path(p.dir) / "config.toml").string();
+    if (fs::exists(path))
+      SHAMN_INPUT_CHECK(read_text(path) == p.config.to_toml(), "'", path,
+                        "' holds a different config from the one this sweep resolves for point ", p.name,
+                        ": the directory belongs to another sweep (or the sweep file or base config changed); "
+                        "pick another sweep.out_dir (--out-dir) or delete ", p.dir);
+  }
+  for (const SweepPoint& p : points) {
+    fs::create_directories(p.dir);
+    const std::string path = (fs::path(p.dir) / "config.toml").string();
+    if (!fs::exists(path)) write_text(path, p.config.to_toml());
+  }
+}
+
+// gnuplot draws the plots when it is installed; the CSV and summary never need it.
+void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
+  const fs::path out(spec.out_dir);
+  const std::string data = (out / "plot_data.tsv").string(), script = (out / "plots.gnuplot").string();
+  fs::create_directories(out / "plots");
+  write_text(data, plot_data_tsv(spec.axes, rows));
+  write_text(script, gnuplot_script(spec.axes, rows, data, (out / "plots").string()));
+  std::string gnuplot;
+  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"})
+    if (fs::exists(fs::path(dir) / "gnuplot")) gnuplot = (fs::path(dir) / "gnuplot").string();
+  if (gnuplot.empty()) {
+    std::printf("warning: gnuplot is not installed (apt-get install gnuplot-nox): no plots; "
+                "the data and script are in %s and %s\n", data.c_str(), script.c_str());
+    return;
+  }
+  const std::string log = (out / "gnuplot.log").string();
+  const ChildResult r = run_child({gnuplot, script}, log, log);
+  if (r.exit_status != 0)
+    std::printf("warning: gnuplot failed (see %s); results.csv and summary.md are complete\n", log.c_str());
+  else
+    std::printf("plots in %s (png and svg)\n", (out / "plots").string().c_str());
+}
+
+void run_sweep(const SweepArgs& a) {
+  SweepSpec spec = SweepSpec::from_file(a.file);
+  if (!a.out_dir.empty()) spec.out_dir = a.out_dir;
+  if (a.jobs > 0) spec.jobs = a.jobs;
+  if (a.threads_per_job > 0) spec.threads_per_job = a.threads_per_job;
+  // Every point is resolved and validated before anything runs.
+  const std::vector<SweepPoint> points = expand_sweep(spec, a.overrides);
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  PointSettings settings;
+  settings.exe = self_executable();
+  settings.threads = spec.threads_per_job > 0 ? spec.threads_per_job : std::max<int64_t>(1, cores / spec.jobs);
+  settings.eval_windows = spec.eval_windows;
+
+  std::vector<const SweepPoint*> todo;
+  int64_t finished = 0, resumable = 0;
+  for (const SweepPoint& p : points) {
+    const PointState state = point_state(p);
+    if (state == PointState::finished) ++finished;
+    else todo.push_back(&p);
+    if (state == PointState::interrupted) ++resumable;
+  }
+  std::printf("sweep %s: %zu points (%zu axes x %zu seeds) in %s; %lld finished (skipped), %lld to resume, "
+              "%lld new; %lld jobs x %lld threads\n",
+              a.file.c_str(), points.size(), spec.axes.size(), std::max<size_t>(1, spec.seeds.size()),
+              spec.out_dir.c_str(), static_cast<long long>(finished), static_cast<long long>(resumable),
+              static_cast<long long>(todo.size()) - resumable, static_cast<long long>(spec.jobs),
+              static_cast<long long>(settings.threads));
+  for (const SweepPoint& p : points)
+    if (point_state(p) == PointState::finished) std::printf("  skipped %s (finished)\n", p.name.c_str());
+  if (a.dry_run) {
+    for (const SweepPoint* p : todo) std::printf("  would run %s\n", p->name.c_str());
+    return;
+  }
+  check_or_write_configs(points);
+  std::fflush(stdout);
+
+  std::mutex print;
+  std::atomic<size_t> next{0};
+  std::vector<std::string> failures;
+  auto worker = [&] {
+    for (size_t i; !stop_requested() && (i = next++) < todo.size();) {
+      const SweepPoint& p = *todo[i];
+      {
+        std::lock_guard lock(print);
+        std::printf("  %s %s\n", point_state(p) == PointState::interrupted ? "resuming" : "running", p.name.c_str());
+        std::fflush(stdout);
+      }
+      std::string outcome;
+      try {
+        outcome = run_point(p, settings) ? "finished" : "stopped (a rerun resumes it)";
+      } catch (const Error& e) {
+        outcome = std::string("FAILED: ") + e.what();
+        std::lock_guard lock(print);
+        failures.push_back(p.name);
+      }
+      std::lock_guard lock(print);
+      std::printf("  %s %s\n", outcome.c_str(), p.name.c_str());
+      std::fflush(stdout);
+    }
+  };
+  {
+    const ChildStopGuard guard;
+    std::vector<std::thread> pool;
+    const size_t jobs = std::min<size_t>(static_cast<size_t>(spec.jobs), todo.size());
+    for (size_t j = 0; j < jobs; ++j) pool.emplace_back(worker);
+    for (std::thread& t : pool) t.join();
+  }
+
+  std::vector<SweepRow> rows;
+  for (const SweepPoint& p : points)
+    if (point_state(p) == PointState::finished) rows.push_back(read_point_result(p));
+  const fs::path out(spec.out_dir);
+  write_text((out / "results.csv").string(), results_csv(spec.axes, rows));
+  write_text((out / "summary.md").string(), summary_markdown(spec, rows));
+  std::printf("%zu of %zu points finished: %s, %s\n", rows.size(), points.size(),
+              (out / "results.csv").string().c_str(), (out / "summary.md").string().c_str());
+  if (!rows.empty()) draw_plots(spec, rows);
+  SHAMN_INPUT_CHECK(!stop_requested(), "sweep stopped by a signal with ", points.size() - rows.size(),
+                    " points unfinished: run the same command again to resume them");
+  if (!failures.empty()) {
+    std::string names;
+    for (const std::string& f : failures) {
+      if (!names.empty()) names += ", ";
+      names += f;
+    }
+    throw InputError(std::to_string(failures.size()) + " points failed (" + names +
+                     "); each point's log.txt says why, and a rerun retries them");
+  }
+}
+
+}  // namespace
+
+void register_sweep_command(CLI::App& app) {
+  auto a = std::make_shared<SweepArgs>();
+  CLI::App* sc = app.add_subcommand(
+      "sweep", "train every point of a sweep file (configs/README.md), then write results.csv, summary.md and plots");
+  sc->add_option("sweep_file", a->file, "sweep TOML file")->required()->check(CLI::ExistingFile);
+  sc->add_option("--jobs", a->jobs, "points run at once (default: sweep.jobs, else 1)")->check(CLI::PositiveNumber);
+  sc->add_option("--threads-per-job", a->threads_per_job, "threads per point (default: cores / jobs)")
+      ->check(CLI::PositiveNumber);
+  sc->add_option("--out-dir", a->out_dir, "sweep directory (default: sweep.out_dir)");
+  sc->add_option("--set", a->overrides, "override a base config key for every point (repeatable; TOML values)")
+      ->allow_extra_args(false);
+  sc->add_flag("--dry-run", a->dry_run, "list the points and what a run would do, run nothing");
+  sc->callback([a] { run_sweep(*a); });
+}
+
+}  // namespace shamn::cli
