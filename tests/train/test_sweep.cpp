@@ -111,7 +111,9 @@ TEST_CASE("bad sweep files are errors naming the sweep file and the key", "[swee
       {head + "jobs = 0\n", "sweep.jobs must be >= 1"},
       {head + "[sweep.set]\ndata.val_path = \"\"\n", "data.val_path"},
       // buckets is set, so the embedding sparsity changes nothing.
-      {head + "[sweep.axes]\nmodel.embed.sparsity = [0.5, 0.9]\n", "resolve to the same config"},
+      {head + "[sweep.axes]\nmodel.embed.sparsity = [0.5, 0.9]\n", "resolve to the same model"},
+      // 4 blocks of 16: 0.8 and 0.9 both keep round(0.8) = round(0.4) -> 1 block.
+      {head + "[sweep.axes]\nmodel.sparse.sparsity = [0.8, 0.9]\n", "an axis value has no effect"},
   };
   for (const Case& c : cases) {
     INFO(c.body);
@@ -182,4 +184,16 @@ TEST_CASE("results.csv, summary.md and the plot data from sweep rows", "[sweep]"
   CHECK_THAT(script, Catch::Contains("set output \"plots/val_ppl.png\""));
   CHECK_THAT(script, Catch::Contains("set output \"plots/f32_vs_int8.svg\""));
   CHECK_THAT(script, Catch::Contains("\"d.tsv\" index 0 using 1:5:6 with yerrorlines"));
+}
+
+TEST_CASE("the shipped sweep files expand to distinct models", "[sweep]") {
+  const std::string dir = std::string(SHAMN_SOURCE_DIR) + "/configs/ablations/";
+  const std::vector<SweepPoint> tiny = expand_sweep(SweepSpec::from_file(dir + "tiny.toml"));
+  CHECK(tiny.size() == 4);
+  const std::vector<SweepPoint> sparsity = expand_sweep(SweepSpec::from_file(dir + "sparsity.toml"));
+  REQUIRE(sparsity.size() == 15);
+  std::vector<int64_t> blocks;
+  for (size_t i = 0; i < sparsity.size(); i += 3) blocks.push_back(sparsity[i].config.model.mixer().out.active_blocks());
+  CHECK(blocks == std::vector<int64_t>{16, 8, 4, 2, 1});
+  CHECK(sparsity[14].name == "sparse.sparsity=0.95,seed=3");
 }
