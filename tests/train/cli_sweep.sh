@@ -90,4 +90,14 @@ grep -q "resuming sparse.sparsity=0.0,seed=1" resumed.txt || { cat resumed.txt; 
 cut -d, -f1-6 $out/results.csv > a.csv
 cut -d, -f1-6 runs/stopped/results.csv > b.csv
 cmp a.csv b.csv || { diff a.csv b.csv; fail "resumed results differ"; }
+
+# A point that fails (tokens past a too-small vocabulary) is reported with the
+# trainer's message; the others still run, and the sweep exits 1.
+status=0
+"$shamn" sweep "$sweep" --out-dir runs/bad --set model.vocab_size=32 --set model.embed.buckets=16 \
+  > bad.txt 2> bad.err || status=$?
+[ "$status" -eq 1 ] || fail "a failed point should make the sweep exit 1"
+[ "$(grep -c 'FAILED, train failed (exit status 1: error: token file' bad.txt)" -eq 4 ] || { cat bad.txt; fail "failure lines"; }
+grep -q "4 points failed" bad.err || { cat bad.err; fail "failure summary"; }
+[ "$(wc -l < runs/bad/results.csv)" -eq 1 ] || fail "no rows for failed points"
 echo "cli_sweep: ok"

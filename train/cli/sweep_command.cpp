@@ -137,12 +137,12 @@ void run_sweep(const SweepArgs& a) {
       try {
         outcome = run_point(p, settings) ? "finished" : "stopped (a rerun resumes it)";
       } catch (const Error& e) {
-        outcome = std::string("FAILED: ") + e.what();
+        outcome = std::string("FAILED, ") + e.what();
         std::lock_guard lock(print);
         failures.push_back(p.name);
       }
       std::lock_guard lock(print);
-      std::printf("  %s %s\n", outcome.c_str(), p.name.c_str());
+      std::printf("  %s: %s\n", p.name.c_str(), outcome.c_str());
       std::fflush(stdout);
     }
   };
