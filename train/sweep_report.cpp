@@ -222,6 +222,8 @@ std::string gnuplot_script(const std::vector<SweepAxis>& axes, const std::vector
       else
         s << "set terminal svg size 800,560 dynamic\n";
       s << "set output \"" << plot_dir << "/" << p.file << "." << term << "\"\n"
+        // Parameter counts read better as 5.4M than 5.4x10^6.
+        << "set format x \"" << (p.file == "ppl_vs_params" ? "%.1s%c" : "% h") << "\"\n"
         << "set title \"" << p.title << "\" noenhanced\nset xlabel \"" << p.xlabel << "\" noenhanced\n"
         << "set ylabel \"" << p.ylabel << "\" noenhanced\nplot";
       bool first = true;
