@@ -136,7 +136,7 @@ void run_sweep(const SweepArgs& a) {
       std::string outcome;
       try {
         outcome = run_point(p, settings) ? "finished" : "stopped (a rerun resumes it)";
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // a bad file or JSON too: this point fails, the others go on
         outcome = std::string("FAILED, ") + e.what();
         std::lock_guard lock(print);
         failures.push_back(p.name);
