@@ -5,7 +5,8 @@
 # files (when gnuplot is installed); a rerun skips every finished point without
 # touching it; a sweep stopped with SIGINT mid-run resumes on rerun and gives the
 # same numbers as one that never stopped; a changed config in an existing sweep
-# directory is refused.
+# directory, or a second sweep running in it, is refused; a failing point is
+# reported with its error while the others finish.
 # Usage: cli_sweep.sh SHAMN_BINARY SWEEP_FILE WORKDIR
 set -euo pipefail
 shamn=$1 sweep=$2 work=$3
@@ -78,6 +79,10 @@ for _ in $(seq 1 600); do
   [ -e "$point/run/ckpt_00000025.h5" ] && break
   sleep 0.05
 done
+# A second sweep into the same directory while the first runs is refused.
+status=0
+"$shamn" sweep "$sweep" --out-dir runs/stopped > /dev/null 2> locked.err || status=$?
+[ "$status" -eq 1 ] && grep -q "another shamn sweep is running" locked.err || { cat locked.err; fail "no lock"; }
 kill -INT $pid
 status=0
 wait $pid || status=$?

@@ -1,6 +1,10 @@
 // `shamn sweep SWEEP.toml`: every point of a sweep file run as its own training
 // run (in parallel with --jobs), then results.csv, summary.md and the plots.
 // A rerun skips finished points and resumes interrupted ones.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -63,6 +67,30 @@ void check_or_write_configs(const std::vector<SweepPoint>& points) {
   }
 }
 
+// One sweep per directory at a time: two would train the same points into the
+// same run directories. The kernel drops the lock when the process ends, however
+// it ends.
+class SweepLock {
+ public:
+  explicit SweepLock(const std::string& dir) {
+    fs::create_directories(dir);
+    const std::string path = (fs::path(dir) / ".sweep.lock").string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    SHAMN_INPUT_CHECK(fd_ >= 0, "cannot create '", path, "'");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw InputError("another shamn sweep is running in '" + dir + "' (it holds " + path +
+                       "): wait for it, or stop it with Ctrl-C");
+    }
+  }
+  ~SweepLock() { ::close(fd_); }
+  SweepLock(const SweepLock&) = delete;
+  SweepLock& operator=(const SweepLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // gnuplot draws the plots when it is installed; the CSV and summary never need it.
 void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   const fs::path out(spec.out_dir);
@@ -119,6 +147,7 @@ void run_sweep(const SweepArgs& a) {
     for (const SweepPoint* p : todo) std::printf("  would run %s\n", p->name.c_str());
     return;
   }
+  const SweepLock lock(spec.out_dir);
   check_or_write_configs(points);
   std::fflush(stdout);
 
