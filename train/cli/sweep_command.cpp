@@ -68,14 +68,15 @@ void check_or_write_configs(const std::vector<SweepPoint>& points) {
 }
 
 // One sweep per directory at a time: two would train the same points into the
-// same run directories. The kernel drops the lock when the process ends, however
-// it ends.
+// same run directories. The children inherit the descriptor (no O_CLOEXEC), so
+// the lock lasts until the sweep and every child it started have ended, however
+// they end: after a `kill -9` of the sweep alone, a rerun waits for its orphans.
 class SweepLock {
  public:
   explicit SweepLock(const std::string& dir) {
     fs::create_directories(dir);
     const std::string path = (fs::path(dir) / ".sweep.lock").string();
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
     SHAMN_INPUT_CHECK(fd_ >= 0, "cannot create '", path, "'");
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd_);
