@@ -161,6 +161,8 @@ std::string point_name_part(const std::string& key, const std::string& value) {
 }
 
 std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, const std::vector<std::string>& extra_set) {
+  SHAMN_INPUT_CHECK(std::filesystem::is_regular_file(spec.base), spec.path, ": sweep.base: the base config '",
+                    spec.base, "' does not exist (the path is relative to the sweep file)");
   for (const std::string& o : spec.set) check_known(spec, "sweep.set", o.substr(0, o.find('=')));
   for (const SweepAxis& a : spec.axes) check_known(spec, "sweep.axes", a.key);
   std::vector<size_t> index(spec.axes.size(), 0);

@@ -99,6 +99,7 @@ TEST_CASE("bad sweep files are errors naming the sweep file and the key", "[swee
       {head + "colour = 1\n", "unknown key sweep.colour"},
       {"[other]\n" + head, "unknown top-level key 'other'"},
       {"[sweep]\nout_dir = \"o\"\n", "sweep.base"},
+      {"[sweep]\nbase = \"nope.toml\"\nout_dir = \"o\"\n", "sweep.base: the base config"},
       {head + "[sweep.axes]\nmodel.sparse.sparsity = []\n", "sweep.axes.model.sparse.sparsity must be a non-empty"},
       {head + "[sweep.axes]\nmodel.sparse.spars = [0.1]\n", "'model.sparse.spars' is not a run config key"},
       {head + "[sweep.set]\ntrain.steps = 3\n", "sweep.set.train.steps"},
