@@ -153,8 +153,9 @@ void start_profiling(const ProfileOptions& options) {
   for (auto& b : g_buffers) {
     std::lock_guard<std::mutex> buffer_lock(b->mutex);
     b->totals.clear();
+    std::vector<ProfileEvent>().swap(b->events);  // a new profile: give the memory back
+    b->dropped = 0;
   }
-  clear_events_locked();
   g_clock = options.clock;
   g_trace_steps = options.trace_steps;
   g_first_traced = g_last_traced = 0;
