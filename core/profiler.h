@@ -57,6 +57,13 @@ class ProfileScope {
   friend class ProfileLayerScope;
 };
 
+// f() timed as one scope: for a call whose result outlives the scope.
+template <class F>
+decltype(auto) profiled(const char* name, ProfileCategory category, F&& f) {
+  const ProfileScope scope(name, category);
+  return f();
+}
+
 // A scope for one layer of a model ("layers.3.moe"): autograd nodes recorded
 // inside it remember the name so their backward is attributed to the layer.
 class ProfileLayerScope {

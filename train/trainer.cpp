@@ -230,32 +230,24 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     const ProfileScope step_scope("train_step", ProfileCategory::step);
     const Clock::time_point step_start = Clock::now();
     const double lr = schedule.at(state.step);
-    {
-      const ProfileScope profile("zero_grad", ProfileCategory::optimizer);
-      optimizer.zero_grad();
-    }
+    profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer.zero_grad(); });
     double loss_sum = 0, ce_sum = 0, aux_sum = 0;
     for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-      std::optional<ProfileScope> wait(std::in_place, "batch_wait", ProfileCategory::data);
-      const Batch batch = loader.next();
-      wait.reset();
-      std::optional<ProfileScope> forward(std::in_place, "forward", ProfileCategory::forward);
-      const Shamn::Loss loss = model.loss(batch.inputs, batch.targets);
+      const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader.next(); });
+      const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
+                                        [&] { return model.loss(batch.inputs, batch.targets); });
       loss_sum += loss.loss.value().item();
       ce_sum += loss.ce.value().item();
       aux_sum += loss.aux.value().item();
       const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c.train.grad_accum));
-      forward.reset();
-      const ProfileScope backward("backward", ProfileCategory::backward);
-      scaled.backward();
+      profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
     }
     state.data_position = loader.position();
     const double n_micro = static_cast<double>(c.train.grad_accum);
     const double loss = loss_sum / n_micro;
     if (options.after_backward) options.after_backward(state.step + 1, model);
-    std::optional<ProfileScope> clip(std::in_place, "clip_grad_norm", ProfileCategory::optimizer);
-    const double grad_norm = clip_grad_norm(named, c.optim.grad_clip);
-    clip.reset();
+    const double grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer,
+                                      [&] { return clip_grad_norm(named, c.optim.grad_clip); });
     const bool skipped = !std::isfinite(loss) || !std::isfinite(grad_norm);
     if (skipped) {
       ++state.bad_steps;

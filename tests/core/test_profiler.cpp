@@ -225,6 +225,20 @@ TEST_CASE("profiler: layer scopes nest and restore the current layer", "[core][p
   CHECK(profile_intern("x.y") == profile_intern(std::string("x.") + "y"));
 }
 
+TEST_CASE("profiler: profiled() times a call and passes its result through", "[core][profiler]") {
+  FakeClockProfile profile;
+  const int v = profiled("compute", ProfileCategory::optimizer, [] {
+    g_now += 7;
+    return 42;
+  });
+  CHECK(v == 42);
+  profiled("nothing", ProfileCategory::optimizer, [] { g_now += 1; });
+  const ProfileReport r = profile_report();
+  REQUIRE(find_stat(r, "compute", ProfileCategory::optimizer));
+  CHECK(find_stat(r, "compute", ProfileCategory::optimizer)->total_ns == 7);
+  CHECK(find_stat(r, "nothing", ProfileCategory::optimizer)->total_ns == 1);
+}
+
 TEST_CASE("profiler: the Chrome trace holds complete events and thread names", "[core][profiler]") {
   FakeClockProfile profile;
   profile_begin_step(1);
