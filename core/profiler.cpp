@@ -52,8 +52,9 @@ std::vector<std::unique_ptr<ThreadBuffer>> g_buffers;  // never freed: threads k
 std::atomic<bool> g_tracing{false};
 int64_t g_trace_steps = 3;
 int64_t g_first_traced = 0, g_last_traced = 0;
-int64_t (*g_clock)() = nullptr;
-int64_t g_origin_ns = 0;
+// Atomic (relaxed) because a thread may open a scope while another starts a profile.
+std::atomic<int64_t (*)()> g_clock{nullptr};
+std::atomic<int64_t> g_origin_ns{0};
 
 thread_local ThreadBuffer* tl_buffer = nullptr;
 thread_local ProfileScope* tl_open = nullptr;  // innermost active scope
@@ -61,7 +62,7 @@ thread_local const char* tl_layer = nullptr;
 thread_local const char* tl_thread_name = nullptr;
 
 int64_t now_ns() {
-  if (g_clock) return g_clock();
+  if (const auto clock = g_clock.load(std::memory_order_relaxed)) return clock();
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -116,7 +117,7 @@ void ProfileScope::close() {
   t.self_ns += duration - child_ns_;
   if (!traced_) return;
   if (b.events.size() < kMaxEventsPerThread)
-    b.events.push_back({name_, category_, start_ns_ - g_origin_ns, duration});
+    b.events.push_back({name_, category_, start_ns_ - g_origin_ns.load(std::memory_order_relaxed), duration});
   else
     ++b.dropped;
 }
@@ -192,7 +193,7 @@ ProfileReport profile_report() {
   ProfileReport report;
   std::map<std::pair<std::string, ProfileCategory>, Totals> merged;
   std::lock_guard<std::mutex> lock(g_registry_mutex);
-  report.wall_ns = now_ns() - g_origin_ns;
+  report.wall_ns = now_ns() - g_origin_ns.load(std::memory_order_relaxed);
   report.first_traced_step = g_first_traced;
   report.last_traced_step = g_last_traced;
   for (auto& b : g_buffers) {
