@@ -2,6 +2,7 @@
 
 #include "autograd/dispatch.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 
 namespace shamn {
 namespace {
@@ -71,6 +72,7 @@ void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* value
 
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index,
                         const Var& bias, int64_t block) {
+  const ProfileScope profile("block_sparse_linear", ProfileCategory::forward);
   const BlockSparseDims dims =
       checked_dims("block_sparse_linear", x, values, col_index, bias, block);
   const int64_t n = x.numel() / dims.in;
@@ -103,6 +105,7 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
                                  const std::vector<BlockSparseOperands>& layers,
                                  int64_t block) {
+  const ProfileScope profile("block_sparse_linear_segments", ProfileCategory::forward);
   const int64_t G = static_cast<int64_t>(layers.size());
   SHAMN_CHECK(G > 0 && static_cast<int64_t>(offsets.size()) == G + 1,
               "block_sparse_linear_segments: ", offsets.size(), " offsets for ", G,

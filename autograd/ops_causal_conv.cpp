@@ -4,10 +4,12 @@
 
 #include "autograd/dispatch.h"
 #include "core/kernels/causal_conv.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
 Var causal_conv(const Var& u, const Var& conv) {
+  const ProfileScope profile("causal_conv", ProfileCategory::forward);
   SHAMN_CHECK(u.dim() == 3, "causal_conv: u must be [B, T, D], got ", u.value().str());
   SHAMN_CHECK(conv.dim() == 2 && conv.size(0) == u.size(2) && conv.size(1) >= 1,
               "causal_conv: conv must be [D, K] with D = ", u.size(2), " and K >= 1, got ",

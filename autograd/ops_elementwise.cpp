@@ -4,6 +4,7 @@
 #include "autograd/ops.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/elementwise.h"
+#include "core/profiler.h"
 
 namespace shamn {
 namespace {
@@ -24,6 +25,7 @@ int64_t broadcast_width(const char* op, const Var& a, const Var& b) {
 enum class BinaryOp { add, sub, mul };
 
 Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
+  const ProfileScope profile(name, ProfileCategory::forward);
   const int64_t cols = broadcast_width(name, a, b);
   const int64_t rows = cols == 0 ? 0 : a.numel() / cols;
   Tensor out = Tensor::empty(a.shape(), a.dtype());
@@ -79,6 +81,7 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
 // f32 the vectorised kernels of core/kernels/activation.h.
 template <template <class> class Fn>
 Var unary(const char* name, const Var& a) {
+  const ProfileScope profile(name, ProfileCategory::forward);
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
@@ -138,6 +141,7 @@ Var sub(const Var& a, const Var& b) { return binary("sub", BinaryOp::sub, a, b);
 Var mul(const Var& a, const Var& b) { return binary("mul", BinaryOp::mul, a, b); }
 
 Var scale(const Var& a, double factor) {
+  const ProfileScope profile("scale", ProfileCategory::forward);
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), "scale", [&](auto zero) {
     using T = decltype(zero);

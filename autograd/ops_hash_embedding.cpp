@@ -5,6 +5,7 @@
 #include "autograd/dispatch.h"
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
+#include "core/profiler.h"
 
 namespace shamn {
 namespace {
@@ -51,6 +52,7 @@ Tensor hash_bucket_index(int64_t vocab, int64_t hashes, int64_t buckets) {
 
 Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket_index,
                    const Tensor& tokens) {
+  const ProfileScope profile("hash_embedding", ProfileCategory::forward);
   const HashDims d = hash_dims("hash_embedding", table, importance, bucket_index);
   SHAMN_CHECK(tokens.defined() && tokens.dtype() == DType::i32,
               "hash_embedding: tokens must be an int32 tensor, got ",
@@ -93,6 +95,7 @@ Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket
 }
 
 Var hash_head(const Var& z, const Var& table, const Var& importance, const Tensor& bucket_index) {
+  const ProfileScope profile("hash_head", ProfileCategory::forward);
   const HashDims d = hash_dims("hash_head", table, importance, bucket_index);
   check_z("hash_head", z, table);
   const int64_t n = z.numel() / d.dim;
@@ -130,6 +133,7 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
 
 Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importance,
                             const Tensor& bucket_index, const Tensor& targets) {
+  const ProfileScope profile("hash_head_cross_entropy", ProfileCategory::forward);
   const char* op = "hash_head_cross_entropy";
   const HashDims d = hash_dims(op, table, importance, bucket_index);
   check_z(op, z, table);

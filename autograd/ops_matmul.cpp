@@ -1,10 +1,12 @@
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "core/gemm.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
 Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
+  const ProfileScope profile("matmul", ProfileCategory::forward);
   SHAMN_CHECK(a.dtype() == b.dtype(), "matmul: operands ", a.value().str(), " and ",
               b.value().str(), " differ in dtype");
   SHAMN_CHECK(b.dim() == 2, "matmul: second operand must be 2-D, got ", b.value().str());

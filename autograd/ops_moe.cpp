@@ -1,10 +1,12 @@
 #include "autograd/ops_moe.h"
 
 #include "autograd/dispatch.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
 Var router_probs(const Var& rg, const Var& re, const MoeShape& s) {
+  const ProfileScope profile("router_probs", ProfileCategory::forward);
   SHAMN_CHECK(rg.dim() == 2 && re.dim() == 2 && rg.size(0) == re.size(0) &&
                   rg.size(1) == s.groups && re.size(1) == s.experts(),
               "router_probs: logits ", rg.value().str(), " and ", re.value().str(),
@@ -29,6 +31,7 @@ Var router_probs(const Var& rg, const Var& re, const MoeShape& s) {
 }
 
 Var moe_gates(const Var& P, const Tensor& experts) {
+  const ProfileScope profile("moe_gates", ProfileCategory::forward);
   SHAMN_CHECK(P.dim() == 2 && experts.dtype() == DType::i32 && experts.dim() == 2 &&
                   experts.size(0) == P.size(0),
               "moe_gates: P ", P.value().str(), " and experts ", experts.str(), " do not match");
@@ -50,6 +53,7 @@ Var moe_gates(const Var& P, const Tensor& experts) {
 }
 
 MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts) {
+  const ProfileScope profile("plan_dispatch", ProfileCategory::forward);
   const int64_t n = experts.size(0), k = experts.size(1);
   const int32_t* e = experts.data<int32_t>();
   MoeDispatch plan;
@@ -74,6 +78,7 @@ MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts) {
 }
 
 Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan) {
+  const ProfileScope profile("moe_combine", ProfileCategory::forward);
   const int64_t n = gates.size(0), k = gates.size(1);
   SHAMN_CHECK(expert_rows.dim() == 2 && expert_rows.size(0) == n * k &&
                   plan.row.dim() == 2 && plan.row.size(0) == n && plan.row.size(1) == k,

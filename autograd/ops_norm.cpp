@@ -1,10 +1,12 @@
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "core/kernels/rms_norm.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
 Var rms_norm(const Var& x, const Var& gain, double eps) {
+  const ProfileScope profile("rms_norm", ProfileCategory::forward);
   SHAMN_CHECK(x.dim() >= 1 && gain.dim() == 1 && gain.size(0) == x.size(-1),
               "rms_norm: gain ", gain.value().str(), " does not match the last dim of ",
               x.value().str());

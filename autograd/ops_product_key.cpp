@@ -1,11 +1,13 @@
 #include "autograd/ops_product_key.h"
 
 #include "autograd/dispatch.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
 Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values,
                        int64_t topk) {
+  const ProfileScope profile("product_key_memory", ProfileCategory::forward);
   SHAMN_CHECK(q.dim() >= 1 && q.size(-1) >= 2 && q.size(-1) % 2 == 0,
               "product_key_memory: query ", q.value().str(),
               " must end in key_dim = 2*dh, an even width of at least 2 (memory.key_dim)");

@@ -1,6 +1,7 @@
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 
 namespace shamn {
 namespace {
@@ -17,6 +18,7 @@ double total(const Tensor& t) {
 }
 
 Var reduce_all(const char* name, const Var& a, double factor) {
+  const ProfileScope profile(name, ProfileCategory::forward);
   Tensor out = Tensor::empty({}, a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);

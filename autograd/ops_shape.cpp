@@ -4,6 +4,7 @@
 #include "autograd/ops.h"
 #include "core/kernels/elementwise.h"
 #include "core/kernels/rows.h"
+#include "core/profiler.h"
 
 namespace shamn {
 namespace {
@@ -40,6 +41,7 @@ void check_indices_dtype(const Tensor& indices, const char* op) {
 }  // namespace
 
 Var reshape(const Var& a, const Shape& shape) {
+  const ProfileScope profile("reshape", ProfileCategory::forward);
   Tensor out = a.value().reshape(shape);
   return record("reshape", out, {a}, [](Node& n) {
     if (!n.needs_grad(0)) return;
@@ -51,6 +53,7 @@ Var reshape(const Var& a, const Shape& shape) {
 }
 
 Var slice_last(const Var& a, int64_t begin, int64_t end) {
+  const ProfileScope profile("slice_last", ProfileCategory::forward);
   SHAMN_CHECK(a.dim() >= 1, "slice_last of a scalar");
   const int64_t cols = a.size(-1);
   SHAMN_CHECK(0 <= begin && begin <= end && end <= cols, "slice_last [", begin, ", ", end,
@@ -73,6 +76,7 @@ Var slice_last(const Var& a, int64_t begin, int64_t end) {
 }
 
 Var concat_last(const std::vector<Var>& parts) {
+  const ProfileScope profile("concat_last", ProfileCategory::forward);
   SHAMN_CHECK(!parts.empty(), "concat_last of no tensors");
   const Var& first = parts.front();
   SHAMN_CHECK(first.dim() >= 1, "concat_last of scalars");
@@ -109,6 +113,7 @@ Var concat_last(const std::vector<Var>& parts) {
 }
 
 Var gather_rows(const Var& table, const Tensor& indices) {
+  const ProfileScope profile("gather_rows", ProfileCategory::forward);
   check_indices_dtype(indices, "gather_rows");
   SHAMN_CHECK(table.dim() == 2, "gather_rows: table must be 2-D, got ", table.value().str());
   const int64_t num_rows = table.size(0), dim = table.size(1), n = indices.numel();
@@ -131,6 +136,7 @@ Var gather_rows(const Var& table, const Tensor& indices) {
 }
 
 Var scatter_add_rows(const Var& src, const Tensor& indices, int64_t num_rows) {
+  const ProfileScope profile("scatter_add_rows", ProfileCategory::forward);
   check_indices_dtype(indices, "scatter_add_rows");
   const int64_t n = indices.numel();
   SHAMN_CHECK(src.dim() == indices.dim() + 1 &&

@@ -1,6 +1,7 @@
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "core/kernels/softmax.h"
+#include "core/profiler.h"
 
 namespace shamn {
 namespace {
@@ -8,6 +9,7 @@ namespace {
 
 template <bool kLog>
 Var softmax_like(const char* name, const Var& a) {
+  const ProfileScope profile(name, ProfileCategory::forward);
   SHAMN_CHECK(a.dim() >= 1, name, " of a scalar");
   const int64_t cols = a.size(-1);
   const int64_t rows = cols == 0 ? 0 : a.numel() / cols;
@@ -39,6 +41,7 @@ Var softmax(const Var& a) { return softmax_like<false>("softmax", a); }
 Var log_softmax(const Var& a) { return softmax_like<true>("log_softmax", a); }
 
 Var cross_entropy(const Var& logits, const Tensor& targets) {
+  const ProfileScope profile("cross_entropy", ProfileCategory::forward);
   SHAMN_CHECK(targets.defined() && targets.dtype() == DType::i32,
               "cross_entropy: targets must be an int32 tensor, got ", targets.str());
   SHAMN_CHECK(logits.dim() >= 1 && Shape(logits.shape().begin(), logits.shape().end() - 1) ==

@@ -1,9 +1,11 @@
 #include "autograd/variable.h"
 
 #include "autograd/dispatch.h"
+#include "core/profiler.h"
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <unordered_set>
 
 namespace shamn {
@@ -102,6 +104,7 @@ Var record(const char* name, Tensor out, std::vector<Var> inputs,
   result.impl_->grad_fn =
       std::make_shared<Node>(name, std::move(inputs), std::move(backward),
                              result.impl_->value.shape(), result.impl_->value.dtype());
+  if (profiling()) result.impl_->grad_fn->layer = profile_current_layer();
   return result;
 }
 
@@ -153,10 +156,23 @@ void Var::backward(const Tensor& seed) const {
             [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
 
   impl_->grad_fn->out_grad = seed.clone();
+  // With --profile, each run of nodes recorded in one layer is timed as that
+  // layer's backward (the tape keeps a layer's nodes together), each node as its op.
+  std::optional<ProfileScope> layer_scope;
+  const char* layer = nullptr;
   for (const auto& node : order) {
-    if (node->out_grad.defined()) node->backward_fn(*node);
+    if (profiling() && node->layer != layer) {
+      layer_scope.reset();
+      layer = node->layer;
+      if (layer) layer_scope.emplace(layer, ProfileCategory::backward);
+    }
+    if (node->out_grad.defined()) {
+      const ProfileScope op_scope(node->name, ProfileCategory::backward);
+      node->backward_fn(*node);
+    }
     node->out_grad = Tensor();  // free each intermediate gradient as soon as it is used
   }
+  layer_scope.reset();
   for (const auto& node : order) node->release();
 }
 

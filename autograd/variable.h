@@ -91,6 +91,7 @@ class Node {
   Shape out_shape;
   DType out_dtype;
   Tensor out_grad;              // dL/d(output), filled by consumers during backward
+  const char* layer = nullptr;  // with --profile: the layer scope it was recorded in
 
   bool needs_grad(size_t i) const { return inputs[i].requires_grad(); }
   // Zero-filled on first use; the op's backward adds its contribution into it.

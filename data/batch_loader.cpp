@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 
 namespace shamn {
@@ -106,6 +107,7 @@ void BatchLoader::request(uint64_t index) {
 }
 
 void BatchLoader::prefetch_loop() {
+  set_profile_thread_name("batch prefetch");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return stop_ || requested_.has_value(); });
@@ -118,6 +120,7 @@ void BatchLoader::prefetch_loop() {
     // Nothing may escape this thread (that would terminate the process): next()
     // rethrows the error on the caller's thread.
     try {
+      const ProfileScope profile("batch_prefetch", ProfileCategory::data);
       slot.batch = build(slot.index);
     } catch (...) {
       slot.error = std::current_exception();

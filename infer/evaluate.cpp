@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
@@ -42,11 +43,20 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   std::vector<double> loss(static_cast<size_t>(T)), ref_loss(loss.size()), kl(loss.size()), agree(loss.size());
   double sum_loss = 0, sum_ref = 0, sum_kl = 0, sum_agree = 0;
   for (int64_t w = 0; w < windows; ++w) {
+    profile_begin_step(w + 1);
+    const ProfileScope window_scope("eval_window", ProfileCategory::eval);
     const Tensor win = data.window(w * T, T + 1, vocab);
     const int32_t* tok = win.data<int32_t>();
     std::copy_n(tok, T, inputs.data());
-    model(inputs.data(), T, logits.data());
-    if (reference) (*reference)(inputs.data(), T, ref.data());
+    {
+      const ProfileScope scope("model_logits", ProfileCategory::eval);
+      model(inputs.data(), T, logits.data());
+    }
+    if (reference) {
+      const ProfileScope scope("reference_logits", ProfileCategory::eval);
+      (*reference)(inputs.data(), T, ref.data());
+    }
+    const ProfileScope scope("score_positions", ProfileCategory::eval);
     parallel_for(0, T, 8, [&](int64_t lo, int64_t hi) {
       std::vector<double> lp, lq;
       for (int64_t t = lo; t < hi; ++t) {

@@ -10,6 +10,7 @@
 #include "core/kernels/product_key.h"
 #include "core/kernels/rms_norm.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 #include "infer/quant_tiles.h"
 
 namespace shamn {
@@ -55,6 +56,10 @@ struct Layer {
   const float* moe_gain = nullptr;
   WeightMatrix router_group, router_expert;  // [G, D], [G*E, D]
   std::vector<Expert> experts;
+  // Profiler scope names: "layers.3.mixer", ...
+  const char* mixer_scope = nullptr;
+  const char* memory_scope = nullptr;
+  const char* moe_scope = nullptr;
 };
 
 // Looks tensors up by name and checks them against the config; counts what it
@@ -394,6 +399,9 @@ InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_u
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer L;
+    L.mixer_scope = profile_intern(p + "mixer");
+    L.memory_scope = profile_intern(p + "memory");
+    L.moe_scope = profile_intern(p + "moe");
     L.mix_gain = bind.f32(p + "mix_norm.gain", {m.D});
     const float* conv = bind.f32(p + "mixer.conv", {m.D, m.K});
     L.conv_by_tap.resize(static_cast<size_t>(m.K * m.D));
@@ -456,14 +464,25 @@ void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, f
   SHAMN_CHECK(n >= 1, "forward needs at least one token");
   SHAMN_CHECK(state.history.size() == m.layers.size(), "decode state is for another model");
   std::vector<float> x(static_cast<size_t>(n * m.D));
-  m.embed(tokens, n, x.data());
+  {
+    const ProfileScope scope("embed", ProfileCategory::infer);
+    m.embed(tokens, n, x.data());
+  }
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const Layer& L = m.layers[l];
-    m.mixer(L, x.data(), n, state.history[l]);
-    if (L.has_memory) m.memory(L, x.data(), n);
+    {
+      const ProfileScope scope(L.mixer_scope, ProfileCategory::infer);
+      m.mixer(L, x.data(), n, state.history[l]);
+    }
+    if (L.has_memory) {
+      const ProfileScope scope(L.memory_scope, ProfileCategory::infer);
+      m.memory(L, x.data(), n);
+    }
+    const ProfileScope scope(L.moe_scope, ProfileCategory::infer);
     m.moe_block(L, x.data(), n);
   }
   state.position += n;
+  const ProfileScope scope("head", ProfileCategory::infer);
   // Only the rows whose logits are wanted go through the final norm and head.
   const int64_t first = all_logits ? 0 : n - 1;
   std::vector<float> z(static_cast<size_t>((n - first) * m.D));

@@ -1,8 +1,10 @@
 #include "layers/shamn_model.h"
 
 #include <cmath>
+#include <string>
 
 #include "autograd/ops.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
@@ -12,7 +14,11 @@ namespace {
 double residual_scale(const ModelConfig& c) { return 1.0 / std::sqrt(2.0 * c.n_layers); }
 }  // namespace
 
-ShamnBlock::ShamnBlock(const ModelConfig& c, bool with_memory) {
+ShamnBlock::ShamnBlock(const ModelConfig& c, int64_t index, bool with_memory) {
+  const std::string prefix = "layers." + std::to_string(index) + ".";
+  mixer_scope_ = profile_intern(prefix + "mixer");
+  memory_scope_ = profile_intern(prefix + "memory");
+  moe_scope_ = profile_intern(prefix + "moe");
   mix_norm_ = &register_module("mix_norm", std::make_unique<RMSNorm>(c.dim));
   mixer_ = &register_module("mixer", std::make_unique<CausalConvMixer>(c.mixer(), residual_scale(c)));
   if (with_memory) {
@@ -24,8 +30,17 @@ ShamnBlock::ShamnBlock(const ModelConfig& c, bool with_memory) {
 }
 
 Var ShamnBlock::forward(const Var& x_in, std::vector<Var>* aux) const {
-  Var x = add(x_in, mixer_->forward(mix_norm_->forward(x_in)));
-  if (memory_) x = add(x, memory_->forward(mem_norm_->forward(x)));
+  // Each profiler scope covers a branch with its norm and residual add.
+  Var x;
+  {
+    const ProfileLayerScope scope(mixer_scope_, ProfileCategory::forward);
+    x = add(x_in, mixer_->forward(mix_norm_->forward(x_in)));
+  }
+  if (memory_) {
+    const ProfileLayerScope scope(memory_scope_, ProfileCategory::forward);
+    x = add(x, memory_->forward(mem_norm_->forward(x)));
+  }
+  const ProfileLayerScope scope(moe_scope_, ProfileCategory::forward);
   const HierarchicalMoE::Output moe = moe_->forward(moe_norm_->forward(x));
   aux->push_back(moe.aux);
   return add(x, moe.y);
@@ -36,7 +51,7 @@ Shamn::Shamn(const ModelConfig& c) : config_(c) {
   embed_ = &register_module("embed", std::make_unique<SparseHashEmbedding>(c.embed()));
   auto& list = register_module("layers", std::make_unique<ModuleList>());
   for (int64_t l = 0; l < c.n_layers; ++l)
-    layers_.push_back(&list.push_back(std::make_unique<ShamnBlock>(c, c.has_memory(l))));
+    layers_.push_back(&list.push_back(std::make_unique<ShamnBlock>(c, l, c.has_memory(l))));
   final_norm_ = &register_module("final_norm", std::make_unique<RMSNorm>(c.dim));
   if (!c.tie_head)
     head_ = &register_module("head", std::make_unique<Linear>(c.dim, c.vocab_size, false, 0.02));
@@ -45,14 +60,20 @@ Shamn::Shamn(const ModelConfig& c) : config_(c) {
 Var Shamn::hidden(const Tensor& tokens, std::vector<Var>* aux) const {
   SHAMN_CHECK(tokens.dtype() == DType::i32 && tokens.dim() == 2, "model input must be int32 [B, T], got ",
               tokens.str());
-  Var x = embed_->forward(tokens);
+  Var x;
+  {
+    const ProfileLayerScope scope("embed", ProfileCategory::forward);
+    x = embed_->forward(tokens);
+  }
   for (const ShamnBlock* layer : layers_) x = layer->forward(x, aux);
+  const ProfileLayerScope scope("final_norm", ProfileCategory::forward);
   return final_norm_->forward(x);
 }
 
 Var Shamn::logits(const Tensor& tokens) const {
   std::vector<Var> aux;
   const Var z = hidden(tokens, &aux);
+  const ProfileLayerScope scope("head", ProfileCategory::forward);
   return head_ ? head_->forward(z) : embed_->logits(z);
 }
 
@@ -61,7 +82,11 @@ Shamn::Loss Shamn::loss(const Tensor& tokens, const Tensor& targets) const {
               tokens.str());
   std::vector<Var> aux;
   const Var z = hidden(tokens, &aux);
-  Var ce = head_ ? cross_entropy(head_->forward(z), targets) : embed_->cross_entropy(z, targets);
+  Var ce;
+  {
+    const ProfileLayerScope scope("head", ProfileCategory::forward);
+    ce = head_ ? cross_entropy(head_->forward(z), targets) : embed_->cross_entropy(z, targets);
+  }
   Var aux_mean = aux.front();
   for (size_t l = 1; l < aux.size(); ++l) aux_mean = add(aux_mean, aux[l]);
   aux_mean = scale(aux_mean, 1.0 / static_cast<double>(aux.size()));

@@ -18,7 +18,8 @@ namespace shamn {
 
 class ShamnBlock : public Module {
  public:
-  ShamnBlock(const ModelConfig& config, bool with_memory);
+  // `index`: the layer's number, for its profiler scopes ("layers.3.moe").
+  ShamnBlock(const ModelConfig& config, int64_t index, bool with_memory);
   // x: [B, T, D]; adds this layer's MoE aux loss to *aux_sum.
   Var forward(const Var& x, std::vector<Var>* aux) const;
 
@@ -29,6 +30,9 @@ class ShamnBlock : public Module {
   MemoryBank* memory_ = nullptr;
   RMSNorm* moe_norm_;
   HierarchicalMoE* moe_;
+  const char* mixer_scope_;
+  const char* memory_scope_;
+  const char* moe_scope_;
 };
 
 class Shamn : public Module {

@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/hdf5_file.h"
 #include "core/process_memory.h"
+#include "core/profiler.h"
 #include "data/batch_loader.h"
 #include "data/token_file.h"
 #include "layers/shamn_model.h"
@@ -71,6 +72,7 @@ std::string fmt(const char* format, double a, double b = 0, double c = 0) {
 double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c) {
   const int64_t B = c.train.batch_size, T = c.train.seq_len;
   const int64_t n = std::min(c.train.eval_batches, sequential_batch_count(val, B, T));
+  const ProfileScope profile("evaluate", ProfileCategory::eval);
   NoGradGuard no_grad;
   model.eval();
   double total = 0;
@@ -200,6 +202,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   std::deque<double> recent_seconds;  // the last log.every step times, for tok/s and ETA
 
   auto checkpoint = [&](bool also_best) {
+    const ProfileScope profile("checkpoint", ProfileCategory::io);
     const std::string path = checkpoint_file(run_dir, state.step);
     save_train_checkpoint(path, model, optimizer, resolved, state);
     if (also_best) link_best_checkpoint(path, best_checkpoint_file(run_dir));
@@ -213,7 +216,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     metrics.write(state.step, {{"val_loss", loss}, {"val_ppl", std::exp(loss)}});
     const bool best = loss < state.best_val_loss;
     if (best) state.best_val_loss = loss;
-    console.say(fmt("eval: val loss %.4f | val ppl %.2f%s", loss, std::exp(loss)) +
+    console.say(fmt("eval: val loss %.4f | val ppl %.2f", loss, std::exp(loss)) +
                 (best ? " (best)" : ""));
     return best;
   };
@@ -221,28 +224,35 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   if (state.step >= c.train.max_steps)
     console.say("the run is already at train.max_steps = " + std::to_string(c.train.max_steps));
 
+  int64_t steps_here = 0;  // steps run by this process, for the profiler's trace window
   while (state.step < c.train.max_steps) {
+    profile_begin_step(++steps_here);
+    const ProfileScope step_scope("train_step", ProfileCategory::step);
     const Clock::time_point step_start = Clock::now();
     const double lr = schedule.at(state.step);
-    optimizer.zero_grad();
+    profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer.zero_grad(); });
     double loss_sum = 0, ce_sum = 0, aux_sum = 0;
     for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-      const Batch batch = loader.next();
-      const Shamn::Loss loss = model.loss(batch.inputs, batch.targets);
+      const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader.next(); });
+      const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
+                                        [&] { return model.loss(batch.inputs, batch.targets); });
       loss_sum += loss.loss.value().item();
       ce_sum += loss.ce.value().item();
       aux_sum += loss.aux.value().item();
-      scale(loss.loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
+      const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c.train.grad_accum));
+      profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
     }
     state.data_position = loader.position();
     const double n_micro = static_cast<double>(c.train.grad_accum);
     const double loss = loss_sum / n_micro;
     if (options.after_backward) options.after_backward(state.step + 1, model);
-    const double grad_norm = clip_grad_norm(named, c.optim.grad_clip);
+    const double grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer,
+                                      [&] { return clip_grad_norm(named, c.optim.grad_clip); });
     const bool skipped = !std::isfinite(loss) || !std::isfinite(grad_norm);
     if (skipped) {
       ++state.bad_steps;
     } else {
+      const ProfileScope profile("adamw_step", ProfileCategory::optimizer);
       optimizer.step(lr);
       state.bad_steps = 0;
     }

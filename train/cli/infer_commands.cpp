@@ -12,6 +12,7 @@
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "core/process_memory.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "data/token_file.h"
 #include "infer/export_model.h"
@@ -19,6 +20,7 @@
 #include "infer/sampler.h"
 #include "train/cli/commands.h"
 #include "train/cli/model_source.h"
+#include "train/cli/profile_flags.h"
 
 namespace shamn::cli {
 
@@ -143,7 +145,11 @@ void run_generate(const GenerateArgs& a) {
 struct EvalArgs {
   std::string model, data, reference, format = "llmc", kernel;
   int64_t seq_len = 512, max_windows = 0;
+  ProfileFlags profile;
 };
+
+constexpr const char* kEvalTrace = "eval-profile.json";
+constexpr const char* kBenchTrace = "bench-profile.json";
 
 void run_eval(const EvalArgs& a) {
   apply_kernel_flag(a.kernel);
@@ -159,7 +165,10 @@ void run_eval(const EvalArgs& a) {
   const LogitFunction f = model.logit_function();
   LogitFunction rf;
   if (ref) rf = ref->logit_function();
+  begin_profile(a.profile);
   const EvalResult r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, f, ref ? &rf : nullptr);
+  // stdout stays one JSON object: the table goes to stderr.
+  end_profile(a.profile, kEvalTrace, stderr);
   std::printf("{\"model\":\"%s\",\"kind\":\"%s\",\"data\":\"%s\",\"seq_len\":%" PRId64 ",\"windows\":%" PRId64
               ",\"tokens\":%" PRId64 ",\"loss\":%.6f,\"perplexity\":%.4f",
               a.model.c_str(), model.kind().c_str(), a.data.c_str(), a.seq_len, r.windows, r.tokens, r.loss,
@@ -179,6 +188,7 @@ struct BenchArgs {
   int64_t prompt_tokens = 128, decode_tokens = 128, repeats = 5;
   uint64_t seed = 1;
   bool json = false;
+  ProfileFlags profile;
 };
 
 void run_bench(const BenchArgs& a) {
@@ -193,16 +203,22 @@ void run_bench(const BenchArgs& a) {
   auto argmax = [V](const float* l) { return argmax_logit(l, V); };
 
   std::vector<double> prefill, decode;
+  begin_profile(a.profile);
   if (model.runtime) {
     const InferModel& m = *model.runtime;
     std::vector<float> logits(static_cast<size_t>(V));
     for (int64_t r = 0; r < a.repeats; ++r) {
+      profile_begin_step(r + 1);
       DecodeState state = m.new_state();
       auto t0 = Clock::now();
-      m.forward(prompt.data(), a.prompt_tokens, state, logits.data(), false);
+      {
+        const ProfileScope scope("prefill", ProfileCategory::step);
+        m.forward(prompt.data(), a.prompt_tokens, state, logits.data(), false);
+      }
       prefill.push_back(a.prompt_tokens / seconds_since(t0));
       t0 = Clock::now();
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
+        const ProfileScope scope("decode_token", ProfileCategory::step);
         const int32_t next = argmax(logits.data());
         m.forward(&next, 1, state, logits.data(), false);
       }
@@ -215,15 +231,20 @@ void run_bench(const BenchArgs& a) {
     const int64_t R = model.config.n_layers * (model.config.mixer_kernel - 1) + 1;
     const LogitFunction f = model.logit_function();
     for (int64_t r = 0; r < a.repeats; ++r) {
+      profile_begin_step(r + 1);
       std::vector<float> logits(static_cast<size_t>(a.prompt_tokens * V));
       auto t0 = Clock::now();
-      f(prompt.data(), a.prompt_tokens, logits.data());
+      {
+        const ProfileScope scope("prefill", ProfileCategory::step);
+        f(prompt.data(), a.prompt_tokens, logits.data());
+      }
       prefill.push_back(a.prompt_tokens / seconds_since(t0));
       std::vector<int32_t> context = prompt;
       int32_t next = argmax(logits.data() + (a.prompt_tokens - 1) * V);
       logits.resize(static_cast<size_t>(R * V));
       t0 = Clock::now();
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
+        const ProfileScope scope("decode_token", ProfileCategory::step);
         context.push_back(next);
         const int64_t w = std::min<int64_t>(R, static_cast<int64_t>(context.size()));
         f(context.data() + context.size() - w, w, logits.data());
@@ -232,6 +253,7 @@ void run_bench(const BenchArgs& a) {
       decode.push_back(a.decode_tokens / seconds_since(t0));
     }
   }
+  stop_profiling();  // the report below is not part of the profile
   const double pre = median(prefill), dec = median(decode);
   const uint64_t file_bytes = std::filesystem::file_size(a.model);
   const uint64_t per_token = model.runtime ? model.runtime->weight_bytes_per_token() : 0;
@@ -244,6 +266,7 @@ void run_bench(const BenchArgs& a) {
                 ",\"file_bytes\":%" PRIu64 ",\"peak_rss_mib\":%.1f}\n",
                 a.model.c_str(), model.kind().c_str(), kernel, num_threads(), a.prompt_tokens, a.decode_tokens,
                 a.repeats, pre, dec, per_token, file_bytes, rss_mib);
+    end_profile(a.profile, kBenchTrace, stderr);  // stdout stays one JSON line
     return;
   }
   std::printf("model      %s (%s, kernel %s, %d threads)\n", a.model.c_str(), model.kind().c_str(), kernel,
@@ -255,6 +278,7 @@ void run_bench(const BenchArgs& a) {
   if (per_token > 0) std::printf("weights    %.3f MiB read per decoded token\n", per_token / 1048576.0);
   std::printf("file       %.2f MiB\n", file_bytes / 1048576.0);
   std::printf("peak RSS   %.1f MiB\n", rss_mib);
+  end_profile(a.profile, kBenchTrace, stdout);
 }
 
 }  // namespace
@@ -296,6 +320,7 @@ void register_infer_commands(CLI::App& app) {
       ->check(CLI::ExistingFile);
   vc->add_option("--format", ev->format, "llmc or u16")->capture_default_str()->check(CLI::IsMember({"llmc", "u16"}));
   vc->add_option("--kernel", ev->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  add_profile_flags(vc, ev->profile, kEvalTrace);
   vc->callback([ev] { run_eval(*ev); });
 
   auto be = std::make_shared<BenchArgs>();
@@ -309,6 +334,7 @@ void register_infer_commands(CLI::App& app) {
   bc->add_option("--seed", be->seed, "seed of the random prompt")->capture_default_str();
   bc->add_option("--kernel", be->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
   bc->add_flag("--json", be->json, "one JSON line instead of text");
+  add_profile_flags(bc, be->profile, kBenchTrace);
   bc->callback([be] { run_bench(*be); });
 }
 

@@ -10,6 +10,7 @@
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
 #include "train/cli/commands.h"
+#include "train/cli/profile_flags.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
 #include "train/train_checkpoint.h"
@@ -22,6 +23,7 @@ namespace {
 struct TrainArgs {
   std::string config, resume;
   std::vector<std::string> overrides;
+  ProfileFlags profile;
 };
 
 void run_train(const TrainArgs& a) {
@@ -33,7 +35,10 @@ void run_train(const TrainArgs& a) {
   const RunConfig config = RunConfig::from_file(config_path, a.overrides);
   TrainOptions options;
   options.resume_dir = a.resume;
+  const std::string run_dir = a.resume.empty() ? config.train.out_dir : a.resume;
+  begin_profile(a.profile);
   train(config, options);
+  end_profile(a.profile, (std::filesystem::path(run_dir) / "profile.json").string(), stdout);
 }
 
 void run_info(const std::string& path) {
@@ -81,6 +86,7 @@ void register_train_commands(CLI::App& app) {
   tc->add_option("--resume", train->resume,
                  "continue the run in this directory from its newest checkpoint")
       ->check(CLI::ExistingDirectory);
+  add_profile_flags(tc, train->profile, "RUN_DIR/profile.json");
   tc->callback([train] { run_train(*train); });
 
   auto info = std::make_shared<std::string>();

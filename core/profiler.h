@@ -1,0 +1,138 @@
+#pragma once
+// The `--profile` profiler: RAII scopes that time what a command spends per op,
+// per layer and per phase (forward, backward, optimizer, data, ...).
+//
+//   ProfileScope scope("block_sparse_linear", ProfileCategory::forward);
+//
+// Off (the default) a scope costs one predictable branch on a global flag: no
+// clock read, no allocation, nothing stored. On, each scope reads the clock
+// twice and, when it closes, adds its total and self time (total minus its
+// children's) to its thread's table. Each thread has its own buffer, registered
+// the first time it closes a scope, so TBB workers and the loader's prefetch
+// thread need no setup. During the traced steps (profile_begin_step) every
+// closed scope is also kept as an event for a Chrome trace.
+//
+// Names must outlive the profiler's report: string literals, or strings kept by
+// profile_intern().
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shamn {
+
+enum class ProfileCategory : uint8_t { forward, backward, optimizer, data, eval, infer, step, io };
+constexpr int kProfileCategories = 8;
+const char* profile_category_name(ProfileCategory c);
+
+namespace detail {
+extern std::atomic<bool> g_profiling;
+}  // namespace detail
+
+inline bool profiling() { return detail::g_profiling.load(std::memory_order_relaxed); }
+
+class ProfileScope {
+ public:
+  ProfileScope(const char* name, ProfileCategory category) {
+    if (profiling()) [[unlikely]] open(name, category);
+  }
+  ~ProfileScope() {
+    if (active_) [[unlikely]] close();
+  }
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  void open(const char* name, ProfileCategory category);
+  void close();
+
+  bool active_ = false;
+  bool traced_ = false;
+  ProfileCategory category_{};
+  const char* name_ = nullptr;
+  int64_t start_ns_ = 0;
+  int64_t child_ns_ = 0;
+  ProfileScope* parent_ = nullptr;
+
+  friend class ProfileLayerScope;
+};
+
+// f() timed as one scope: for a call whose result outlives the scope.
+template <class F>
+decltype(auto) profiled(const char* name, ProfileCategory category, F&& f) {
+  const ProfileScope scope(name, category);
+  return f();
+}
+
+// A scope for one layer of a model ("layers.3.moe"): autograd nodes recorded
+// inside it remember the name so their backward is attributed to the layer.
+class ProfileLayerScope {
+ public:
+  ProfileLayerScope(const char* name, ProfileCategory category);
+  ~ProfileLayerScope();
+  ProfileLayerScope(const ProfileLayerScope&) = delete;
+  ProfileLayerScope& operator=(const ProfileLayerScope&) = delete;
+
+ private:
+  ProfileScope scope_;
+  const char* outer_layer_ = nullptr;
+};
+
+// The innermost open layer scope's name on this thread, or null.
+const char* profile_current_layer();
+
+// A stable copy of `name` (for names built at run time, like "layers.3.moe").
+const char* profile_intern(const std::string& name);
+
+// The name this thread gets in the trace (default "thread N").
+void set_profile_thread_name(const char* name);
+
+struct ProfileOptions {
+  // Steps traced: the `trace_steps` steps after the first (a warm-up step), or
+  // the first alone when the run has only one.
+  int64_t trace_steps = 3;
+  // Nanoseconds from any fixed origin; null = std::chrono::steady_clock.
+  int64_t (*clock)() = nullptr;
+};
+
+// One timed name: every scope with this name and category, on every thread.
+struct ProfileStat {
+  std::string name;
+  ProfileCategory category{};
+  int64_t calls = 0;
+  int64_t total_ns = 0;  // summed durations (a scope nested in itself counts twice)
+  int64_t self_ns = 0;   // total minus the time in child scopes
+};
+
+struct ProfileEvent {
+  const char* name;
+  ProfileCategory category;
+  int64_t begin_ns;  // since start_profiling()
+  int64_t duration_ns;
+};
+
+struct ProfileThread {
+  int tid = 0;  // 1, 2, ... in order of first use
+  std::string name;
+  std::vector<ProfileEvent> events;  // in closing order
+};
+
+struct ProfileReport {
+  int64_t wall_ns = 0;              // from start_profiling() to the report
+  std::vector<ProfileStat> stats;   // by total time, longest first
+  std::vector<ProfileThread> threads;
+  int64_t first_traced_step = 0, last_traced_step = 0;  // 0 = none
+  int64_t dropped_events = 0;       // past the per-thread cap
+};
+
+// Clears everything recorded so far and turns the scopes on.
+void start_profiling(const ProfileOptions& options = {});
+// Turns the scopes off (what is recorded stays for profile_report()).
+void stop_profiling();
+// Marks the start of step `step` (1, 2, ... in this process), which decides
+// whether the scopes that open from now on are traced. Free when profiling is off.
+void profile_begin_step(int64_t step);
+// What was recorded since start_profiling(); safe while other threads still run.
+ProfileReport profile_report();
+
+}  // namespace shamn
