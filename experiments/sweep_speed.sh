@@ -4,7 +4,8 @@
 # train_tokens_per_s compares points only roughly. This reruns each point's
 # seed-1 config for STEPS steps on THREADS threads, one run at a time, in ROUNDS
 # interleaved rounds (every point once per round), and prints the median
-# tokens/s per point and its ratio to the first point.
+# tokens/s per point and its ratio to the first point; then the same for int8
+# decode (`shamn bench` of the point's model_int8.shq, where the sweep wrote one).
 # Usage: [SHAMN=./build/shamn] [ROUNDS=3] [STEPS=40] [THREADS=1] sweep_speed.sh SWEEP_DIR
 set -euo pipefail
 shamn=${SHAMN:-./build/shamn} rounds=${ROUNDS:-3} steps=${STEPS:-40} threads=${THREADS:-1}
@@ -23,17 +24,28 @@ for r in $(seq "$rounds"); do
     rate=$(sed -E 's/.*median ([0-9.]+) tok\/s.*/\1/' <<< "$line")
     echo "$r	$name	$rate" | tee -a "$tmp/rates.tsv" >&2
   done
+  for d in "${points[@]}"; do
+    [ -f "$d/model_int8.shq" ] || continue
+    rate=$("$shamn" --threads "$threads" bench "$d/model_int8.shq" --json --repeats 3 |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["decode_tok_s"])')
+    echo "$r	$(basename "$d")	$rate" | tee -a "$tmp/decode.tsv" >&2
+  done
 done
-python3 - "$tmp/rates.tsv" <<'PY'
+table() {
+  python3 - "$1" "$2" <<'PY'
 import statistics, sys
 rates = {}
 for line in open(sys.argv[1]):
     _, name, rate = line.rstrip("\n").split("\t")
     rates.setdefault(name, []).append(float(rate))
 first = None
-print("| point | tokens/s (median) | rounds | vs first |\n| --- | ---: | --- | ---: |")
+print(f"\n| point | {sys.argv[2]} (median) | rounds | vs first |\n| --- | ---: | --- | ---: |")
 for name, v in rates.items():
     m = statistics.median(v)
     first = first or m
     print(f"| {name} | {m:,.0f} | {', '.join(f'{x:,.0f}' for x in v)} | {m / first:.2f}x |")
 PY
+}
+table "$tmp/rates.tsv" "train tokens/s"
+[ -f "$tmp/decode.tsv" ] && table "$tmp/decode.tsv" "int8 decode tokens/s"
+exit 0
