@@ -14,7 +14,8 @@ FlopCounts count_flops(const ModelConfig& c) {
   const MemoryOptions mem = c.memory();
   const MoeOptions moe = c.moe();
   const EmbedOptions embed = c.embed();
-  int64_t macs = embed.hashes * D + c.vocab_size * D;
+  const int64_t head = embed.tie_head ? embed.buckets * D + c.vocab_size * embed.hashes : c.vocab_size * D;
+  int64_t macs = embed.hashes * D + head;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     macs += D * mixer.kernel + block_sparse_macs(mixer.out);
     if (c.has_memory(l))

@@ -132,9 +132,13 @@ TEST_CASE("FLOPs per token follow the documented formula and fall with sparsity"
   const int64_t block_sparse_dense = 64 * 4 * 16;
   const int64_t per_layer = 64 * 4 + block_sparse_dense + 64 * 2 + 64 * 4 + 2 * (2 * block_sparse_dense);
   const int64_t memory = 64 * 32 + 16 * 32 + 4 * 64;
-  const int64_t macs = 2 * 64 + 64 * 64 + 2 * per_layer + memory;
+  // Tied hash head: 32 bucket scores of D, then 2 gathered per logit.
+  const int64_t macs = 2 * 64 + (32 * 64 + 64 * 2) + 2 * per_layer + memory;
   CHECK(count_flops(c).forward_per_token == 2 * macs);
   CHECK(count_flops(c).train_per_token == 6 * macs);
+  ModelConfig untied = c;
+  untied.tie_head = false;  // a dense V x D head
+  CHECK(count_flops(untied).forward_per_token - count_flops(c).forward_per_token == 2 * (64 * 64 - (32 * 64 + 64 * 2)));
   ModelConfig sparse = c;
   sparse.sparsity = 0.75;  // a = 1 block of 4
   CHECK(count_flops(c).forward_per_token - count_flops(sparse).forward_per_token == 2 * 2 * 3 * (64 * 16) * 5);
