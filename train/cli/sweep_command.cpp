@@ -128,22 +128,21 @@ void run_sweep(const SweepArgs& a) {
   settings.threads = spec.threads_per_job > 0 ? spec.threads_per_job : std::max<int64_t>(1, cores / spec.jobs);
   settings.eval_windows = spec.eval_windows;
 
-  std::vector<const SweepPoint*> todo;
-  int64_t finished = 0, resumable = 0;
+  std::vector<const SweepPoint*> todo, skipped;
+  int64_t resumable = 0;
   for (const SweepPoint& p : points) {
     const PointState state = point_state(p);
-    if (state == PointState::finished) ++finished;
-    else todo.push_back(&p);
+    (state == PointState::finished ? skipped : todo).push_back(&p);
     if (state == PointState::interrupted) ++resumable;
   }
+  const auto finished = static_cast<int64_t>(skipped.size());
   std::printf("sweep %s: %zu points (%zu axes x %zu seeds) in %s; %lld finished (skipped), %lld to resume, "
               "%lld new; %lld jobs x %lld threads\n",
               a.file.c_str(), points.size(), spec.axes.size(), std::max<size_t>(1, spec.seeds.size()),
               spec.out_dir.c_str(), static_cast<long long>(finished), static_cast<long long>(resumable),
               static_cast<long long>(todo.size()) - resumable, static_cast<long long>(spec.jobs),
               static_cast<long long>(settings.threads));
-  for (const SweepPoint& p : points)
-    if (point_state(p) == PointState::finished) std::printf("  skipped %s (finished)\n", p.name.c_str());
+  for (const SweepPoint* p : skipped) std::printf("  skipped %s (finished)\n", p->name.c_str());
   if (a.dry_run) {
     for (const SweepPoint* p : todo) std::printf("  would run %s\n", p->name.c_str());
     return;
@@ -156,7 +155,9 @@ void run_sweep(const SweepArgs& a) {
   std::atomic<size_t> next{0};
   std::vector<std::string> failures;
   auto worker = [&] {
-    for (size_t i; !stop_requested() && (i = next++) < todo.size();) {
+    while (!stop_requested()) {
+      const size_t i = next++;
+      if (i >= todo.size()) break;
       const SweepPoint& p = *todo[i];
       {
         std::lock_guard lock(print);
