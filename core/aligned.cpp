@@ -8,6 +8,19 @@
 
 #include "core/check.h"
 
+// Under AddressSanitizer a cached block is poisoned while it waits in the cache:
+// it is still allocated as far as the C library knows, so without this a tensor
+// read after its storage was freed would go unnoticed (the sanitizer build,
+// cmake/sanitize.cmake).
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SHAMN_POISON(ptr, n) ASAN_POISON_MEMORY_REGION(ptr, n)
+#define SHAMN_UNPOISON(ptr, n) ASAN_UNPOISON_MEMORY_REGION(ptr, n)
+#else
+#define SHAMN_POISON(ptr, n) ((void)(ptr), (void)(n))
+#define SHAMN_UNPOISON(ptr, n) ((void)(ptr), (void)(n))
+#endif
+
 namespace shamn {
 namespace {
 
@@ -34,12 +47,14 @@ class BlockCache {
       by_size_.erase(hit);
       cached_ -= rounded;
       live_ += rounded;
+      SHAMN_UNPOISON(ptr, rounded);
       return ptr;
     }
     const size_t limit = std::max(peak_, live_ + rounded);
     while (!by_age_.empty() && live_ + cached_ + rounded > limit) {
       auto oldest = by_age_.begin();
       const Entry e = oldest->second;
+      SHAMN_UNPOISON(e.ptr, e.bytes);
       std::free(e.ptr);
       cached_ -= e.bytes;
       auto range = by_size_.equal_range(e.bytes);
@@ -72,6 +87,7 @@ class BlockCache {
     }
     cached_ += rounded;
     live_ -= rounded;
+    SHAMN_POISON(ptr, rounded);
   }
 
   // The block could not be cached: it goes back to the C library.
@@ -87,7 +103,10 @@ class BlockCache {
 
   void release() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [age, e] : by_age_) std::free(e.ptr);
+    for (auto& [age, e] : by_age_) {
+      SHAMN_UNPOISON(e.ptr, e.bytes);
+      std::free(e.ptr);
+    }
     by_age_.clear();
     by_size_.clear();
     cached_ = 0;
@@ -115,6 +134,8 @@ BlockCache& cache() {
 }  // namespace
 
 void* aligned_alloc_bytes(size_t nbytes) {
+  // Rounding up a size this close to SIZE_MAX would wrap to a tiny block.
+  SHAMN_CHECK(nbytes <= SIZE_MAX - kAlignment, "out of memory allocating ", nbytes, " bytes");
   const size_t rounded = rounded_size(nbytes);
   const bool cached = rounded >= kCachedBlockBytes;
   if (cached)

@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,15 +10,46 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/fault.h"
 
 namespace shamn {
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path) {
-  const std::filesystem::path target(path);
-  std::string name = ".";  // hidden, so listings show only finished files
-  name += target.filename().string();
-  name += ".tmp." + std::to_string(::getpid());
-  temp_path_ = (target.parent_path() / name).string();
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_prefix(const fs::path& target) {
+  return "." + target.filename().string() + ".tmp.";  // hidden: listings show finished files only
+}
+
+bool process_gone(const std::string& pid_text) {
+  if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) return false;
+  const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
+int remove_orphaned_temp_files(const std::string& path) {
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = temp_prefix(target);
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && process_gone(name.substr(prefix.size())) &&
+        fs::remove(entry.path(), ec))
+      ++removed;
+  }
+  return removed;
+}
+
+AtomicFile::AtomicFile(const std::string& path, std::string kind)
+    : path_(path), kind_(std::move(kind)) {
+  const fs::path target(path);
+  temp_path_ = (target.parent_path() / (temp_prefix(target) + std::to_string(::getpid()))).string();
+  remove_orphaned_temp_files(path);
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   SHAMN_INPUT_CHECK(fd_ >= 0, "cannot create '", temp_path_, "' to write '", path, "': ",
                     std::strerror(errno), " (does the directory exist and is it writable?)");
@@ -30,37 +62,55 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, size_t bytes) {
   SHAMN_CHECK(fd_ >= 0, "AtomicFile::write after commit() for '", path_, "'");
+  const std::string site = fault::armed() ? kind_ + ".bytes" : std::string();
+  const fault::ByteFault fault = fault::bytes(site, written_, bytes);
   const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
+  size_t left = fault.allowed;
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
     if (n < 0 && errno == EINTR) continue;
     SHAMN_INPUT_CHECK(n > 0, "writing '", path_, "' failed: ", std::strerror(errno),
                       " (disk full?)");
     p += n;
-    bytes -= static_cast<size_t>(n);
+    left -= static_cast<size_t>(n);
+    written_ += static_cast<uint64_t>(n);
+  }
+  if (fault.strikes) {
+    const int err = fault::strike(site);
+    SHAMN_INPUT_CHECK(err == 0, "writing '", path_, "' failed after ", written_, " bytes: ",
+                      std::strerror(err), " (disk full?)");
   }
 }
 
 void AtomicFile::commit() {
   SHAMN_CHECK(!committed_ && fd_ >= 0, "AtomicFile::commit called twice for '", path_, "'");
-  const bool synced = ::fsync(fd_) == 0;
-  const int sync_errno = errno;
+  int sync_errno = fault::pass(kind_ + ".fsync");
+  if (sync_errno == 0 && ::fsync(fd_) != 0) sync_errno = errno;
   const bool closed = ::close(fd_) == 0;
+  const int close_errno = errno;
   fd_ = -1;
-  SHAMN_INPUT_CHECK(synced && closed, "writing '", path_, "' failed: ",
-                    std::strerror(synced ? errno : sync_errno), " (disk full?)");
-  SHAMN_INPUT_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0,
-                    "cannot move the finished file into place at '", path_, "': ",
-                    std::strerror(errno));
+  SHAMN_INPUT_CHECK(sync_errno == 0 && closed, "writing '", path_, "' failed: ",
+                    std::strerror(sync_errno != 0 ? sync_errno : close_errno), " (disk full?)");
+  int rename_errno = fault::pass(kind_ + ".rename");
+  if (rename_errno == 0 && std::rename(temp_path_.c_str(), path_.c_str()) != 0) rename_errno = errno;
+  SHAMN_INPUT_CHECK(rename_errno == 0, "cannot move the finished file into place at '", path_,
+                    "': ", std::strerror(rename_errno));
   committed_ = true;
   // The file is complete under its name now; a failed directory fsync only means the
   // rename might not survive a power cut, not worth failing a finished write for.
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  if (fault::pass(kind_ + ".dirsync") != 0) return;
+  const std::string dir = fs::path(path_).parent_path().string();
   const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+}
+
+void write_file_atomically(const std::string& path, const std::string& text, const std::string& kind) {
+  AtomicFile file(path, kind);
+  file.write(text.data(), text.size());
+  file.commit();
 }
 
 }  // namespace shamn

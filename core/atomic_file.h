@@ -5,7 +5,13 @@
 // commit() fsyncs it, renames it over the target and fsyncs the directory so the
 // rename itself survives a crash. Without commit() (an error, an exception) the
 // destructor removes the temporary file: nothing half-written is left behind.
+// A process killed mid-write cannot clean up; the next writer of the same name
+// removes the temporary files of writers that are no longer running.
+//
+// `kind` names the file's fault-injection sites (core/fault.h): "<kind>.bytes",
+// "<kind>.fsync", "<kind>.rename", "<kind>.dirsync".
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace shamn {
@@ -13,7 +19,7 @@ namespace shamn {
 class AtomicFile {
  public:
   // Creates the temporary file; throws InputError naming `path` if it cannot.
-  explicit AtomicFile(const std::string& path);
+  AtomicFile(const std::string& path, std::string kind);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -21,14 +27,24 @@ class AtomicFile {
   const std::string& path() const { return path_; }
   // For writers that open the file themselves (HDF5): they must close it before commit().
   const std::string& temp_path() const { return temp_path_; }
+  const std::string& kind() const { return kind_; }
 
   void write(const void* data, size_t bytes);
   void commit();
 
  private:
-  std::string path_, temp_path_;
+  std::string path_, temp_path_, kind_;
   int fd_ = -1;
+  uint64_t written_ = 0;
   bool committed_ = false;
 };
+
+// The whole of `text` as `path`, atomically.
+void write_file_atomically(const std::string& path, const std::string& text,
+                           const std::string& kind = "text");
+
+// Removes ".<name>.tmp.<pid>" files next to `path` whose process no longer runs;
+// returns how many. (A live pid is never touched, even if it was reused.)
+int remove_orphaned_temp_files(const std::string& path);
 
 }  // namespace shamn

@@ -1,12 +1,14 @@
 #include "core/hdf5_file.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include <hdf5.h>
 
 #include "core/check.h"
 #include "core/checksum.h"
+#include "core/fault.h"
 
 namespace shamn {
 namespace {
@@ -62,7 +64,8 @@ std::string dotted_name(const std::string& group, const std::string& dataset_pat
   return out;
 }
 
-Hdf5Writer::Hdf5Writer(const std::string& path) : path_(path), temp_(path) {
+Hdf5Writer::Hdf5Writer(const std::string& path, const std::string& kind)
+    : path_(path), temp_(path, kind) {
   silence_hdf5();
   file_ = H5Fcreate(temp_.temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   SHAMN_INPUT_CHECK(file_ >= 0, "cannot create '", temp_.temp_path(), "' to write '", path,
@@ -88,6 +91,9 @@ void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& ten
     SHAMN_CHECK(H5Dwrite(dataset.id, native_type(tensor.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                          tensor.raw_data()) >= 0,
                 "writing dataset '", dataset_path, "' to '", path_, "' failed (disk full?)");
+  const int err = fault::pass(temp_.kind() + ".tensor");
+  SHAMN_INPUT_CHECK(err == 0, "writing dataset '", dataset_path, "' to '", path_, "' failed: ",
+                    std::strerror(err), " (disk full?)");
   const uint32_t crc = checksum(tensor);
   Handle attr_space{H5Screate(H5S_SCALAR), H5Sclose};
   Handle attr{H5Acreate2(dataset.id, kChecksumAttribute, H5T_NATIVE_UINT32, attr_space.id,
@@ -138,6 +144,9 @@ void Hdf5Writer::commit() {
 Hdf5Reader::Hdf5Reader(const std::string& path) : path_(path) {
   silence_hdf5();
   SHAMN_INPUT_CHECK(std::filesystem::exists(path), "checkpoint '", path, "' does not exist");
+  std::error_code error;
+  file_bytes_ = static_cast<int64_t>(std::filesystem::file_size(path, error));
+  SHAMN_INPUT_CHECK(!error, "cannot read the size of checkpoint '", path, "': ", error.message());
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   SHAMN_INPUT_CHECK(file_ >= 0, "'", path,
                     "' is not a readable HDF5 file (truncated or not a checkpoint?)");
@@ -188,7 +197,19 @@ Shape Hdf5Reader::dataset_shape(const std::string& dataset_path) const {
   const int rank = H5Sget_simple_extent_ndims(space.id);
   SHAMN_INPUT_CHECK(rank >= 0, "'", path_, "': cannot read the shape of '", dataset_path, "'");
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
+  SHAMN_INPUT_CHECK(H5Sget_simple_extent_dims(space.id, dims.data(), nullptr) == rank, "'", path_,
+                    "': cannot read the shape of '", dataset_path, "'");
+  // The element count, zeros skipped so that e.g. [0, 2^40] is refused too; at
+  // least one byte per element even for an empty tensor's other dims.
+  uint64_t elements = 1;
+  for (const hsize_t d : dims) {
+    SHAMN_INPUT_CHECK(d == 0 || (elements <= static_cast<uint64_t>(file_bytes_) / d &&
+                                 elements * d <= static_cast<uint64_t>(file_bytes_)),
+                      "'", path_, "': dataset '", dataset_path, "' has a dimension of ", d,
+                      " that makes it larger than the whole file (", file_bytes_,
+                      " bytes): the file is corrupt");
+    if (d > 0) elements *= d;
+  }
   return Shape(dims.begin(), dims.end());
 }
 
@@ -250,6 +271,9 @@ std::string Hdf5Reader::string_attribute(const std::string& name) const {
     return out;
   }
   const size_t size = H5Tget_size(type.id);
+  SHAMN_INPUT_CHECK(size > 0 && size <= static_cast<size_t>(file_bytes_), "'", path_,
+                    "': attribute '", name, "' claims ", size, " bytes, more than the whole file (",
+                    file_bytes_, " bytes): the file is corrupt");
   std::string out(size, '\0');
   SHAMN_INPUT_CHECK(H5Aread(attr.id, type.id, out.data()) >= 0, "'", path_,
                     "': cannot read attribute '", name, "'");

@@ -15,7 +15,8 @@ namespace shamn {
 
 class Hdf5Writer {
  public:
-  explicit Hdf5Writer(const std::string& path);
+  // `kind` names the fault-injection sites (core/fault.h), "<kind>.tensor" among them.
+  Hdf5Writer(const std::string& path, const std::string& kind);
   ~Hdf5Writer();  // without commit(): removes the temporary file
   Hdf5Writer(const Hdf5Writer&) = delete;
   Hdf5Writer& operator=(const Hdf5Writer&) = delete;
@@ -45,6 +46,8 @@ class Hdf5Reader {
   bool has_dataset(const std::string& dataset_path) const;
   // Every dataset below `group` ("/model"), as full paths in name order.
   std::vector<std::string> datasets(const std::string& group) const;
+  // Throws InputError when the shape's bytes could not fit in the file (checkpoints
+  // are stored uncompressed), so a damaged header never turns into a huge allocation.
   Shape dataset_shape(const std::string& dataset_path) const;
   Tensor read_tensor(const std::string& dataset_path) const;  // f32, f64, i32, i8, u8
   bool has_attribute(const std::string& name) const;
@@ -58,6 +61,7 @@ class Hdf5Reader {
                              const char* kind, void* out) const;
   std::string path_;
   int64_t file_ = -1;
+  int64_t file_bytes_ = 0;  // what any dataset or attribute read may at most hold
 };
 
 // "layers.3.mixer.conv" <-> "/model/layers/3/mixer/conv" (SPEC section 4).

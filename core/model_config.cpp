@@ -1,6 +1,7 @@
 #include "core/model_config.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -10,8 +11,21 @@
 namespace shamn {
 
 namespace {
-// SPEC: round() rounds halves away from zero.
-int64_t round_half_away(double x) { return static_cast<int64_t>(std::round(x)); }
+// SPEC: round() rounds halves away from zero. Saturates (NaN gives 0): a config
+// value may be anything, and casting an out-of-range double is undefined.
+int64_t round_half_away(double x) {
+  const double r = std::round(x);
+  if (!(r == r)) return 0;
+  if (r >= 0x1p63) return std::numeric_limits<int64_t>::max();
+  if (r < -0x1p63) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(r);
+}
+
+// a * b for a, b >= 1, saturating: for bounds and messages built from config values.
+int64_t product_or_max(int64_t a, int64_t b) {
+  int64_t out;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
 
 void check_sparsity(double s, const std::string& key) {
   SHAMN_CONFIG_CHECK(s >= 0.0 && s < 1.0, key, key, " must lie in [0, 1), got ", s);
@@ -48,9 +62,12 @@ void MixerOptions::validate() const {
 }
 
 int64_t MemoryOptions::sqrt_size() const {
+  // A size < 1 has no root slots (and sqrt of a negative is NaN): validate() rejects it.
+  if (size < 1) return 0;
   int64_t n = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(size))));
-  while (n * n > size) --n;
-  while ((n + 1) * (n + 1) <= size) ++n;
+  // n * n > size, without forming a product that overflows near INT64_MAX.
+  while (n > size / n) --n;
+  while (n + 1 <= size / (n + 1)) ++n;
   return n;
 }
 
@@ -72,9 +89,9 @@ void MoeOptions::validate() const {
   SHAMN_CONFIG_CHECK(group_k >= 1 && group_k <= groups, "model.moe.group_k",
                      "model.moe.group_k must lie in [1, model.moe.groups = ", groups, "], got ",
                      group_k);
-  SHAMN_CONFIG_CHECK(k >= 1 && k <= group_k * experts_per_group, "model.moe.k",
+  SHAMN_CONFIG_CHECK(k >= 1 && k <= product_or_max(group_k, experts_per_group), "model.moe.k",
                      "model.moe.k must lie in [1, group_k * experts_per_group = ",
-                     group_k * experts_per_group, "], got ", k);
+                     product_or_max(group_k, experts_per_group), "], got ", k);
   SHAMN_CONFIG_CHECK(hidden >= 1, "model.moe.hidden", "model.moe.hidden must be >= 1, got ",
                      hidden);
   SHAMN_CONFIG_CHECK(aux_coef >= 0, "model.moe.aux_coef", "model.moe.aux_coef must be >= 0, got ",

@@ -9,6 +9,8 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include "core/thread_sanitizer.h"
+
 namespace shamn {
 
 // n <= 0 means "all cores". Safe to call again to change the count.
@@ -26,8 +28,17 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     f(begin, end);
     return;
   }
+  // The caller's writes happen before every task; every task's writes happen
+  // before the return. oneTBB guarantees both; these tell ThreadSanitizer.
+  char fork_sync = 0, join_sync = 0;
+  detail::tsan_release(&fork_sync);
   tbb::parallel_for(tbb::blocked_range<int64_t>(begin, end, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      detail::tsan_acquire(&fork_sync);
+                      f(r.begin(), r.end());
+                      detail::tsan_release(&join_sync);
+                    });
+  detail::tsan_acquire(&join_sync);
 }
 
 // Deterministic sum: [begin, end) is cut into fixed chunks of `chunk` iterations

@@ -102,9 +102,7 @@ std::string chrome_trace_json(const ProfileReport& report) {
 
 size_t write_chrome_trace(const ProfileReport& report, const std::string& path) {
   const std::string json = chrome_trace_json(report);
-  AtomicFile file(path);
-  file.write(json.data(), json.size());
-  file.commit();
+  write_file_atomically(path, json);
   size_t events = 0;
   for (const ProfileThread& t : report.threads) events += t.events.size();
   return events;

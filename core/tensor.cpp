@@ -37,6 +37,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   t.shape_ = shape;
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
+  // numel fits int64 but numel * element size may not fit size_t: wrapped, it
+  // would allocate a small buffer for a huge tensor.
+  SHAMN_CHECK(static_cast<size_t>(t.numel_) <= std::numeric_limits<size_t>::max() / dtype_size(dtype),
+              "shape ", shape_str(shape), " ", dtype_name(dtype), " has too many bytes");
   t.storage_ = std::make_shared<Storage>(static_cast<size_t>(t.numel_) * dtype_size(dtype));
   return t;
 }

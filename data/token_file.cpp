@@ -167,6 +167,16 @@ Tensor TokenFile::window(int64_t begin, int64_t n, int64_t vocab) const {
   return out;
 }
 
+void TokenFile::check_vocab(int64_t vocab) const {
+  if (token_bytes_ == 2 && vocab > 0xFFFF) return;  // every uint16 fits
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  std::vector<int32_t> scratch(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(count_, 1))));
+  for (int64_t begin = 0; begin < count_; begin += kChunk) {
+    const int64_t bad = copy_checked(begin, std::min(kChunk, count_ - begin), vocab, scratch.data());
+    if (bad >= 0) throw_bad_token(bad, vocab);
+  }
+}
+
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens) {
   SHAMN_INPUT_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
                     "cannot write '", path, "': ", tokens.size(),
@@ -177,7 +187,7 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   header[0] = wide ? kTokenMagicU32 : kTokenMagicU16;
   header[1] = wide ? 7 : 1;
   header[2] = static_cast<int32_t>(tokens.size());
-  AtomicFile file(path);
+  AtomicFile file(path, "tokens");
   file.write(header, sizeof(header));
   if (wide) {
     file.write(tokens.data(), tokens.size() * sizeof(uint32_t));

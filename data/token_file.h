@@ -47,6 +47,9 @@ class TokenFile {
 
   // Tokens [begin, begin + n) as an int32 tensor, each checked < vocab.
   Tensor window(int64_t begin, int64_t n, int64_t vocab) const;
+  // Throws InputError naming the first token >= vocab, if any: one pass over the
+  // file, so that a run fails before it starts rather than at the first bad batch.
+  void check_vocab(int64_t vocab) const;
 
  private:
   // Unmaps in its destructor, so a constructor that throws after mmap leaks nothing.

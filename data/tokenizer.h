@@ -15,7 +15,9 @@
 //   vocab_size N           256 <= N <= kMaxVocabSize
 //   L R                    merge i (i = 0 .. N-257) on line 3 + i: ids L, R < 256 + i,
 //   ...                    decimal, one space between; the merge makes id 256 + i
-// Nothing may follow the N - 256 merge lines, and no pair may appear twice.
+// Nothing may follow the N - 256 merge lines, and no pair may appear twice. No
+// merge may make a token longer than kMaxChunkBytes (data/pretokenize.h): text
+// is encoded in chunks no longer than that, so such a token could never apply.
 // A malformed file is an InputError naming "FILE:LINE".
 #include <cstdint>
 #include <string>

@@ -1,5 +1,6 @@
 // Tokenizer::load and Tokenizer::save: the text format documented in tokenizer.h.
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -7,6 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "data/pretokenize.h"
 #include "data/tokenizer.h"
 
 namespace shamn {
@@ -106,8 +108,15 @@ Tokenizer Tokenizer::parse(const std::string& text, const std::string& path) {
 
   const size_t n_merges = vocab - 256;
   std::vector<Merge> merges;
-  merges.reserve(n_merges);
+  // Reserve what the text can hold (a merge line is at least 4 bytes), not what
+  // vocab_size claims: a 30-byte file may say 16M merges.
+  const size_t capacity = std::min<size_t>(n_merges, text.size() / 4);
+  merges.reserve(capacity);
   std::unordered_map<uint64_t, int64_t> seen;  // pair -> line
+  // Bytes each id stands for. A merge of two long tokens doubles the length, so
+  // without a bound a 40-line file would make a token of 2^40 bytes.
+  std::vector<size_t> length(256, 1);
+  length.reserve(256 + capacity);
   while (merges.size() < n_merges) {
     SHAMN_INPUT_CHECK(lines.next(line), lines.where_next(), "file ends after ", merges.size(),
                       " merges, but vocab_size ", vocab, " needs ", n_merges,
@@ -125,6 +134,13 @@ Tokenizer Tokenizer::parse(const std::string& text, const std::string& path) {
     const auto [it, fresh] = seen.emplace((left << 32) | right, lines.number());
     SHAMN_INPUT_CHECK(fresh, lines.where(), "merge (", left, " ", right,
                       ") repeats the merge on line ", it->second);
+    // Encoding merges only inside pre-tokenized chunks, so no longer token can ever apply
+    // (and training never makes one).
+    length.push_back(length[left] + length[right]);
+    SHAMN_INPUT_CHECK(length.back() <= kMaxChunkBytes, lines.where(), "merge ", merges.size(), " (",
+                      left, " ", right, ") makes a token of ", length.back(),
+                      " bytes, longer than the ", kMaxChunkBytes,
+                      "-byte chunks text is encoded in");
     merges.push_back({static_cast<uint32_t>(left), static_cast<uint32_t>(right)});
   }
   SHAMN_INPUT_CHECK(!lines.next(line), lines.where(), "unexpected line ", shown(line),
@@ -145,10 +161,7 @@ std::string Tokenizer::to_text() const {
 }
 
 void Tokenizer::save(const std::string& path) const {
-  const std::string text = to_text();
-  AtomicFile file(path);
-  file.write(text.data(), text.size());
-  file.commit();
+  write_file_atomically(path, to_text(), "tokenizer");
 }
 
 }  // namespace shamn

@@ -32,8 +32,8 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
                     const LogitFunction* reference) {
   SHAMN_INPUT_CHECK(T >= 1, "--seq-len must be >= 1");
   int64_t windows = (data.size() - 1) / T;
-  SHAMN_INPUT_CHECK(windows >= 1, "token file has ", data.size(), " tokens: fewer than one window of --seq-len ", T,
-                    " + 1");
+  SHAMN_INPUT_CHECK(windows >= 1, "token file '", data.path(), "' has ", data.size(),
+                    " tokens: fewer than one window of --seq-len ", T, " + 1");
   if (max_windows > 0) windows = std::min(windows, max_windows);
 
   EvalResult r;

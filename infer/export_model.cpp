@@ -151,7 +151,7 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
 
 void export_model(const std::string& checkpoint, const ExportOptions& options, const std::string& out) {
   const std::vector<uint8_t> image = export_model_image(checkpoint, options);
-  AtomicFile file(out);
+  AtomicFile file(out, "shq");
   file.write(image.data(), image.size());
   file.commit();
 }

@@ -1,12 +1,18 @@
 #include "train/metrics_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cinttypes>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/fault.h"
 
 namespace shamn {
 
@@ -18,34 +24,51 @@ std::string json_number(double v) {
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t resume_step) : path_(path) {
-  std::string kept;
   if (resume && std::filesystem::exists(path)) {
+    std::string kept;
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line)) {
       long long step = 0;
-      if (std::sscanf(line.c_str(), "{\"step\":%lld", &step) == 1 && step <= resume_step)
+      // A run killed mid-append leaves a torn last line: only whole records count.
+      const bool whole = !line.empty() && line.back() == '}';
+      if (whole && std::sscanf(line.c_str(), "{\"step\":%lld", &step) == 1 && step <= resume_step)
         kept += line + "\n";
     }
     // Rewritten atomically: a crash here cannot lose the history.
-    AtomicFile file(path);
-    file.write(kept.data(), kept.size());
-    file.commit();
+    write_file_atomically(path, kept, "metrics");
   }
-  file_ = std::fopen(path.c_str(), resume ? "ab" : "wb");
-  SHAMN_INPUT_CHECK(file_ != nullptr, "cannot open metrics file '", path, "' for writing");
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (resume ? 0 : O_TRUNC), 0644);
+  SHAMN_INPUT_CHECK(fd_ >= 0, "cannot open metrics file '", path, "' for writing: ",
+                    std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLog::write(int64_t step, const std::vector<std::pair<std::string, double>>& fields) {
   std::string line = "{\"step\":" + std::to_string(step);
   for (const auto& [name, value] : fields) line += ",\"" + name + "\":" + json_number(value);
   line += "}\n";
-  std::fputs(line.c_str(), file_);
-  std::fflush(file_);  // a killed run keeps every record it printed
+  // One write() per record, unbuffered: a killed run keeps every record it printed.
+  // A fault strikes after half the line, to leave the torn record a real crash can.
+  const bool fault_due = fault::due("metrics.append");
+  size_t size = fault_due ? line.size() / 2 : line.size();
+  const char* p = line.data();
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    SHAMN_INPUT_CHECK(n > 0, "appending to metrics file '", path_, "' failed: ",
+                      std::strerror(errno), " (disk full?)");
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  if (fault_due) {
+    const int err = fault::strike("metrics.append");
+    SHAMN_INPUT_CHECK(err == 0, "appending to metrics file '", path_, "' failed: ",
+                      std::strerror(err), " (disk full?)");
+  }
 }
 
 }  // namespace shamn

@@ -25,7 +25,7 @@ class MetricsLog {
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
 };
 
 std::string json_number(double v);

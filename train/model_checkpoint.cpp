@@ -23,7 +23,7 @@ void write_model_tensors(Hdf5Writer& writer, const Module& model) {
 
 void save_model_checkpoint(const std::string& path, const Module& model,
                            const std::string& config_toml, int64_t step) {
-  Hdf5Writer writer(path);
+  Hdf5Writer writer(path, "model");
   write_model_tensors(writer, model);
   writer.set_string_attribute("config", config_toml);
   writer.set_int_attribute("format_version", kCheckpointFormatVersion);

@@ -140,7 +140,23 @@ SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
       s.axes.push_back(std::move(axis));
     }
   }
+  // Multiplied step by step so that a huge product stops at the limit instead of overflowing.
+  int64_t points = std::max<int64_t>(1, static_cast<int64_t>(s.seeds.size()));
+  SHAMN_INPUT_CHECK(points <= kMaxSweepPoints, path, ": sweep.seeds lists ", points,
+                    " seeds, more than the ", kMaxSweepPoints, " points a sweep may have");
+  for (const SweepAxis& a : s.axes) {
+    SHAMN_INPUT_CHECK(static_cast<int64_t>(a.values.size()) <= kMaxSweepPoints / points, path,
+                      ": sweep.axes.", a.key, ": the axes and seeds make more than ", kMaxSweepPoints,
+                      " points (", points, " before this axis of ", a.values.size(), " values)");
+    points *= static_cast<int64_t>(a.values.size());
+  }
   return s;
+}
+
+int64_t sweep_point_count(const SweepSpec& spec) {
+  int64_t points = std::max<int64_t>(1, static_cast<int64_t>(spec.seeds.size()));
+  for (const SweepAxis& a : spec.axes) points *= static_cast<int64_t>(a.values.size());
+  return points;
 }
 
 SweepSpec SweepSpec::from_file(const std::string& path) {
@@ -161,8 +177,13 @@ std::string point_name_part(const std::string& key, const std::string& value) {
 }
 
 std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, const std::vector<std::string>& extra_set) {
-  SHAMN_INPUT_CHECK(std::filesystem::is_regular_file(spec.base), spec.path, ": sweep.base: the base config '",
-                    spec.base, "' does not exist (the path is relative to the sweep file)");
+  // The error_code overload: a name the OS refuses (too long, a loop of links)
+  // must be this InputError, not a std::filesystem_error.
+  std::error_code fs_error;
+  SHAMN_INPUT_CHECK(std::filesystem::is_regular_file(spec.base, fs_error), spec.path,
+                    ": sweep.base: the base config '", spec.base, "' does not exist",
+                    fs_error ? " (" + fs_error.message() + ")" : std::string(),
+                    " (the path is relative to the sweep file)");
   for (const std::string& o : spec.set) check_known(spec, "sweep.set", o.substr(0, o.find('=')));
   for (const SweepAxis& a : spec.axes) check_known(spec, "sweep.axes", a.key);
   std::vector<size_t> index(spec.axes.size(), 0);
@@ -218,8 +239,9 @@ std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, const std::vector<st
       m.embed_buckets = m.embed().buckets;
       m.embed_sparsity = 0;
       m.mixer_sparsity = static_cast<double>(m.mixer().out.active_blocks());
-      m.moe_sparsity = static_cast<double>(moe.up.active_blocks() * 1000000 + moe.down.active_blocks());
-      m.sparsity = 0;
+      // Up and down in fields of their own: a product key overflowed for a huge model.dim.
+      m.moe_sparsity = static_cast<double>(moe.up.active_blocks());
+      m.sparsity = static_cast<double>(moe.down.active_blocks());
       const auto [it, fresh] = by_config.emplace(key.to_toml(), p.name);
       SHAMN_INPUT_CHECK(fresh, spec.path, ": points '", it->second, "' and '", p.name,
                         "' resolve to the same model and training: an axis value has no effect (a sparsity "

@@ -10,6 +10,11 @@
 
 namespace shamn {
 
+// More points than any sweep one machine can run: a bigger cartesian product is
+// almost surely a mistake (an axis listed twice the size it should be), and
+// expanding it would resolve millions of configs before the first run.
+inline constexpr int64_t kMaxSweepPoints = 10000;
+
 struct SweepAxis {
   std::string key;                  // dotted run-config key, e.g. "model.sparse.sparsity"
   std::vector<std::string> values;  // TOML literals, e.g. "0.9"
@@ -26,6 +31,8 @@ struct SweepSpec {
   std::vector<std::string> set;  // "key=value" overrides of the base, in order
   std::vector<SweepAxis> axes;
 
+  // Throws InputError naming the file for a bad key or value, and for more
+  // than kMaxSweepPoints points.
   static SweepSpec parse(const std::string& text, const std::string& path);
   static SweepSpec from_file(const std::string& path);
 };
@@ -37,6 +44,10 @@ struct SweepPoint {
   std::string dir;                       // <out_dir>/<name>
   RunConfig config;                      // resolved; train.out_dir = <dir>/run
 };
+
+// The number of points: the product of the axis lengths times the seeds (at
+// most kMaxSweepPoints for a parsed spec).
+int64_t sweep_point_count(const SweepSpec& spec);
 
 // Every point of the sweep (axes in file order, the last varying fastest, then
 // seeds), each config resolved and validated; a bad key or value throws

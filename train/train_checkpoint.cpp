@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 void save_train_checkpoint(const std::string& path, const Module& model, const AdamW& optimizer,
                            const std::string& config_toml, const TrainState& state) {
-  Hdf5Writer writer(path);
+  Hdf5Writer writer(path, "checkpoint");
   write_model_tensors(writer, model);
   for (const NamedTensor& t : optimizer.state_tensors())
     writer.write_tensor(checkpoint_path("/optim", t.name), t.tensor);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/fault.h"
 #include "core/hdf5_file.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
@@ -39,12 +41,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  AtomicFile file(path);
-  file.write(text.data(), text.size());
-  file.commit();
 }
 
 // Says everything through one place so tests can silence it.
@@ -87,12 +83,26 @@ double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c) {
 // best.h5 becomes a second name for the step checkpoint (no second write; pruning
 // the step name later leaves best.h5 intact), swapped in atomically.
 void link_best_checkpoint(const std::string& checkpoint, const std::string& best) {
-  const std::string temp = best + ".tmp." + std::to_string(::getpid());
+  const fs::path best_path(best);
+  const std::string temp =
+      (best_path.parent_path() / ("." + best_path.filename().string() + ".tmp." + std::to_string(::getpid())))
+          .string();
   std::error_code ec;
   fs::remove(temp, ec);
   fs::create_hard_link(checkpoint, temp, ec);
   if (ec) fs::copy_file(checkpoint, temp, fs::copy_options::overwrite_existing);  // no hard links here
+  const int err = fault::pass("best.link");
+  if (err != 0) fs::remove(temp, ec);
+  SHAMN_INPUT_CHECK(err == 0, "cannot link '", best, "' to '", checkpoint, "': ", std::strerror(err));
   fs::rename(temp, best);
+}
+
+// An I/O error mid-run (a full disk) stops it; the message says what is safe.
+[[noreturn]] void stop_after_io_error(const InputError& e, const std::string& run_dir) {
+  const std::vector<std::string> kept = list_checkpoints(run_dir);
+  throw InputError(std::string(e.what()) + ". The run stopped; the last good checkpoint is " +
+                   (kept.empty() ? std::string("none (no checkpoint was written yet)") : kept.back()) +
+                   ". Once the cause is fixed, continue with: shamn train --resume " + run_dir);
 }
 
 // Loads the newest checkpoint in run_dir that loads; damaged ones are reported and
@@ -149,9 +159,11 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   // Data first: a bad token file should fail before minutes of model setup.
   const TokenFormat format = token_format_from_string(c.data.format);
   auto train_file = std::make_shared<const TokenFile>(c.data.train_path, format);
+  train_file->check_vocab(c.model.vocab_size);
   std::unique_ptr<TokenFile> val_file;
   if (!c.data.val_path.empty()) {
     val_file = std::make_unique<TokenFile>(c.data.val_path, format);
+    val_file->check_vocab(c.model.vocab_size);
     SHAMN_INPUT_CHECK(sequential_batch_count(*val_file, c.train.batch_size, c.train.seq_len) >= 1,
                       "val file '", c.data.val_path, "' holds ", val_file->size(),
                       " tokens, too few for one evaluation batch of ", c.train.batch_size, " x ",
@@ -181,7 +193,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
 
   const std::string resolved = c.to_toml();
   fs::create_directories(run_dir);  // only once every input checked out: no empty run left behind
-  write_text_atomically((fs::path(run_dir) / "config.toml").string(), resolved);
+  write_file_atomically((fs::path(run_dir) / "config.toml").string(), resolved);
   if (!options.quiet)
     std::printf("# resolved config (saved in %s/config.toml)\n%s\n", run_dir.c_str(),
                 resolved.c_str());
@@ -225,81 +237,85 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     console.say("the run is already at train.max_steps = " + std::to_string(c.train.max_steps));
 
   int64_t steps_here = 0;  // steps run by this process, for the profiler's trace window
-  while (state.step < c.train.max_steps) {
-    profile_begin_step(++steps_here);
-    const ProfileScope step_scope("train_step", ProfileCategory::step);
-    const Clock::time_point step_start = Clock::now();
-    const double lr = schedule.at(state.step);
-    profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer.zero_grad(); });
-    double loss_sum = 0, ce_sum = 0, aux_sum = 0;
-    for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-      const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader.next(); });
-      const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
-                                        [&] { return model.loss(batch.inputs, batch.targets); });
-      loss_sum += loss.loss.value().item();
-      ce_sum += loss.ce.value().item();
-      aux_sum += loss.aux.value().item();
-      const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c.train.grad_accum));
-      profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
-    }
-    state.data_position = loader.position();
-    const double n_micro = static_cast<double>(c.train.grad_accum);
-    const double loss = loss_sum / n_micro;
-    if (options.after_backward) options.after_backward(state.step + 1, model);
-    const double grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer,
-                                      [&] { return clip_grad_norm(named, c.optim.grad_clip); });
-    const bool skipped = !std::isfinite(loss) || !std::isfinite(grad_norm);
-    if (skipped) {
-      ++state.bad_steps;
-    } else {
-      const ProfileScope profile("adamw_step", ProfileCategory::optimizer);
-      optimizer.step(lr);
-      state.bad_steps = 0;
-    }
-    state.optim_step = optimizer.step_count();
-    ++state.step;
-    state.tokens_seen += c.tokens_per_step();
-    const double step_s = seconds_since(step_start);
-    state.elapsed_s += step_s;
-    if (result.first_step_s == 0) result.first_step_s = seconds_since(started);
+  try {
+    while (state.step < c.train.max_steps) {
+      profile_begin_step(++steps_here);
+      const ProfileScope step_scope("train_step", ProfileCategory::step);
+      const Clock::time_point step_start = Clock::now();
+      const double lr = schedule.at(state.step);
+      profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer.zero_grad(); });
+      double loss_sum = 0, ce_sum = 0, aux_sum = 0;
+      for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
+        const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader.next(); });
+        const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
+                                          [&] { return model.loss(batch.inputs, batch.targets); });
+        loss_sum += loss.loss.value().item();
+        ce_sum += loss.ce.value().item();
+        aux_sum += loss.aux.value().item();
+        const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c.train.grad_accum));
+        profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
+      }
+      state.data_position = loader.position();
+      const double n_micro = static_cast<double>(c.train.grad_accum);
+      const double loss = loss_sum / n_micro;
+      if (options.after_backward) options.after_backward(state.step + 1, model);
+      const double grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer,
+                                        [&] { return clip_grad_norm(named, c.optim.grad_clip); });
+      const bool skipped = !std::isfinite(loss) || !std::isfinite(grad_norm);
+      if (skipped) {
+        ++state.bad_steps;
+      } else {
+        const ProfileScope profile("adamw_step", ProfileCategory::optimizer);
+        optimizer.step(lr);
+        state.bad_steps = 0;
+      }
+      state.optim_step = optimizer.step_count();
+      ++state.step;
+      state.tokens_seen += c.tokens_per_step();
+      const double step_s = seconds_since(step_start);
+      state.elapsed_s += step_s;
+      if (result.first_step_s == 0) result.first_step_s = seconds_since(started);
 
-    recent_seconds.push_back(step_s);
-    if (static_cast<int64_t>(recent_seconds.size()) > c.log.every) recent_seconds.pop_front();
-    double window = 0;
-    for (double s : recent_seconds) window += s;
-    const double rate = static_cast<double>(c.tokens_per_step()) / step_s;
-    rates.push_back(rate);
-    metrics.write(state.step, {{"loss", loss}, {"ce", ce_sum / n_micro}, {"aux", aux_sum / n_micro},
-                               {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_s", rate},
-                               {"elapsed_s", state.elapsed_s}, {"skipped", skipped ? 1.0 : 0.0}});
-    if (console.progress) {
-      const double mean_step = window / static_cast<double>(recent_seconds.size());
-      console.progress->step({state.step, loss, lr, grad_norm,
-                              static_cast<double>(c.tokens_per_step()) / mean_step,
-                              mean_step * static_cast<double>(c.train.max_steps - state.step),
-                              skipped});
-    }
-    if (state.bad_steps >= c.train.max_bad_steps) {
-      const auto kept = list_checkpoints(run_dir);
-      SHAMN_CHECK(false, "the loss or gradient norm was not finite for ", state.bad_steps,
-                  " steps in a row (train.max_bad_steps), up to step ", state.step,
-                  "; stopping without saving. The last good checkpoint is ",
-                  kept.empty() ? std::string("none (no checkpoint was written yet)") : kept.back(),
-                  "; try a lower optim.lr or optim.grad_clip");
-    }
+      recent_seconds.push_back(step_s);
+      if (static_cast<int64_t>(recent_seconds.size()) > c.log.every) recent_seconds.pop_front();
+      double window = 0;
+      for (double s : recent_seconds) window += s;
+      const double rate = static_cast<double>(c.tokens_per_step()) / step_s;
+      rates.push_back(rate);
+      metrics.write(state.step, {{"loss", loss}, {"ce", ce_sum / n_micro}, {"aux", aux_sum / n_micro},
+                                 {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_s", rate},
+                                 {"elapsed_s", state.elapsed_s}, {"skipped", skipped ? 1.0 : 0.0}});
+      if (console.progress) {
+        const double mean_step = window / static_cast<double>(recent_seconds.size());
+        console.progress->step({state.step, loss, lr, grad_norm,
+                                static_cast<double>(c.tokens_per_step()) / mean_step,
+                                mean_step * static_cast<double>(c.train.max_steps - state.step),
+                                skipped});
+      }
+      if (state.bad_steps >= c.train.max_bad_steps) {
+        const auto kept = list_checkpoints(run_dir);
+        SHAMN_CHECK(false, "the loss or gradient norm was not finite for ", state.bad_steps,
+                    " steps in a row (train.max_bad_steps), up to step ", state.step,
+                    "; stopping without saving. The last good checkpoint is ",
+                    kept.empty() ? std::string("none (no checkpoint was written yet)") : kept.back(),
+                    "; try a lower optim.lr or optim.grad_clip");
+      }
 
-    const bool last = state.step == c.train.max_steps;
-    const bool eval_now = last || (c.train.eval_every > 0 && state.step % c.train.eval_every == 0);
-    const bool best = eval_now && run_eval();
-    const bool save_now = last || stop.requested() || best ||
-                          (c.train.checkpoint_every > 0 && state.step % c.train.checkpoint_every == 0);
-    if (save_now) checkpoint(best);
-    if (stop.requested() && !last) {
-      result.interrupted = true;
-      console.say("stopped by signal " + std::to_string(stop.signal_number()) + " at step " +
-                  std::to_string(state.step) + "; resume with: shamn train --resume " + run_dir);
-      break;
+      const bool last = state.step == c.train.max_steps;
+      const bool eval_now = last || (c.train.eval_every > 0 && state.step % c.train.eval_every == 0);
+      const bool best = eval_now && run_eval();
+      const bool save_now = last || stop.requested() || best ||
+                            (c.train.checkpoint_every > 0 && state.step % c.train.checkpoint_every == 0);
+      if (save_now) checkpoint(best);
+      if (stop.requested() && !last) {
+        result.interrupted = true;
+        console.say("stopped by signal " + std::to_string(stop.signal_number()) + " at step " +
+                    std::to_string(state.step) + "; resume with: shamn train --resume " + run_dir);
+        break;
+      }
     }
+  } catch (const InputError& e) {
+    stop_after_io_error(e, run_dir);
   }
 
   result.step = state.step;

@@ -37,7 +37,7 @@ TEST_CASE("backward accumulates into leaves across calls and zero_grad resets",
   CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 0, 0});
 }
 
-TEST_CASE("backward frees the graph; a second backward is a clear error",
+TEST_CASE("backward frees the graph, a second backward is a clear error",
           "[autograd][engine]") {
   Var x(Tensor::from_data<float>({2}, {1, 2}), true);
   Var loss = sum(gelu(x));
@@ -77,7 +77,7 @@ TEST_CASE("a long chain backpropagates and is destroyed without deep recursion",
   SUCCEED();
 }
 
-TEST_CASE("detach cuts the graph; reshape is a view of the value", "[autograd][engine]") {
+TEST_CASE("detach cuts the graph, reshape is a view of the value", "[autograd][engine]") {
   Var x(Tensor::from_data<float>({2, 2}, {1, 2, 3, 4}), true);
   Var d = x.detach();
   CHECK_FALSE(d.requires_grad());

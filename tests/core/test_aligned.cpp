@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/aligned.h"
+#include "core/check.h"
 
 using namespace shamn;
 
@@ -63,4 +64,10 @@ TEST_CASE("a miss frees the oldest cached blocks only as far as the peak needs",
   aligned_free(c, one);
   aligned_free(d, 2 * one);
   release_cached_blocks();
+}
+
+TEST_CASE("a size that would wrap when rounded up is out of memory, not a tiny block",
+          "[core][aligned]") {
+  CHECK_THROWS_WITH(aligned_alloc_bytes(SIZE_MAX), Catch::Contains("out of memory"));
+  CHECK_THROWS_AS(aligned_alloc_bytes(SIZE_MAX - 10), Error);
 }

@@ -37,7 +37,7 @@ TEST_CASE("AtomicFile shows the new file only after commit()", "[core][atomic_fi
   const auto path = dir / "out.bin";
   std::ofstream(path) << "old";
   {
-    AtomicFile file(path.string());
+    AtomicFile file(path.string(), "text");
     file.write("new", 3);
     CHECK(contents(path) == "old");
     CHECK(std::filesystem::exists(file.temp_path()));
@@ -48,14 +48,14 @@ TEST_CASE("AtomicFile shows the new file only after commit()", "[core][atomic_fi
   }
   CHECK(entries(dir) == 1);
   {
-    AtomicFile file(path.string());
+    AtomicFile file(path.string(), "text");
     file.write("abandoned", 9);
   }  // no commit(): the old file stays, the temporary file goes
   CHECK(contents(path) == "new");
   CHECK(entries(dir) == 1);
   const std::string bad = (dir / "missing" / "x.bin").string();
-  CHECK_THROWS_AS(AtomicFile(bad), InputError);
-  CHECK_THROWS_WITH(AtomicFile(bad), Catch::Contains("'" + bad + "'"));
+  CHECK_THROWS_AS(AtomicFile(bad, "text"), InputError);
+  CHECK_THROWS_WITH(AtomicFile(bad, "text"), Catch::Contains("'" + bad + "'"));
   std::filesystem::remove_all(dir);
 }
 

@@ -33,7 +33,7 @@ TEST_CASE("model config defaults follow SPEC section 5", "[core][config]") {
   CHECK(c.moe().aux_coef == 0.01);
 }
 
-TEST_CASE("key_dim default is D/2 rounded down to even; sparsity overrides", "[core][config]") {
+TEST_CASE("key_dim default is D/2 rounded down to even, sparsity overrides", "[core][config]") {
   const ModelConfig c = ModelConfig::from_toml(
       "[model]\nvocab_size = 100\ndim = 96\nn_layers = 3\n[model.sparse]\nblock = 16\n"
       "[model.memory]\nsize = 64\ntopk = 4\n[model.mixer]\nsparsity = 0.5\n[model.moe]\n"

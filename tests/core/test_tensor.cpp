@@ -30,6 +30,10 @@ TEST_CASE("shape, numel and errors", "[core][tensor]") {
   CHECK_THROWS_AS(t.size(3), Error);
   CHECK_THROWS_WITH(t.data<double>(), Catch::Contains("accessed as f64"));
   CHECK_THROWS_AS(Tensor::empty({2, -1}), Error);
+  // 2^62 floats are 2^64 bytes: the byte count must not wrap to a tiny buffer.
+  CHECK_THROWS_WITH(Tensor::empty({int64_t{1} << 62}), Catch::Contains("too many bytes"));
+  CHECK_THROWS_WITH(Tensor::empty({int64_t{1} << 31, int64_t{1} << 30}, DType::f64),
+                    Catch::Contains("too many bytes"));
   CHECK(Tensor::empty({}).numel() == 1);
   CHECK_FALSE(Tensor().defined());
   CHECK_THROWS_WITH(Tensor().raw_data(), Catch::Contains("undefined"));

@@ -51,7 +51,7 @@ TEST_CASE("pretokenize cuts long runs every kMaxChunkBytes bytes", "[tokenizer][
   CHECK(chunks_of(spaces + "x") == Chunks{spaces.substr(0, 64), spaces.substr(0, 5), " x"});
 }
 
-TEST_CASE("chunks tile the text; blocks cut at sure chunk starts pre-tokenize alike",
+TEST_CASE("chunks tile the text, blocks cut at sure chunk starts pre-tokenize alike",
           "[tokenizer][pretokenize]") {
   // Few distinct bytes, so that every class boundary and long runs occur often.
   const char alphabet[] = {' ', ' ', ' ', '\n', '\t', 'a', 'b', '\xC3', '1', '2', '.', ',', '\0'};

@@ -115,6 +115,21 @@ TEST_CASE("a token >= vocab or a window past the end names the file and offset",
                     Catch::Contains("token 70000 at index 0 (byte offset 1024)"));
 }
 
+TEST_CASE("check_vocab finds the first token >= vocab anywhere in the file", "[data][token_file]") {
+  const auto dir = data_temp_dir("check_vocab");
+  const std::string path = (dir / "long.bin").string();
+  std::vector<uint32_t> tokens(200000, 7);
+  tokens[150001] = 500;  // in the third 64K chunk
+  tokens[199999] = 900;
+  write_token_file(path, tokens);
+  const TokenFile file(path);
+  CHECK_NOTHROW(file.check_vocab(901));
+  CHECK_THROWS_WITH(file.check_vocab(900), Catch::Contains("token 900 at index 199999"));
+  CHECK_THROWS_WITH(file.check_vocab(300), Catch::Contains("token 500 at index 150001") &&
+                                               Catch::Contains("byte offset 301026"));
+  CHECK_NOTHROW(file.check_vocab(65536));
+}
+
 TEST_CASE("headerless u16 files read as raw tokens", "[data][token_file]") {
   const auto dir = data_temp_dir("u16");
   const std::string path = (dir / "train.bin").string();

@@ -420,7 +420,7 @@ TEST_CASE("sampling is deterministic per seed and greedy at temperature 0", "[in
 
 namespace shamn {
 
-TEST_CASE("evaluate's loss is the autograd cross-entropy over the same windows; KL against itself is 0",
+TEST_CASE("evaluate's loss is the autograd cross-entropy over the same windows, KL against itself is 0",
           "[infer][eval]") {
   const TestModel tm(model_toml(), "eval");
   const int64_t V = tm.config.vocab_size, T = 16, W = 3;

@@ -45,7 +45,7 @@ TEST_CASE("loading rejects missing, extra and mis-shaped tensors by name", "[tra
   model.init(1);
   auto write_with = [&](const std::string& name, const std::function<void(Hdf5Writer&)>& edit) {
     const std::string path = temp_path(name);
-    Hdf5Writer w(path);
+    Hdf5Writer w(path, "model");
     for (const auto& p : model.named_parameters())
       if (p.name != "layers.1.mixer.conv") w.write_tensor(checkpoint_path("/model", p.name), p.var.value());
     for (const auto& b : model.named_buffers()) w.write_tensor(checkpoint_path("/model", b.name), b.tensor);
@@ -100,7 +100,7 @@ TEST_CASE("a truncated or foreign file is a clear error and a failed write leave
   const std::string never = temp_path("never.h5");
   std::filesystem::remove(never);
   {
-    Hdf5Writer w(never);
+    Hdf5Writer w(never, "model");
     w.write_tensor("/model/x", Tensor::zeros({2}));
   }  // destroyed without commit()
   CHECK_FALSE(std::filesystem::exists(never));

@@ -116,7 +116,8 @@ TEST_CASE("a flipped byte fails the checksum and changes nothing", "[train][chec
   save_train_checkpoint(path, a.model, a.optimizer, a.config.to_toml(), {});
 
   SECTION("in a model tensor") {
-    const NamedVar& p = a.model.named_parameters().back();
+    // A copy: named_parameters() returns a temporary vector.
+    const NamedVar p = a.model.named_parameters().back();
     flip_byte_of(path, p.var.value());
   }
   SECTION("in an optimizer moment") {

@@ -108,7 +108,7 @@ TEST_CASE("checkpoints: every N steps, the last N kept, best.h5, resumable conte
   CHECK(read_text(fx.path("run/config.toml")) == saved.to_toml());
 }
 
-TEST_CASE("a non-finite step is skipped; several in a row stop the run", "[train][trainer]") {
+TEST_CASE("a non-finite step is skipped, several in a row stop the run", "[train][trainer]") {
   TrainFixture fx("nan");
   auto poison = [](int64_t from, int64_t to) {
     return [from, to](int64_t step, Module& model) {

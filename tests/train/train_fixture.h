@@ -13,25 +13,10 @@
 #include "core/hdf5_file.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
+#include "tests/mini_model.h"
 #include "train/run_config.h"
 
 namespace shamn::test {
-
-// A model small enough for checkpoint tests to build in milliseconds.
-inline constexpr const char* kMiniModelToml = R"([model]
-vocab_size = 64
-dim = 16
-n_layers = 2
-[model.sparse]
-block = 8
-sparsity = 0.5
-[model.memory]
-size = 16
-topk = 2
-[model.moe]
-groups = 2
-experts_per_group = 2
-)";
 
 class TrainFixture {
  public:

@@ -62,7 +62,7 @@ void run_loss(const LossArgs& a) {
               loss.ce.value().item(), loss.aux.value().item());
   if (!want_grads) return;
   loss.loss.backward();
-  Hdf5Writer writer(a.grads);
+  Hdf5Writer writer(a.grads, "grads");
   for (const NamedVar& p : model.named_parameters()) {
     // A parameter the batch never reached (an expert no token chose) has gradient 0.
     const Tensor g = p.var.grad().defined() ? p.var.grad() : Tensor::zeros(p.var.shape());

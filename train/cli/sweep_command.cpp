@@ -36,12 +36,6 @@ struct SweepArgs {
   bool dry_run = false;
 };
 
-void write_text(const std::string& path, const std::string& text) {
-  AtomicFile f(path);
-  f.write(text.data(), text.size());
-  f.commit();
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream f(path);
   std::stringstream s;
@@ -63,7 +57,7 @@ void check_or_write_configs(const std::vector<SweepPoint>& points) {
   for (const SweepPoint& p : points) {
     fs::create_directories(p.dir);
     const std::string path = (fs::path(p.dir) / "config.toml").string();
-    if (!fs::exists(path)) write_text(path, p.config.to_toml());
+    if (!fs::exists(path)) write_file_atomically(path, p.config.to_toml());
   }
 }
 
@@ -97,8 +91,8 @@ void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   const fs::path out(spec.out_dir);
   const std::string data = (out / "plot_data.tsv").string(), script = (out / "plots.gnuplot").string();
   fs::create_directories(out / "plots");
-  write_text(data, plot_data_tsv(spec.axes, rows));
-  write_text(script, gnuplot_script(spec.axes, rows, data, (out / "plots").string()));
+  write_file_atomically(data, plot_data_tsv(spec.axes, rows));
+  write_file_atomically(script, gnuplot_script(spec.axes, rows, data, (out / "plots").string()));
   std::string gnuplot;
   for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"})
     if (fs::exists(fs::path(dir) / "gnuplot")) gnuplot = (fs::path(dir) / "gnuplot").string();
@@ -189,8 +183,8 @@ void run_sweep(const SweepArgs& a) {
   for (const SweepPoint& p : points)
     if (point_state(p) == PointState::finished) rows.push_back(read_point_result(p));
   const fs::path out(spec.out_dir);
-  write_text((out / "results.csv").string(), results_csv(spec.axes, rows));
-  write_text((out / "summary.md").string(), summary_markdown(spec, rows));
+  write_file_atomically((out / "results.csv").string(), results_csv(spec.axes, rows));
+  write_file_atomically((out / "summary.md").string(), summary_markdown(spec, rows));
   std::printf("%zu of %zu points finished: %s, %s\n", rows.size(), points.size(),
               (out / "results.csv").string().c_str(), (out / "summary.md").string().c_str());
   if (!rows.empty()) draw_plots(spec, rows);

@@ -98,10 +98,7 @@ int64_t record_peak_rss(const SweepPoint& p, int64_t bytes) {
   int64_t old = 0;
   std::ifstream(path) >> old;
   const int64_t peak = std::max(old, bytes);
-  AtomicFile out(path);
-  const std::string text = std::to_string(peak) + "\n";
-  out.write(text.data(), text.size());
-  out.commit();
+  write_file_atomically(path, std::to_string(peak) + "\n");
   return peak;
 }
 
@@ -174,10 +171,7 @@ bool run_point(const SweepPoint& p, const PointSettings& s) {
       {"int8_decode_tok_s", bench.at("decode_tok_s").get<double>()},
       {"int8_file_bytes", bench.at("file_bytes").get<int64_t>()},
   };
-  const std::string text = r.dump(2) + "\n";
-  AtomicFile out(result_path(p));
-  out.write(text.data(), text.size());
-  out.commit();
+  write_file_atomically(result_path(p), r.dump(2) + "\n", "result");
   return true;
 }
 

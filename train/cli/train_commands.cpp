@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "core/checksum.h"
 #include "core/hdf5_file.h"
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
@@ -32,6 +33,8 @@ void run_train(const TrainArgs& a) {
   // Resuming without a config uses the one the run directory keeps.
   const std::string config_path =
       !a.config.empty() ? a.config : (std::filesystem::path(a.resume) / "config.toml").string();
+  SHAMN_INPUT_CHECK(!a.config.empty() || std::filesystem::is_regular_file(config_path), "--resume ",
+                    a.resume, ": no run here (no config.toml; give the out_dir of an earlier shamn train)");
   const RunConfig config = RunConfig::from_file(config_path, a.overrides);
   TrainOptions options;
   options.resume_dir = a.resume;
@@ -41,7 +44,25 @@ void run_train(const TrainArgs& a) {
   end_profile(a.profile, (std::filesystem::path(run_dir) / "profile.json").string(), stdout);
 }
 
-void run_info(const std::string& path) {
+// Every tensor's CRC-32 and the exact training state: two checkpoints are bitwise
+// the same run exactly when these listings are equal (elapsed time is left out).
+void print_tensor_digest(const Hdf5Reader& reader, bool training) {
+  std::printf("\n# tensors (name, dtype and shape, crc32 of the values)\n");
+  for (const char* group : {"/model", "/optim"}) {
+    for (const std::string& p : reader.datasets(group)) {
+      const Tensor t = reader.read_tensor(p);
+      std::printf("%s.%s %s %08x\n", group + 1, dotted_name(group, p).c_str(), t.str().c_str(),
+                  crc32_bytes(t.raw_data(), t.nbytes()));
+    }
+  }
+  if (!training) return;
+  std::printf("# state\n");
+  for (const char* name : {"step", "optim_step", "data_seed", "data_position", "bad_steps", "tokens_seen"})
+    std::printf("%s %" PRId64 "\n", name, reader.int_attribute(name));
+  std::printf("best_val_loss %.17g\n", reader.float_attribute("best_val_loss"));
+}
+
+void run_info(const std::string& path, bool tensors) {
   const Hdf5Reader reader(path);
   const ModelConfig config = read_checkpoint_config(reader);
   Shamn model(config);
@@ -70,6 +91,7 @@ void run_info(const std::string& path) {
       std::printf("best val loss   %.4f (perplexity %.2f)\n", best, std::exp(best));
   }
   std::printf("\n# config\n%s", reader.string_attribute("config").c_str());
+  if (tensors) print_tensor_digest(reader, training);
 }
 
 }  // namespace
@@ -89,10 +111,17 @@ void register_train_commands(CLI::App& app) {
   add_profile_flags(tc, train->profile, "RUN_DIR/profile.json");
   tc->callback([train] { run_train(*train); });
 
-  auto info = std::make_shared<std::string>();
+  struct InfoArgs {
+    std::string checkpoint;
+    bool tensors = false;
+  };
+  auto info = std::make_shared<InfoArgs>();
   CLI::App* ic = app.add_subcommand("info", "print a checkpoint's config, step, sizes and parameter counts");
-  ic->add_option("checkpoint", *info, "checkpoint (.h5)")->required();
-  ic->callback([info] { run_info(*info); });
+  ic->add_option("checkpoint", info->checkpoint, "checkpoint (.h5)")->required();
+  ic->add_flag("--tensors", info->tensors,
+               "also list every tensor's CRC-32 and the exact training state (diff two listings "
+               "to compare checkpoints bitwise)");
+  ic->callback([info] { run_info(info->checkpoint, info->tensors); });
 }
 
 }  // namespace shamn::cli

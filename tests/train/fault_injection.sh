@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Crashes and failed writes at named points (SHAMN_FAULT, core/fault.h), never at
+# random moments, so the outcome does not depend on timing or load. For each
+# site of a training run: the process dies by SIGKILL there (or the write fails
+# with ENOSPC/EIO); every checkpoint left loads; --resume then ends with bitwise
+# the weights, AdamW moments, state and metrics of a run that never stopped; no
+# temporary file is left. A failed write stops the run with one clear error that
+# names the last good checkpoint, which stays intact. Then the same for the
+# other atomic writers: prepare's token files, the tokenizer, export's .shq (an
+# existing file survives a crash while it is being replaced) and a sweep point's
+# result.json.
+# Usage: fault_injection.sh SHAMN_BINARY CONFIG SWEEP_FILE WORKDIR
+set -euo pipefail
+shamn=$(realpath "$1") config=$(realpath "$2") sweep=$(realpath "$3") work=$4
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+"$shamn" synthetic --out "$work/data" --vocab 64 --successors 4 --tokens 60000 > /dev/null
+
+# Six steps, a checkpoint every second step, evaluations at 3 and 6 (best.h5 moves).
+sets=(--set "data.train_path=\"$work/data/train.bin\"" --set "data.val_path=\"$work/data/val.bin\""
+      --set model.vocab_size=64 --set model.embed.buckets=32 --set train.max_steps=6
+      --set train.checkpoint_every=2 --set train.keep_last=2 --set train.eval_every=3
+      --set train.eval_batches=2 --set optim.warmup_steps=2 --set 'log.progress="never"')
+train_into() {  # train_into DIR: a fresh run
+  "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$1\""
+}
+digest() { "$shamn" info "$1" --tensors | sed -n '/^# tensors/,$p'; }
+metrics() { sed -E 's/,"(tokens_per_s|elapsed_s)":[^,}]*//g' "$1"; }
+no_temp_files() { ! ls -A "$1" | grep -q '\.tmp\.' || fail "$2: temporary files left in $1: $(ls -A "$1")"; }
+all_load() {  # every checkpoint in DIR loads
+  for f in "$1"/ckpt_*.h5 "$1"/best.h5; do
+    [ -e "$f" ] || continue
+    "$shamn" info "$f" > /dev/null 2>&1 || fail "$2: $f does not load"
+  done
+}
+
+train_into "$work/ref" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "the reference run failed"; }
+ref_digest=$(digest "$work/ref/ckpt_00000006.h5")
+ref_metrics=$(metrics "$work/ref/metrics.jsonl")
+tensors=$(echo "$ref_digest" | grep -c -E '^(model|optim)\.')
+[ "$tensors" -gt 10 ] || fail "the reference checkpoint lists only $tensors tensors"
+
+# Finishes the run in DIR (a resume, or a fresh start where no checkpoint was
+# written) and checks it against the reference.
+finish_and_compare() {
+  local dir=$1 what=$2
+  if ls "$dir"/ckpt_*.h5 > /dev/null 2>&1; then
+    "$shamn" --threads 1 train --resume "$dir" > "$dir.resume.log" 2>&1 ||
+      { cat "$dir.resume.log"; fail "$what: --resume failed"; }
+  else
+    train_into "$dir" > "$dir.resume.log" 2>&1 || { cat "$dir.resume.log"; fail "$what: the restart failed"; }
+  fi
+  [ "$(digest "$dir/ckpt_00000006.h5")" = "$ref_digest" ] ||
+    fail "$what: the final weights, moments or state differ from the uninterrupted run"
+  [ "$(metrics "$dir/metrics.jsonl")" = "$ref_metrics" ] ||
+    { diff <(metrics "$dir/metrics.jsonl") <(echo "$ref_metrics") || true; fail "$what: metrics differ"; }
+  no_temp_files "$dir" "$what"
+}
+
+cases=0
+# A kill at every site of a training run (checkpoints are ckpt 2, 3 (best), 4, 6 (best)).
+for spec in "text.rename:1" "checkpoint.tensor:1" "checkpoint.tensor:$((tensors / 2))" \
+            "checkpoint.tensor:$tensors" "checkpoint.tensor:$((tensors + tensors / 3))" \
+            "checkpoint.fsync:2" "checkpoint.rename:2" "checkpoint.dirsync:2" "checkpoint.rename:4" \
+            "metrics.append:1" "metrics.append:4" "metrics.append:5" "best.link:1" "best.link:2"; do
+  dir=$work/kill_${spec//[:.]/_}
+  status=0
+  SHAMN_FAULT=$spec train_into "$dir" > "$dir.log" 2>&1 || status=$?
+  [ "$status" -eq 137 ] || { cat "$dir.log"; fail "$spec: expected death by SIGKILL (137), got $status"; }
+  all_load "$dir" "$spec"
+  finish_and_compare "$dir" "kill at $spec"
+  cases=$((cases + 1))
+done
+
+# Killed again while resuming: in the rewrite of the metrics history, and at the
+# resumed run's first checkpoint.
+for spec in "metrics.bytes:100" "metrics.rename:1" "checkpoint.tensor:3"; do
+  dir=$work/resume_${spec//[:.]/_}
+  status=0
+  SHAMN_FAULT=checkpoint.rename:3 train_into "$dir" > "$dir.log" 2>&1 || status=$?
+  [ "$status" -eq 137 ] || fail "resume case $spec: the first kill did not happen ($status)"
+  status=0
+  SHAMN_FAULT=$spec "$shamn" --threads 1 train --resume "$dir" > "$dir.log2" 2>&1 || status=$?
+  [ "$status" -eq 137 ] || { cat "$dir.log2"; fail "resume killed at $spec: got $status"; }
+  all_load "$dir" "resume killed at $spec"
+  [ "$(wc -l < "$dir/metrics.jsonl")" -ge 2 ] || fail "resume killed at $spec: the metrics history was lost"
+  finish_and_compare "$dir" "resume killed at $spec"
+  cases=$((cases + 1))
+done
+
+# A full disk or an I/O error: status 1, one error line naming the cause and the
+# last good checkpoint, which loads; nothing half-written; then a resume finishes.
+for spec in "checkpoint.tensor:$((tensors + 3)):enospc" "checkpoint.fsync:2:eio" \
+            "checkpoint.rename:3:enospc" "metrics.append:5:enospc" "best.link:2:enospc"; do
+  dir=$work/err_${spec//[:.]/_}
+  status=0
+  SHAMN_FAULT=$spec train_into "$dir" > "$dir.log" 2> "$dir.err" || status=$?
+  [ "$status" -eq 1 ] || { cat "$dir.err"; fail "$spec: expected exit status 1, got $status"; }
+  [ "$(wc -l < "$dir.err")" -eq 1 ] || { cat "$dir.err"; fail "$spec: expected one error line"; }
+  case $spec in *enospc) cause="No space left on device" ;; *) cause="Input/output error" ;; esac
+  grep -q "^shamn: error: .*$cause.*the last good checkpoint is $dir/ckpt_" "$dir.err" ||
+    { cat "$dir.err"; fail "$spec: the error does not name the cause and the last good checkpoint"; }
+  last=$(sed -E 's/.*the last good checkpoint is ([^ ]*\.h5)\..*/\1/' "$dir.err")
+  "$shamn" info "$last" > /dev/null || fail "$spec: the last good checkpoint $last does not load"
+  no_temp_files "$dir" "$spec"
+  all_load "$dir" "$spec"
+  finish_and_compare "$dir" "$spec"
+  cases=$((cases + 1))
+done
+
+# The other writers. Tokenizer and token files: a crash leaves no partial file, and
+# the rerun (which removes the dead writer's temporary file) gives the same bytes.
+for i in $(seq 1 200); do printf 'Paragraph %d: the jury said %d times.\n\n' "$i" $((i * 37)); done > "$work/text.txt"
+tok() { "$shamn" tokenizer train --input "$work/text.txt" --vocab 300 -o "$1" > /dev/null; }
+prep() { "$shamn" prepare --input "$work/text.txt" --tokenizer "$work/tok.bpe" --out "$1" > /dev/null; }
+tok "$work/tok.bpe"
+prep "$work/prep_ref"
+for spec in "tokenizer.bytes:100" "tokenizer.rename:1" "tokenizer.bytes:100:enospc"; do
+  status=0
+  SHAMN_FAULT=$spec tok "$work/tok_f.bpe" 2> "$work/tok_f.err" || status=$?
+  case $spec in *enospc) want=1 ;; *) want=137 ;; esac
+  [ "$status" -eq "$want" ] || fail "tokenizer $spec: got status $status"
+  [ ! -e "$work/tok_f.bpe" ] || fail "tokenizer $spec: a partial tokenizer file was left"
+  tok "$work/tok_f.bpe" && cmp -s "$work/tok_f.bpe" "$work/tok.bpe" || fail "tokenizer $spec: the rerun differs"
+  no_temp_files "$work" "tokenizer $spec"
+  rm "$work/tok_f.bpe"
+  cases=$((cases + 1))
+done
+for spec in "tokens.bytes:0" "tokens.bytes:1500" "tokens.rename:2" "tokens.bytes:1500:enospc"; do
+  out=$work/prep_${spec//[:.]/_}
+  status=0
+  SHAMN_FAULT=$spec prep "$out" 2> "$out.err" || status=$?
+  case $spec in *enospc) want=1 ;; *) want=137 ;; esac
+  [ "$status" -eq "$want" ] || { cat "$out.err"; fail "prepare $spec: got status $status"; }
+  for f in "$out"/*.bin; do  # what is there is whole
+    [ -e "$f" ] || continue
+    cmp -s "$f" "$work/prep_ref/$(basename "$f")" || fail "prepare $spec: a partial $(basename "$f") was left"
+  done
+  prep "$out" || fail "prepare $spec: the rerun failed"
+  for f in train.bin val.bin; do cmp -s "$out/$f" "$work/prep_ref/$f" || fail "prepare $spec: $f differs"; done
+  no_temp_files "$out" "prepare $spec"
+  cases=$((cases + 1))
+done
+
+# export: a crash while replacing an existing .shq leaves the old file as it was.
+"$shamn" export "$work/ref/ckpt_00000006.h5" --quant int8 --no-tokenizer -o "$work/model.shq" > /dev/null
+cp "$work/model.shq" "$work/model_before.shq"
+for spec in "shq.bytes:0" "shq.bytes:4096" "shq.fsync:1" "shq.rename:1" "shq.bytes:4096:enospc"; do
+  status=0
+  SHAMN_FAULT=$spec "$shamn" export "$work/ref/ckpt_00000004.h5" --quant int8 --no-tokenizer \
+    -o "$work/model.shq" > /dev/null 2> "$work/export.err" || status=$?
+  case $spec in *enospc) want=1 ;; *) want=137 ;; esac
+  [ "$status" -eq "$want" ] || { cat "$work/export.err"; fail "export $spec: got status $status"; }
+  cmp -s "$work/model.shq" "$work/model_before.shq" || fail "export $spec: the existing model file was damaged"
+  cases=$((cases + 1))
+done
+"$shamn" export "$work/ref/ckpt_00000004.h5" --quant int8 --no-tokenizer -o "$work/model.shq" > /dev/null
+no_temp_files "$work" "export"
+
+# A sweep killed as it writes a point's result.json: the rerun finishes it, with
+# the same results apart from the timing columns.
+mkdir -p "$work/sweep" && cd "$work/sweep"
+"$shamn" synthetic --out runs/sweep_tiny_data --vocab 64 --successors 4 --tokens 200000 > /dev/null
+sweep_sets=(--jobs 1 --set train.max_steps=20 --set train.checkpoint_every=10)
+"$shamn" sweep "$sweep" "${sweep_sets[@]}" --out-dir ref > ref.log 2>&1 || { cat ref.log; fail "reference sweep"; }
+untimed() { /usr/bin/python3 "$here/untimed_results.py" "$1"; }
+untimed ref/results.csv > /dev/null || fail "results.csv lost a timing column"
+for spec in "result.rename:2" "result.bytes:10"; do
+  dir=f_${spec//[:.]/_}
+  status=0
+  SHAMN_FAULT=$spec "$shamn" sweep "$sweep" "${sweep_sets[@]}" --out-dir "$dir" > "$dir.log" 2>&1 || status=$?
+  [ "$status" -eq 137 ] || { cat "$dir.log"; fail "sweep $spec: got status $status"; }
+  [ ! -e "$dir/results.csv" ] || fail "sweep $spec: results.csv written before every point finished"
+  "$shamn" sweep "$sweep" "${sweep_sets[@]}" --out-dir "$dir" > "$dir.log2" 2>&1 ||
+    { cat "$dir.log2"; fail "sweep $spec: the rerun failed"; }
+  [ "$(untimed "$dir/results.csv")" = "$(untimed ref/results.csv)" ] ||
+    { diff <(untimed "$dir/results.csv") <(untimed ref/results.csv) || true; fail "sweep $spec: results differ"; }
+  for point in "$dir"/*/; do no_temp_files "$point" "sweep $spec"; done
+  cases=$((cases + 1))
+done
+
+echo "fault_injection: ok ($cases cases)"
+rm -rf "$work"

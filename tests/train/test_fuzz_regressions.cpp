@@ -1,0 +1,189 @@
+// Inputs that the run config, sweep file and checkpoint fuzz targets
+// (tests/fuzz/), or a review of what they parse, found to crash, overflow or
+// allocate without bound before the fix. Each must now be a clean InputError
+// naming the file, key or dataset. The files live in
+// tests/fuzz/regressions/<target>/ in the fuzz targets' input format, so that
+// tests/fuzz/ci_smoke.sh also replays them under the sanitizers; every file
+// there must be listed here.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/hdf5_file.h"
+#include "layers/shamn_model.h"
+#include "optim/adamw.h"
+#include "tests/fuzz/checkpoint_model.h"
+#include "tests/fuzz/regression_files.h"
+#include "tests/fuzz/sweep_base.h"
+#include "train/model_checkpoint.h"
+#include "train/run_config.h"
+#include "train/sweep_spec.h"
+#include "train/train_checkpoint.h"
+
+namespace shamn {
+
+using test::fuzz_regressions;
+using test::Regression;
+using test::require_all_listed;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The run config and sweep targets' input: a document, then after a line "%%"
+// one --set override per line (tests/fuzz/fuzz_scratch.h).
+struct Split {
+  std::string document;
+  std::vector<std::string> overrides;
+};
+
+Split split(const std::string& text) {
+  Split out;
+  const size_t mark = text.rfind("%%\n", 0) == 0 ? 0 : text.find("\n%%\n");
+  if (mark == std::string::npos) {
+    out.document = text;
+    return out;
+  }
+  out.document = text.substr(0, mark == 0 ? 0 : mark + 1);
+  std::istringstream rest(text.substr(mark == 0 ? 3 : mark + 4));
+  for (std::string line; std::getline(rest, line);)
+    if (!line.empty()) out.overrides.push_back(line);
+  return out;
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("shamn_test_fuzz_regressions_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("run configs that once overflowed are clean InputErrors", "[fuzz][config]") {
+  const std::vector<Regression> cases = {
+      // memory.size = -3: sqrt gave NaN, llround INT64_MIN, and n * n overflowed.
+      {"negative_memory_size.toml", "model.memory.size must be a perfect square"},
+  };
+  require_all_listed("run_config", cases);
+  const fs::path dir = scratch("run_config");
+  for (const Regression& c : cases) {
+    INFO(c.file);
+    // As the fuzz target loads it: the whole run config with its overrides, and
+    // the [model] tables alone (a checkpoint's config attribute).
+    const Split input = split(read_all(fuzz_regressions("run_config") / c.file));
+    const std::string path = (dir / "run.toml").string();
+    std::ofstream(path, std::ios::binary) << input.document;
+    CHECK_THROWS_AS(RunConfig::from_file(path, input.overrides), InputError);
+    CHECK_THROWS_WITH(ModelConfig::from_toml(input.document, "doc"),
+                      Catch::Contains("doc:") && Catch::Contains(c.needle));
+  }
+}
+
+TEST_CASE("model configs near the int64 limits are refused without overflow", "[fuzz][config]") {
+  const std::string head = "[model]\nvocab_size = 64\ndim = 64\nn_layers = 2\n";
+  struct Case {
+    std::string body, needle;
+  };
+  const std::vector<Case> cases = {
+      {"[model.memory]\nsize = 9223372036854775807\n", "model.memory.size must be a perfect square"},
+      {"[model.memory]\nsize = -9223372036854775808\n", "model.memory.size must be a perfect square"},
+      {"[model.moe]\ngroups = 9223372036854775807\ngroup_k = 9223372036854775807\n"
+       "experts_per_group = 9223372036854775807\nk = -1\n",
+       "group_k * experts_per_group = 9223372036854775807"},
+      {"[model.embed]\nsparsity = nan\n", "model.embed.sparsity must lie in [0, 1)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.body);
+    CHECK_THROWS_WITH(ModelConfig::from_toml(head + c.body, "cfg"), Catch::Contains(c.needle));
+  }
+  // The largest perfect square below 2^63 is one.
+  CHECK(ModelConfig::from_toml(head + "[model.memory]\nsize = 9223372030926249001\ntopk = 1\n", "cfg")
+            .memory()
+            .sqrt_size() == 3037000499);
+  // A vocabulary near 2^63 with no bucket count: the derived count saturates, no UB.
+  CHECK(ModelConfig::from_toml("[model]\nvocab_size = 9223372036854775807\ndim = 64\nn_layers = 2\n\n"
+                               "[model.embed]\nsparsity = 0.0\n", "cfg")
+            .embed()
+            .buckets == 9223372036854775807);
+}
+
+TEST_CASE("checkpoints that once exhausted memory are clean InputErrors", "[fuzz][checkpoint]") {
+  const std::vector<Regression> cases = {
+      // An optimizer moment of shape [2^20, 2^20] that was never written (5 KB
+      // file): reading it allocated 4 TiB before any shape was checked.
+      {"unwritten_2e40_moment.h5",
+       "dataset '/optim/m/embed/table' has a dimension of 1048576 that makes it larger than the whole file"},
+  };
+  require_all_listed("checkpoint", cases);
+  Shamn model(ModelConfig::from_toml(fuzz::kCheckpointModelToml, "fuzz"));
+  AdamW optimizer(split_weight_decay(model.named_parameters(), 0.1));
+  for (const Regression& c : cases) {
+    const std::string path = (fuzz_regressions("checkpoint") / c.file).string();
+    INFO(path);
+    CHECK_THROWS_AS(load_train_checkpoint(path, model, optimizer), InputError);
+    CHECK_THROWS_WITH(load_train_checkpoint(path, model, optimizer),
+                      Catch::Contains(path) && Catch::Contains(c.needle));
+  }
+}
+
+TEST_CASE("sweep files that once threw or overflowed now expand or fail cleanly", "[fuzz][sweep]") {
+  const std::vector<Regression> cases = {
+      // sweep.base names a file whose name is longer than the OS allows
+      // (ENAMETOOLONG): std::filesystem_error escaped expand_sweep.
+      {"base_name_too_long.toml", "the base config"},
+      // model.dim = 2^50 with blocks of 1: the duplicate-point key multiplied
+      // the MoE's active blocks by 10^6 and overflowed. A valid sweep: one point.
+      {"huge_dim_moe_key.toml", ""},
+  };
+  require_all_listed("sweep_spec", cases);
+  const fs::path dir = scratch("sweep_spec");
+  std::ofstream(dir / "base.toml") << fuzz::sweep_base_toml();
+  for (const Regression& c : cases) {
+    INFO(c.file);
+    const Split input = split(read_all(fuzz_regressions("sweep_spec") / c.file));
+    const std::string path = (dir / "sweep.toml").string();
+    std::ofstream(path, std::ios::binary) << input.document;
+    if (c.needle.empty()) {
+      CHECK(expand_sweep(SweepSpec::from_file(path), input.overrides).size() == 1);
+    } else {
+      CHECK_THROWS_WITH(expand_sweep(SweepSpec::from_file(path), input.overrides),
+                        Catch::Contains(path) && Catch::Contains(c.needle));
+    }
+  }
+}
+
+TEST_CASE("a sweep of more than kMaxSweepPoints points is refused at parse time", "[fuzz][sweep]") {
+  const fs::path dir = scratch("sweep_limit");
+  const std::string head = "[sweep]\nbase = \"base.toml\"\nout_dir = \"o\"\n";
+  std::string values;
+  for (int i = 0; i < 101; ++i) values += (i ? ", " : "") + std::to_string(i);
+  const std::string path = (dir / "sweep.toml").string();
+  // 101 x 101 = 10201 > 10000: the second axis crosses the limit.
+  std::ofstream(path) << head << "[sweep.axes]\ntrain.batch_size = [" << values
+                      << "]\ntrain.seq_len = [" << values << "]\n";
+  CHECK_THROWS_WITH(SweepSpec::from_file(path),
+                    Catch::Contains(path) && Catch::Contains("sweep.axes.train.seq_len") &&
+                        Catch::Contains("more than 10000 points"));
+  // 100 x 100 is allowed, and counted.
+  values = values.substr(0, values.rfind(','));
+  std::ofstream(path) << head << "[sweep.axes]\ntrain.batch_size = [" << values
+                      << "]\ntrain.seq_len = [" << values << "]\n";
+  CHECK(sweep_point_count(SweepSpec::from_file(path)) == 10000);
+  std::ofstream(path) << head << "seeds = [1, 2, 3]\n";
+  CHECK(sweep_point_count(SweepSpec::from_file(path)) == 3);
+}
+
+}  // namespace shamn
