@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 cd "$work"
 "$shamn" synthetic --out runs/sweep_tiny_data --vocab 64 --successors 4 --tokens 200000 > /dev/null
-untimed() { /usr/bin/python3 "$repo/tests/train/untimed_results.py" "$1"; }
+untimed() { /usr/bin/python3 "$repo/tests/sweep/untimed_results.py" "$1"; }
 
 start=$(date +%s.%N)
 "$shamn" sweep "$sweep" --out-dir ref > ref.log 2>&1 || { cat ref.log; fail "uninterrupted sweep"; }

@@ -1,5 +1,5 @@
 #pragma once
-// Quantisation blocks for the inference runtime (issue 5), after llama.cpp's
+// Quantisation blocks for the inference runtime, after llama.cpp's
 // Q8_0 / Q4_0 idea: a row is cut into blocks of 32 values, each stored as one
 // float scale d and 32 small integers q, with x ~= d * q.
 //

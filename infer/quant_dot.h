@@ -11,7 +11,7 @@
 // keep the eight lanes in one register; only the integer work differs.
 //
 // The path is picked once per process from the CPU (best_quant_kernel) and can
-// be overridden (set_quant_kernel, the runtime's future --kernel flag).
+// be overridden (set_quant_kernel; --kernel on generate, eval and bench).
 #include <cstdint>
 #include <string>
 

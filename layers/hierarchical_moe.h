@@ -22,19 +22,6 @@ class MoeExpert : public Module {
   BlockSparseLinear& down_;
 };
 
-// Children named "0", "1", ... (so names read "experts.7.up.values").
-class ModuleList : public Module {
- public:
-  template <class M>
-  M& push_back(std::unique_ptr<M> m) {
-    return register_module(std::to_string(size_++), std::move(m));
-  }
-  int64_t size() const { return size_; }
-
- private:
-  int64_t size_ = 0;
-};
-
 // SPEC 1.6: tree routing (top group_k groups, then top k experts by joint P),
 // gates normalised over the selected experts, dropless dispatch with each
 // expert's tokens run as one block-sparse GEMM, Switch load-balance aux loss.

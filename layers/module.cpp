@@ -61,11 +61,6 @@ int64_t Module::parameter_count() const {
   return n;
 }
 
-void Module::train(bool on) {
-  training_ = on;
-  for (auto& [name, child] : children_) child->train(on);
-}
-
 void Module::init(uint64_t seed, const std::string& prefix) {
   init_own(seed, prefix);
   for (auto& [name, child] : children_) child->init(seed, prefix + name + ".");

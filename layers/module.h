@@ -25,11 +25,8 @@ class Module {
   std::vector<Var> parameters() const;
   int64_t parameter_count() const;
 
-  // Train/eval mode (affects layers that behave differently; gradients are
-  // controlled separately by NoGradGuard).
-  void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
+  // No train/eval mode: no SHAMN layer behaves differently in evaluation (there
+  // is no dropout); evaluation only turns gradients off (NoGradGuard).
 
   void zero_grad();
 
@@ -64,7 +61,20 @@ class Module {
   std::vector<NamedVar> params_;
   std::vector<NamedTensor> buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
-  bool training_ = true;
+};
+
+// Children named "0", "1", ... in order, so names read "experts.7.up.values" or
+// "layers.3.moe...".
+class ModuleList : public Module {
+ public:
+  template <class M>
+  M& push_back(std::unique_ptr<M> m) {
+    return register_module(std::to_string(size_++), std::move(m));
+  }
+  int64_t size() const { return size_; }
+
+ private:
+  int64_t size_ = 0;
 };
 
 }  // namespace shamn

@@ -20,7 +20,7 @@ class ShamnBlock : public Module {
  public:
   // `index`: the layer's number, for its profiler scopes ("layers.3.moe").
   ShamnBlock(const ModelConfig& config, int64_t index, bool with_memory);
-  // x: [B, T, D]; adds this layer's MoE aux loss to *aux_sum.
+  // x: [B, T, D]; appends this layer's MoE aux loss to *aux.
   Var forward(const Var& x, std::vector<Var>* aux) const;
 
  private:

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <optional>
 
 #include "autograd/ops.h"
+#include "core/timing.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/fault.h"
@@ -36,12 +36,6 @@ namespace shamn {
 namespace fs = std::filesystem;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Says everything through one place so tests can silence it.
 struct Console {
@@ -70,13 +64,11 @@ double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c) {
   const int64_t n = std::min(c.train.eval_batches, sequential_batch_count(val, B, T));
   const ProfileScope profile("evaluate", ProfileCategory::eval);
   NoGradGuard no_grad;
-  model.eval();
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
     const Batch batch = sequential_batch(val, c.model.vocab_size, B, T, i);
     total += model.loss(batch.inputs, batch.targets).ce.value().item();
   }
-  model.train();
   return total / static_cast<double>(n);
 }
 
@@ -137,7 +129,7 @@ std::string resume_from(const std::string& run_dir, const ModelConfig& model_con
 }  // namespace
 
 TrainResult train(RunConfig config, const TrainOptions& options) {
-  const Clock::time_point started = Clock::now();
+  const Stopwatch started;
   const bool resuming = !options.resume_dir.empty();
   if (resuming) config.train.out_dir = options.resume_dir;
   const RunConfig& c = config;
@@ -241,7 +233,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
     while (state.step < c.train.max_steps) {
       profile_begin_step(++steps_here);
       const ProfileScope step_scope("train_step", ProfileCategory::step);
-      const Clock::time_point step_start = Clock::now();
+      const Stopwatch step_clock;
       const double lr = schedule.at(state.step);
       profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer.zero_grad(); });
       double loss_sum = 0, ce_sum = 0, aux_sum = 0;
@@ -272,9 +264,9 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
       state.optim_step = optimizer.step_count();
       ++state.step;
       state.tokens_seen += c.tokens_per_step();
-      const double step_s = seconds_since(step_start);
+      const double step_s = step_clock.seconds();
       state.elapsed_s += step_s;
-      if (result.first_step_s == 0) result.first_step_s = seconds_since(started);
+      if (result.first_step_s == 0) result.first_step_s = started.seconds();
 
       recent_seconds.push_back(step_s);
       if (static_cast<int64_t>(recent_seconds.size()) > c.log.every) recent_seconds.pop_front();
@@ -320,10 +312,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
 
   result.step = state.step;
   result.best_val_loss = state.best_val_loss;
-  if (!rates.empty()) {
-    std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
-    result.median_tokens_per_s = rates[rates.size() / 2];
-  }
+  result.median_tokens_per_s = median(rates);
   result.peak_rss_bytes = peak_rss_bytes();
   const double state_mib = 4.0 * 4.0 * static_cast<double>(params) / (1 << 20);
   console.say(fmt("done: step %.0f | median %.0f tok/s | first step after %.2f s", double(state.step),

@@ -3,12 +3,12 @@
 // thread count with the median tokens/s and the median split of a step.
 //   bench_train_step CONFIG.toml [--batch 8] [--seq 512] [--steps 5] [--warmup 1] [--threads 1,2]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/timing.h"
 #include "core/config_table.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -17,18 +17,6 @@
 #include "optim/clip_grad.h"
 
 using namespace shamn;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s CONFIG.toml [--batch B] [--seq T] [--steps S] [--warmup W] [--threads 1,2]\n", argv[0]);
@@ -68,19 +56,19 @@ int main(int argc, char** argv) {
           tokens.data<int32_t>()[i] = static_cast<int32_t>(rng.below(config.vocab_size));
           targets.data<int32_t>()[i] = static_cast<int32_t>(rng.below(config.vocab_size));
         }
-        const auto t0 = Clock::now();
+        const Stopwatch t0;
         opt.zero_grad();
         const Shamn::Loss loss = model.loss(tokens, targets);
-        const double t_fwd = seconds_since(t0);
-        const auto t1 = Clock::now();
+        const double t_fwd = t0.seconds();
+        const Stopwatch t1;
         loss.loss.backward();
-        const double t_bwd = seconds_since(t1);
-        const auto t2 = Clock::now();
+        const double t_bwd = t1.seconds();
+        const Stopwatch t2;
         clip_grad_norm(params, 1.0);
         opt.step(3e-4);
-        const double t_upd = seconds_since(t2);
+        const double t_upd = t2.seconds();
         if (s < warmup) continue;
-        total.push_back(seconds_since(t0));
+        total.push_back(t0.seconds());
         fwd.push_back(t_fwd);
         bwd.push_back(t_bwd);
         upd.push_back(t_upd);

@@ -1,4 +1,4 @@
-// libFuzzer target for sweep files (train/sweep_spec.h): the input is a sweep
+// libFuzzer target for sweep files (sweep/sweep_spec.h): the input is a sweep
 // file, then optionally a line "%%" and one command-line `--set` override per
 // line. It is parsed (SweepSpec::from_file) and, when the base config it names
 // exists, expanded (expand_sweep), which resolves and validates every point's
@@ -12,7 +12,7 @@
 #include "tests/fuzz/fuzz_fail.h"
 #include "tests/fuzz/fuzz_scratch.h"
 #include "tests/fuzz/sweep_base.h"
-#include "train/sweep_spec.h"
+#include "sweep/sweep_spec.h"
 
 namespace {
 

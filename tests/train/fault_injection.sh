@@ -164,7 +164,7 @@ mkdir -p "$work/sweep" && cd "$work/sweep"
 "$shamn" synthetic --out runs/sweep_tiny_data --vocab 64 --successors 4 --tokens 200000 > /dev/null
 sweep_sets=(--jobs 1 --set train.max_steps=20 --set train.checkpoint_every=10)
 "$shamn" sweep "$sweep" "${sweep_sets[@]}" --out-dir ref > ref.log 2>&1 || { cat ref.log; fail "reference sweep"; }
-untimed() { /usr/bin/python3 "$here/untimed_results.py" "$1"; }
+untimed() { /usr/bin/python3 "$here/../sweep/untimed_results.py" "$1"; }
 untimed ref/results.csv > /dev/null || fail "results.csv lost a timing column"
 for spec in "result.rename:2" "result.bytes:10"; do
   dir=f_${spec//[:.]/_}

@@ -22,7 +22,7 @@
 #include "tests/fuzz/sweep_base.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
-#include "train/sweep_spec.h"
+#include "sweep/sweep_spec.h"
 #include "train/train_checkpoint.h"
 
 namespace shamn {

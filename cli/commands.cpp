@@ -1,0 +1,14 @@
+#include "cli/commands.h"
+
+namespace shamn::cli {
+
+void register_commands(CLI::App& app) {
+  register_model_commands(app);
+  register_train_commands(app);
+  register_infer_commands(app);
+  register_synthetic_command(app);
+  register_sweep_command(app);
+  register_tokenizer_commands(app);
+}
+
+}  // namespace shamn::cli

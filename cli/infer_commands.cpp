@@ -1,0 +1,333 @@
+// `shamn export`, `shamn generate`, `shamn eval`, `shamn bench`: from a trained
+// checkpoint to a quantised model file, and what a user does with one.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "core/timing.h"
+#include "core/config_table.h"
+#include "core/hdf5_file.h"
+#include "core/process_memory.h"
+#include "core/profiler.h"
+#include "core/rng.h"
+#include "data/token_file.h"
+#include "infer/export_model.h"
+#include "infer/quant_dot.h"
+#include "infer/sampler.h"
+#include "cli/commands.h"
+#include "cli/model_source.h"
+#include "cli/profile_flags.h"
+
+namespace shamn::cli {
+
+namespace {
+
+
+// ---- export ----
+
+struct ExportArgs {
+  std::string checkpoint, out, quant = "int8", tokenizer;
+  bool no_tokenizer = false;
+};
+
+// The tokenizer to embed: --tokenizer, else the checkpoint config's data.tokenizer.
+std::string tokenizer_for_export(const ExportArgs& a, int64_t vocab) {
+  if (a.no_tokenizer) return "";
+  std::string path = a.tokenizer;
+  if (path.empty()) {
+    const Hdf5Reader reader(a.checkpoint);
+    const ConfigTable config = ConfigTable::parse(reader.string_attribute("config"), a.checkpoint + " (attribute config)");
+    path = config.get_string("data.tokenizer").value_or("");
+    SHAMN_INPUT_CHECK(!path.empty(), "'", a.checkpoint,
+                      "' names no tokenizer (data.tokenizer): pass --tokenizer PATH, or --no-tokenizer "
+                      "to export a model that takes token ids only");
+    SHAMN_INPUT_CHECK(std::filesystem::exists(path), "the checkpoint's tokenizer '", path,
+                      "' (data.tokenizer) does not exist here: pass --tokenizer PATH");
+  }
+  const Tokenizer tok = Tokenizer::load(path);  // validates the file
+  SHAMN_INPUT_CHECK(tok.vocab_size() <= vocab, "tokenizer '", path, "' has ", tok.vocab_size(),
+                    " tokens but the model's vocab_size is ", vocab);
+  return tok.to_text();
+}
+
+void run_export(const ExportArgs& a) {
+  const Stopwatch t0;
+  ExportOptions options;
+  options.quant = shq_quant_from_string(a.quant);
+  {
+    const Hdf5Reader reader(a.checkpoint);
+    SHAMN_INPUT_CHECK(reader.has_attribute("config"), "'", a.checkpoint, "' is not a shamn checkpoint (no config)");
+    const ModelConfig config = ModelConfig::from_toml(reader.string_attribute("config"), a.checkpoint);
+    options.tokenizer_text = tokenizer_for_export(a, config.vocab_size);
+  }
+  export_model(a.checkpoint, options, a.out);
+  const InferModel model(ShqFile::open(a.out));
+  constexpr int kDTypes = static_cast<int>(ShqDType::q4_0x16) + 1;
+  uint64_t by_dtype[kDTypes] = {}, count[kDTypes] = {};
+  for (const ShqTensor& t : model.file().tensors()) {
+    by_dtype[static_cast<int>(t.dtype)] += t.bytes;
+    ++count[static_cast<int>(t.dtype)];
+  }
+  std::printf("wrote %s (%s, step %" PRIu64 ", %.2f MiB, %.1f s)\n", a.out.c_str(), a.quant.c_str(),
+              model.file().header().step, model.file().file_bytes() / 1048576.0, t0.seconds());
+  for (int i = 0; i < kDTypes; ++i) {
+    const auto d = static_cast<ShqDType>(i);
+    if (count[i] > 0)
+      std::printf("  %-7s %5" PRIu64 " tensors %10.2f MiB\n", shq_dtype_name(d), count[i], by_dtype[i] / 1048576.0);
+  }
+  std::printf("  tokenizer: %s\n", model.tokenizer() ? std::to_string(model.tokenizer()->vocab_size()).c_str() : "none");
+}
+
+// ---- generate ----
+
+struct GenerateArgs {
+  std::string model, prompt, kernel;
+  int64_t max_tokens = 128;
+  SamplingOptions sampling;
+};
+
+void run_generate(const GenerateArgs& a) {
+  apply_kernel_flag(a.kernel);
+  a.sampling.validate();
+  SHAMN_INPUT_CHECK(a.max_tokens >= 0, "--max-tokens must be >= 0");
+  const InferModel model(ShqFile::open(a.model));
+  SHAMN_INPUT_CHECK(model.tokenizer().has_value(), "model file '", a.model,
+                    "' has no tokenizer: re-export it with --tokenizer PATH");
+  const Tokenizer& tok = *model.tokenizer();
+  const std::vector<uint32_t> ids = tok.encode(a.prompt);
+  SHAMN_INPUT_CHECK(!ids.empty(), "--prompt is empty: the model needs at least one token to continue");
+  std::vector<int32_t> prompt(ids.begin(), ids.end());
+
+  const int64_t V = model.vocab_size();
+  std::vector<float> logits(static_cast<size_t>(V));
+  DecodeState state = model.new_state();
+  Sampler sampler(a.sampling);
+  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  std::fflush(stdout);
+
+  const Stopwatch t0;
+  model.forward(prompt.data(), static_cast<int64_t>(prompt.size()), state, logits.data(), false);
+  const double prefill_s = t0.seconds();
+  const Stopwatch t1;
+  int64_t produced = 0;
+  for (; produced < a.max_tokens; ++produced) {
+    const int32_t next = sampler.sample(logits.data(), V);
+    // Ids past the tokenizer (a model vocab larger than the tokenizer's) print nothing.
+    if (next < tok.vocab_size()) {
+      const std::string& piece = tok.token_bytes(static_cast<uint32_t>(next));
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (produced + 1 < a.max_tokens) model.forward(&next, 1, state, logits.data(), false);
+  }
+  const double decode_s = t1.seconds();
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "[%zu prompt tokens: %.1f tok/s prefill; %" PRId64 " tokens: %.1f tok/s decode; kernel %s]\n",
+               prompt.size(), prompt.size() / prefill_s, produced, produced / std::max(decode_s, 1e-9),
+               quant_kernel_name(quant_kernel()));
+}
+
+// ---- eval ----
+
+struct EvalArgs {
+  std::string model, data, reference, format = "llmc", kernel;
+  int64_t seq_len = 512, max_windows = 0;
+  ProfileFlags profile;
+};
+
+constexpr const char* kEvalTrace = "eval-profile.json";
+constexpr const char* kBenchTrace = "bench-profile.json";
+
+void run_eval(const EvalArgs& a) {
+  apply_kernel_flag(a.kernel);
+  const ModelSource model = open_model_source(a.model);
+  std::unique_ptr<ModelSource> ref;
+  if (!a.reference.empty()) {
+    ref = std::make_unique<ModelSource>(open_model_source(a.reference));
+    SHAMN_INPUT_CHECK(ref->config.to_toml() == model.config.to_toml(), "--reference '", a.reference,
+                      "' is a different model from '", a.model, "' (the [model] configs differ)");
+  }
+  const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
+  const Stopwatch t0;
+  const LogitFunction f = model.logit_function();
+  LogitFunction rf;
+  if (ref) rf = ref->logit_function();
+  begin_profile(a.profile);
+  const EvalResult r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, f, ref ? &rf : nullptr);
+  // stdout stays one JSON object: the table goes to stderr.
+  end_profile(a.profile, kEvalTrace, stderr);
+  std::printf("{\"model\":\"%s\",\"kind\":\"%s\",\"data\":\"%s\",\"seq_len\":%" PRId64 ",\"windows\":%" PRId64
+              ",\"tokens\":%" PRId64 ",\"loss\":%.6f,\"perplexity\":%.4f",
+              a.model.c_str(), model.kind().c_str(), a.data.c_str(), a.seq_len, r.windows, r.tokens, r.loss,
+              r.perplexity());
+  if (ref)
+    std::printf(",\"reference\":\"%s\",\"reference_loss\":%.6f,\"reference_perplexity\":%.4f,"
+                "\"perplexity_ratio\":%.6f,\"mean_kl\":%.6g,\"top1_agreement\":%.6f",
+                a.reference.c_str(), r.reference_loss, std::exp(r.reference_loss),
+                std::exp(r.loss - r.reference_loss), r.mean_kl, r.top1_agreement);
+  std::printf(",\"seconds\":%.2f}\n", t0.seconds());
+}
+
+// ---- bench ----
+
+struct BenchArgs {
+  std::string model, kernel;
+  int64_t prompt_tokens = 128, decode_tokens = 128, repeats = 5;
+  uint64_t seed = 1;
+  bool json = false;
+  ProfileFlags profile;
+};
+
+void run_bench(const BenchArgs& a) {
+  apply_kernel_flag(a.kernel);
+  SHAMN_INPUT_CHECK(a.prompt_tokens >= 1 && a.decode_tokens >= 1 && a.repeats >= 1,
+                    "--prompt-tokens, --decode-tokens and --repeats must be >= 1");
+  const ModelSource model = open_model_source(a.model);
+  const int64_t V = model.config.vocab_size;
+  Rng rng(a.seed);
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
+  auto argmax = [V](const float* l) { return argmax_logit(l, V); };
+
+  std::vector<double> prefill, decode;
+  begin_profile(a.profile);
+  if (model.runtime) {
+    const InferModel& m = *model.runtime;
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int64_t r = 0; r < a.repeats; ++r) {
+      profile_begin_step(r + 1);
+      DecodeState state = m.new_state();
+      Stopwatch t0;
+      {
+        const ProfileScope scope("prefill", ProfileCategory::step);
+        m.forward(prompt.data(), a.prompt_tokens, state, logits.data(), false);
+      }
+      prefill.push_back(a.prompt_tokens / t0.seconds());
+      t0.restart();
+      for (int64_t i = 0; i < a.decode_tokens; ++i) {
+        const ProfileScope scope("decode_token", ProfileCategory::step);
+        const int32_t next = argmax(logits.data());
+        m.forward(&next, 1, state, logits.data(), false);
+      }
+      decode.push_back(a.decode_tokens / t0.seconds());
+    }
+  } else {
+    // The autograd model has no decode state: each new token reruns the model
+    // over the receptive field, the last L*(K-1)+1 tokens (the convolutions are
+    // the only token mixing), which gives the same logits as the full context.
+    const int64_t R = model.config.n_layers * (model.config.mixer_kernel - 1) + 1;
+    const LogitFunction f = model.logit_function();
+    for (int64_t r = 0; r < a.repeats; ++r) {
+      profile_begin_step(r + 1);
+      std::vector<float> logits(static_cast<size_t>(a.prompt_tokens * V));
+      Stopwatch t0;
+      {
+        const ProfileScope scope("prefill", ProfileCategory::step);
+        f(prompt.data(), a.prompt_tokens, logits.data());
+      }
+      prefill.push_back(a.prompt_tokens / t0.seconds());
+      std::vector<int32_t> context = prompt;
+      int32_t next = argmax(logits.data() + (a.prompt_tokens - 1) * V);
+      logits.resize(static_cast<size_t>(R * V));
+      t0.restart();
+      for (int64_t i = 0; i < a.decode_tokens; ++i) {
+        const ProfileScope scope("decode_token", ProfileCategory::step);
+        context.push_back(next);
+        const int64_t w = std::min<int64_t>(R, static_cast<int64_t>(context.size()));
+        f(context.data() + context.size() - w, w, logits.data());
+        next = argmax(logits.data() + (w - 1) * V);
+      }
+      decode.push_back(a.decode_tokens / t0.seconds());
+    }
+  }
+  stop_profiling();  // the report below is not part of the profile
+  const double pre = median(prefill), dec = median(decode);
+  const uint64_t file_bytes = std::filesystem::file_size(a.model);
+  const uint64_t per_token = model.runtime ? model.runtime->weight_bytes_per_token() : 0;
+  const double rss_mib = peak_rss_bytes() / 1048576.0;
+  const char* kernel = model.runtime ? quant_kernel_name(quant_kernel()) : "autograd";
+  if (a.json) {
+    std::printf("{\"model\":\"%s\",\"kind\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"prompt_tokens\":%" PRId64
+                ",\"decode_tokens\":%" PRId64 ",\"repeats\":%" PRId64
+                ",\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"weight_bytes_per_token\":%" PRIu64
+                ",\"file_bytes\":%" PRIu64 ",\"peak_rss_mib\":%.1f}\n",
+                a.model.c_str(), model.kind().c_str(), kernel, num_threads(), a.prompt_tokens, a.decode_tokens,
+                a.repeats, pre, dec, per_token, file_bytes, rss_mib);
+    end_profile(a.profile, kBenchTrace, stderr);  // stdout stays one JSON line
+    return;
+  }
+  std::printf("model      %s (%s, kernel %s, %d threads)\n", a.model.c_str(), model.kind().c_str(), kernel,
+              num_threads());
+  std::printf("prefill    %.1f tok/s (median of %" PRId64 ", %" PRId64 "-token prompt)\n", pre, a.repeats,
+              a.prompt_tokens);
+  std::printf("decode     %.1f tok/s (median of %" PRId64 ", %" PRId64 " tokens, batch 1)\n", dec, a.repeats,
+              a.decode_tokens);
+  if (per_token > 0) std::printf("weights    %.3f MiB read per decoded token\n", per_token / 1048576.0);
+  std::printf("file       %.2f MiB\n", file_bytes / 1048576.0);
+  std::printf("peak RSS   %.1f MiB\n", rss_mib);
+  end_profile(a.profile, kBenchTrace, stdout);
+}
+
+}  // namespace
+
+void register_infer_commands(CLI::App& app) {
+  auto ex = std::make_shared<ExportArgs>();
+  CLI::App* ec = app.add_subcommand("export", "convert a checkpoint into a quantised model file (.shq)");
+  ec->add_option("checkpoint", ex->checkpoint, "training or model-only checkpoint (.h5)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  ec->add_option("--quant", ex->quant, "f32, int8 or int4")->capture_default_str();
+  ec->add_option("-o,--out", ex->out, "model file to write (.shq)")->required();
+  ec->add_option("--tokenizer", ex->tokenizer, "tokenizer to embed (default: the checkpoint's data.tokenizer)");
+  ec->add_flag("--no-tokenizer", ex->no_tokenizer, "embed no tokenizer (the model then takes token ids only)");
+  ec->callback([ex] { run_export(*ex); });
+
+  auto gen = std::make_shared<GenerateArgs>();
+  CLI::App* gc = app.add_subcommand("generate", "continue a prompt, streaming the text as it is produced");
+  gc->add_option("model", gen->model, "model file (.shq)")->required()->check(CLI::ExistingFile);
+  gc->add_option("-p,--prompt", gen->prompt, "text to continue")->required();
+  gc->add_option("-n,--max-tokens", gen->max_tokens, "tokens to generate")->capture_default_str();
+  gc->add_option("--temperature", gen->sampling.temperature, "0 = greedy")->capture_default_str();
+  gc->add_option("--top-k", gen->sampling.top_k, "keep the k likeliest tokens (0 = all)")->capture_default_str();
+  gc->add_option("--top-p", gen->sampling.top_p, "nucleus: keep the smallest set with this mass")
+      ->capture_default_str();
+  gc->add_option("--seed", gen->sampling.seed, "sampling seed: the same seed gives the same text")
+      ->capture_default_str();
+  gc->add_option("--kernel", gen->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  gc->callback([gen] { run_generate(*gen); });
+
+  auto ev = std::make_shared<EvalArgs>();
+  CLI::App* vc = app.add_subcommand("eval", "loss and perplexity of a model file or checkpoint on a token file (JSON)");
+  vc->add_option("model", ev->model, "model file (.shq) or checkpoint (.h5)")->required()->check(CLI::ExistingFile);
+  vc->add_option("--data", ev->data, "token file (llm.c format)")->required()->check(CLI::ExistingFile);
+  vc->add_option("--seq-len", ev->seq_len, "window length T")->capture_default_str()->check(CLI::PositiveNumber);
+  vc->add_option("--max-windows", ev->max_windows, "at most this many windows (0 = all)")->capture_default_str();
+  vc->add_option("--reference", ev->reference,
+                 "also report KL divergence and top-1 agreement against this model (.shq or .h5)")
+      ->check(CLI::ExistingFile);
+  vc->add_option("--format", ev->format, "llmc or u16")->capture_default_str()->check(CLI::IsMember({"llmc", "u16"}));
+  vc->add_option("--kernel", ev->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  add_profile_flags(vc, ev->profile, kEvalTrace);
+  vc->callback([ev] { run_eval(*ev); });
+
+  auto be = std::make_shared<BenchArgs>();
+  CLI::App* bc = app.add_subcommand("bench", "prefill and decode speed, weight bytes per token, size and memory");
+  bc->add_option("model", be->model, "model file (.shq) or checkpoint (.h5, the autograd forward)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  bc->add_option("--prompt-tokens", be->prompt_tokens, "prefill length")->capture_default_str();
+  bc->add_option("--decode-tokens", be->decode_tokens, "tokens decoded per repeat")->capture_default_str();
+  bc->add_option("--repeats", be->repeats, "repeats (the median is reported)")->capture_default_str();
+  bc->add_option("--seed", be->seed, "seed of the random prompt")->capture_default_str();
+  bc->add_option("--kernel", be->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  bc->add_flag("--json", be->json, "one JSON line instead of text");
+  add_profile_flags(bc, be->profile, kBenchTrace);
+  bc->callback([be] { run_bench(*be); });
+}
+
+}  // namespace shamn::cli

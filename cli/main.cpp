@@ -1,0 +1,68 @@
+// The `shamn` command line: global options, then one subcommand per job.
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/check.h"
+#include "core/fault.h"
+#include "core/parallel.h"
+#include "cli/commands.h"
+
+namespace {
+
+// The first word that is not a global option: the command the user meant to run.
+std::string command_word(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--threads") ++i;
+    else if (!arg.empty() && arg[0] != '-') return arg;
+  }
+  return "";
+}
+
+// CLI11 reports an unknown command as "a subcommand is required"; name it instead.
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  const std::string word = command_word(argc, argv);
+  if (word.empty() || !app.get_subcommands().empty()) return e.what();
+  std::string commands;
+  for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>{}))
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+  return "unknown command '" + word + "' (the commands are " + commands + ")";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shamn: train and run Sparse Hierarchical Adaptive Memory Networks on CPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("shamn ") + SHAMN_VERSION);
+  int threads = 0;
+  app.add_option("--threads", threads, "worker threads (default: every core)")
+      ->check(CLI::NonNegativeNumber);
+  app.parse_complete_callback([&] { shamn::set_num_threads(threads); });
+
+  shamn::cli::register_commands(app);
+
+  try {
+    shamn::fault::check_environment();
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // The argument parser's errors go the way of every other error: one line, status 1.
+    std::cerr << "shamn: error: " << parse_error_message(app, e, argc, argv) << " (see shamn --help)\n";
+    return 1;
+  } catch (const shamn::Error& e) {
+    std::fflush(stdout);
+    std::cerr << "shamn: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "shamn: unexpected error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

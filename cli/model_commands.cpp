@@ -1,0 +1,98 @@
+// `shamn init` and `shamn loss`: a fresh model checkpoint, and one batch's loss
+// (and gradients) from a checkpoint and a token file.
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+
+#include "core/config_table.h"
+#include "core/hdf5_file.h"
+#include "data/token_file.h"
+#include "layers/shamn_model.h"
+#include "cli/commands.h"
+#include "train/model_checkpoint.h"
+
+namespace shamn::cli {
+
+namespace {
+
+struct InitArgs {
+  std::string config, out;
+  uint64_t seed = 1;
+};
+
+struct LossArgs {
+  std::string checkpoint, data, grads;
+  int64_t batch = 1, seq = 64;
+};
+
+void run_init(const InitArgs& a) {
+  const ModelConfig config = ModelConfig::from_table(ConfigTable::parse_file(a.config));
+  Shamn model(config);
+  model.init(a.seed);
+  save_model_checkpoint(a.out, model, config.to_toml(), 0);
+  std::printf("wrote %s: %" PRId64 " parameters (seed %" PRIu64 ")\n", a.out.c_str(),
+              model.parameter_count(), a.seed);
+}
+
+void run_loss(const LossArgs& a) {
+  Hdf5Reader reader(a.checkpoint);
+  const ModelConfig config = read_checkpoint_config(reader);
+  Shamn model(config);
+  load_model_tensors(reader, model);
+
+  const TokenFile tokens(a.data);
+  const int64_t B = a.batch, T = a.seq;
+  SHAMN_INPUT_CHECK(B * T + 1 <= tokens.size(), "token file '", a.data, "' has ", tokens.size(),
+                    " tokens; --batch ", B, " --seq ", T, " needs ", B * T + 1);
+  Tensor inputs = Tensor::empty({B, T}, DType::i32);
+  Tensor targets = Tensor::empty({B, T}, DType::i32);
+  // Window i: inputs tokens[i*T, i*T+T), targets shifted by one.
+  for (int64_t i = 0; i < B; ++i) {
+    const Tensor w = tokens.window(i * T, T + 1, config.vocab_size);
+    for (int64_t t = 0; t < T; ++t) {
+      inputs.data<int32_t>()[i * T + t] = w.data<int32_t>()[t];
+      targets.data<int32_t>()[i * T + t] = w.data<int32_t>()[t + 1];
+    }
+  }
+  const bool want_grads = !a.grads.empty();
+  std::unique_ptr<NoGradGuard> no_grad;
+  if (!want_grads) no_grad = std::make_unique<NoGradGuard>();
+  const Shamn::Loss loss = model.loss(inputs, targets);
+  std::printf("{\"loss\":%.9g,\"ce\":%.9g,\"aux\":%.9g}\n", loss.loss.value().item(),
+              loss.ce.value().item(), loss.aux.value().item());
+  if (!want_grads) return;
+  loss.loss.backward();
+  Hdf5Writer writer(a.grads, "grads");
+  for (const NamedVar& p : model.named_parameters()) {
+    // A parameter the batch never reached (an expert no token chose) has gradient 0.
+    const Tensor g = p.var.grad().defined() ? p.var.grad() : Tensor::zeros(p.var.shape());
+    writer.write_tensor(checkpoint_path("/model", p.name), g);
+  }
+  writer.set_string_attribute("kind", "gradients");
+  writer.set_string_attribute("config", config.to_toml());
+  writer.commit();
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+  auto init = std::make_shared<InitArgs>();
+  CLI::App* ic = app.add_subcommand("init", "write a freshly initialised model checkpoint");
+  ic->add_option("config", init->config, "TOML config with a [model] table")->required()
+      ->check(CLI::ExistingFile);
+  ic->add_option("-o,--out", init->out, "checkpoint to write (.h5)")->required();
+  ic->add_option("--seed", init->seed, "initialisation seed")->capture_default_str();
+  ic->callback([init] { run_init(*init); });
+
+  auto loss = std::make_shared<LossArgs>();
+  CLI::App* lc = app.add_subcommand(
+      "loss", "print one batch's loss as JSON {\"loss\",\"ce\",\"aux\"} (windows i*T of the file)");
+  lc->add_option("checkpoint", loss->checkpoint, "model checkpoint (.h5)")->required();
+  lc->add_option("--data", loss->data, "token file (llm.c format)")->required();
+  lc->add_option("--batch", loss->batch, "windows B")->capture_default_str()->check(CLI::PositiveNumber);
+  lc->add_option("--seq", loss->seq, "window length T")->capture_default_str()->check(CLI::PositiveNumber);
+  lc->add_option("--grads", loss->grads, "also write every parameter's gradient to this .h5");
+  lc->callback([loss] { run_loss(*loss); });
+}
+
+}  // namespace shamn::cli

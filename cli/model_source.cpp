@@ -1,0 +1,61 @@
+#include "cli/model_source.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "autograd/variable.h"
+#include "core/hdf5_file.h"
+#include "infer/quant_dot.h"
+#include "train/model_checkpoint.h"
+
+namespace shamn::cli {
+
+bool is_shq_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SHAMN_INPUT_CHECK(in.good(), "cannot open '", path, "'");
+  char magic[sizeof(kShqMagic)] = {};
+  in.read(magic, sizeof(magic));
+  return in.gcount() == sizeof(magic) && std::memcmp(magic, kShqMagic, sizeof(magic)) == 0;
+}
+
+void apply_kernel_flag(const std::string& kernel) {
+  if (!kernel.empty()) set_quant_kernel(quant_kernel_from_string(kernel));
+}
+
+ModelSource open_model_source(const std::string& path) {
+  ModelSource s;
+  s.path = path;
+  if (is_shq_file(path)) {
+    s.runtime = std::make_unique<InferModel>(ShqFile::open(path));
+    s.config = s.runtime->config();
+    return s;
+  }
+  const Hdf5Reader reader(path);
+  s.config = read_checkpoint_config(reader);
+  s.autograd = std::make_unique<Shamn>(s.config);
+  load_model_tensors(reader, *s.autograd);
+  return s;
+}
+
+std::string ModelSource::kind() const {
+  return runtime ? shq_quant_name(runtime->file().quant()) : "checkpoint";
+}
+
+LogitFunction ModelSource::logit_function() const {
+  if (runtime) {
+    const InferModel* m = runtime.get();
+    return [m](const int32_t* tokens, int64_t T, float* logits) {
+      DecodeState state = m->new_state();
+      m->forward(tokens, T, state, logits, /*all_logits=*/true);
+    };
+  }
+  const Shamn* m = autograd.get();
+  return [m](const int32_t* tokens, int64_t T, float* logits) {
+    NoGradGuard no_grad;
+    const Tensor in = Tensor::from_data<int32_t>({1, T}, std::span<const int32_t>(tokens, static_cast<size_t>(T)));
+    const Tensor out = m->logits(in).value();
+    std::memcpy(logits, out.data<float>(), out.nbytes());
+  };
+}
+
+}  // namespace shamn::cli

@@ -1,0 +1,47 @@
+#include "cli/profile_flags.h"
+
+#include "core/profile_report.h"
+#include "core/profiler.h"
+
+namespace shamn::cli {
+
+void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string& default_trace) {
+  CLI::Option* on = command->add_flag(
+      "--profile", flags.on, "print time per op, layer and phase at the end and write a Chrome trace (Perfetto)");
+  command->add_option("--profile-trace", flags.trace, "where the trace goes (default: " + default_trace + ")")
+      ->needs(on);
+  command->add_option("--profile-steps", flags.trace_steps,
+                      "steps traced, after a first warm-up step (the table covers the whole run)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->needs(on);
+}
+
+void begin_profile(const ProfileFlags& flags) {
+  if (!flags.on) return;
+  ProfileOptions options;
+  options.trace_steps = flags.trace_steps;
+  start_profiling(options);
+}
+
+void end_profile(const ProfileFlags& flags, const std::string& default_trace, std::FILE* table_out) {
+  if (!flags.on) return;
+  stop_profiling();
+  const ProfileReport report = profile_report();
+  std::fflush(stdout);
+  std::fprintf(table_out, "\n%s", format_profile_table(report).c_str());
+  const std::string path = flags.trace.empty() ? default_trace : flags.trace;
+  const size_t events = write_chrome_trace(report, path);
+  if (report.first_traced_step > 0)
+    std::fprintf(table_out, "profile trace: %s (%zu events, steps %lld-%lld; open in https://ui.perfetto.dev)\n",
+                 path.c_str(), events, static_cast<long long>(report.first_traced_step),
+                 static_cast<long long>(report.last_traced_step));
+  else
+    std::fprintf(table_out, "profile trace: %s (no step traced)\n", path.c_str());
+  if (report.dropped_events > 0)
+    std::fprintf(table_out, "profile trace: %lld events past the per-thread limit were left out\n",
+                 static_cast<long long>(report.dropped_events));
+  std::fflush(table_out);
+}
+
+}  // namespace shamn::cli

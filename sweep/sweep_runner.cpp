@@ -1,0 +1,201 @@
+// `shamn sweep`'s engine: every point of a sweep file run as its own training
+// run (in parallel with jobs), then results.csv, summary.md and the plots. A
+// rerun skips finished points and resumes interrupted ones.
+#include "sweep/sweep_runner.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "sweep/child_process.h"
+#include "sweep/sweep_point.h"
+#include "sweep/sweep_report.h"
+#include "sweep/sweep_spec.h"
+
+namespace shamn {
+
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Each point's directory keeps its resolved config; a different one there means
+// the directory belongs to another sweep, and mixing results would be wrong.
+void check_or_write_configs(const std::vector<SweepPoint>& points) {
+  for (const SweepPoint& p : points) {
+    const std::string path = (fs::path(p.dir) / "config.toml").string();
+    if (fs::exists(path))
+      SHAMN_INPUT_CHECK(read_text(path) == p.config.to_toml(), "'", path,
+                        "' holds a different config from the one this sweep resolves for point ", p.name,
+                        ": the directory belongs to another sweep (or the sweep file or base config changed); "
+                        "pick another sweep.out_dir (--out-dir) or delete ", p.dir);
+  }
+  for (const SweepPoint& p : points) {
+    fs::create_directories(p.dir);
+    const std::string path = (fs::path(p.dir) / "config.toml").string();
+    if (!fs::exists(path)) write_file_atomically(path, p.config.to_toml());
+  }
+}
+
+// One sweep per directory at a time: two would train the same points into the
+// same run directories. The children inherit the descriptor (no O_CLOEXEC), so
+// the lock lasts until the sweep and every child it started have ended, however
+// they end: after a `kill -9` of the sweep alone, a rerun waits for its orphans.
+class SweepLock {
+ public:
+  explicit SweepLock(const std::string& dir) {
+    fs::create_directories(dir);
+    const std::string path = (fs::path(dir) / ".sweep.lock").string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+    SHAMN_INPUT_CHECK(fd_ >= 0, "cannot create '", path, "'");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw InputError("another shamn sweep is running in '" + dir + "' (it holds " + path +
+                       "): wait for it, or stop it with Ctrl-C");
+    }
+  }
+  ~SweepLock() { ::close(fd_); }
+  SweepLock(const SweepLock&) = delete;
+  SweepLock& operator=(const SweepLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// gnuplot draws the plots when it is installed; the CSV and summary never need it.
+void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
+  const fs::path out(spec.out_dir);
+  const std::string data = (out / "plot_data.tsv").string(), script = (out / "plots.gnuplot").string();
+  fs::create_directories(out / "plots");
+  write_file_atomically(data, plot_data_tsv(spec.axes, rows));
+  write_file_atomically(script, gnuplot_script(spec.axes, rows, data, (out / "plots").string()));
+  std::string gnuplot;
+  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"})
+    if (fs::exists(fs::path(dir) / "gnuplot")) gnuplot = (fs::path(dir) / "gnuplot").string();
+  if (gnuplot.empty()) {
+    std::printf("warning: gnuplot is not installed (apt-get install gnuplot-nox): no plots; "
+                "the data and script are in %s and %s\n", data.c_str(), script.c_str());
+    return;
+  }
+  const std::string log = (out / "gnuplot.log").string();
+  const ChildResult r = run_child({gnuplot, script}, log, log);
+  if (r.exit_status != 0)
+    std::printf("warning: gnuplot failed (see %s); results.csv and summary.md are complete\n", log.c_str());
+  else
+    std::printf("plots in %s (png and svg)\n", (out / "plots").string().c_str());
+}
+
+}  // namespace
+
+void run_sweep(const std::string& file, const SweepOptions& a) {
+  SweepSpec spec = SweepSpec::from_file(file);
+  if (!a.out_dir.empty()) spec.out_dir = a.out_dir;
+  if (a.jobs > 0) spec.jobs = a.jobs;
+  if (a.threads_per_job > 0) spec.threads_per_job = a.threads_per_job;
+  // Every point is resolved and validated before anything runs.
+  const std::vector<SweepPoint> points = expand_sweep(spec, a.overrides);
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  PointSettings settings;
+  settings.exe = self_executable();
+  settings.threads = spec.threads_per_job > 0 ? spec.threads_per_job : std::max<int64_t>(1, cores / spec.jobs);
+  settings.eval_windows = spec.eval_windows;
+
+  std::vector<const SweepPoint*> todo, skipped;
+  int64_t resumable = 0;
+  for (const SweepPoint& p : points) {
+    const PointState state = point_state(p);
+    (state == PointState::finished ? skipped : todo).push_back(&p);
+    if (state == PointState::interrupted) ++resumable;
+  }
+  const auto finished = static_cast<int64_t>(skipped.size());
+  std::printf("sweep %s: %zu points (%zu axes x %zu seeds) in %s; %lld finished (skipped), %lld to resume, "
+              "%lld new; %lld jobs x %lld threads\n",
+              file.c_str(), points.size(), spec.axes.size(), std::max<size_t>(1, spec.seeds.size()),
+              spec.out_dir.c_str(), static_cast<long long>(finished), static_cast<long long>(resumable),
+              static_cast<long long>(todo.size()) - resumable, static_cast<long long>(spec.jobs),
+              static_cast<long long>(settings.threads));
+  for (const SweepPoint* p : skipped) std::printf("  skipped %s (finished)\n", p->name.c_str());
+  if (a.dry_run) {
+    for (const SweepPoint* p : todo) std::printf("  would run %s\n", p->name.c_str());
+    return;
+  }
+  const SweepLock lock(spec.out_dir);
+  check_or_write_configs(points);
+  std::fflush(stdout);
+
+  std::mutex print;
+  std::atomic<size_t> next{0};
+  std::vector<std::string> failures;
+  auto worker = [&] {
+    while (!stop_requested()) {
+      const size_t i = next++;
+      if (i >= todo.size()) break;
+      const SweepPoint& p = *todo[i];
+      {
+        std::lock_guard lock(print);
+        std::printf("  %s %s\n", point_state(p) == PointState::interrupted ? "resuming" : "running", p.name.c_str());
+        std::fflush(stdout);
+      }
+      std::string outcome;
+      try {
+        outcome = run_point(p, settings) ? "finished" : "stopped (a rerun resumes it)";
+      } catch (const std::exception& e) {  // a bad file or JSON too: this point fails, the others go on
+        outcome = std::string("FAILED, ") + e.what();
+        std::lock_guard lock(print);
+        failures.push_back(p.name);
+      }
+      std::lock_guard lock(print);
+      std::printf("  %s: %s\n", p.name.c_str(), outcome.c_str());
+      std::fflush(stdout);
+    }
+  };
+  {
+    const ChildStopGuard guard;
+    std::vector<std::thread> pool;
+    const size_t jobs = std::min<size_t>(static_cast<size_t>(spec.jobs), todo.size());
+    for (size_t j = 0; j < jobs; ++j) pool.emplace_back(worker);
+    for (std::thread& t : pool) t.join();
+  }
+
+  std::vector<SweepRow> rows;
+  for (const SweepPoint& p : points)
+    if (point_state(p) == PointState::finished) rows.push_back(read_point_result(p));
+  const fs::path out(spec.out_dir);
+  write_file_atomically((out / "results.csv").string(), results_csv(spec.axes, rows));
+  write_file_atomically((out / "summary.md").string(), summary_markdown(spec, rows));
+  std::printf("%zu of %zu points finished: %s, %s\n", rows.size(), points.size(),
+              (out / "results.csv").string().c_str(), (out / "summary.md").string().c_str());
+  if (!rows.empty()) draw_plots(spec, rows);
+  SHAMN_INPUT_CHECK(!stop_requested(), "sweep stopped by a signal with ", points.size() - rows.size(),
+                    " points unfinished: run the same command again to resume them");
+  if (!failures.empty()) {
+    std::string names;
+    for (const std::string& f : failures) {
+      if (!names.empty()) names += ", ";
+      names += f;
+    }
+    throw InputError(std::to_string(failures.size()) + " points failed (" + names +
+                     "); each point's log.txt says why, and a rerun retries them");
+  }
+}
+
+
+}  // namespace shamn

@@ -1,0 +1,2 @@
+// Must not compile: layers sits below train.
+#include "train/trainer.h"
