@@ -32,14 +32,10 @@ BlockSparseDims checked_dims(const char* op, const Var& x, const Var& values,
   return dims;
 }
 
-// f32 runs the fast kernels, f64 the naive ones (gradient checks).
 template <class T>
 void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T* bias,
                   int64_t n, const BlockSparseDims& dims) {
-  if constexpr (std::is_same_v<T, float>)
-    block_sparse_forward(y, x, values, ci, bias, n, dims);
-  else
-    block_sparse_forward_naive(y, x, values, ci, bias, n, dims);
+  block_sparse_forward(y, x, values, ci, bias, n, dims);
 }
 
 // Gradient destinations of one layer; null where no gradient is wanted.
@@ -53,19 +49,9 @@ struct GradRows {
 template <class T>
 void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values,
                    const int32_t* ci, int64_t n, const BlockSparseDims& dims) {
-  constexpr bool kFast = std::is_same_v<T, float>;
-  if (g.dx) {
-    if constexpr (kFast) block_sparse_backward_input(g.dx, dy, values, ci, n, dims);
-    else block_sparse_backward_input_naive(g.dx, dy, values, ci, n, dims);
-  }
-  if (g.dvalues) {
-    if constexpr (kFast) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims);
-    else block_sparse_backward_values_naive(g.dvalues, dy, x, ci, n, dims);
-  }
-  if (g.dbias) {
-    if constexpr (kFast) block_sparse_backward_bias(g.dbias, dy, n, dims);
-    else block_sparse_backward_bias_naive(g.dbias, dy, n, dims);
-  }
+  if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims);
+  if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims);
+  if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);
 }
 
 }  // namespace

@@ -77,59 +77,43 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
   });
 }
 
-// An element-wise activation: f64 runs the obvious scalar formulas (Fn<double>),
-// f32 the vectorised kernels of core/kernels/activation.h.
-template <template <class> class Fn>
+// An element-wise activation: the kernels of core/kernels/activation.h, vectorised
+// for f32 and the obvious scalar formulas for f64.
+template <class Fn>
 Var unary(const char* name, const Var& a) {
   const ProfileScope profile(name, ProfileCategory::forward);
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
-    if constexpr (std::is_same_v<T, float>)
-      Fn<T>::forward_fast(out.data<T>(), a.value().data<T>(), a.numel());
-    else
-      map_forward(out.data<T>(), a.value().data<T>(), a.numel(),
-                  [](T x) { return Fn<T>::forward(x); });
+    Fn::forward(out.data<T>(), a.value().data<T>(), a.numel());
   });
   const Tensor in = a.value();
   return record(name, out, {a}, [=](Node& n) {
     if (!n.needs_grad(0)) return;
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
-      if constexpr (std::is_same_v<T, float>)
-        Fn<T>::backward_fast(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(),
-                             out.data<T>(), in.numel());
-      else
-        map_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(),
-                     out.data<T>(), in.numel(), [](T x, T y) { return Fn<T>::derivative(x, y); });
+      Fn::backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(), out.data<T>(),
+                   in.numel());
     });
   });
 }
 
-template <class T>
+// backward(dx, dy, x, y, n): each takes the input or the output it needs.
 struct GeluFn {
-  static T forward(T x) { return Gelu<T>::forward(x); }
-  static T derivative(T x, T) { return Gelu<T>::derivative(x); }
-  static void forward_fast(float* y, const float* x, int64_t n) { gelu_forward(y, x, n); }
-  static void backward_fast(float* dx, const float* dy, const float* x, const float*, int64_t n) {
+  template <class T> static void forward(T* y, const T* x, int64_t n) { gelu_forward(y, x, n); }
+  template <class T> static void backward(T* dx, const T* dy, const T* x, const T*, int64_t n) {
     gelu_backward(dx, dy, x, n);
   }
 };
-template <class T>
 struct SiluFn {
-  static T forward(T x) { return Silu<T>::forward(x); }
-  static T derivative(T x, T) { return Silu<T>::derivative(x); }
-  static void forward_fast(float* y, const float* x, int64_t n) { silu_forward(y, x, n); }
-  static void backward_fast(float* dx, const float* dy, const float* x, const float*, int64_t n) {
+  template <class T> static void forward(T* y, const T* x, int64_t n) { silu_forward(y, x, n); }
+  template <class T> static void backward(T* dx, const T* dy, const T* x, const T*, int64_t n) {
     silu_backward(dx, dy, x, n);
   }
 };
-template <class T>
 struct SigmoidFn {
-  static T forward(T x) { return shamn::sigmoid(x); }
-  static T derivative(T, T y) { return y * (T(1) - y); }
-  static void forward_fast(float* y, const float* x, int64_t n) { sigmoid_forward(y, x, n); }
-  static void backward_fast(float* dx, const float* dy, const float*, const float* y, int64_t n) {
+  template <class T> static void forward(T* y, const T* x, int64_t n) { sigmoid_forward(y, x, n); }
+  template <class T> static void backward(T* dx, const T* dy, const T*, const T* y, int64_t n) {
     sigmoid_backward(dx, dy, y, n);
   }
 };

@@ -67,29 +67,18 @@ Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket
     using T = decltype(zero);
     const int32_t* bi = bucket_index.data<int32_t>();
     const int32_t* tok = tokens.data<int32_t>();
-    if constexpr (std::is_same_v<T, float>)
-      hash_embedding_forward(out.data<T>(), tv.data<T>(), iv.data<T>(), bi, tok, n, d);
-    else
-      hash_embedding_forward_naive(out.data<T>(), tv.data<T>(), iv.data<T>(), bi, tok, n, d);
+    hash_embedding_forward(out.data<T>(), tv.data<T>(), iv.data<T>(), bi, tok, n, d);
   });
   return record("hash_embedding", out, {table, importance}, [=](Node& node) {
     dispatch_floating(node.out_dtype, "hash_embedding", [&](auto zero) {
       using T = decltype(zero);
-      constexpr bool kFast = std::is_same_v<T, float>;
       const T* dy = node.out_grad.data<T>();
       const int32_t* bi = bucket_index.data<int32_t>();
       const int32_t* tok = tokens.data<int32_t>();
-      if (node.needs_grad(0)) {
-        T* dt = node.input_grad(0).data<T>();
-        if constexpr (kFast) hash_embedding_backward_table(dt, dy, iv.data<T>(), bi, tok, n, d);
-        else hash_embedding_backward_table_naive(dt, dy, iv.data<T>(), bi, tok, n, d);
-      }
-      if (node.needs_grad(1)) {
-        T* di = node.input_grad(1).data<T>();
-        const T* tab = tv.data<T>();
-        if constexpr (kFast) hash_embedding_backward_importance(di, dy, tab, bi, tok, n, d);
-        else hash_embedding_backward_importance_naive(di, dy, tab, bi, tok, n, d);
-      }
+      if (node.needs_grad(0))
+        hash_embedding_backward_table(node.input_grad(0).data<T>(), dy, iv.data<T>(), bi, tok, n, d);
+      if (node.needs_grad(1))
+        hash_embedding_backward_importance(node.input_grad(1).data<T>(), dy, tv.data<T>(), bi, tok, n, d);
     });
   });
 }

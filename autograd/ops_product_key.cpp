@@ -38,12 +38,8 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   const Tensor qv = q.value(), k1 = keys1.value(), k2 = keys2.value(), vv = values.value();
   dispatch_floating(q.dtype(), "product_key_memory", [&](auto zero) {
     using T = decltype(zero);
-    if constexpr (std::is_same_v<T, float>)
-      product_key_forward(out.data<T>(), slots.data<int32_t>(), weights.data<T>(), qv.data<T>(),
-                          k1.data<T>(), k2.data<T>(), vv.data<T>(), N, d);
-    else
-      product_key_forward_naive(out.data<T>(), slots.data<int32_t>(), weights.data<T>(),
-                                qv.data<T>(), k1.data<T>(), k2.data<T>(), vv.data<T>(), N, d);
+    product_key_forward(out.data<T>(), slots.data<int32_t>(), weights.data<T>(), qv.data<T>(),
+                        k1.data<T>(), k2.data<T>(), vv.data<T>(), N, d);
   });
 
   return record("product_key_memory", out, {q, keys1, keys2, values}, [=](Node& node) {
@@ -54,13 +50,8 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
       T* dk2 = node.needs_grad(2) ? node.input_grad(2).data<T>() : nullptr;
       T* dv = node.needs_grad(3) ? node.input_grad(3).data<T>() : nullptr;
       const T* dout = node.out_grad.data<T>();
-      if constexpr (std::is_same_v<T, float>)
-        product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(),
-                             vv.data<T>(), slots.data<int32_t>(), weights.data<T>(), N, d);
-      else
-        product_key_backward_naive(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(),
-                                   k2.data<T>(), vv.data<T>(), slots.data<int32_t>(),
-                                   weights.data<T>(), N, d);
+      product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(),
+                           vv.data<T>(), slots.data<int32_t>(), weights.data<T>(), N, d);
     });
   });
 }

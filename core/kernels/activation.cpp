@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/kernels/elementwise.h"
 #include "core/kernels/vec16.h"
 #include "core/parallel.h"
 
@@ -91,6 +92,25 @@ void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {
     const F s = load_n(y + i, c);
     store_n(dx + i, load_n(dx + i, c) + load_n(dy + i, c) * s * (splat(1.0f) - s), c);
   });
+}
+
+void gelu_forward(double* y, const double* x, int64_t n) {
+  map_forward(y, x, n, [](double v) { return Gelu<double>::forward(v); });
+}
+void gelu_backward(double* dx, const double* dy, const double* x, int64_t n) {
+  map_backward(dx, dy, x, x, n, [](double v, double) { return Gelu<double>::derivative(v); });
+}
+void silu_forward(double* y, const double* x, int64_t n) {
+  map_forward(y, x, n, [](double v) { return Silu<double>::forward(v); });
+}
+void silu_backward(double* dx, const double* dy, const double* x, int64_t n) {
+  map_backward(dx, dy, x, x, n, [](double v, double) { return Silu<double>::derivative(v); });
+}
+void sigmoid_forward(double* y, const double* x, int64_t n) {
+  map_forward(y, x, n, [](double v) { return sigmoid(v); });
+}
+void sigmoid_backward(double* dx, const double* dy, const double* y, int64_t n) {
+  map_backward(dx, dy, y, y, n, [](double, double s) { return s * (1.0 - s); });
 }
 
 }  // namespace shamn

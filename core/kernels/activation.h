@@ -17,4 +17,13 @@ void silu_backward(float* dx, const float* dy, const float* x, int64_t n);
 void sigmoid_forward(float* y, const float* x, int64_t n);
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n);  // y: the output
 
+// f64 (gradient checks): the obvious scalar formulas of core/kernels/elementwise.h
+// element by element, the naive twins, under the same names.
+void gelu_forward(double* y, const double* x, int64_t n);
+void gelu_backward(double* dx, const double* dy, const double* x, int64_t n);
+void silu_forward(double* y, const double* x, int64_t n);
+void silu_backward(double* dx, const double* dy, const double* x, int64_t n);
+void sigmoid_forward(double* y, const double* x, int64_t n);
+void sigmoid_backward(double* dx, const double* dy, const double* y, int64_t n);
+
 }  // namespace shamn

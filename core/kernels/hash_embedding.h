@@ -98,4 +98,23 @@ void hash_embedding_backward_importance_naive(T* dimportance, const T* dout, con
   }
 }
 
+// f64 (gradient checks) runs the naive twins under the fast kernels' names, so an
+// op templated on the scalar calls one name for both dtypes.
+inline void hash_embedding_forward(double* out, const double* table, const double* importance,
+                                   const int32_t* bucket_index, const int32_t* tokens, int64_t n,
+                                   const HashDims& dims) {
+  hash_embedding_forward_naive(out, table, importance, bucket_index, tokens, n, dims);
+}
+inline void hash_embedding_backward_table(double* dtable, const double* dout,
+                                          const double* importance, const int32_t* bucket_index,
+                                          const int32_t* tokens, int64_t n, const HashDims& dims) {
+  hash_embedding_backward_table_naive(dtable, dout, importance, bucket_index, tokens, n, dims);
+}
+inline void hash_embedding_backward_importance(double* dimportance, const double* dout,
+                                               const double* table, const int32_t* bucket_index,
+                                               const int32_t* tokens, int64_t n,
+                                               const HashDims& dims) {
+  hash_embedding_backward_importance_naive(dimportance, dout, table, bucket_index, tokens, n, dims);
+}
+
 }  // namespace shamn

@@ -192,4 +192,19 @@ void product_key_backward_naive(T* dq, T* dkeys1, T* dkeys2, T* dvalues, const T
   }
 }
 
+// f64 (gradient checks) runs the naive twins under the fast kernels' names, so an
+// op templated on the scalar calls one name for both dtypes.
+inline void product_key_forward(double* out, int32_t* slots, double* weights, const double* q,
+                                const double* keys1, const double* keys2, const double* values,
+                                int64_t N, const ProductKeyDims& d) {
+  product_key_forward_naive(out, slots, weights, q, keys1, keys2, values, N, d);
+}
+inline void product_key_backward(double* dq, double* dkeys1, double* dkeys2, double* dvalues,
+                                 const double* dout, const double* q, const double* keys1,
+                                 const double* keys2, const double* values, const int32_t* slots,
+                                 const double* weights, int64_t N, const ProductKeyDims& d) {
+  product_key_backward_naive(dq, dkeys1, dkeys2, dvalues, dout, q, keys1, keys2, values, slots,
+                             weights, N, d);
+}
+
 }  // namespace shamn
