@@ -126,16 +126,8 @@ std::string resume_from(const std::string& run_dir, const ModelConfig& model_con
   return {};
 }
 
-}  // namespace
-
-TrainResult train(RunConfig config, const TrainOptions& options) {
-  const Stopwatch started;
-  const bool resuming = !options.resume_dir.empty();
-  if (resuming) config.train.out_dir = options.resume_dir;
-  const RunConfig& c = config;
-  const std::string run_dir = c.train.out_dir;
-  Console console{options.quiet, std::nullopt};
-
+// The run directory: a new run needs an empty one, a resume an existing one.
+void check_run_dir(const std::string& run_dir, bool resuming, Console& console) {
   if (resuming) {
     SHAMN_INPUT_CHECK(fs::is_directory(run_dir), "--resume ", run_dir, ": no such run directory");
   } else {
@@ -147,25 +139,34 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   }
   if (const int stale = remove_stale_temp_files(run_dir))
     console.say("removed " + std::to_string(stale) + " unfinished temporary file(s) in " + run_dir);
+}
 
-  // Data first: a bad token file should fail before minutes of model setup.
+struct DataFiles {
+  std::shared_ptr<const TokenFile> train;
+  std::unique_ptr<TokenFile> val;  // null without data.val_path
+};
+
+// Opened and checked first: a bad token file should fail before minutes of model setup.
+DataFiles open_data(const RunConfig& c) {
   const TokenFormat format = token_format_from_string(c.data.format);
-  auto train_file = std::make_shared<const TokenFile>(c.data.train_path, format);
-  train_file->check_vocab(c.model.vocab_size);
-  std::unique_ptr<TokenFile> val_file;
+  DataFiles files;
+  auto train = std::make_shared<TokenFile>(c.data.train_path, format);
+  train->check_vocab(c.model.vocab_size);
+  files.train = std::move(train);
   if (!c.data.val_path.empty()) {
-    val_file = std::make_unique<TokenFile>(c.data.val_path, format);
-    val_file->check_vocab(c.model.vocab_size);
-    SHAMN_INPUT_CHECK(sequential_batch_count(*val_file, c.train.batch_size, c.train.seq_len) >= 1,
-                      "val file '", c.data.val_path, "' holds ", val_file->size(),
+    files.val = std::make_unique<TokenFile>(c.data.val_path, format);
+    files.val->check_vocab(c.model.vocab_size);
+    SHAMN_INPUT_CHECK(sequential_batch_count(*files.val, c.train.batch_size, c.train.seq_len) >= 1,
+                      "val file '", c.data.val_path, "' holds ", files.val->size(),
                       " tokens, too few for one evaluation batch of ", c.train.batch_size, " x ",
                       c.train.seq_len + 1);
   }
+  return files;
+}
 
-  Shamn model(c.model);
-  AdamW optimizer(split_weight_decay(model.named_parameters(), c.optim.weight_decay),
-                  {c.optim.beta1, c.optim.beta2, c.optim.eps});
-  TrainState state;
+// The starting weights: the resumed checkpoint, train.init_from, or a fresh init.
+void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming, Shamn& model,
+                  AdamW& optimizer, TrainState& state, Console& console) {
   state.data_seed = static_cast<uint64_t>(c.train.seed);
   if (resuming) {
     const std::string from = resume_from(run_dir, c.model, model, optimizer, &state, console);
@@ -182,140 +183,176 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   } else {
     model.init(static_cast<uint64_t>(c.train.seed));
   }
+}
 
-  const std::string resolved = c.to_toml();
-  fs::create_directories(run_dir);  // only once every input checked out: no empty run left behind
-  write_file_atomically((fs::path(run_dir) / "config.toml").string(), resolved);
-  if (!options.quiet)
-    std::printf("# resolved config (saved in %s/config.toml)\n%s\n", run_dir.c_str(),
-                resolved.c_str());
-  if (!options.quiet) console.progress.emplace(c.log.progress, c.train.max_steps, c.log.every);
-  const int64_t params = model.parameter_count();
-  console.say(fmt("model: %.0f parameters (%.1f MiB f32); %.0f tokens per step", double(params),
-                  double(params) * 4 / (1 << 20), double(c.tokens_per_step())));
+// What one optimizer step did, for the metrics and the progress line.
+struct StepStats {
+  double loss = 0, ce = 0, aux = 0, lr = 0, grad_norm = 0, seconds = 0;
+  bool skipped = false;
+};
 
-  MetricsLog metrics((fs::path(run_dir) / "metrics.jsonl").string(), resuming, state.step);
-  BatchLoader loader(train_file, c.model.vocab_size, c.train.batch_size, c.train.seq_len,
-                     state.data_seed, c.train.prefetch);
-  loader.seek(state.data_position);
-  const LrSchedule schedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.max_steps};
-  const std::vector<NamedVar> named = model.named_parameters();
-  StopSignal stop;
-  TrainResult result;
-  std::vector<double> rates;
-  std::deque<double> recent_seconds;  // the last log.every step times, for tok/s and ETA
+// One training run between setup and the final report: the model, optimizer, data
+// and run directory, and the step / evaluate / checkpoint cycle over them.
+class Run {
+ public:
+  Run(const RunConfig& c, const TrainOptions& options, DataFiles data, Console& console)
+      : c_(c), options_(options), console_(console), run_dir_(c.train.out_dir), data_(std::move(data)),
+        model_(c.model),
+        optimizer_(split_weight_decay(model_.named_parameters(), c.optim.weight_decay),
+                   {c.optim.beta1, c.optim.beta2, c.optim.eps}),
+        named_(model_.named_parameters()),
+        schedule_{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.max_steps} {}
 
-  auto checkpoint = [&](bool also_best) {
-    const ProfileScope profile("checkpoint", ProfileCategory::io);
-    const std::string path = checkpoint_file(run_dir, state.step);
-    save_train_checkpoint(path, model, optimizer, resolved, state);
-    if (also_best) link_best_checkpoint(path, best_checkpoint_file(run_dir));
-    prune_checkpoints(run_dir, c.train.keep_last);
-    result.last_checkpoint = path;
-  };
-  auto run_eval = [&]() -> bool {  // true when this is the best val loss so far
-    if (!val_file) return false;
-    const double loss = evaluate(model, *val_file, c);
-    result.last_val_loss = loss;
-    metrics.write(state.step, {{"val_loss", loss}, {"val_ppl", std::exp(loss)}});
-    const bool best = loss < state.best_val_loss;
-    if (best) state.best_val_loss = loss;
-    console.say(fmt("eval: val loss %.4f | val ppl %.2f", loss, std::exp(loss)) +
-                (best ? " (best)" : ""));
-    return best;
-  };
-
-  if (state.step >= c.train.max_steps)
-    console.say("the run is already at train.max_steps = " + std::to_string(c.train.max_steps));
-
-  int64_t steps_here = 0;  // steps run by this process, for the profiler's trace window
-  try {
-    while (state.step < c.train.max_steps) {
-      profile_begin_step(++steps_here);
-      const ProfileScope step_scope("train_step", ProfileCategory::step);
-      const Stopwatch step_clock;
-      const double lr = schedule.at(state.step);
-      profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer.zero_grad(); });
-      double loss_sum = 0, ce_sum = 0, aux_sum = 0;
-      for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-        const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader.next(); });
-        const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
-                                          [&] { return model.loss(batch.inputs, batch.targets); });
-        loss_sum += loss.loss.value().item();
-        ce_sum += loss.ce.value().item();
-        aux_sum += loss.aux.value().item();
-        const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c.train.grad_accum));
-        profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
-      }
-      state.data_position = loader.position();
-      const double n_micro = static_cast<double>(c.train.grad_accum);
-      const double loss = loss_sum / n_micro;
-      if (options.after_backward) options.after_backward(state.step + 1, model);
-      const double grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer,
-                                        [&] { return clip_grad_norm(named, c.optim.grad_clip); });
-      const bool skipped = !std::isfinite(loss) || !std::isfinite(grad_norm);
-      if (skipped) {
-        ++state.bad_steps;
-      } else {
-        const ProfileScope profile("adamw_step", ProfileCategory::optimizer);
-        optimizer.step(lr);
-        state.bad_steps = 0;
-      }
-      state.optim_step = optimizer.step_count();
-      ++state.step;
-      state.tokens_seen += c.tokens_per_step();
-      const double step_s = step_clock.seconds();
-      state.elapsed_s += step_s;
-      if (result.first_step_s == 0) result.first_step_s = started.seconds();
-
-      recent_seconds.push_back(step_s);
-      if (static_cast<int64_t>(recent_seconds.size()) > c.log.every) recent_seconds.pop_front();
-      double window = 0;
-      for (double s : recent_seconds) window += s;
-      const double rate = static_cast<double>(c.tokens_per_step()) / step_s;
-      rates.push_back(rate);
-      metrics.write(state.step, {{"loss", loss}, {"ce", ce_sum / n_micro}, {"aux", aux_sum / n_micro},
-                                 {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_s", rate},
-                                 {"elapsed_s", state.elapsed_s}, {"skipped", skipped ? 1.0 : 0.0}});
-      if (console.progress) {
-        const double mean_step = window / static_cast<double>(recent_seconds.size());
-        console.progress->step({state.step, loss, lr, grad_norm,
-                                static_cast<double>(c.tokens_per_step()) / mean_step,
-                                mean_step * static_cast<double>(c.train.max_steps - state.step),
-                                skipped});
-      }
-      if (state.bad_steps >= c.train.max_bad_steps) {
-        const auto kept = list_checkpoints(run_dir);
-        SHAMN_CHECK(false, "the loss or gradient norm was not finite for ", state.bad_steps,
-                    " steps in a row (train.max_bad_steps), up to step ", state.step,
-                    "; stopping without saving. The last good checkpoint is ",
-                    kept.empty() ? std::string("none (no checkpoint was written yet)") : kept.back(),
-                    "; try a lower optim.lr or optim.grad_clip");
-      }
-
-      const bool last = state.step == c.train.max_steps;
-      const bool eval_now = last || (c.train.eval_every > 0 && state.step % c.train.eval_every == 0);
-      const bool best = eval_now && run_eval();
-      const bool save_now = last || stop.requested() || best ||
-                            (c.train.checkpoint_every > 0 && state.step % c.train.checkpoint_every == 0);
-      if (save_now) checkpoint(best);
-      if (stop.requested() && !last) {
-        result.interrupted = true;
-        console.say("stopped by signal " + std::to_string(stop.signal_number()) + " at step " +
-                    std::to_string(state.step) + "; resume with: shamn train --resume " + run_dir);
-        break;
-      }
-    }
-  } catch (const InputError& e) {
-    stop_after_io_error(e, run_dir);
+  // Weights in place, the run directory and its config written, the logs open.
+  void start(bool resuming) {
+    load_or_init(c_, run_dir_, resuming, model_, optimizer_, state_, console_);
+    resolved_ = c_.to_toml();
+    fs::create_directories(run_dir_);  // only once every input checked out: no empty run left behind
+    write_file_atomically((fs::path(run_dir_) / "config.toml").string(), resolved_);
+    if (!options_.quiet)
+      std::printf("# resolved config (saved in %s/config.toml)\n%s\n", run_dir_.c_str(), resolved_.c_str());
+    if (!options_.quiet) console_.progress.emplace(c_.log.progress, c_.train.max_steps, c_.log.every);
+    const double params = static_cast<double>(model_.parameter_count());
+    console_.say(fmt("model: %.0f parameters (%.1f MiB f32); %.0f tokens per step", params,
+                     params * 4 / (1 << 20), double(c_.tokens_per_step())));
+    metrics_.emplace((fs::path(run_dir_) / "metrics.jsonl").string(), resuming, state_.step);
+    loader_.emplace(data_.train, c_.model.vocab_size, c_.train.batch_size, c_.train.seq_len,
+                    state_.data_seed, c_.train.prefetch);
+    loader_->seek(state_.data_position);
   }
 
-  result.step = state.step;
-  result.best_val_loss = state.best_val_loss;
-  result.median_tokens_per_s = median(rates);
-  result.peak_rss_bytes = peak_rss_bytes();
-  const double state_mib = 4.0 * 4.0 * static_cast<double>(params) / (1 << 20);
-  console.say(fmt("done: step %.0f | median %.0f tok/s | first step after %.2f s", double(state.step),
+  bool finished() const { return state_.step >= c_.train.max_steps; }
+
+  // grad_accum micro-batches, clipping, and the AdamW update unless the step is not finite.
+  StepStats step() {
+    const Stopwatch clock;
+    StepStats s;
+    s.lr = schedule_.at(state_.step);
+    profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer_.zero_grad(); });
+    for (int64_t micro = 0; micro < c_.train.grad_accum; ++micro) {
+      const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader_->next(); });
+      const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
+                                        [&] { return model_.loss(batch.inputs, batch.targets); });
+      s.loss += loss.loss.value().item();
+      s.ce += loss.ce.value().item();
+      s.aux += loss.aux.value().item();
+      const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c_.train.grad_accum));
+      profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
+    }
+    state_.data_position = loader_->position();
+    const double n_micro = static_cast<double>(c_.train.grad_accum);
+    s.loss /= n_micro;
+    s.ce /= n_micro;
+    s.aux /= n_micro;
+    if (options_.after_backward) options_.after_backward(state_.step + 1, model_);
+    s.grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer,
+                           [&] { return clip_grad_norm(named_, c_.optim.grad_clip); });
+    s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+    if (s.skipped) {
+      ++state_.bad_steps;
+    } else {
+      const ProfileScope profile("adamw_step", ProfileCategory::optimizer);
+      optimizer_.step(s.lr);
+      state_.bad_steps = 0;
+    }
+    state_.optim_step = optimizer_.step_count();
+    ++state_.step;
+    state_.tokens_seen += c_.tokens_per_step();
+    s.seconds = clock.seconds();
+    state_.elapsed_s += s.seconds;
+    return s;
+  }
+
+  // The step's metrics record and progress line; stops the run after too many bad steps.
+  void report(const StepStats& s) {
+    recent_seconds_.push_back(s.seconds);
+    if (static_cast<int64_t>(recent_seconds_.size()) > c_.log.every) recent_seconds_.pop_front();
+    double window = 0;
+    for (double t : recent_seconds_) window += t;
+    const double rate = static_cast<double>(c_.tokens_per_step()) / s.seconds;
+    rates_.push_back(rate);
+    metrics_->write(state_.step, {{"loss", s.loss}, {"ce", s.ce}, {"aux", s.aux}, {"lr", s.lr},
+                                  {"grad_norm", s.grad_norm}, {"tokens_per_s", rate},
+                                  {"elapsed_s", state_.elapsed_s}, {"skipped", s.skipped ? 1.0 : 0.0}});
+    if (console_.progress) {
+      const double mean_step = window / static_cast<double>(recent_seconds_.size());
+      console_.progress->step({state_.step, s.loss, s.lr, s.grad_norm,
+                               static_cast<double>(c_.tokens_per_step()) / mean_step,
+                               mean_step * static_cast<double>(c_.train.max_steps - state_.step),
+                               s.skipped});
+    }
+    if (state_.bad_steps >= c_.train.max_bad_steps) {
+      const auto kept = list_checkpoints(run_dir_);
+      SHAMN_CHECK(false, "the loss or gradient norm was not finite for ", state_.bad_steps,
+                  " steps in a row (train.max_bad_steps), up to step ", state_.step,
+                  "; stopping without saving. The last good checkpoint is ",
+                  kept.empty() ? std::string("none (no checkpoint was written yet)") : kept.back(),
+                  "; try a lower optim.lr or optim.grad_clip");
+    }
+  }
+
+  // Evaluates and checkpoints when the schedule, the end of the run or a stop
+  // request says so. Returns false when a stop request ends the run here.
+  bool evaluate_and_checkpoint(const StopSignal& stop, TrainResult& result) {
+    const bool last = finished();
+    const bool eval_now = last || (c_.train.eval_every > 0 && state_.step % c_.train.eval_every == 0);
+    const bool best = eval_now && run_eval(result);
+    const bool save_now = last || stop.requested() || best ||
+                          (c_.train.checkpoint_every > 0 && state_.step % c_.train.checkpoint_every == 0);
+    if (save_now) checkpoint(best, result);
+    if (!stop.requested() || last) return true;
+    result.interrupted = true;
+    console_.say("stopped by signal " + std::to_string(stop.signal_number()) + " at step " +
+                 std::to_string(state_.step) + "; resume with: shamn train --resume " + run_dir_);
+    return false;
+  }
+
+  const TrainState& state() const { return state_; }
+  const std::vector<double>& rates() const { return rates_; }
+  int64_t parameter_count() const { return model_.parameter_count(); }
+
+ private:
+  // True when this is the best val loss so far.
+  bool run_eval(TrainResult& result) {
+    if (!data_.val) return false;
+    const double loss = evaluate(model_, *data_.val, c_);
+    result.last_val_loss = loss;
+    metrics_->write(state_.step, {{"val_loss", loss}, {"val_ppl", std::exp(loss)}});
+    const bool best = loss < state_.best_val_loss;
+    if (best) state_.best_val_loss = loss;
+    console_.say(fmt("eval: val loss %.4f | val ppl %.2f", loss, std::exp(loss)) + (best ? " (best)" : ""));
+    return best;
+  }
+
+  void checkpoint(bool also_best, TrainResult& result) {
+    const ProfileScope profile("checkpoint", ProfileCategory::io);
+    const std::string path = checkpoint_file(run_dir_, state_.step);
+    save_train_checkpoint(path, model_, optimizer_, resolved_, state_);
+    if (also_best) link_best_checkpoint(path, best_checkpoint_file(run_dir_));
+    prune_checkpoints(run_dir_, c_.train.keep_last);
+    result.last_checkpoint = path;
+  }
+
+  const RunConfig& c_;
+  const TrainOptions& options_;
+  Console& console_;
+  const std::string run_dir_;
+  DataFiles data_;
+  Shamn model_;
+  AdamW optimizer_;
+  const std::vector<NamedVar> named_;
+  const LrSchedule schedule_;
+  TrainState state_;
+  std::string resolved_;
+  std::optional<MetricsLog> metrics_;
+  std::optional<BatchLoader> loader_;
+  std::vector<double> rates_;
+  std::deque<double> recent_seconds_;  // the last log.every step times, for tok/s and ETA
+};
+
+void report_end(const Run& run, const TrainResult& result, Console& console) {
+  const double state_mib = 4.0 * 4.0 * static_cast<double>(run.parameter_count()) / (1 << 20);
+  console.say(fmt("done: step %.0f | median %.0f tok/s | first step after %.2f s", double(result.step),
                   result.median_tokens_per_s, result.first_step_s));
   console.say(fmt("peak RSS %.0f MiB (parameters + gradients + 2 AdamW moments: %.0f MiB, ratio %.2f)",
                   double(result.peak_rss_bytes) / (1 << 20), state_mib,
@@ -323,6 +360,43 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   if (std::isfinite(result.last_val_loss))
     console.say(fmt("final val loss %.4f | val perplexity %.2f", result.last_val_loss,
                     std::exp(result.last_val_loss)));
+}
+
+}  // namespace
+
+TrainResult train(RunConfig config, const TrainOptions& options) {
+  const Stopwatch started;
+  const bool resuming = !options.resume_dir.empty();
+  if (resuming) config.train.out_dir = options.resume_dir;
+  const RunConfig& c = config;
+  Console console{options.quiet, std::nullopt};
+  check_run_dir(c.train.out_dir, resuming, console);
+  Run run(c, options, open_data(c), console);
+  run.start(resuming);
+
+  if (run.finished())
+    console.say("the run is already at train.max_steps = " + std::to_string(c.train.max_steps));
+  StopSignal stop;
+  TrainResult result;
+  int64_t steps_here = 0;  // steps run by this process, for the profiler's trace window
+  try {
+    while (!run.finished()) {
+      profile_begin_step(++steps_here);
+      const ProfileScope step_scope("train_step", ProfileCategory::step);
+      const StepStats s = run.step();
+      if (result.first_step_s == 0) result.first_step_s = started.seconds();
+      run.report(s);
+      if (!run.evaluate_and_checkpoint(stop, result)) break;
+    }
+  } catch (const InputError& e) {
+    stop_after_io_error(e, c.train.out_dir);
+  }
+
+  result.step = run.state().step;
+  result.best_val_loss = run.state().best_val_loss;
+  result.median_tokens_per_s = median(run.rates());
+  result.peak_rss_bytes = peak_rss_bytes();
+  report_end(run, result, console);
   return result;
 }
 
