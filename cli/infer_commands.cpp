@@ -8,6 +8,8 @@
 #include <iterator>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "core/timing.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
@@ -161,16 +163,19 @@ void run_eval(const EvalArgs& a) {
   const EvalResult r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, f, ref ? &rf : nullptr);
   // stdout stays one JSON object: the table goes to stderr.
   end_profile(a.profile, kEvalTrace, stderr);
-  std::printf("{\"model\":\"%s\",\"kind\":\"%s\",\"data\":\"%s\",\"seq_len\":%" PRId64 ",\"windows\":%" PRId64
-              ",\"tokens\":%" PRId64 ",\"loss\":%.6f,\"perplexity\":%.4f",
-              a.model.c_str(), model.kind().c_str(), a.data.c_str(), a.seq_len, r.windows, r.tokens, r.loss,
-              r.perplexity());
-  if (ref)
-    std::printf(",\"reference\":\"%s\",\"reference_loss\":%.6f,\"reference_perplexity\":%.4f,"
-                "\"perplexity_ratio\":%.6f,\"mean_kl\":%.6g,\"top1_agreement\":%.6f",
-                a.reference.c_str(), r.reference_loss, std::exp(r.reference_loss),
-                std::exp(r.loss - r.reference_loss), r.mean_kl, r.top1_agreement);
-  std::printf(",\"seconds\":%.2f}\n", t0.seconds());
+  nlohmann::ordered_json out = {{"model", a.model}, {"kind", model.kind()}, {"data", a.data},
+                                {"seq_len", a.seq_len}, {"windows", r.windows}, {"tokens", r.tokens},
+                                {"loss", r.loss}, {"perplexity", r.perplexity()}};
+  if (ref) {
+    out["reference"] = a.reference;
+    out["reference_loss"] = r.reference_loss;
+    out["reference_perplexity"] = std::exp(r.reference_loss);
+    out["perplexity_ratio"] = std::exp(r.loss - r.reference_loss);
+    out["mean_kl"] = r.mean_kl;
+    out["top1_agreement"] = r.top1_agreement;
+  }
+  out["seconds"] = t0.seconds();
+  std::printf("%s\n", out.dump().c_str());
 }
 
 // ---- bench ----
@@ -252,12 +257,12 @@ void run_bench(const BenchArgs& a) {
   const double rss_mib = peak_rss_bytes() / 1048576.0;
   const char* kernel = model.runtime ? quant_kernel_name(quant_kernel()) : "autograd";
   if (a.json) {
-    std::printf("{\"model\":\"%s\",\"kind\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"prompt_tokens\":%" PRId64
-                ",\"decode_tokens\":%" PRId64 ",\"repeats\":%" PRId64
-                ",\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"weight_bytes_per_token\":%" PRIu64
-                ",\"file_bytes\":%" PRIu64 ",\"peak_rss_mib\":%.1f}\n",
-                a.model.c_str(), model.kind().c_str(), kernel, num_threads(), a.prompt_tokens, a.decode_tokens,
-                a.repeats, pre, dec, per_token, file_bytes, rss_mib);
+    const nlohmann::ordered_json out = {
+        {"model", a.model}, {"kind", model.kind()}, {"kernel", kernel}, {"threads", num_threads()},
+        {"prompt_tokens", a.prompt_tokens}, {"decode_tokens", a.decode_tokens}, {"repeats", a.repeats},
+        {"prefill_tok_s", pre}, {"decode_tok_s", dec}, {"weight_bytes_per_token", per_token},
+        {"file_bytes", file_bytes}, {"peak_rss_mib", rss_mib}};
+    std::printf("%s\n", out.dump().c_str());
     end_profile(a.profile, kBenchTrace, stderr);  // stdout stays one JSON line
     return;
   }

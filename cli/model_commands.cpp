@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "data/token_file.h"
@@ -58,8 +60,10 @@ void run_loss(const LossArgs& a) {
   std::unique_ptr<NoGradGuard> no_grad;
   if (!want_grads) no_grad = std::make_unique<NoGradGuard>();
   const Shamn::Loss loss = model.loss(inputs, targets);
-  std::printf("{\"loss\":%.9g,\"ce\":%.9g,\"aux\":%.9g}\n", loss.loss.value().item(),
-              loss.ce.value().item(), loss.aux.value().item());
+  const nlohmann::ordered_json out = {{"loss", loss.loss.value().item()},
+                                      {"ce", loss.ce.value().item()},
+                                      {"aux", loss.aux.value().item()}};
+  std::printf("%s\n", out.dump().c_str());
   if (!want_grads) return;
   loss.loss.backward();
   Hdf5Writer writer(a.grads, "grads");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "core/atomic_file.h"
 
 namespace shamn {
@@ -15,29 +17,6 @@ std::string printf_string(const char* format, auto... args) {
   char buf[512];
   std::snprintf(buf, sizeof(buf), format, args...);
   return buf;
-}
-
-void append_json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      out += printf_string("\\u%04x", c);
-    } else {
-      out += ch;
-    }
-  }
-  out += '"';
-}
-
-// Microseconds with the nanoseconds kept, so nested events stay nested.
-std::string micros(int64_t ns) {
-  ns = std::max<int64_t>(ns, 0);
-  return printf_string("%lld.%03lld", static_cast<long long>(ns / 1000),
-                       static_cast<long long>(ns % 1000));
 }
 
 }  // namespace
@@ -72,31 +51,25 @@ std::string format_profile_table(const ProfileReport& report, size_t max_rows) {
 }
 
 std::string chrome_trace_json(const ProfileReport& report) {
-  std::string out = "{\"traceEvents\":[";
-  bool first = true;
-  auto next = [&] {
-    if (!first) out += ",\n";
-    first = false;
-  };
+  // Timestamps in microseconds with the nanoseconds kept, so nested events stay nested.
+  auto micros = [](int64_t ns) { return static_cast<double>(std::max<int64_t>(ns, 0)) / 1000.0; };
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
   for (const ProfileThread& t : report.threads) {
-    next();
-    out += printf_string("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":", t.tid);
-    append_json_string(out, t.name);
-    out += "}}";
-    for (const ProfileEvent& e : t.events) {
-      next();
-      out += "{\"name\":";
-      append_json_string(out, e.name);
-      out += printf_string(",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":1,\"tid\":%d}",
-                           profile_category_name(e.category), micros(e.begin_ns).c_str(),
-                           micros(e.duration_ns).c_str(), t.tid);
-    }
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t.tid},
+                      {"args", {{"name", t.name}}}});
+    for (const ProfileEvent& e : t.events)
+      events.push_back({{"name", e.name}, {"cat", profile_category_name(e.category)}, {"ph", "X"},
+                        {"ts", micros(e.begin_ns)}, {"dur", micros(e.duration_ns)}, {"pid", 1},
+                        {"tid", t.tid}});
   }
-  out += "],\"displayTimeUnit\":\"ms\"";
-  out += printf_string(",\"otherData\":{\"first_traced_step\":%lld,\"last_traced_step\":%lld,\"dropped_events\":%lld}}\n",
-                       static_cast<long long>(report.first_traced_step),
-                       static_cast<long long>(report.last_traced_step),
-                       static_cast<long long>(report.dropped_events));
+  const nlohmann::ordered_json trace = {
+      {"traceEvents", std::move(events)},
+      {"displayTimeUnit", "ms"},
+      {"otherData", {{"first_traced_step", report.first_traced_step},
+                     {"last_traced_step", report.last_traced_step},
+                     {"dropped_events", report.dropped_events}}}};
+  std::string out = trace.dump();
+  out += "\n";
   return out;
 }
 

@@ -10,18 +10,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/fault.h"
 
 namespace shamn {
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
-  return buf;
-}
 
 MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t resume_step) : path_(path) {
   if (resume && std::filesystem::exists(path)) {
@@ -48,9 +43,10 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write(int64_t step, const std::vector<std::pair<std::string, double>>& fields) {
-  std::string line = "{\"step\":" + std::to_string(step);
-  for (const auto& [name, value] : fields) line += ",\"" + name + "\":" + json_number(value);
-  line += "}\n";
+  // "step" first, in insertion order: a resume finds a record's step at the start of its line.
+  nlohmann::ordered_json record = {{"step", step}};
+  for (const auto& [name, value] : fields) record[name] = value;  // not finite: null
+  const std::string line = record.dump() + "\n";
   // One write() per record, unbuffered: a killed run keeps every record it printed.
   // A fault strikes after half the line, to leave the torn record a real crash can.
   const bool fault_due = fault::due("metrics.append");

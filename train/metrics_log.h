@@ -28,6 +28,4 @@ class MetricsLog {
   int fd_ = -1;
 };
 
-std::string json_number(double v);
-
 }  // namespace shamn

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/profile_report.h"
 #include "core/profiler.h"
 
@@ -249,12 +251,21 @@ TEST_CASE("profiler: the Chrome trace holds complete events and thread names", "
   }
   const std::string json = chrome_trace_json(profile_report());
   INFO(json);
-  CHECK(json.rfind("{\"traceEvents\":[", 0) == 0);
-  CHECK(json.find("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":") != std::string::npos);
-  CHECK(json.find("\"args\":{\"name\":\"main\"}") != std::string::npos);
-  CHECK(json.find("{\"name\":\"say \\\"hi\\\"\\\\\",\"cat\":\"io\",\"ph\":\"X\",\"ts\":1.500,\"dur\":2.750,\"pid\":1,") !=
-        std::string::npos);
-  CHECK(json.find("\"first_traced_step\":1,\"last_traced_step\":1") != std::string::npos);
+  const nlohmann::json trace = nlohmann::json::parse(json);  // valid JSON, names escaped
+  const nlohmann::json& events = trace.at("traceEvents");
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].at("name") == "thread_name");
+  CHECK(events[0].at("ph") == "M");
+  CHECK(events[0].at("args").at("name") == "main");
+  const nlohmann::json& e = events[1];
+  CHECK(e.at("name") == "say \"hi\"\\");
+  CHECK(e.at("cat") == "io");
+  CHECK(e.at("ph") == "X");
+  CHECK(e.at("ts").get<double>() == 1.5);  // microseconds, nanoseconds kept
+  CHECK(e.at("dur").get<double>() == 2.75);
+  CHECK(e.at("tid") == events[0].at("tid"));
+  CHECK(trace.at("otherData").at("first_traced_step") == 1);
+  CHECK(trace.at("otherData").at("last_traced_step") == 1);
 }
 
 }  // namespace shamn

@@ -29,14 +29,14 @@ TEST_CASE("a failed metrics append is an error, and a resume drops the torn reco
   }
   const std::string torn = test::read_text(path);
   CHECK(torn.substr(0, torn.rfind('\n') + 1) ==
-        "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}\n{\"step\":3,\"loss\":2}\n");
+        "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}\n{\"step\":3,\"loss\":2.0}\n");
   CHECK(torn.substr(torn.rfind('\n') + 1) == "{\"step\":4,\"");  // half the record
   {
     MetricsLog log(path, true, 4);  // even a torn record of an earlier step goes
     log.write(4, {{"loss", 1.75}});
   }
   CHECK(test::read_text(path) ==
-        "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}\n{\"step\":3,\"loss\":2}\n"
+        "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}\n{\"step\":3,\"loss\":2.0}\n"
         "{\"step\":4,\"loss\":1.75}\n");
   std::filesystem::remove_all(dir);
 }
