@@ -111,7 +111,7 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
   return record("moe_combine", out, {gates, expert_rows}, [=](Node& node) {
     dispatch_floating(node.out_dtype, "moe_combine", [&](auto zero) {
       using T = decltype(zero);
-      const int32_t* row = rows_kept.data<int32_t>();
+      const int32_t* kept_row = rows_kept.data<int32_t>();
       const T* dout = node.out_grad.data<T>();
       const T* g = gv.data<T>();
       const T* ys = yv.data<T>();
@@ -121,7 +121,7 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
       parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
         for (int64_t t = lo; t < hi; ++t)
           for (int64_t i = 0; i < k; ++i) {
-            const int64_t r = row[t * k + i];
+            const int64_t r = kept_row[t * k + i];
             const T* dot = dout + t * dim;
             if (dg) {
               const T* y = ys + r * dim;

@@ -137,7 +137,7 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
     for (const SweepPoint* p : todo) std::printf("  would run %s\n", p->name.c_str());
     return;
   }
-  const SweepLock lock(spec.out_dir);
+  const SweepLock sweep_lock(spec.out_dir);
   check_or_write_configs(points);
   std::fflush(stdout);
 

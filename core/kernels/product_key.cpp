@@ -148,8 +148,8 @@ struct SelectScratch {
   std::vector<Scored> buf, best;
   std::vector<float> rs, a, c;
   std::vector<int32_t> rid, I, J;
-  SelectScratch(const ProductKeyDims& d, float z)
-      : z(z), cap(std::max(3 * d.k + kScanBlock, d.n + 1)) {
+  SelectScratch(const ProductKeyDims& d, float z_guess)
+      : z(z_guess), cap(std::max(3 * d.k + kScanBlock, d.n + 1)) {
     const auto k = static_cast<size_t>(d.k), padded = static_cast<size_t>(cap + kRankLanes);
     buf.resize(static_cast<size_t>(cap));
     best.resize(k);
