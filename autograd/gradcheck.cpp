@@ -39,8 +39,7 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
                           const GradcheckOptions& options) {
   std::vector<Var> leaves;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const bool check = is_floating(inputs[i].dtype()) &&
-                       !(i < options.skip.size() && options.skip[i]);
+    const bool check = is_floating(inputs[i].dtype()) && !(i < options.skip.size() && options.skip[i]);
     leaves.emplace_back(inputs[i].clone(), check);
   }
   return gradcheck_leaves([&] { return f(leaves); }, leaves, options);
@@ -72,9 +71,8 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
     if (err > options.atol && rel > result.max_rel_error) result.max_rel_error = rel;
     if (bad && result.ok) {
       std::ostringstream out;
-      out << "input " << input << " " << leaves[input].value().str() << " " << where
-          << ": analytic " << analytic << " vs numeric " << numeric << " (abs err " << err
-          << ")";
+      out << "input " << input << " " << leaves[input].value().str() << " " << where << ": analytic "
+          << analytic << " vs numeric " << numeric << " (abs err " << err << ")";
       result.report = out.str();
       result.ok = false;
     }
@@ -83,8 +81,7 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (!leaves[i].requires_grad()) continue;
     Tensor x = leaves[i].value();
-    const Tensor grad =
-        leaves[i].grad().defined() ? leaves[i].grad() : Tensor::zeros(x.shape(), x.dtype());
+    const Tensor grad = leaves[i].grad().defined() ? leaves[i].grad() : Tensor::zeros(x.shape(), x.dtype());
     const Tensor original = x.clone();
     if (options.directions > 0) {
       for (int k = 0; k < options.directions; ++k) {
@@ -97,8 +94,7 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
         add_scaled(x, d, -options.eps);
         const double minus = loss_at();
         x.copy_from(original);
-        compare(analytic, (plus - minus) / (2 * options.eps), i,
-                "direction " + std::to_string(k));
+        compare(analytic, (plus - minus) / (2 * options.eps), i, "direction " + std::to_string(k));
       }
       continue;
     }
@@ -109,8 +105,7 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
       const double x_minus = set_element(x, e, original.item(e) - options.eps);
       const double minus = loss_at();
       x.copy_from(original);
-      compare(grad.item(e), (plus - minus) / (x_plus - x_minus), i,
-              "element " + std::to_string(e));
+      compare(grad.item(e), (plus - minus) / (x_plus - x_minus), i, "element " + std::to_string(e));
     }
   }
   return result;

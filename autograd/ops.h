@@ -23,9 +23,9 @@ Var scale(const Var& a, double factor);
 Var sum(const Var& a);   // all elements -> scalar (shape [])
 Var mean(const Var& a);  // all elements -> scalar
 
-Var reshape(const Var& a, const Shape& shape);        // a view: no copy
+Var reshape(const Var& a, const Shape& shape);             // a view: no copy
 Var slice_last(const Var& a, int64_t begin, int64_t end);  // [..., begin:end]
-Var concat_last(const std::vector<Var>& parts);        // along the last dim
+Var concat_last(const std::vector<Var>& parts);            // along the last dim
 
 // table: [R, D]; indices: int32 of any shape S -> [S..., D]
 Var gather_rows(const Var& table, const Tensor& indices);

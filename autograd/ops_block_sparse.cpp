@@ -7,34 +7,31 @@
 namespace shamn {
 namespace {
 
-BlockSparseDims checked_dims(const char* op, const Var& x, const Var& values,
-                             const Tensor& col_index, const Var& bias, int64_t block) {
-  SHAMN_CHECK(values.dim() == 4 && values.size(2) == block && values.size(3) == block, op,
-              ": values ", values.value().str(), " are not [nob, a, ", block, ", ", block, "]");
+BlockSparseDims checked_dims(const char* op, const Var& x, const Var& values, const Tensor& col_index,
+                             const Var& bias, int64_t block) {
+  SHAMN_CHECK(values.dim() == 4 && values.size(2) == block && values.size(3) == block, op, ": values ",
+              values.value().str(), " are not [nob, a, ", block, ", ", block, "]");
   SHAMN_CHECK(col_index.dtype() == DType::i32 && col_index.dim() == 2 &&
                   col_index.size(0) == values.size(0) && col_index.size(1) == values.size(1),
-              op, ": col_index ", col_index.str(), " does not match values ",
-              values.value().str());
+              op, ": col_index ", col_index.str(), " does not match values ", values.value().str());
   BlockSparseDims dims;
   dims.block = block;
   dims.in = x.size(-1);
   dims.out = values.size(0) * block;
   dims.active = values.size(1);
-  SHAMN_CHECK(dims.in % block == 0, op, ": input width ", dims.in,
-              " is not a multiple of the block ", block);
+  SHAMN_CHECK(dims.in % block == 0, op, ": input width ", dims.in, " is not a multiple of the block ", block);
   // The kernels index x and dx through col_index: a bad pattern must stop here.
   check_block_pattern(col_index.data<int32_t>(), dims);
   SHAMN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == dims.out), op, ": bias ",
-              bias.defined() ? bias.value().str() : "", " does not match ", dims.out,
-              " outputs");
+              bias.defined() ? bias.value().str() : "", " does not match ", dims.out, " outputs");
   SHAMN_CHECK(x.dtype() == values.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), op,
               ": operand dtypes differ");
   return dims;
 }
 
 template <class T>
-void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T* bias,
-                  int64_t n, const BlockSparseDims& dims) {
+void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T* bias, int64_t n,
+                  const BlockSparseDims& dims) {
   block_sparse_forward(y, x, values, ci, bias, n, dims);
 }
 
@@ -47,8 +44,8 @@ struct GradRows {
 };
 
 template <class T>
-void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values,
-                   const int32_t* ci, int64_t n, const BlockSparseDims& dims) {
+void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values, const int32_t* ci,
+                   int64_t n, const BlockSparseDims& dims) {
   if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims);
   if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims);
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);
@@ -56,20 +53,18 @@ void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* value
 
 }  // namespace
 
-Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index,
-                        const Var& bias, int64_t block) {
+Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
+                        int64_t block) {
   const ProfileScope profile("block_sparse_linear", ProfileCategory::forward);
-  const BlockSparseDims dims =
-      checked_dims("block_sparse_linear", x, values, col_index, bias, block);
+  const BlockSparseDims dims = checked_dims("block_sparse_linear", x, values, col_index, bias, block);
   const int64_t n = x.numel() / dims.in;
   Shape out_shape = x.shape();
   out_shape.back() = dims.out;
   Tensor y = Tensor::empty(out_shape, x.dtype());
   dispatch_floating(x.dtype(), "block_sparse_linear", [&](auto zero) {
     using T = decltype(zero);
-    forward_rows<T>(y.data<T>(), x.value().data<T>(), values.value().data<T>(),
-                    col_index.data<int32_t>(), bias.defined() ? bias.value().data<T>() : nullptr,
-                    n, dims);
+    forward_rows<T>(y.data<T>(), x.value().data<T>(), values.value().data<T>(), col_index.data<int32_t>(),
+                    bias.defined() ? bias.value().data<T>() : nullptr, n, dims);
   });
 
   std::vector<Var> inputs{x, values};
@@ -82,15 +77,14 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
       if (node.needs_grad(0)) g.dx = node.input_grad(0).data<T>();
       if (node.needs_grad(1)) g.dvalues = node.input_grad(1).data<T>();
       if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
-      backward_rows<T>(g, node.out_grad.data<T>(), xv.data<T>(), wv.data<T>(),
-                       col_index.data<int32_t>(), n, dims);
+      backward_rows<T>(g, node.out_grad.data<T>(), xv.data<T>(), wv.data<T>(), col_index.data<int32_t>(), n,
+                       dims);
     });
   });
 }
 
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
-                                 const std::vector<BlockSparseOperands>& layers,
-                                 int64_t block) {
+                                 const std::vector<BlockSparseOperands>& layers, int64_t block) {
   const ProfileScope profile("block_sparse_linear_segments", ProfileCategory::forward);
   const int64_t G = static_cast<int64_t>(layers.size());
   SHAMN_CHECK(G > 0 && static_cast<int64_t>(offsets.size()) == G + 1,
@@ -98,8 +92,8 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
               " layers (want layers + 1)");
   SHAMN_CHECK(x.dim() == 2, "block_sparse_linear_segments: x must be 2-D, got ", x.value().str());
   SHAMN_CHECK(offsets.front() == 0 && offsets.back() == x.size(0),
-              "block_sparse_linear_segments: offsets span [", offsets.front(), ", ",
-              offsets.back(), "), x has ", x.size(0), " rows");
+              "block_sparse_linear_segments: offsets span [", offsets.front(), ", ", offsets.back(),
+              "), x has ", x.size(0), " rows");
   std::vector<BlockSparseDims> dims;
   std::vector<Var> inputs{x};
   // Input positions of each layer's values and bias (-1: no bias).
@@ -108,10 +102,9 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     const BlockSparseOperands& l = layers[static_cast<size_t>(g)];
     SHAMN_CHECK(offsets[g] <= offsets[g + 1], "block_sparse_linear_segments: offsets[", g + 1,
                 "] = ", offsets[g + 1], " is below offsets[", g, "] = ", offsets[g]);
-    dims.push_back(checked_dims("block_sparse_linear_segments", x, l.values, l.col_index,
-                                l.bias, block));
-    SHAMN_CHECK(dims.back().out == dims.front().out, "block_sparse_linear_segments: layer ", g,
-                " has ", dims.back().out, " outputs, layer 0 has ", dims.front().out);
+    dims.push_back(checked_dims("block_sparse_linear_segments", x, l.values, l.col_index, l.bias, block));
+    SHAMN_CHECK(dims.back().out == dims.front().out, "block_sparse_linear_segments: layer ", g, " has ",
+                dims.back().out, " outputs, layer 0 has ", dims.front().out);
     slot.emplace_back(inputs.size(), -1);
     inputs.push_back(l.values);
     if (l.bias.defined()) {
@@ -162,8 +155,8 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
           if (n == 0) continue;
-          backward_rows<T>(grads[g], dy + r0 * out, xp + r0 * in, wv[g].data<T>(),
-                           ci[g].data<int32_t>(), n, dims[g]);
+          backward_rows<T>(grads[g], dy + r0 * out, xp + r0 * in, wv[g].data<T>(), ci[g].data<int32_t>(), n,
+                           dims[g]);
         }
       });
     });

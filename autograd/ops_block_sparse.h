@@ -9,8 +9,8 @@ namespace shamn {
 // y = x W^T + bias with W block-sparse (SPEC 1.3).
 // x: [..., in]  values: [nob, a, b, b]  col_index: [nob, a] int32  bias: [out] or undefined
 // -> [..., out]. Gradients flow into x, values (active blocks only) and bias.
-Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index,
-                        const Var& bias, int64_t block);
+Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
+                        int64_t block);
 
 // One block-sparse layer's operands (values, col_index, bias as above).
 struct BlockSparseOperands {
@@ -26,7 +26,6 @@ struct BlockSparseOperands {
 // x: [M, in]  offsets: G+1 ascending, 0 .. M  -> [M, out]. A layer with no rows gets
 // no gradient, as if it had not run.
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
-                                 const std::vector<BlockSparseOperands>& layers,
-                                 int64_t block);
+                                 const std::vector<BlockSparseOperands>& layers, int64_t block);
 
 }  // namespace shamn

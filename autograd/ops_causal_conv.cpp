@@ -14,8 +14,8 @@ Var causal_conv(const Var& u, const Var& conv) {
   SHAMN_CHECK(conv.dim() == 2 && conv.size(0) == u.size(2) && conv.size(1) >= 1,
               "causal_conv: conv must be [D, K] with D = ", u.size(2), " and K >= 1, got ",
               conv.value().str());
-  SHAMN_CHECK(u.dtype() == conv.dtype(), "causal_conv: u is ", dtype_name(u.dtype()),
-              " but conv is ", dtype_name(conv.dtype()));
+  SHAMN_CHECK(u.dtype() == conv.dtype(), "causal_conv: u is ", dtype_name(u.dtype()), " but conv is ",
+              dtype_name(conv.dtype()));
   CausalConvDims s;
   s.batch = u.size(0);
   s.time = u.size(1);
@@ -37,13 +37,17 @@ Var causal_conv(const Var& u, const Var& conv) {
       const T* dc = node.out_grad.data<T>();
       if (node.needs_grad(0)) {
         T* du = node.input_grad(0).data<T>();
-        if constexpr (kFast) causal_conv_backward_input(du, dc, wv.data<T>(), s);
-        else causal_conv_backward_input_naive(du, dc, wv.data<T>(), s);
+        if constexpr (kFast)
+          causal_conv_backward_input(du, dc, wv.data<T>(), s);
+        else
+          causal_conv_backward_input_naive(du, dc, wv.data<T>(), s);
       }
       if (node.needs_grad(1)) {
         T* dw = node.input_grad(1).data<T>();
-        if constexpr (kFast) causal_conv_backward_kernel(dw, dc, uv.data<T>(), s);
-        else causal_conv_backward_kernel_naive(dw, dc, uv.data<T>(), s);
+        if constexpr (kFast)
+          causal_conv_backward_kernel(dw, dc, uv.data<T>(), s);
+        else
+          causal_conv_backward_kernel_naive(dw, dc, uv.data<T>(), s);
       }
     });
   });

@@ -11,12 +11,11 @@ namespace {
 
 // b must equal a's shape or a's trailing dims; returns b's element count (the row width).
 int64_t broadcast_width(const char* op, const Var& a, const Var& b) {
-  SHAMN_CHECK(a.dtype() == b.dtype(), op, ": operands ", a.value().str(), " and ",
-              b.value().str(), " differ in dtype");
+  SHAMN_CHECK(a.dtype() == b.dtype(), op, ": operands ", a.value().str(), " and ", b.value().str(),
+              " differ in dtype");
   const Shape& sa = a.shape();
   const Shape& sb = b.shape();
-  const bool trailing =
-      sb.size() <= sa.size() && std::equal(sb.begin(), sb.end(), sa.end() - sb.size());
+  const bool trailing = sb.size() <= sa.size() && std::equal(sb.begin(), sb.end(), sa.end() - sb.size());
   SHAMN_CHECK(trailing, op, ": cannot broadcast ", b.value().str(), " over ", a.value().str(),
               " (the second operand must match the first's trailing dims)");
   return b.numel();
@@ -35,8 +34,12 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
     const T* pb = b.value().data<T>();
     T* po = out.data<T>();
     switch (kind) {
-      case BinaryOp::add: broadcast_rows_forward(po, pa, pb, rows, cols, std::plus<T>()); break;
-      case BinaryOp::sub: broadcast_rows_forward(po, pa, pb, rows, cols, std::minus<T>()); break;
+      case BinaryOp::add:
+        broadcast_rows_forward(po, pa, pb, rows, cols, std::plus<T>());
+        break;
+      case BinaryOp::sub:
+        broadcast_rows_forward(po, pa, pb, rows, cols, std::minus<T>());
+        break;
       case BinaryOp::mul:
         broadcast_rows_forward(po, pa, pb, rows, cols, std::multiplies<T>());
         break;
@@ -53,8 +56,7 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
         T* da = n.input_grad(0).data<T>();
         if (kind == BinaryOp::mul) {  // da += dy * b (b broadcast)
           Tensor tmp = Tensor::empty({rows, cols}, n.out_dtype);
-          broadcast_rows_forward(tmp.data<T>(), dy, bv.data<T>(), rows, cols,
-                                 std::multiplies<T>());
+          broadcast_rows_forward(tmp.data<T>(), dy, bv.data<T>(), rows, cols, std::multiplies<T>());
           axpy(da, tmp.data<T>(), T(1), rows * cols);
         } else {
           axpy(da, dy, T(1), rows * cols);
@@ -63,8 +65,12 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
       if (n.needs_grad(1)) {
         T* db = n.input_grad(1).data<T>();
         switch (kind) {
-          case BinaryOp::add: sum_rows_accumulate<T>(db, dy, nullptr, rows, cols); break;
-          case BinaryOp::mul: sum_rows_accumulate<T>(db, dy, av.data<T>(), rows, cols); break;
+          case BinaryOp::add:
+            sum_rows_accumulate<T>(db, dy, nullptr, rows, cols);
+            break;
+          case BinaryOp::mul:
+            sum_rows_accumulate<T>(db, dy, av.data<T>(), rows, cols);
+            break;
           case BinaryOp::sub: {
             Tensor tmp = Tensor::zeros({cols}, n.out_dtype);
             sum_rows_accumulate<T>(tmp.data<T>(), dy, nullptr, rows, cols);
@@ -92,28 +98,39 @@ Var unary(const char* name, const Var& a) {
     if (!n.needs_grad(0)) return;
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
-      Fn::backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(), out.data<T>(),
-                   in.numel());
+      Fn::backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(), out.data<T>(), in.numel());
     });
   });
 }
 
 // backward(dx, dy, x, y, n): each takes the input or the output it needs.
 struct GeluFn {
-  template <class T> static void forward(T* y, const T* x, int64_t n) { gelu_forward(y, x, n); }
-  template <class T> static void backward(T* dx, const T* dy, const T* x, const T*, int64_t n) {
+  template <class T>
+  static void forward(T* y, const T* x, int64_t n) {
+    gelu_forward(y, x, n);
+  }
+  template <class T>
+  static void backward(T* dx, const T* dy, const T* x, const T*, int64_t n) {
     gelu_backward(dx, dy, x, n);
   }
 };
 struct SiluFn {
-  template <class T> static void forward(T* y, const T* x, int64_t n) { silu_forward(y, x, n); }
-  template <class T> static void backward(T* dx, const T* dy, const T* x, const T*, int64_t n) {
+  template <class T>
+  static void forward(T* y, const T* x, int64_t n) {
+    silu_forward(y, x, n);
+  }
+  template <class T>
+  static void backward(T* dx, const T* dy, const T* x, const T*, int64_t n) {
     silu_backward(dx, dy, x, n);
   }
 };
 struct SigmoidFn {
-  template <class T> static void forward(T* y, const T* x, int64_t n) { sigmoid_forward(y, x, n); }
-  template <class T> static void backward(T* dx, const T* dy, const T*, const T* y, int64_t n) {
+  template <class T>
+  static void forward(T* y, const T* x, int64_t n) {
+    sigmoid_forward(y, x, n);
+  }
+  template <class T>
+  static void backward(T* dx, const T* dy, const T*, const T* y, int64_t n) {
     sigmoid_backward(dx, dy, y, n);
   }
 };
@@ -136,8 +153,7 @@ Var scale(const Var& a, double factor) {
     if (!n.needs_grad(0)) return;
     dispatch_floating(n.out_dtype, "scale", [&](auto zero) {
       using T = decltype(zero);
-      axpy(n.input_grad(0).data<T>(), n.out_grad.data<T>(), static_cast<T>(factor),
-           n.out_grad.numel());
+      axpy(n.input_grad(0).data<T>(), n.out_grad.data<T>(), static_cast<T>(factor), n.out_grad.numel());
     });
   });
 }

@@ -11,17 +11,15 @@ namespace shamn {
 namespace {
 
 // Checks the shared operands of every op here and returns their dims.
-HashDims hash_dims(const char* op, const Var& table, const Var& importance,
-                   const Tensor& bucket_index) {
+HashDims hash_dims(const char* op, const Var& table, const Var& importance, const Tensor& bucket_index) {
   SHAMN_CHECK(table.dim() == 2, op, ": table must be [buckets, D], got ", table.value().str());
-  SHAMN_CHECK(importance.dim() == 2, op, ": importance must be [V, h], got ",
-              importance.value().str());
+  SHAMN_CHECK(importance.dim() == 2, op, ": importance must be [V, h], got ", importance.value().str());
   SHAMN_CHECK(bucket_index.defined() && bucket_index.dtype() == DType::i32 &&
                   bucket_index.shape() == importance.shape(),
-              op, ": bucket_index must be int32 of importance's shape ", importance.value().str(),
-              ", got ", bucket_index.defined() ? bucket_index.str() : "an undefined tensor");
-  SHAMN_CHECK(table.dtype() == importance.dtype(), op, ": table is ",
-              dtype_name(table.dtype()), " but importance is ", dtype_name(importance.dtype()));
+              op, ": bucket_index must be int32 of importance's shape ", importance.value().str(), ", got ",
+              bucket_index.defined() ? bucket_index.str() : "an undefined tensor");
+  SHAMN_CHECK(table.dtype() == importance.dtype(), op, ": table is ", dtype_name(table.dtype()),
+              " but importance is ", dtype_name(importance.dtype()));
   HashDims d;
   d.buckets = table.size(0);
   d.dim = table.size(1);
@@ -35,16 +33,16 @@ HashDims hash_dims(const char* op, const Var& table, const Var& importance,
 void check_z(const char* op, const Var& z, const Var& table) {
   SHAMN_CHECK(z.dim() >= 1 && z.size(-1) == table.size(1), op, ": z ", z.value().str(),
               " does not end in the table's width ", table.size(1));
-  SHAMN_CHECK(z.dtype() == table.dtype(), op, ": z is ", dtype_name(z.dtype()),
-              " but the table is ", dtype_name(table.dtype()));
+  SHAMN_CHECK(z.dtype() == table.dtype(), op, ": z is ", dtype_name(z.dtype()), " but the table is ",
+              dtype_name(table.dtype()));
 }
 
 }  // namespace
 
 Tensor hash_bucket_index(int64_t vocab, int64_t hashes, int64_t buckets) {
   SHAMN_CHECK(vocab >= 0 && hashes >= 1,
-              "hash_bucket_index: needs a vocabulary size >= 0 and at least one hash, got V=",
-              vocab, " h=", hashes);
+              "hash_bucket_index: needs a vocabulary size >= 0 and at least one hash, got V=", vocab,
+              " h=", hashes);
   Tensor out = Tensor::empty({vocab, hashes}, DType::i32);
   hash_bucket_index_fill(out.data<int32_t>(), vocab, hashes, buckets);
   return out;
@@ -97,11 +95,11 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
     using T = decltype(zero);
     const int32_t* bi = bucket_index.data<int32_t>();
     if constexpr (std::is_same_v<T, float>)
-      hash_head_forward(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
-                        iv.data<T>(), bi, n, d);
+      hash_head_forward(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, n,
+                        d);
     else
-      hash_head_forward_naive(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
-                              iv.data<T>(), bi, n, d);
+      hash_head_forward_naive(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(),
+                              bi, n, d);
   });
   return record("hash_head", logits, {z, table, importance}, [=](Node& node) {
     dispatch_floating(node.out_dtype, "hash_head", [&](auto zero) {
@@ -111,17 +109,17 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
       T* di = node.needs_grad(2) ? node.input_grad(2).data<T>() : nullptr;
       const int32_t* bi = bucket_index.data<int32_t>();
       if constexpr (std::is_same_v<T, float>)
-        hash_head_backward(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(), zv.data<T>(),
-                           tv.data<T>(), iv.data<T>(), bi, n, d);
+        hash_head_backward(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
+                           iv.data<T>(), bi, n, d);
       else
-        hash_head_backward_naive(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(),
-                                 zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, n, d);
+        hash_head_backward_naive(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(), zv.data<T>(),
+                                 tv.data<T>(), iv.data<T>(), bi, n, d);
     });
   });
 }
 
-Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importance,
-                            const Tensor& bucket_index, const Tensor& targets) {
+Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importance, const Tensor& bucket_index,
+                            const Tensor& targets) {
   const ProfileScope profile("hash_head_cross_entropy", ProfileCategory::forward);
   const char* op = "hash_head_cross_entropy";
   const HashDims d = hash_dims(op, table, importance, bucket_index);
@@ -129,8 +127,8 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
   SHAMN_CHECK(targets.defined() && targets.dtype() == DType::i32, op,
               ": targets must be an int32 tensor, got ",
               targets.defined() ? targets.str() : "an undefined tensor");
-  SHAMN_CHECK(Shape(z.shape().begin(), z.shape().end() - 1) == targets.shape(), op, ": z ",
-              z.value().str(), " does not match targets ", targets.str());
+  SHAMN_CHECK(Shape(z.shape().begin(), z.shape().end() - 1) == targets.shape(), op, ": z ", z.value().str(),
+              " does not match targets ", targets.str());
   const int64_t n = targets.numel();
   SHAMN_CHECK(n > 0, op, " over zero positions");
   check_hash_tokens(targets.data<int32_t>(), n, d.vocab, op, "target");
@@ -145,11 +143,11 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
     const int32_t* tg = targets.data<int32_t>();
     double loss;
     if constexpr (std::is_same_v<T, float>)
-      loss = hash_head_cross_entropy_forward(lse.data<T>(), scores.data<T>(), zv.data<T>(),
-                                             tv.data<T>(), iv.data<T>(), bi, tg, n, d);
+      loss = hash_head_cross_entropy_forward(lse.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
+                                             iv.data<T>(), bi, tg, n, d);
     else
-      loss = hash_head_cross_entropy_forward_naive(lse.data<T>(), zv.data<T>(), tv.data<T>(),
-                                                   iv.data<T>(), bi, tg, n, d);
+      loss = hash_head_cross_entropy_forward_naive(lse.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(),
+                                                   bi, tg, n, d);
     out.data<T>()[0] = static_cast<T>(loss);
   });
   return record(op, out, {z, table, importance}, [=](Node& node) {
@@ -162,11 +160,11 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
       const int32_t* bi = bucket_index.data<int32_t>();
       const int32_t* tg = targets.data<int32_t>();
       if constexpr (std::is_same_v<T, float>)
-        hash_head_cross_entropy_backward(dz, dt, di, dloss, lse.data<T>(), scores.data<T>(),
-                                         zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, tg, n, d);
+        hash_head_cross_entropy_backward(dz, dt, di, dloss, lse.data<T>(), scores.data<T>(), zv.data<T>(),
+                                         tv.data<T>(), iv.data<T>(), bi, tg, n, d);
       else
-        hash_head_cross_entropy_backward_naive(dz, dt, di, dloss, lse.data<T>(), zv.data<T>(),
-                                               tv.data<T>(), iv.data<T>(), bi, tg, n, d);
+        hash_head_cross_entropy_backward_naive(dz, dt, di, dloss, lse.data<T>(), zv.data<T>(), tv.data<T>(),
+                                               iv.data<T>(), bi, tg, n, d);
     });
   });
 }

@@ -15,8 +15,7 @@ Tensor hash_bucket_index(int64_t vocab, int64_t hashes, int64_t buckets);
 
 // e(t) = sum_j importance[t, j] * table[bucket_index[t, j]]
 // tokens: int32 of any shape S -> [S..., D]. Gradients flow into table and importance.
-Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket_index,
-                   const Tensor& tokens);
+Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket_index, const Tensor& tokens);
 
 // z: [..., D] -> logits [..., V]: s = z table^T ([..., buckets]), then
 // logit[t] = sum_j importance[t, j] * s[bucket_index[t, j]]. Never forms a dense
@@ -28,7 +27,7 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
 // Holds the logits of 16 rows at a time, never all [N, V]; keeps the bucket scores
 // [N, buckets] and one logsumexp per row for backward, which recomputes the softmax.
 // The training hot path.
-Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importance,
-                            const Tensor& bucket_index, const Tensor& targets);
+Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importance, const Tensor& bucket_index,
+                            const Tensor& targets);
 
 }  // namespace shamn

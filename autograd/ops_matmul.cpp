@@ -7,17 +7,16 @@ namespace shamn {
 
 Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   const ProfileScope profile("matmul", ProfileCategory::forward);
-  SHAMN_CHECK(a.dtype() == b.dtype(), "matmul: operands ", a.value().str(), " and ",
-              b.value().str(), " differ in dtype");
+  SHAMN_CHECK(a.dtype() == b.dtype(), "matmul: operands ", a.value().str(), " and ", b.value().str(),
+              " differ in dtype");
   SHAMN_CHECK(b.dim() == 2, "matmul: second operand must be 2-D, got ", b.value().str());
   SHAMN_CHECK(a.dim() >= 1 && (!trans_a || a.dim() == 2),
               "matmul: a transposed first operand must be 2-D, got ", a.value().str());
   const int64_t K = trans_a ? a.size(0) : a.size(-1);
   const int64_t M = a.numel() / std::max<int64_t>(K, 1);
   const int64_t N = trans_b ? b.size(0) : b.size(1);
-  SHAMN_CHECK((trans_b ? b.size(1) : b.size(0)) == K, "matmul: inner dimensions differ: ",
-              a.value().str(), (trans_a ? "^T" : ""), " @ ", b.value().str(),
-              (trans_b ? "^T" : ""));
+  SHAMN_CHECK((trans_b ? b.size(1) : b.size(0)) == K, "matmul: inner dimensions differ: ", a.value().str(),
+              (trans_a ? "^T" : ""), " @ ", b.value().str(), (trans_b ? "^T" : ""));
   Shape out_shape;
   if (trans_a) {
     out_shape = {M, N};
@@ -33,8 +32,7 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   Tensor out = Tensor::empty(out_shape, a.dtype());
   dispatch_floating(a.dtype(), "matmul", [&](auto zero) {
     using T = decltype(zero);
-    gemm(ta, tb, M, N, K, T(1), a.value().data<T>(), lda, b.value().data<T>(), ldb, T(0),
-         out.data<T>(), N);
+    gemm(ta, tb, M, N, K, T(1), a.value().data<T>(), lda, b.value().data<T>(), ldb, T(0), out.data<T>(), N);
   });
 
   const Tensor av = a.value(), bv = b.value();
@@ -47,16 +45,14 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
       if (n.needs_grad(0)) {
         T* dA = n.input_grad(0).data<T>();
         if (!trans_a)  // dA[M,K] += dC[M,N] op(B)^T
-          gemm(Trans::no, trans_b ? Trans::no : Trans::yes, M, K, N, T(1), dC, N, B, ldb, T(1),
-               dA, K);
+          gemm(Trans::no, trans_b ? Trans::no : Trans::yes, M, K, N, T(1), dC, N, B, ldb, T(1), dA, K);
         else  // dA_stored[K,M] += op(B)[K,N] dC^T
           gemm(tb, Trans::yes, K, M, N, T(1), B, ldb, dC, N, T(1), dA, M);
       }
       if (n.needs_grad(1)) {
         T* dB = n.input_grad(1).data<T>();
         if (!trans_b)  // dB[K,N] += op(A)^T dC
-          gemm(trans_a ? Trans::no : Trans::yes, Trans::no, K, N, M, T(1), A, lda, dC, N, T(1),
-               dB, N);
+          gemm(trans_a ? Trans::no : Trans::yes, Trans::no, K, N, M, T(1), A, lda, dC, N, T(1), dB, N);
         else  // dB_stored[N,K] += dC^T op(A)
           gemm(Trans::yes, ta, N, K, M, T(1), dC, N, A, lda, T(1), dB, K);
       }

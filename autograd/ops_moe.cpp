@@ -7,18 +7,18 @@ namespace shamn {
 
 Var router_probs(const Var& rg, const Var& re, const MoeShape& s) {
   const ProfileScope profile("router_probs", ProfileCategory::forward);
-  SHAMN_CHECK(rg.dim() == 2 && re.dim() == 2 && rg.size(0) == re.size(0) &&
-                  rg.size(1) == s.groups && re.size(1) == s.experts(),
-              "router_probs: logits ", rg.value().str(), " and ", re.value().str(),
-              " do not match ", s.groups, " groups of ", s.experts_per_group, " experts");
+  SHAMN_CHECK(rg.dim() == 2 && re.dim() == 2 && rg.size(0) == re.size(0) && rg.size(1) == s.groups &&
+                  re.size(1) == s.experts(),
+              "router_probs: logits ", rg.value().str(), " and ", re.value().str(), " do not match ",
+              s.groups, " groups of ", s.experts_per_group, " experts");
   const int64_t n = rg.size(0);
   Tensor P = Tensor::empty({n, s.experts()}, rg.dtype());
   Tensor pg = Tensor::empty({n, s.groups}, rg.dtype());
   Tensor pe = Tensor::empty({n, s.experts()}, rg.dtype());
   dispatch_floating(rg.dtype(), "router_probs", [&](auto zero) {
     using T = decltype(zero);
-    router_probs_forward(P.data<T>(), pg.data<T>(), pe.data<T>(), rg.value().data<T>(),
-                         re.value().data<T>(), n, s);
+    router_probs_forward(P.data<T>(), pg.data<T>(), pe.data<T>(), rg.value().data<T>(), re.value().data<T>(),
+                         n, s);
   });
   return record("router_probs", P, {rg, re}, [=](Node& node) {
     dispatch_floating(node.out_dtype, "router_probs", [&](auto zero) {
@@ -32,9 +32,9 @@ Var router_probs(const Var& rg, const Var& re, const MoeShape& s) {
 
 Var moe_gates(const Var& P, const Tensor& experts) {
   const ProfileScope profile("moe_gates", ProfileCategory::forward);
-  SHAMN_CHECK(P.dim() == 2 && experts.dtype() == DType::i32 && experts.dim() == 2 &&
-                  experts.size(0) == P.size(0),
-              "moe_gates: P ", P.value().str(), " and experts ", experts.str(), " do not match");
+  SHAMN_CHECK(
+      P.dim() == 2 && experts.dtype() == DType::i32 && experts.dim() == 2 && experts.size(0) == P.size(0),
+      "moe_gates: P ", P.value().str(), " and experts ", experts.str(), " do not match");
   const int64_t n = P.size(0), X = P.size(1), k = experts.size(1);
   Tensor gates = Tensor::empty({n, k}, P.dtype());
   dispatch_floating(P.dtype(), "moe_gates", [&](auto zero) {
@@ -46,8 +46,8 @@ Var moe_gates(const Var& P, const Tensor& experts) {
     if (!node.needs_grad(0)) return;
     dispatch_floating(node.out_dtype, "moe_gates", [&](auto zero) {
       using T = decltype(zero);
-      moe_gates_backward(node.input_grad(0).data<T>(), node.out_grad.data<T>(), gates.data<T>(),
-                         pv.data<T>(), experts.data<int32_t>(), n, X, k);
+      moe_gates_backward(node.input_grad(0).data<T>(), node.out_grad.data<T>(), gates.data<T>(), pv.data<T>(),
+                         experts.data<int32_t>(), n, X, k);
     });
   });
 }
@@ -80,10 +80,10 @@ MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts) {
 Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan) {
   const ProfileScope profile("moe_combine", ProfileCategory::forward);
   const int64_t n = gates.size(0), k = gates.size(1);
-  SHAMN_CHECK(expert_rows.dim() == 2 && expert_rows.size(0) == n * k &&
-                  plan.row.dim() == 2 && plan.row.size(0) == n && plan.row.size(1) == k,
-              "moe_combine: expert rows ", expert_rows.value().str(), ", gates ",
-              gates.value().str(), " and plan rows ", plan.row.str(), " do not match");
+  SHAMN_CHECK(expert_rows.dim() == 2 && expert_rows.size(0) == n * k && plan.row.dim() == 2 &&
+                  plan.row.size(0) == n && plan.row.size(1) == k,
+              "moe_combine: expert rows ", expert_rows.value().str(), ", gates ", gates.value().str(),
+              " and plan rows ", plan.row.str(), " do not match");
   SHAMN_CHECK(expert_rows.dtype() == gates.dtype(), "moe_combine: operand dtypes differ");
   const int64_t dim = expert_rows.size(1);
   Tensor out = Tensor::empty({n, dim}, gates.dtype());

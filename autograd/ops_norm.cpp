@@ -7,9 +7,8 @@ namespace shamn {
 
 Var rms_norm(const Var& x, const Var& gain, double eps) {
   const ProfileScope profile("rms_norm", ProfileCategory::forward);
-  SHAMN_CHECK(x.dim() >= 1 && gain.dim() == 1 && gain.size(0) == x.size(-1),
-              "rms_norm: gain ", gain.value().str(), " does not match the last dim of ",
-              x.value().str());
+  SHAMN_CHECK(x.dim() >= 1 && gain.dim() == 1 && gain.size(0) == x.size(-1), "rms_norm: gain ",
+              gain.value().str(), " does not match the last dim of ", x.value().str());
   SHAMN_CHECK(x.dtype() == gain.dtype(), "rms_norm: dtypes of x and gain differ");
   const int64_t dim = x.size(-1);
   const int64_t rows = dim == 0 ? 0 : x.numel() / dim;
@@ -17,8 +16,8 @@ Var rms_norm(const Var& x, const Var& gain, double eps) {
   Tensor rstd = Tensor::empty({rows}, x.dtype());
   dispatch_floating(x.dtype(), "rms_norm", [&](auto zero) {
     using T = decltype(zero);
-    rms_norm_forward(out.data<T>(), rstd.data<T>(), x.value().data<T>(), gain.value().data<T>(),
-                     rows, dim, static_cast<T>(eps));
+    rms_norm_forward(out.data<T>(), rstd.data<T>(), x.value().data<T>(), gain.value().data<T>(), rows, dim,
+                     static_cast<T>(eps));
   });
   const Tensor xv = x.value(), gv = gain.value();
   return record("rms_norm", out, {x, gain}, [=](Node& n) {
@@ -26,8 +25,8 @@ Var rms_norm(const Var& x, const Var& gain, double eps) {
       using T = decltype(zero);
       T* dx = n.needs_grad(0) ? n.input_grad(0).data<T>() : nullptr;
       T* dgain = n.needs_grad(1) ? n.input_grad(1).data<T>() : nullptr;
-      rms_norm_backward(dx, dgain, n.out_grad.data<T>(), xv.data<T>(), gv.data<T>(),
-                        rstd.data<T>(), rows, dim);
+      rms_norm_backward(dx, dgain, n.out_grad.data<T>(), xv.data<T>(), gv.data<T>(), rstd.data<T>(), rows,
+                        dim);
     });
   });
 }

@@ -5,15 +5,13 @@
 
 namespace shamn {
 
-Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values,
-                       int64_t topk) {
+Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values, int64_t topk) {
   const ProfileScope profile("product_key_memory", ProfileCategory::forward);
-  SHAMN_CHECK(q.dim() >= 1 && q.size(-1) >= 2 && q.size(-1) % 2 == 0,
-              "product_key_memory: query ", q.value().str(),
-              " must end in key_dim = 2*dh, an even width of at least 2 (memory.key_dim)");
+  SHAMN_CHECK(q.dim() >= 1 && q.size(-1) >= 2 && q.size(-1) % 2 == 0, "product_key_memory: query ",
+              q.value().str(), " must end in key_dim = 2*dh, an even width of at least 2 (memory.key_dim)");
   const int64_t dh = q.size(-1) / 2;
-  SHAMN_CHECK(keys1.dim() == 2 && keys1.size(1) == dh, "product_key_memory: keys1 ",
-              keys1.value().str(), " is not [n, ", dh, "] for a query of width ", 2 * dh);
+  SHAMN_CHECK(keys1.dim() == 2 && keys1.size(1) == dh, "product_key_memory: keys1 ", keys1.value().str(),
+              " is not [n, ", dh, "] for a query of width ", 2 * dh);
   SHAMN_CHECK(keys2.shape() == keys1.shape(), "product_key_memory: keys2 ", keys2.value().str(),
               " differs from keys1 ", keys1.value().str());
   ProductKeyDims d;
@@ -21,12 +19,10 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   d.dh = dh;
   d.k = topk;
   SHAMN_CHECK(values.dim() == 2 && values.size(0) == d.n * d.n, "product_key_memory: values ",
-              values.value().str(), " must have n*n = ", d.n * d.n, " rows for ", d.n,
-              " keys per half");
+              values.value().str(), " must have n*n = ", d.n * d.n, " rows for ", d.n, " keys per half");
   d.dim = values.size(1);
   check_product_key_dims(d);
-  SHAMN_CHECK(q.dtype() == keys1.dtype() && q.dtype() == keys2.dtype() &&
-                  q.dtype() == values.dtype(),
+  SHAMN_CHECK(q.dtype() == keys1.dtype() && q.dtype() == keys2.dtype() && q.dtype() == values.dtype(),
               "product_key_memory: operand dtypes differ");
 
   const int64_t N = q.numel() / (2 * dh);
@@ -38,8 +34,8 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   const Tensor qv = q.value(), k1 = keys1.value(), k2 = keys2.value(), vv = values.value();
   dispatch_floating(q.dtype(), "product_key_memory", [&](auto zero) {
     using T = decltype(zero);
-    product_key_forward(out.data<T>(), slots.data<int32_t>(), weights.data<T>(), qv.data<T>(),
-                        k1.data<T>(), k2.data<T>(), vv.data<T>(), N, d);
+    product_key_forward(out.data<T>(), slots.data<int32_t>(), weights.data<T>(), qv.data<T>(), k1.data<T>(),
+                        k2.data<T>(), vv.data<T>(), N, d);
   });
 
   return record("product_key_memory", out, {q, keys1, keys2, values}, [=](Node& node) {
@@ -50,8 +46,8 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
       T* dk2 = node.needs_grad(2) ? node.input_grad(2).data<T>() : nullptr;
       T* dv = node.needs_grad(3) ? node.input_grad(3).data<T>() : nullptr;
       const T* dout = node.out_grad.data<T>();
-      product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(),
-                           vv.data<T>(), slots.data<int32_t>(), weights.data<T>(), N, d);
+      product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(), vv.data<T>(),
+                           slots.data<int32_t>(), weights.data<T>(), N, d);
     });
   });
 }

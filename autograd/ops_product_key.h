@@ -9,7 +9,6 @@ namespace shamn {
 // q: [..., 2*dh]  keys1, keys2: [n, dh]  values: [n*n, D]  1 <= topk <= n  -> [..., D].
 // Gradients flow into q, keys1, keys2 (selected rows only) and values (selected rows
 // only); the selection itself is piecewise constant and passes no gradient.
-Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values,
-                       int64_t topk);
+Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values, int64_t topk);
 
 }  // namespace shamn

@@ -69,8 +69,8 @@ Var slice_last(const Var& a, int64_t begin, int64_t end) {
     if (!n.needs_grad(0)) return;
     dispatch_floating(n.out_dtype, "slice_last", [&](auto zero) {
       using T = decltype(zero);
-      copy_columns<T, true>(n.input_grad(0).data<T>(), cols, begin, n.out_grad.data<T>(), width,
-                            0, rows, width);
+      copy_columns<T, true>(n.input_grad(0).data<T>(), cols, begin, n.out_grad.data<T>(), width, 0, rows,
+                            width);
     });
   });
 }
@@ -96,8 +96,8 @@ Var concat_last(const std::vector<Var>& parts) {
   dispatch_floating(first.dtype(), "concat_last", [&](auto zero) {
     using T = decltype(zero);
     for (size_t i = 0; i < parts.size(); ++i)
-      copy_columns<T, false>(out.data<T>(), total, offsets[i], parts[i].value().data<T>(),
-                             parts[i].size(-1), 0, rows, parts[i].size(-1));
+      copy_columns<T, false>(out.data<T>(), total, offsets[i], parts[i].value().data<T>(), parts[i].size(-1),
+                             0, rows, parts[i].size(-1));
   });
   std::vector<int64_t> widths;
   for (const Var& p : parts) widths.push_back(p.size(-1));
@@ -106,8 +106,8 @@ Var concat_last(const std::vector<Var>& parts) {
       using T = decltype(zero);
       for (size_t i = 0; i < widths.size(); ++i)
         if (n.needs_grad(i))
-          copy_columns<T, true>(n.input_grad(i).data<T>(), widths[i], 0, n.out_grad.data<T>(),
-                                total, offsets[i], rows, widths[i]);
+          copy_columns<T, true>(n.input_grad(i).data<T>(), widths[i], 0, n.out_grad.data<T>(), total,
+                                offsets[i], rows, widths[i]);
     });
   });
 }
@@ -129,8 +129,8 @@ Var gather_rows(const Var& table, const Tensor& indices) {
     if (!n_.needs_grad(0)) return;
     dispatch_floating(n_.out_dtype, "gather_rows", [&](auto zero) {
       using T = decltype(zero);
-      scatter_add_rows(n_.input_grad(0).data<T>(), n_.out_grad.data<T>(),
-                       indices.data<int32_t>(), n, num_rows, dim);
+      scatter_add_rows(n_.input_grad(0).data<T>(), n_.out_grad.data<T>(), indices.data<int32_t>(), n,
+                       num_rows, dim);
     });
   });
 }
@@ -139,17 +139,16 @@ Var scatter_add_rows(const Var& src, const Tensor& indices, int64_t num_rows) {
   const ProfileScope profile("scatter_add_rows", ProfileCategory::forward);
   check_indices_dtype(indices, "scatter_add_rows");
   const int64_t n = indices.numel();
-  SHAMN_CHECK(src.dim() == indices.dim() + 1 &&
-                  Shape(src.shape().begin(), src.shape().end() - 1) == indices.shape(),
-              "scatter_add_rows: src ", src.value().str(), " does not match indices ",
-              indices.str(), " plus a feature dim");
+  SHAMN_CHECK(
+      src.dim() == indices.dim() + 1 && Shape(src.shape().begin(), src.shape().end() - 1) == indices.shape(),
+      "scatter_add_rows: src ", src.value().str(), " does not match indices ", indices.str(),
+      " plus a feature dim");
   check_row_indices(indices.data<int32_t>(), n, num_rows, "scatter_add_rows");
   const int64_t dim = src.size(-1);
   Tensor out = Tensor::zeros({num_rows, dim}, src.dtype());
   dispatch_floating(src.dtype(), "scatter_add_rows", [&](auto zero) {
     using T = decltype(zero);
-    scatter_add_rows(out.data<T>(), src.value().data<T>(), indices.data<int32_t>(), n,
-                     num_rows, dim);
+    scatter_add_rows(out.data<T>(), src.value().data<T>(), indices.data<int32_t>(), n, num_rows, dim);
   });
   return record("scatter_add_rows", out, {src}, [=](Node& n_) {
     if (!n_.needs_grad(0)) return;
@@ -157,8 +156,7 @@ Var scatter_add_rows(const Var& src, const Tensor& indices, int64_t num_rows) {
       using T = decltype(zero);
       // d src[i] += d out[idx[i]]
       Tensor rows_grad = Tensor::empty({n, dim}, n_.out_dtype);
-      gather_rows_forward(rows_grad.data<T>(), n_.out_grad.data<T>(), indices.data<int32_t>(),
-                          n, dim);
+      gather_rows_forward(rows_grad.data<T>(), n_.out_grad.data<T>(), indices.data<int32_t>(), n, dim);
       axpy(n_.input_grad(0).data<T>(), rows_grad.data<T>(), T(1), n * dim);
     });
   });

@@ -6,7 +6,6 @@
 namespace shamn {
 namespace {
 
-
 template <bool kLog>
 Var softmax_like(const char* name, const Var& a) {
   const ProfileScope profile(name, ProfileCategory::forward);
@@ -26,11 +25,9 @@ Var softmax_like(const char* name, const Var& a) {
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       if constexpr (kLog)
-        log_softmax_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), out.data<T>(),
-                             rows, cols);
+        log_softmax_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), out.data<T>(), rows, cols);
       else
-        softmax_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), out.data<T>(), rows,
-                         cols);
+        softmax_backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), out.data<T>(), rows, cols);
     });
   });
 }
@@ -44,10 +41,8 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
   const ProfileScope profile("cross_entropy", ProfileCategory::forward);
   SHAMN_CHECK(targets.defined() && targets.dtype() == DType::i32,
               "cross_entropy: targets must be an int32 tensor, got ", targets.str());
-  SHAMN_CHECK(logits.dim() >= 1 && Shape(logits.shape().begin(), logits.shape().end() - 1) ==
-                                       targets.shape(),
-              "cross_entropy: logits ", logits.value().str(), " do not match targets ",
-              targets.str());
+  SHAMN_CHECK(logits.dim() >= 1 && Shape(logits.shape().begin(), logits.shape().end() - 1) == targets.shape(),
+              "cross_entropy: logits ", logits.value().str(), " do not match targets ", targets.str());
   const int64_t vocab = logits.size(-1);
   const int64_t rows = targets.numel();
   SHAMN_CHECK(rows > 0, "cross_entropy over zero positions");
@@ -56,8 +51,8 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
     Tensor losses = Tensor::empty({rows}, logits.dtype());
-    cross_entropy_forward(losses.data<T>(), lse.data<T>(), logits.value().data<T>(),
-                          targets.data<int32_t>(), rows, vocab);
+    cross_entropy_forward(losses.data<T>(), lse.data<T>(), logits.value().data<T>(), targets.data<int32_t>(),
+                          rows, vocab);
     double total = 0;  // in position order: the same for any thread count
     for (int64_t r = 0; r < rows; ++r) total += losses.data<T>()[r];
     out.data<T>()[0] = static_cast<T>(total / static_cast<double>(rows));
@@ -67,10 +62,9 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
     if (!n.needs_grad(0)) return;
     dispatch_floating(n.out_dtype, "cross_entropy", [&](auto zero) {
       using T = decltype(zero);
-      Tensor dloss = Tensor::full({rows}, static_cast<double>(n.out_grad.data<T>()[0]) / rows,
-                                  n.out_dtype);
-      cross_entropy_backward(n.input_grad(0).data<T>(), dloss.data<T>(), x.data<T>(),
-                             lse.data<T>(), targets.data<int32_t>(), rows, vocab);
+      Tensor dloss = Tensor::full({rows}, static_cast<double>(n.out_grad.data<T>()[0]) / rows, n.out_dtype);
+      cross_entropy_backward(n.input_grad(0).data<T>(), dloss.data<T>(), x.data<T>(), lse.data<T>(),
+                             targets.data<int32_t>(), rows, vocab);
     });
   });
 }

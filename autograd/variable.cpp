@@ -32,8 +32,8 @@ void Var::set_requires_grad(bool on) {
 }
 
 void Var::set_grad(Tensor grad) {
-  SHAMN_CHECK(grad.shape() == value().shape() && grad.dtype() == value().dtype(),
-              "set_grad: gradient ", grad.str(), " for value ", value().str());
+  SHAMN_CHECK(grad.shape() == value().shape() && grad.dtype() == value().dtype(), "set_grad: gradient ",
+              grad.str(), " for value ", value().str());
   impl_->grad = std::move(grad);
 }
 
@@ -49,8 +49,8 @@ void Var::replace_value(Tensor value) const {
   impl_->grad = Tensor();
 }
 
-Node::Node(const char* name_, std::vector<Var> inputs_, std::function<void(Node&)> backward,
-           Shape out_shape_, DType out_dtype_)
+Node::Node(const char* name_, std::vector<Var> inputs_, std::function<void(Node&)> backward, Shape out_shape_,
+           DType out_dtype_)
     : name(name_),
       sequence(g_next_sequence.fetch_add(1, std::memory_order_relaxed)),
       inputs(std::move(inputs_)),
@@ -91,19 +91,16 @@ void Node::release() {
   out_grad = Tensor();
 }
 
-Var record(const char* name, Tensor out, std::vector<Var> inputs,
-           std::function<void(Node&)> backward) {
+Var record(const char* name, Tensor out, std::vector<Var> inputs, std::function<void(Node&)> backward) {
   Var result;
   result.impl_ = std::make_shared<VarImpl>();
   result.impl_->value = std::move(out);
   if (!grad_enabled()) return result;
-  const bool any = std::any_of(inputs.begin(), inputs.end(),
-                               [](const Var& v) { return v.requires_grad(); });
+  const bool any = std::any_of(inputs.begin(), inputs.end(), [](const Var& v) { return v.requires_grad(); });
   if (!any) return result;
   result.impl_->requires_grad = true;
-  result.impl_->grad_fn =
-      std::make_shared<Node>(name, std::move(inputs), std::move(backward),
-                             result.impl_->value.shape(), result.impl_->value.dtype());
+  result.impl_->grad_fn = std::make_shared<Node>(name, std::move(inputs), std::move(backward),
+                                                 result.impl_->value.shape(), result.impl_->value.dtype());
   if (profiling()) result.impl_->grad_fn->layer = profile_current_layer();
   return result;
 }
@@ -117,9 +114,10 @@ void Var::backward() const {
 
 void Var::backward(const Tensor& seed) const {
   SHAMN_CHECK(defined(), "backward() on an undefined Var");
-  SHAMN_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): seed ",
-              seed.str(), " does not match ", value().str());
-  SHAMN_CHECK(requires_grad(), "backward() on a value that does not depend on anything that "
+  SHAMN_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): seed ", seed.str(),
+              " does not match ", value().str());
+  SHAMN_CHECK(requires_grad(),
+              "backward() on a value that does not depend on anything that "
               "requires a gradient");
   NoGradGuard no_grad;
   if (is_leaf()) {
@@ -140,7 +138,8 @@ void Var::backward(const Tensor& seed) const {
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
-    SHAMN_CHECK(node->backward_fn != nullptr, "backward() through a graph that was already "
+    SHAMN_CHECK(node->backward_fn != nullptr,
+                "backward() through a graph that was already "
                 "freed by an earlier backward(); run the forward pass again");
     for (const Var& in : node->inputs) {
       const auto& producer = in.grad_fn();

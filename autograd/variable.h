@@ -80,12 +80,12 @@ class Var {
 
 class Node {
  public:
-  Node(const char* name, std::vector<Var> inputs, std::function<void(Node&)> backward,
-       Shape out_shape, DType out_dtype);
+  Node(const char* name, std::vector<Var> inputs, std::function<void(Node&)> backward, Shape out_shape,
+       DType out_dtype);
   ~Node();
 
   const char* name;
-  uint64_t sequence;            // creation order: inputs' nodes always have lower numbers
+  uint64_t sequence;  // creation order: inputs' nodes always have lower numbers
   std::vector<Var> inputs;
   std::function<void(Node&)> backward_fn;
   Shape out_shape;
@@ -108,8 +108,7 @@ struct NamedVar {
 
 // Records `out` as the result of an op. Without grad mode, or if no input requires
 // a gradient, returns a plain leaf and keeps nothing.
-Var record(const char* name, Tensor out, std::vector<Var> inputs,
-           std::function<void(Node&)> backward);
+Var record(const char* name, Tensor out, std::vector<Var> inputs, std::function<void(Node&)> backward);
 
 bool grad_enabled();
 

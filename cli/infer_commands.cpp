@@ -10,24 +10,23 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/timing.h"
+#include "cli/commands.h"
+#include "cli/model_source.h"
+#include "cli/profile_flags.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
 #include "core/rng.h"
+#include "core/timing.h"
 #include "data/token_file.h"
 #include "infer/export_model.h"
 #include "infer/quant_dot.h"
 #include "infer/sampler.h"
-#include "cli/commands.h"
-#include "cli/model_source.h"
-#include "cli/profile_flags.h"
 
 namespace shamn::cli {
 
 namespace {
-
 
 // ---- export ----
 
@@ -42,7 +41,8 @@ std::string tokenizer_for_export(const ExportArgs& a, int64_t vocab) {
   std::string path = a.tokenizer;
   if (path.empty()) {
     const Hdf5Reader reader(a.checkpoint);
-    const ConfigTable config = ConfigTable::parse(reader.string_attribute("config"), a.checkpoint + " (attribute config)");
+    const ConfigTable config =
+        ConfigTable::parse(reader.string_attribute("config"), a.checkpoint + " (attribute config)");
     path = config.get_string("data.tokenizer").value_or("");
     SHAMN_INPUT_CHECK(!path.empty(), "'", a.checkpoint,
                       "' names no tokenizer (data.tokenizer): pass --tokenizer PATH, or --no-tokenizer "
@@ -62,7 +62,8 @@ void run_export(const ExportArgs& a) {
   options.quant = shq_quant_from_string(a.quant);
   {
     const Hdf5Reader reader(a.checkpoint);
-    SHAMN_INPUT_CHECK(reader.has_attribute("config"), "'", a.checkpoint, "' is not a shamn checkpoint (no config)");
+    SHAMN_INPUT_CHECK(reader.has_attribute("config"), "'", a.checkpoint,
+                      "' is not a shamn checkpoint (no config)");
     const ModelConfig config = ModelConfig::from_toml(reader.string_attribute("config"), a.checkpoint);
     options.tokenizer_text = tokenizer_for_export(a, config.vocab_size);
   }
@@ -79,9 +80,11 @@ void run_export(const ExportArgs& a) {
   for (int i = 0; i < kDTypes; ++i) {
     const auto d = static_cast<ShqDType>(i);
     if (count[i] > 0)
-      std::printf("  %-7s %5" PRIu64 " tensors %10.2f MiB\n", shq_dtype_name(d), count[i], by_dtype[i] / 1048576.0);
+      std::printf("  %-7s %5" PRIu64 " tensors %10.2f MiB\n", shq_dtype_name(d), count[i],
+                  by_dtype[i] / 1048576.0);
   }
-  std::printf("  tokenizer: %s\n", model.tokenizer() ? std::to_string(model.tokenizer()->vocab_size()).c_str() : "none");
+  std::printf("  tokenizer: %s\n",
+              model.tokenizer() ? std::to_string(model.tokenizer()->vocab_size()).c_str() : "none");
 }
 
 // ---- generate ----
@@ -129,7 +132,8 @@ void run_generate(const GenerateArgs& a) {
   const double decode_s = t1.seconds();
   std::printf("\n");
   std::fflush(stdout);
-  std::fprintf(stderr, "[%zu prompt tokens: %.1f tok/s prefill; %" PRId64 " tokens: %.1f tok/s decode; kernel %s]\n",
+  std::fprintf(stderr,
+               "[%zu prompt tokens: %.1f tok/s prefill; %" PRId64 " tokens: %.1f tok/s decode; kernel %s]\n",
                prompt.size(), prompt.size() / prefill_s, produced, produced / std::max(decode_s, 1e-9),
                quant_kernel_name(quant_kernel()));
 }
@@ -160,12 +164,13 @@ void run_eval(const EvalArgs& a) {
   LogitFunction rf;
   if (ref) rf = ref->logit_function();
   begin_profile(a.profile);
-  const EvalResult r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, f, ref ? &rf : nullptr);
+  const EvalResult r =
+      evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, f, ref ? &rf : nullptr);
   // stdout stays one JSON object: the table goes to stderr.
   end_profile(a.profile, kEvalTrace, stderr);
-  nlohmann::ordered_json out = {{"model", a.model}, {"kind", model.kind()}, {"data", a.data},
-                                {"seq_len", a.seq_len}, {"windows", r.windows}, {"tokens", r.tokens},
-                                {"loss", r.loss}, {"perplexity", r.perplexity()}};
+  nlohmann::ordered_json out = {{"model", a.model},     {"kind", model.kind()},        {"data", a.data},
+                                {"seq_len", a.seq_len}, {"windows", r.windows},        {"tokens", r.tokens},
+                                {"loss", r.loss},       {"perplexity", r.perplexity()}};
   if (ref) {
     out["reference"] = a.reference;
     out["reference_loss"] = r.reference_loss;
@@ -257,11 +262,18 @@ void run_bench(const BenchArgs& a) {
   const double rss_mib = peak_rss_bytes() / 1048576.0;
   const char* kernel = model.runtime ? quant_kernel_name(quant_kernel()) : "autograd";
   if (a.json) {
-    const nlohmann::ordered_json out = {
-        {"model", a.model}, {"kind", model.kind()}, {"kernel", kernel}, {"threads", num_threads()},
-        {"prompt_tokens", a.prompt_tokens}, {"decode_tokens", a.decode_tokens}, {"repeats", a.repeats},
-        {"prefill_tok_s", pre}, {"decode_tok_s", dec}, {"weight_bytes_per_token", per_token},
-        {"file_bytes", file_bytes}, {"peak_rss_mib", rss_mib}};
+    const nlohmann::ordered_json out = {{"model", a.model},
+                                        {"kind", model.kind()},
+                                        {"kernel", kernel},
+                                        {"threads", num_threads()},
+                                        {"prompt_tokens", a.prompt_tokens},
+                                        {"decode_tokens", a.decode_tokens},
+                                        {"repeats", a.repeats},
+                                        {"prefill_tok_s", pre},
+                                        {"decode_tok_s", dec},
+                                        {"weight_bytes_per_token", per_token},
+                                        {"file_bytes", file_bytes},
+                                        {"peak_rss_mib", rss_mib}};
     std::printf("%s\n", out.dump().c_str());
     end_profile(a.profile, kBenchTrace, stderr);  // stdout stays one JSON line
     return;
@@ -288,8 +300,10 @@ void register_infer_commands(CLI::App& app) {
       ->check(CLI::ExistingFile);
   ec->add_option("--quant", ex->quant, "f32, int8 or int4")->capture_default_str();
   ec->add_option("-o,--out", ex->out, "model file to write (.shq)")->required();
-  ec->add_option("--tokenizer", ex->tokenizer, "tokenizer to embed (default: the checkpoint's data.tokenizer)");
-  ec->add_flag("--no-tokenizer", ex->no_tokenizer, "embed no tokenizer (the model then takes token ids only)");
+  ec->add_option("--tokenizer", ex->tokenizer,
+                 "tokenizer to embed (default: the checkpoint's data.tokenizer)");
+  ec->add_flag("--no-tokenizer", ex->no_tokenizer,
+               "embed no tokenizer (the model then takes token ids only)");
   ec->callback([ex] { run_export(*ex); });
 
   auto gen = std::make_shared<GenerateArgs>();
@@ -298,7 +312,8 @@ void register_infer_commands(CLI::App& app) {
   gc->add_option("-p,--prompt", gen->prompt, "text to continue")->required();
   gc->add_option("-n,--max-tokens", gen->max_tokens, "tokens to generate")->capture_default_str();
   gc->add_option("--temperature", gen->sampling.temperature, "0 = greedy")->capture_default_str();
-  gc->add_option("--top-k", gen->sampling.top_k, "keep the k likeliest tokens (0 = all)")->capture_default_str();
+  gc->add_option("--top-k", gen->sampling.top_k, "keep the k likeliest tokens (0 = all)")
+      ->capture_default_str();
   gc->add_option("--top-p", gen->sampling.top_p, "nucleus: keep the smallest set with this mass")
       ->capture_default_str();
   gc->add_option("--seed", gen->sampling.seed, "sampling seed: the same seed gives the same text")
@@ -307,21 +322,30 @@ void register_infer_commands(CLI::App& app) {
   gc->callback([gen] { run_generate(*gen); });
 
   auto ev = std::make_shared<EvalArgs>();
-  CLI::App* vc = app.add_subcommand("eval", "loss and perplexity of a model file or checkpoint on a token file (JSON)");
-  vc->add_option("model", ev->model, "model file (.shq) or checkpoint (.h5)")->required()->check(CLI::ExistingFile);
+  CLI::App* vc =
+      app.add_subcommand("eval", "loss and perplexity of a model file or checkpoint on a token file (JSON)");
+  vc->add_option("model", ev->model, "model file (.shq) or checkpoint (.h5)")
+      ->required()
+      ->check(CLI::ExistingFile);
   vc->add_option("--data", ev->data, "token file (llm.c format)")->required()->check(CLI::ExistingFile);
-  vc->add_option("--seq-len", ev->seq_len, "window length T")->capture_default_str()->check(CLI::PositiveNumber);
-  vc->add_option("--max-windows", ev->max_windows, "at most this many windows (0 = all)")->capture_default_str();
+  vc->add_option("--seq-len", ev->seq_len, "window length T")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  vc->add_option("--max-windows", ev->max_windows, "at most this many windows (0 = all)")
+      ->capture_default_str();
   vc->add_option("--reference", ev->reference,
                  "also report KL divergence and top-1 agreement against this model (.shq or .h5)")
       ->check(CLI::ExistingFile);
-  vc->add_option("--format", ev->format, "llmc or u16")->capture_default_str()->check(CLI::IsMember({"llmc", "u16"}));
+  vc->add_option("--format", ev->format, "llmc or u16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"llmc", "u16"}));
   vc->add_option("--kernel", ev->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
   add_profile_flags(vc, ev->profile, kEvalTrace);
   vc->callback([ev] { run_eval(*ev); });
 
   auto be = std::make_shared<BenchArgs>();
-  CLI::App* bc = app.add_subcommand("bench", "prefill and decode speed, weight bytes per token, size and memory");
+  CLI::App* bc =
+      app.add_subcommand("bench", "prefill and decode speed, weight bytes per token, size and memory");
   bc->add_option("model", be->model, "model file (.shq) or checkpoint (.h5, the autograd forward)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -6,10 +6,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/commands.h"
 #include "core/check.h"
 #include "core/fault.h"
 #include "core/parallel.h"
-#include "cli/commands.h"
 
 namespace {
 
@@ -17,8 +17,10 @@ namespace {
 std::string command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--threads") ++i;
-    else if (!arg.empty() && arg[0] != '-') return arg;
+    if (arg == "--threads")
+      ++i;
+    else if (!arg.empty() && arg[0] != '-')
+      return arg;
   }
   return "";
 }
@@ -40,8 +42,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("shamn ") + SHAMN_VERSION);
   int threads = 0;
-  app.add_option("--threads", threads, "worker threads (default: every core)")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "worker threads (default: every core)")->check(CLI::NonNegativeNumber);
   app.parse_complete_callback([&] { shamn::set_num_threads(threads); });
 
   shamn::cli::register_commands(app);

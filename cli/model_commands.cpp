@@ -6,11 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/commands.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "data/token_file.h"
 #include "layers/shamn_model.h"
-#include "cli/commands.h"
 #include "train/model_checkpoint.h"
 
 namespace shamn::cli {
@@ -32,8 +32,8 @@ void run_init(const InitArgs& a) {
   Shamn model(config);
   model.init(a.seed);
   save_model_checkpoint(a.out, model, config.to_toml(), 0);
-  std::printf("wrote %s: %" PRId64 " parameters (seed %" PRIu64 ")\n", a.out.c_str(),
-              model.parameter_count(), a.seed);
+  std::printf("wrote %s: %" PRId64 " parameters (seed %" PRIu64 ")\n", a.out.c_str(), model.parameter_count(),
+              a.seed);
 }
 
 void run_loss(const LossArgs& a) {
@@ -60,9 +60,8 @@ void run_loss(const LossArgs& a) {
   std::unique_ptr<NoGradGuard> no_grad;
   if (!want_grads) no_grad = std::make_unique<NoGradGuard>();
   const Shamn::Loss loss = model.loss(inputs, targets);
-  const nlohmann::ordered_json out = {{"loss", loss.loss.value().item()},
-                                      {"ce", loss.ce.value().item()},
-                                      {"aux", loss.aux.value().item()}};
+  const nlohmann::ordered_json out = {
+      {"loss", loss.loss.value().item()}, {"ce", loss.ce.value().item()}, {"aux", loss.aux.value().item()}};
   std::printf("%s\n", out.dump().c_str());
   if (!want_grads) return;
   loss.loss.backward();
@@ -82,7 +81,8 @@ void run_loss(const LossArgs& a) {
 void register_model_commands(CLI::App& app) {
   auto init = std::make_shared<InitArgs>();
   CLI::App* ic = app.add_subcommand("init", "write a freshly initialised model checkpoint");
-  ic->add_option("config", init->config, "TOML config with a [model] table")->required()
+  ic->add_option("config", init->config, "TOML config with a [model] table")
+      ->required()
       ->check(CLI::ExistingFile);
   ic->add_option("-o,--out", init->out, "checkpoint to write (.h5)")->required();
   ic->add_option("--seed", init->seed, "initialisation seed")->capture_default_str();

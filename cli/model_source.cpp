@@ -52,7 +52,8 @@ LogitFunction ModelSource::logit_function() const {
   const Shamn* m = autograd.get();
   return [m](const int32_t* tokens, int64_t T, float* logits) {
     NoGradGuard no_grad;
-    const Tensor in = Tensor::from_data<int32_t>({1, T}, std::span<const int32_t>(tokens, static_cast<size_t>(T)));
+    const Tensor in =
+        Tensor::from_data<int32_t>({1, T}, std::span<const int32_t>(tokens, static_cast<size_t>(T)));
     const Tensor out = m->logits(in).value();
     std::memcpy(logits, out.data<float>(), out.nbytes());
   };

@@ -6,12 +6,14 @@
 namespace shamn::cli {
 
 void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string& default_trace) {
-  CLI::Option* on = command->add_flag(
-      "--profile", flags.on, "print time per op, layer and phase at the end and write a Chrome trace (Perfetto)");
+  CLI::Option* on =
+      command->add_flag("--profile", flags.on,
+                        "print time per op, layer and phase at the end and write a Chrome trace (Perfetto)");
   command->add_option("--profile-trace", flags.trace, "where the trace goes (default: " + default_trace + ")")
       ->needs(on);
-  command->add_option("--profile-steps", flags.trace_steps,
-                      "steps traced, after a first warm-up step (the table covers the whole run)")
+  command
+      ->add_option("--profile-steps", flags.trace_steps,
+                   "steps traced, after a first warm-up step (the table covers the whole run)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->needs(on);
@@ -33,7 +35,8 @@ void end_profile(const ProfileFlags& flags, const std::string& default_trace, st
   const std::string path = flags.trace.empty() ? default_trace : flags.trace;
   const size_t events = write_chrome_trace(report, path);
   if (report.first_traced_step > 0)
-    std::fprintf(table_out, "profile trace: %s (%zu events, steps %lld-%lld; open in https://ui.perfetto.dev)\n",
+    std::fprintf(table_out,
+                 "profile trace: %s (%zu events, steps %lld-%lld; open in https://ui.perfetto.dev)\n",
                  path.c_str(), events, static_cast<long long>(report.first_traced_step),
                  static_cast<long long>(report.last_traced_step));
   else

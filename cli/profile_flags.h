@@ -12,7 +12,7 @@ namespace shamn::cli {
 
 struct ProfileFlags {
   bool on = false;
-  std::string trace;       // "" = the command's default
+  std::string trace;  // "" = the command's default
   int64_t trace_steps = 3;
 };
 

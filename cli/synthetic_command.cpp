@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli/commands.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
-#include "cli/commands.h"
 
 namespace shamn::cli {
 
@@ -26,23 +26,25 @@ void run_synthetic(const SyntheticArgs& a) {
                    std::vector<uint32_t>(corpus.tokens.begin(), split));
   write_token_file((std::filesystem::path(a.out) / "val.bin").string(),
                    std::vector<uint32_t>(split, corpus.tokens.end()));
-  std::printf("wrote %s/train.bin and val.bin: %lld tokens, vocab %lld; the best possible loss "
-              "(entropy rate) is %.4f nats/token\n",
-              a.out.c_str(), static_cast<long long>(a.tokens), static_cast<long long>(a.vocab),
-              corpus.entropy_nats);
+  std::printf(
+      "wrote %s/train.bin and val.bin: %lld tokens, vocab %lld; the best possible loss "
+      "(entropy rate) is %.4f nats/token\n",
+      a.out.c_str(), static_cast<long long>(a.tokens), static_cast<long long>(a.vocab), corpus.entropy_nats);
 }
 }  // namespace
 
 void register_synthetic_command(CLI::App& app) {
   auto a = std::make_shared<SyntheticArgs>();
-  CLI::App* sc = app.add_subcommand(
-      "synthetic", "write train.bin/val.bin from a Markov chain whose entropy is known");
+  CLI::App* sc =
+      app.add_subcommand("synthetic", "write train.bin/val.bin from a Markov chain whose entropy is known");
   sc->add_option("--out", a->out, "directory to write")->required();
   sc->add_option("--vocab", a->vocab, "tokens")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   sc->add_option("--successors", a->successors, "next tokens per token (entropy ln of this)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sc->add_option("--tokens", a->tokens, "total tokens (10% go to val.bin)")
-      ->capture_default_str()->check(CLI::Range(int64_t{20}, int64_t{1} << 31));
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{20}, int64_t{1} << 31));
   sc->add_option("--seed", a->seed, "chain and walk seed")->capture_default_str();
   sc->callback([a] { run_synthetic(*a); });
 }

@@ -6,11 +6,11 @@
 #include <iterator>
 #include <memory>
 
-#include "core/timing.h"
+#include "cli/commands.h"
 #include "core/check.h"
+#include "core/timing.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
-#include "cli/commands.h"
 
 namespace shamn::cli {
 
@@ -102,13 +102,12 @@ void run_decode(const CodecArgs& a) {
       size_t end = i;
       while (end < text.size() && end - start < 20 && !is_separator(text[end])) ++end;
       SHAMN_INPUT_CHECK(false, "'", source, "' offset ", start,
-                        ": expected a token id (a decimal number), found '",
-                        text.substr(start, end - start), "'");
+                        ": expected a token id (a decimal number), found '", text.substr(start, end - start),
+                        "'");
     }
-    SHAMN_INPUT_CHECK(id < static_cast<uint64_t>(tok.vocab_size()), "'", source, "' offset ",
-                      start, ": token id ", text.substr(start, i - start),
-                      " is >= the vocab_size ", tok.vocab_size(), " of tokenizer '", a.tokenizer,
-                      "'");
+    SHAMN_INPUT_CHECK(id < static_cast<uint64_t>(tok.vocab_size()), "'", source, "' offset ", start,
+                      ": token id ", text.substr(start, i - start), " is >= the vocab_size ",
+                      tok.vocab_size(), " of tokenizer '", a.tokenizer, "'");
     ids.push_back(static_cast<uint32_t>(id));
   }
   const std::string bytes = tok.decode(ids);
@@ -120,13 +119,13 @@ void run_prepare(const PrepareArgs& a) {
   const std::string text = read_input(a.input);
   const PrepareSummary s = prepare_token_files(text, a.input, tok, a.out, a.val_fraction);
   const char* unit = s.by_line ? "lines (too few paragraphs)" : "paragraphs";
-  std::printf("%" PRId64 " %s; val takes 1 in %.4g: %" PRId64 ", %.2f%% of the bytes\n",
-              s.blocks, unit, 1.0 / a.val_fraction, s.val_blocks,
+  std::printf("%" PRId64 " %s; val takes 1 in %.4g: %" PRId64 ", %.2f%% of the bytes\n", s.blocks, unit,
+              1.0 / a.val_fraction, s.val_blocks,
               100.0 * static_cast<double>(s.val_bytes) / static_cast<double>(text.size()));
-  std::printf("%s/train.bin: %" PRId64 " tokens (%" PRId64 " bytes, %.3f bytes/token)\n",
-              a.out.c_str(), s.train_tokens, s.train_bytes, ratio(s.train_bytes, s.train_tokens));
-  std::printf("%s/val.bin: %" PRId64 " tokens (%" PRId64 " bytes, %.3f bytes/token)\n",
-              a.out.c_str(), s.val_tokens, s.val_bytes, ratio(s.val_bytes, s.val_tokens));
+  std::printf("%s/train.bin: %" PRId64 " tokens (%" PRId64 " bytes, %.3f bytes/token)\n", a.out.c_str(),
+              s.train_tokens, s.train_bytes, ratio(s.train_bytes, s.train_tokens));
+  std::printf("%s/val.bin: %" PRId64 " tokens (%" PRId64 " bytes, %.3f bytes/token)\n", a.out.c_str(),
+              s.val_tokens, s.val_bytes, ratio(s.val_bytes, s.val_tokens));
 }
 
 }  // namespace
@@ -137,10 +136,10 @@ void register_tokenizer_commands(CLI::App& app) {
 
   auto train = std::make_shared<TrainArgs>();
   CLI::App* trc = tc->add_subcommand("train", "learn BPE merges from a text file");
-  trc->add_option("--input", train->input, "training text (raw bytes)")->required()
-      ->check(CLI::ExistingFile);
+  trc->add_option("--input", train->input, "training text (raw bytes)")->required()->check(CLI::ExistingFile);
   trc->add_option("--vocab", train->vocab, "vocabulary size (256 bytes + merges)")
-      ->capture_default_str()->check(CLI::Range(int64_t{256}, kMaxVocabSize));
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{256}, kMaxVocabSize));
   trc->add_option("-o,--out", train->out, "tokenizer file to write")->required();
   trc->callback([train] { run_train(*train); });
 
@@ -157,8 +156,8 @@ void register_tokenizer_commands(CLI::App& app) {
   dc->callback([decode] { run_decode(*decode); });
 
   auto prepare = std::make_shared<PrepareArgs>();
-  CLI::App* pc = app.add_subcommand(
-      "prepare", "tokenize a text into OUT/train.bin and OUT/val.bin (llm.c token files)");
+  CLI::App* pc =
+      app.add_subcommand("prepare", "tokenize a text into OUT/train.bin and OUT/val.bin (llm.c token files)");
   pc->add_option("--input", prepare->input, "text file")->required()->check(CLI::ExistingFile);
   pc->add_option("--tokenizer", prepare->tokenizer, "tokenizer file")->required();
   pc->add_option("--out", prepare->out, "output directory (created if missing)")->required();

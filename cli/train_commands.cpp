@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli/commands.h"
+#include "cli/profile_flags.h"
 #include "core/checksum.h"
 #include "core/hdf5_file.h"
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
-#include "cli/commands.h"
-#include "cli/profile_flags.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
 #include "train/train_checkpoint.h"
@@ -33,8 +33,8 @@ void run_train(const TrainArgs& a) {
   // Resuming without a config uses the one the run directory keeps.
   const std::string config_path =
       !a.config.empty() ? a.config : (std::filesystem::path(a.resume) / "config.toml").string();
-  SHAMN_INPUT_CHECK(!a.config.empty() || std::filesystem::is_regular_file(config_path), "--resume ",
-                    a.resume, ": no run here (no config.toml; give the out_dir of an earlier shamn train)");
+  SHAMN_INPUT_CHECK(!a.config.empty() || std::filesystem::is_regular_file(config_path), "--resume ", a.resume,
+                    ": no run here (no config.toml; give the out_dir of an earlier shamn train)");
   const RunConfig config = RunConfig::from_file(config_path, a.overrides);
   TrainOptions options;
   options.resume_dir = a.resume;
@@ -77,18 +77,15 @@ void run_info(const std::string& path, bool tensors) {
   std::printf("file size       %.1f MiB (%" PRIuMAX " bytes)\n",
               static_cast<double>(std::filesystem::file_size(path)) / (1 << 20),
               static_cast<uintmax_t>(std::filesystem::file_size(path)));
-  std::printf("parameters      %" PRId64 " stored (%.1f MiB f32), %" PRId64
-              " touched per token (%.1f%%)\n",
-              counts.stored, static_cast<double>(counts.stored) * 4 / (1 << 20),
-              counts.touched_per_token,
+  std::printf("parameters      %" PRId64 " stored (%.1f MiB f32), %" PRId64 " touched per token (%.1f%%)\n",
+              counts.stored, static_cast<double>(counts.stored) * 4 / (1 << 20), counts.touched_per_token,
               100.0 * static_cast<double>(counts.touched_per_token) / static_cast<double>(counts.stored));
   std::printf("buffers         %" PRId64 " int32 elements\n", counts.buffers);
   if (training) {
     std::printf("tokens seen     %" PRId64 "\n", reader.int_attribute("tokens_seen"));
     std::printf("train time      %.1f s\n", reader.float_attribute("elapsed_s"));
     const double best = reader.float_attribute("best_val_loss");
-    if (std::isfinite(best))
-      std::printf("best val loss   %.4f (perplexity %.2f)\n", best, std::exp(best));
+    if (std::isfinite(best)) std::printf("best val loss   %.4f (perplexity %.2f)\n", best, std::exp(best));
   }
   std::printf("\n# config\n%s", reader.string_attribute("config").c_str());
   if (tensors) print_tensor_digest(reader, training);
@@ -98,15 +95,13 @@ void run_info(const std::string& path, bool tensors) {
 
 void register_train_commands(CLI::App& app) {
   auto train = std::make_shared<TrainArgs>();
-  CLI::App* tc = app.add_subcommand(
-      "train", "train a model from a TOML config (configs/README.md documents every key)");
-  tc->add_option("config", train->config, "TOML config (optional with --resume)")
-      ->check(CLI::ExistingFile);
+  CLI::App* tc =
+      app.add_subcommand("train", "train a model from a TOML config (configs/README.md documents every key)");
+  tc->add_option("config", train->config, "TOML config (optional with --resume)")->check(CLI::ExistingFile);
   tc->add_option("--set", train->overrides,
                  "override a config key, e.g. --set train.max_steps=100 (repeatable; TOML values)")
       ->allow_extra_args(false);
-  tc->add_option("--resume", train->resume,
-                 "continue the run in this directory from its newest checkpoint")
+  tc->add_option("--resume", train->resume, "continue the run in this directory from its newest checkpoint")
       ->check(CLI::ExistingDirectory);
   add_profile_flags(tc, train->profile, "RUN_DIR/profile.json");
   tc->callback([train] { run_train(*train); });

@@ -43,6 +43,10 @@ class AtomicFile {
 void write_file_atomically(const std::string& path, const std::string& text,
                            const std::string& kind = "text");
 
+// ".<name>.tmp.<pid>" next to `path`: this process's temporary name for it, for
+// writers that make the file some other way (a hard link) and rename it into place.
+std::string temp_path_for(const std::string& path);
+
 // Removes ".<name>.tmp.<pid>" files next to `path` whose process no longer runs;
 // returns how many. (A live pid is never touched, even if it was reused.)
 int remove_orphaned_temp_files(const std::string& path);

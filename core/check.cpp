@@ -8,8 +8,7 @@ namespace shamn::detail {
                                       const std::string& message) {
   const char* base = std::strrchr(file, '/');
   std::ostringstream out;
-  out << message << " [check `" << cond << "` failed at " << (base ? base + 1 : file) << ":"
-      << line << "]";
+  out << message << " [check `" << cond << "` failed at " << (base ? base + 1 : file) << ":" << line << "]";
   throw Error(out.str());
 }
 

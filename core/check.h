@@ -45,24 +45,23 @@ std::string concat(const Parts&... parts) {
 
 // SHAMN_CHECK(cond, parts...): throws shamn::Error with the streamed parts, the
 // failed condition and the source location.
-#define SHAMN_CHECK(cond, ...)                                                        \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]]                                                         \
-      ::shamn::detail::throw_check_failure(#cond, __FILE__, __LINE__,                 \
-                                           ::shamn::detail::concat(__VA_ARGS__));     \
+#define SHAMN_CHECK(cond, ...)                                                                               \
+  do {                                                                                                       \
+    if (!(cond)) [[unlikely]]                                                                                \
+      ::shamn::detail::throw_check_failure(#cond, __FILE__, __LINE__, ::shamn::detail::concat(__VA_ARGS__)); \
   } while (0)
 
 // SHAMN_CONFIG_CHECK(cond, key, parts...): throws shamn::ConfigError for `key`.
-#define SHAMN_CONFIG_CHECK(cond, key, ...)                                            \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]]                                                         \
-      throw ::shamn::ConfigError(key, ::shamn::detail::concat(__VA_ARGS__));          \
+#define SHAMN_CONFIG_CHECK(cond, key, ...)                                   \
+  do {                                                                       \
+    if (!(cond)) [[unlikely]]                                                \
+      throw ::shamn::ConfigError(key, ::shamn::detail::concat(__VA_ARGS__)); \
   } while (0)
 
 // SHAMN_INPUT_CHECK(cond, parts...): the same for bad user input; throws
 // shamn::InputError carrying only the message (the user's file/key, not ours).
-#define SHAMN_INPUT_CHECK(cond, ...)                                                  \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]]                                                         \
-      throw ::shamn::InputError(::shamn::detail::concat(__VA_ARGS__));                \
+#define SHAMN_INPUT_CHECK(cond, ...)                                   \
+  do {                                                                 \
+    if (!(cond)) [[unlikely]]                                          \
+      throw ::shamn::InputError(::shamn::detail::concat(__VA_ARGS__)); \
   } while (0)

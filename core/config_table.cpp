@@ -21,13 +21,20 @@ namespace {
 
 std::string type_name(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a bool";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a bool";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a date/time";
   }
 }
 
@@ -44,13 +51,11 @@ std::string ConfigTable::location(const std::string& key, const void* node) cons
 void ConfigTable::type_error(const std::string& key, const void* node, const char* expected,
                              const char* hint) const {
   const auto& n = *static_cast<const toml::node*>(node);
-  throw InputError(location(key, node) + ": key '" + key + "' must be " + expected + ", got " +
-                   type_name(n) + hint);
+  throw InputError(location(key, node) + ": key '" + key + "' must be " + expected + ", got " + type_name(n) +
+                   hint);
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 ConfigTable ConfigTable::parse(const std::string& text, const std::string& origin) {
   ConfigTable t;
@@ -77,9 +82,7 @@ ConfigTable ConfigTable::parse_file(const std::string& path) {
 const std::string& ConfigTable::origin() const { return impl_->origin; }
 
 namespace {
-const toml::node* find(const toml::table& root, const std::string& key) {
-  return root.at_path(key).node();
-}
+const toml::node* find(const toml::table& root, const std::string& key) { return root.at_path(key).node(); }
 }  // namespace
 
 bool ConfigTable::has(const std::string& key) const { return find(impl_->root, key) != nullptr; }
@@ -95,8 +98,7 @@ std::optional<double> ConfigTable::get_float(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   if (!n) return std::nullopt;
   if (!n->is_floating_point())
-    type_error(key, n, "a float",
-               n->is_integer() ? " (write it with a decimal point, e.g. 0.0)" : "");
+    type_error(key, n, "a float", n->is_integer() ? " (write it with a decimal point, e.g. 0.0)" : "");
   return n->as_floating_point()->get();
 }
 
@@ -131,14 +133,12 @@ std::string ConfigTable::where(const std::string& key) const {
   return n ? location(key, n) : impl_->origin;
 }
 
-void ConfigTable::reject_unknown(const std::string& table,
-                                 const std::set<std::string>& known) const {
+void ConfigTable::reject_unknown(const std::string& table, const std::set<std::string>& known) const {
   const toml::node* n = table.empty() ? &impl_->root : find(impl_->root, table);
   if (!n || !n->is_table()) return;
   for (const auto& [k, child] : *n->as_table()) {
     const std::string key = table.empty() ? std::string(k.str()) : table + "." + std::string(k.str());
-    SHAMN_INPUT_CHECK(known.count(key), location(key, &child), ": unknown key '", key,
-                      "'");
+    SHAMN_INPUT_CHECK(known.count(key), location(key, &child), ": unknown key '", key, "'");
     if (child.is_table()) reject_unknown(key, known);
   }
 }

@@ -87,12 +87,15 @@ std::vector<Fault> parse(std::string_view spec) {
     char* end = nullptr;
     errno = 0;
     f.n = std::strtoull(n.c_str(), &end, 10);
-    SHAMN_INPUT_CHECK(!n.empty() && n[0] != '-' && *end == '\0' && errno == 0, "SHAMN_FAULT: '",
-                      item, "': the count '", n, "' is not a non-negative integer");
+    SHAMN_INPUT_CHECK(!n.empty() && n[0] != '-' && *end == '\0' && errno == 0, "SHAMN_FAULT: '", item,
+                      "': the count '", n, "' is not a non-negative integer");
     const std::string_view action = parts.size() == 3 ? parts[2] : "kill";
-    if (action == "kill") f.action = Action::kill;
-    else if (action == "enospc") f.action = Action::enospc;
-    else if (action == "eio") f.action = Action::eio;
+    if (action == "kill")
+      f.action = Action::kill;
+    else if (action == "enospc")
+      f.action = Action::enospc;
+    else if (action == "eio")
+      f.action = Action::eio;
     else
       SHAMN_INPUT_CHECK(false, "SHAMN_FAULT: '", item, "': unknown action '", action,
                         "' (want kill, enospc or eio)");
@@ -118,8 +121,10 @@ int act(Fault& f) {
     case Action::kill:
       ::raise(SIGKILL);
       return 0;
-    case Action::enospc: return ENOSPC;
-    case Action::eio: return EIO;
+    case Action::enospc:
+      return ENOSPC;
+    case Action::eio:
+      return EIO;
   }
   return 0;
 }

@@ -93,8 +93,7 @@ constexpr size_t kPackPad = 64;
 
 // dst[k * stride + r] = src[r * ld + k] for k < kc and r < lanes (<= 16); source rows
 // at or beyond `rows` read as zero.
-void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst,
-                     int stride, int lanes) {
+void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst, int stride, int lanes) {
   const __mmask16 store_mask = static_cast<__mmask16>((1u << lanes) - 1u);
   __m512 r[16];
   for (int64_t k0 = 0; k0 < kc; k0 += 16) {
@@ -102,8 +101,7 @@ void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* 
     const __mmask16 load_mask = static_cast<__mmask16>((1u << kn) - 1u);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
-      r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + k0)
-                      : _mm512_setzero_ps();
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + k0) : _mm512_setzero_ps();
     vec16::transpose_16x16(r);
     float* d = dst + k0 * stride;
     if (kn == 16) {
@@ -116,8 +114,7 @@ void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* 
 }
 
 // [rows, kc] slab of a row-major matrix -> kc groups of `width` floats (width = MR or NR).
-void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst,
-                          int width) {
+void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst, int width) {
   for (int r0 = 0; r0 < width; r0 += 16) {
     const int lanes = std::min(16, width - r0);
     const int valid = std::clamp(rows - r0, 0, lanes);
@@ -127,8 +124,7 @@ void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, fl
 
 #else
 
-void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst,
-                          int width) {
+void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst, int width) {
   // k outer: the writes stay sequential and the `rows` read streams are few.
   for (int64_t k = 0; k < kc; ++k) {
     float* d = dst + k * width;
@@ -156,8 +152,8 @@ void pack_slab_copy(const float* src, int64_t ld, int cols, int64_t kc, float* d
 
 // A micro-panel: dst[k * MR + i] = op(A)[i0 + i, k0 + k]; rows >= mr are zero, so the
 // kernel never needs a row-count branch inside its K loop.
-void pack_a_panel(Trans ta, const float* A, int64_t lda, int64_t i0, int mr, int64_t k0,
-                  int64_t kc, float* dst) {
+void pack_a_panel(Trans ta, const float* A, int64_t lda, int64_t i0, int mr, int64_t k0, int64_t kc,
+                  float* dst) {
   if (ta == Trans::yes) {
     pack_slab_copy<MR>(A + k0 * lda + i0, lda, mr, kc, dst);  // A stored [K, M]
   } else {
@@ -166,8 +162,8 @@ void pack_a_panel(Trans ta, const float* A, int64_t lda, int64_t i0, int mr, int
 }
 
 // B micro-panel: dst[k * NR + j] = op(B)[k0 + k, j0 + j]; columns >= nr are zero.
-void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0,
-                  int nr, float* dst) {
+void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
+                  float* dst) {
   if (tb == Trans::no) {
     pack_slab_copy<NR>(B + k0 * ldb + j0, ldb, nr, kc, dst);
   } else {
@@ -188,8 +184,7 @@ void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc,
 
 constexpr int NV = NR / 16;
 
-inline __m512 combine(__m512 acc, const float* p, __mmask16 m, float alpha, float beta,
-                      bool full) {
+inline __m512 combine(__m512 acc, const float* p, __mmask16 m, float alpha, float beta, bool full) {
   const __m512 r = alpha == 1.0f ? acc : _mm512_mul_ps(_mm512_set1_ps(alpha), acc);
   if (beta == 0.0f) return r;
   const __m512 old = full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
@@ -200,8 +195,8 @@ inline __m512 combine(__m512 acc, const float* p, __mmask16 m, float alpha, floa
 // AVX-512: A panel [8, kc] (8 floats per k, broadcast one at a time), B panel [kc, 32]
 // (two zmm per k), C tile [8, 32] in 16 zmm accumulators; edge tiles store through
 // lane masks, so they round exactly like interior ones.
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
-                  float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
+                  int64_t ldc, float alpha, float beta, int mr, int nr) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i)
@@ -259,8 +254,8 @@ constexpr int NV = NR / 8;
 
 // AVX2: A panel [6, kc], B panel [kc, 16] (two ymm per k), C tile [6, 16] in 12 ymm
 // accumulators.
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
-                  float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
+                  int64_t ldc, float alpha, float beta, int mr, int nr) {
   __m256 acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -328,8 +323,8 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 
 // Portable: A panel [4, kc], B panel [kc, 8], C tile [4, 8] in a local array the
 // compiler keeps in vector registers where it can.
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
-                  float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
+                  int64_t ldc, float alpha, float beta, int mr, int nr) {
   float acc[MR][NR] = {};
   for (int64_t k = 0; k < kc; ++k) {
     for (int i = 0; i < MR; ++i) {
@@ -380,8 +375,8 @@ T dot(const T* __restrict x, const T* __restrict y, int64_t n) {
 }
 
 template <class T>
-void gemm_direct(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                 int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+void gemm_direct(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                 const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   const int64_t chunks = ceil_div(N, kDirectChunk);
   const int64_t unit_work = std::min(N, kDirectChunk) * K;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, unit_work));
@@ -434,25 +429,22 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
 }
 
 template <class T>
-void check_args(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-                const T* B, int64_t ldb, const T* C, int64_t ldc) {
-  SHAMN_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative dimension M=", M, " N=", N,
-              " K=", K);
+void check_args(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                int64_t ldb, const T* C, int64_t ldc) {
+  SHAMN_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative dimension M=", M, " N=", N, " K=", K);
   const int64_t a_cols = ta == Trans::yes ? M : K;
   const int64_t b_cols = tb == Trans::yes ? K : N;
-  SHAMN_CHECK(lda >= a_cols, "gemm: lda=", lda, " is smaller than the ", a_cols,
-              " columns of stored A", ta == Trans::yes ? " (transposed)" : "");
-  SHAMN_CHECK(ldb >= b_cols, "gemm: ldb=", ldb, " is smaller than the ", b_cols,
-              " columns of stored B", tb == Trans::yes ? " (transposed)" : "");
+  SHAMN_CHECK(lda >= a_cols, "gemm: lda=", lda, " is smaller than the ", a_cols, " columns of stored A",
+              ta == Trans::yes ? " (transposed)" : "");
+  SHAMN_CHECK(ldb >= b_cols, "gemm: ldb=", ldb, " is smaller than the ", b_cols, " columns of stored B",
+              tb == Trans::yes ? " (transposed)" : "");
   SHAMN_CHECK(ldc >= N, "gemm: ldc=", ldc, " is smaller than N=", N);
   SHAMN_CHECK(C != nullptr || M == 0 || N == 0, "gemm: C is null");
-  SHAMN_CHECK((A != nullptr && B != nullptr) || M == 0 || N == 0 || K == 0,
-              "gemm: A or B is null");
+  SHAMN_CHECK((A != nullptr && B != nullptr) || M == 0 || N == 0 || K == 0, "gemm: A or B is null");
 }
 
-void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                 float* C, int64_t ldc) {
+void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const int64_t kc_max = std::min(K, KC);
   const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
   ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
@@ -517,9 +509,8 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
 
 }  // namespace
 
-void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc) {
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {
@@ -533,9 +524,8 @@ void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float a
   gemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-          const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-          int64_t ldc) {
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0) {

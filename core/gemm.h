@@ -14,19 +14,17 @@ namespace shamn {
 
 enum class Trans : bool { no = false, yes = true };
 
-void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc);
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Double precision, for gradient checks: straightforward, not tuned.
-void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-          const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-          int64_t ldc);
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
 // The slow, obvious triple loop (accumulating in double): the test oracle.
 template <class T>
-void gemm_naive(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, T alpha,
-                const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+void gemm_naive(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0.0;

@@ -33,11 +33,16 @@ struct Handle {
 
 hid_t native_type(DType dt) {
   switch (dt) {
-    case DType::f32: return H5T_NATIVE_FLOAT;
-    case DType::f64: return H5T_NATIVE_DOUBLE;
-    case DType::i32: return H5T_NATIVE_INT32;
-    case DType::i8: return H5T_NATIVE_INT8;
-    case DType::u8: return H5T_NATIVE_UINT8;
+    case DType::f32:
+      return H5T_NATIVE_FLOAT;
+    case DType::f64:
+      return H5T_NATIVE_DOUBLE;
+    case DType::i32:
+      return H5T_NATIVE_INT32;
+    case DType::i8:
+      return H5T_NATIVE_INT8;
+    case DType::u8:
+      return H5T_NATIVE_UINT8;
   }
   return H5T_NATIVE_FLOAT;
 }
@@ -64,8 +69,7 @@ std::string dotted_name(const std::string& group, const std::string& dataset_pat
   return out;
 }
 
-Hdf5Writer::Hdf5Writer(const std::string& path, const std::string& kind)
-    : path_(path), temp_(path, kind) {
+Hdf5Writer::Hdf5Writer(const std::string& path, const std::string& kind) : path_(path), temp_(path, kind) {
   silence_hdf5();
   file_ = H5Fcreate(temp_.temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   SHAMN_INPUT_CHECK(file_ >= 0, "cannot create '", temp_.temp_path(), "' to write '", path,
@@ -83,8 +87,8 @@ void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& ten
                H5Sclose};
   Handle link_props{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
   H5Pset_create_intermediate_group(link_props.id, 1);
-  Handle dataset{H5Dcreate2(file_, dataset_path.c_str(), native_type(tensor.dtype()), space.id,
-                            link_props.id, H5P_DEFAULT, H5P_DEFAULT),
+  Handle dataset{H5Dcreate2(file_, dataset_path.c_str(), native_type(tensor.dtype()), space.id, link_props.id,
+                            H5P_DEFAULT, H5P_DEFAULT),
                  H5Dclose};
   SHAMN_CHECK(dataset.id >= 0, "cannot create dataset '", dataset_path, "' in '", path_, "'");
   if (tensor.numel() > 0)
@@ -92,15 +96,15 @@ void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& ten
                          tensor.raw_data()) >= 0,
                 "writing dataset '", dataset_path, "' to '", path_, "' failed (disk full?)");
   const int err = fault::pass(temp_.kind() + ".tensor");
-  SHAMN_INPUT_CHECK(err == 0, "writing dataset '", dataset_path, "' to '", path_, "' failed: ",
-                    std::strerror(err), " (disk full?)");
+  SHAMN_INPUT_CHECK(err == 0, "writing dataset '", dataset_path, "' to '", path_,
+                    "' failed: ", std::strerror(err), " (disk full?)");
   const uint32_t crc = checksum(tensor);
   Handle attr_space{H5Screate(H5S_SCALAR), H5Sclose};
-  Handle attr{H5Acreate2(dataset.id, kChecksumAttribute, H5T_NATIVE_UINT32, attr_space.id,
-                         H5P_DEFAULT, H5P_DEFAULT),
-              H5Aclose};
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_UINT32, &crc) >= 0,
-              "writing the checksum of '", dataset_path, "' to '", path_, "' failed");
+  Handle attr{
+      H5Acreate2(dataset.id, kChecksumAttribute, H5T_NATIVE_UINT32, attr_space.id, H5P_DEFAULT, H5P_DEFAULT),
+      H5Aclose};
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_UINT32, &crc) >= 0, "writing the checksum of '",
+              dataset_path, "' to '", path_, "' failed");
 }
 
 void Hdf5Writer::set_string_attribute(const std::string& name, const std::string& value) {
@@ -108,11 +112,10 @@ void Hdf5Writer::set_string_attribute(const std::string& name, const std::string
   H5Tset_size(type.id, H5T_VARIABLE);
   H5Tset_cset(type.id, H5T_CSET_UTF8);
   Handle space{H5Screate(H5S_SCALAR), H5Sclose};
-  Handle attr{H5Acreate2(file_, name.c_str(), type.id, space.id, H5P_DEFAULT, H5P_DEFAULT),
-              H5Aclose};
+  Handle attr{H5Acreate2(file_, name.c_str(), type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
   const char* data = value.c_str();
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, type.id, &data) >= 0, "writing attribute '",
-              name, "' to '", path_, "' failed");
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, type.id, &data) >= 0, "writing attribute '", name, "' to '",
+              path_, "' failed");
 }
 
 void Hdf5Writer::set_int_attribute(const std::string& name, int64_t value) {
@@ -123,19 +126,16 @@ void Hdf5Writer::set_float_attribute(const std::string& name, double value) {
   write_scalar_attribute(name, H5T_NATIVE_DOUBLE, &value);
 }
 
-void Hdf5Writer::write_scalar_attribute(const std::string& name, int64_t native_type,
-                                        const void* value) {
+void Hdf5Writer::write_scalar_attribute(const std::string& name, int64_t native_type, const void* value) {
   Handle space{H5Screate(H5S_SCALAR), H5Sclose};
-  Handle attr{H5Acreate2(file_, name.c_str(), native_type, space.id, H5P_DEFAULT, H5P_DEFAULT),
-              H5Aclose};
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, native_type, value) >= 0, "writing attribute '",
-              name, "' to '", path_, "' failed");
+  Handle attr{H5Acreate2(file_, name.c_str(), native_type, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, native_type, value) >= 0, "writing attribute '", name,
+              "' to '", path_, "' failed");
 }
 
 void Hdf5Writer::commit() {
   SHAMN_CHECK(file_ >= 0, "Hdf5Writer::commit called twice for '", path_, "'");
-  SHAMN_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0, "flushing '", temp_.temp_path(),
-              "' failed");
+  SHAMN_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0, "flushing '", temp_.temp_path(), "' failed");
   H5Fclose(file_);
   file_ = -1;
   temp_.commit();
@@ -148,8 +148,7 @@ Hdf5Reader::Hdf5Reader(const std::string& path) : path_(path) {
   file_bytes_ = static_cast<int64_t>(std::filesystem::file_size(path, error));
   SHAMN_INPUT_CHECK(!error, "cannot read the size of checkpoint '", path, "': ", error.message());
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  SHAMN_INPUT_CHECK(file_ >= 0, "'", path,
-                    "' is not a readable HDF5 file (truncated or not a checkpoint?)");
+  SHAMN_INPUT_CHECK(file_ >= 0, "'", path, "' is not a readable HDF5 file (truncated or not a checkpoint?)");
 }
 
 Hdf5Reader::~Hdf5Reader() {
@@ -220,26 +219,30 @@ Tensor Hdf5Reader::read_tensor(const std::string& dataset_path) const {
   const H5T_class_t cls = H5Tget_class(type.id);
   const size_t size = H5Tget_size(type.id);
   DType dt;
-  if (cls == H5T_FLOAT && size == 4) dt = DType::f32;
-  else if (cls == H5T_FLOAT && size == 8) dt = DType::f64;
-  else if (cls == H5T_INTEGER && size == 4 && H5Tget_sign(type.id) == H5T_SGN_2) dt = DType::i32;
-  else if (cls == H5T_INTEGER && size == 1 && H5Tget_sign(type.id) == H5T_SGN_2) dt = DType::i8;
-  else if (cls == H5T_INTEGER && size == 1) dt = DType::u8;
+  if (cls == H5T_FLOAT && size == 4)
+    dt = DType::f32;
+  else if (cls == H5T_FLOAT && size == 8)
+    dt = DType::f64;
+  else if (cls == H5T_INTEGER && size == 4 && H5Tget_sign(type.id) == H5T_SGN_2)
+    dt = DType::i32;
+  else if (cls == H5T_INTEGER && size == 1 && H5Tget_sign(type.id) == H5T_SGN_2)
+    dt = DType::i8;
+  else if (cls == H5T_INTEGER && size == 1)
+    dt = DType::u8;
   else
     SHAMN_INPUT_CHECK(false, "'", path_, "': dataset '", dataset_path,
                       "' has an unsupported element type (want float32, int32, int8 or uint8)");
   Tensor t = Tensor::empty(dataset_shape(dataset_path), dt);
   if (t.numel() > 0)
-    SHAMN_INPUT_CHECK(H5Dread(dataset.id, native_type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                              t.raw_data()) >= 0,
+    SHAMN_INPUT_CHECK(H5Dread(dataset.id, native_type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
                       "'", path_, "': reading dataset '", dataset_path,
                       "' failed (the file may be truncated)");
   // Files written before checksums existed (or by other tools) have none to verify.
   if (H5Aexists(dataset.id, kChecksumAttribute) > 0) {
     Handle attr{H5Aopen(dataset.id, kChecksumAttribute, H5P_DEFAULT), H5Aclose};
     uint32_t stored = 0;
-    SHAMN_INPUT_CHECK(attr.id >= 0 && H5Aread(attr.id, H5T_NATIVE_UINT32, &stored) >= 0, "'",
-                      path_, "': cannot read the checksum of '", dataset_path, "'");
+    SHAMN_INPUT_CHECK(attr.id >= 0 && H5Aread(attr.id, H5T_NATIVE_UINT32, &stored) >= 0, "'", path_,
+                      "': cannot read the checksum of '", dataset_path, "'");
     const uint32_t actual = checksum(t);
     SHAMN_INPUT_CHECK(stored == actual, "'", path_, "': dataset '", dataset_path,
                       "' fails its checksum (stored crc32 ", stored, ", computed ", actual,
@@ -248,9 +251,7 @@ Tensor Hdf5Reader::read_tensor(const std::string& dataset_path) const {
   return t;
 }
 
-bool Hdf5Reader::has_attribute(const std::string& name) const {
-  return H5Aexists(file_, name.c_str()) > 0;
-}
+bool Hdf5Reader::has_attribute(const std::string& name) const { return H5Aexists(file_, name.c_str()) > 0; }
 
 std::string Hdf5Reader::string_attribute(const std::string& name) const {
   SHAMN_INPUT_CHECK(has_attribute(name), "'", path_, "' has no root attribute '", name, "'");
@@ -263,20 +264,20 @@ std::string Hdf5Reader::string_attribute(const std::string& name) const {
     H5Tset_size(mem.id, H5T_VARIABLE);
     H5Tset_cset(mem.id, H5Tget_cset(type.id));
     char* data = nullptr;
-    SHAMN_INPUT_CHECK(H5Aread(attr.id, mem.id, &data) >= 0 && data, "'", path_,
-                      "': cannot read attribute '", name, "'");
+    SHAMN_INPUT_CHECK(H5Aread(attr.id, mem.id, &data) >= 0 && data, "'", path_, "': cannot read attribute '",
+                      name, "'");
     std::string out(data);
     Handle space{H5Aget_space(attr.id), H5Sclose};
     H5Dvlen_reclaim(mem.id, space.id, H5P_DEFAULT, &data);
     return out;
   }
   const size_t size = H5Tget_size(type.id);
-  SHAMN_INPUT_CHECK(size > 0 && size <= static_cast<size_t>(file_bytes_), "'", path_,
-                    "': attribute '", name, "' claims ", size, " bytes, more than the whole file (",
-                    file_bytes_, " bytes): the file is corrupt");
+  SHAMN_INPUT_CHECK(size > 0 && size <= static_cast<size_t>(file_bytes_), "'", path_, "': attribute '", name,
+                    "' claims ", size, " bytes, more than the whole file (", file_bytes_,
+                    " bytes): the file is corrupt");
   std::string out(size, '\0');
-  SHAMN_INPUT_CHECK(H5Aread(attr.id, type.id, out.data()) >= 0, "'", path_,
-                    "': cannot read attribute '", name, "'");
+  SHAMN_INPUT_CHECK(H5Aread(attr.id, type.id, out.data()) >= 0, "'", path_, "': cannot read attribute '",
+                    name, "'");
   out.resize(out.find('\0') == std::string::npos ? out.size() : out.find('\0'));
   return out;
 }
@@ -293,15 +294,15 @@ double Hdf5Reader::float_attribute(const std::string& name) const {
   return value;
 }
 
-void Hdf5Reader::read_scalar_attribute(const std::string& name, int type_class,
-                                       int64_t native_type, const char* kind, void* out) const {
+void Hdf5Reader::read_scalar_attribute(const std::string& name, int type_class, int64_t native_type,
+                                       const char* kind, void* out) const {
   SHAMN_INPUT_CHECK(has_attribute(name), "'", path_, "' has no root attribute '", name, "'");
   Handle attr{H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose};
   Handle type{H5Aget_type(attr.id), H5Tclose};
-  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == type_class, "'", path_, "': attribute '", name,
-                    "' is not ", kind);
-  SHAMN_INPUT_CHECK(H5Aread(attr.id, native_type, out) >= 0, "'", path_,
-                    "': cannot read attribute '", name, "'");
+  SHAMN_INPUT_CHECK(H5Tget_class(type.id) == type_class, "'", path_, "': attribute '", name, "' is not ",
+                    kind);
+  SHAMN_INPUT_CHECK(H5Aread(attr.id, native_type, out) >= 0, "'", path_, "': cannot read attribute '", name,
+                    "'");
 }
 
 }  // namespace shamn

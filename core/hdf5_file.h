@@ -23,8 +23,8 @@ class Hdf5Writer {
 
   void write_tensor(const std::string& dataset_path, const Tensor& tensor);
   void set_string_attribute(const std::string& name, const std::string& value);  // on "/"
-  void set_int_attribute(const std::string& name, int64_t value);                 // on "/"
-  void set_float_attribute(const std::string& name, double value);                // on "/"
+  void set_int_attribute(const std::string& name, int64_t value);                // on "/"
+  void set_float_attribute(const std::string& name, double value);               // on "/"
   void commit();
 
  private:
@@ -57,8 +57,8 @@ class Hdf5Reader {
 
  private:
   // type_class: an H5T_class_t; native_type: an hid_t (kept out of this header).
-  void read_scalar_attribute(const std::string& name, int type_class, int64_t native_type,
-                             const char* kind, void* out) const;
+  void read_scalar_attribute(const std::string& name, int type_class, int64_t native_type, const char* kind,
+                             void* out) const;
   std::string path_;
   int64_t file_ = -1;
   int64_t file_bytes_ = 0;  // what any dataset or attribute read may at most hold

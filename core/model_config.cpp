@@ -33,13 +33,10 @@ void check_sparsity(double s, const std::string& key) {
 }  // namespace
 
 void EmbedOptions::validate() const {
-  SHAMN_CONFIG_CHECK(vocab_size >= 1, "model.vocab_size", "model.vocab_size must be >= 1, got ",
-                     vocab_size);
+  SHAMN_CONFIG_CHECK(vocab_size >= 1, "model.vocab_size", "model.vocab_size must be >= 1, got ", vocab_size);
   check_sparsity(sparsity, "model.embed.sparsity");
-  SHAMN_CONFIG_CHECK(buckets >= 1, "model.embed.buckets", "model.embed.buckets must be >= 1, got ",
-                     buckets);
-  SHAMN_CONFIG_CHECK(hashes >= 1, "model.embed.hashes", "model.embed.hashes must be >= 1, got ",
-                     hashes);
+  SHAMN_CONFIG_CHECK(buckets >= 1, "model.embed.buckets", "model.embed.buckets must be >= 1, got ", buckets);
+  SHAMN_CONFIG_CHECK(hashes >= 1, "model.embed.hashes", "model.embed.hashes must be >= 1, got ", hashes);
 }
 
 int64_t BlockSparseOptions::active_blocks() const {
@@ -47,17 +44,15 @@ int64_t BlockSparseOptions::active_blocks() const {
 }
 
 void BlockSparseOptions::validate() const {
-  SHAMN_CONFIG_CHECK(block >= 1, "model.sparse.block", "model.sparse.block must be >= 1, got ",
-                     block);
+  SHAMN_CONFIG_CHECK(block >= 1, "model.sparse.block", "model.sparse.block must be >= 1, got ", block);
   SHAMN_CONFIG_CHECK(in % block == 0 && out % block == 0, "model.sparse.block",
-                     "model.sparse.block = ", block, " must divide the layer's dims ", out, "x",
-                     in, " (model.dim and model.moe.hidden must be multiples of the block)");
+                     "model.sparse.block = ", block, " must divide the layer's dims ", out, "x", in,
+                     " (model.dim and model.moe.hidden must be multiples of the block)");
   check_sparsity(sparsity, sparsity_key);
 }
 
 void MixerOptions::validate() const {
-  SHAMN_CONFIG_CHECK(kernel >= 1, "model.mixer.kernel", "model.mixer.kernel must be >= 1, got ",
-                     kernel);
+  SHAMN_CONFIG_CHECK(kernel >= 1, "model.mixer.kernel", "model.mixer.kernel must be >= 1, got ", kernel);
   out.validate();
 }
 
@@ -75,27 +70,23 @@ void MemoryOptions::validate() const {
   const int64_t n = sqrt_size();
   SHAMN_CONFIG_CHECK(size >= 1 && n * n == size, "model.memory.size",
                      "model.memory.size must be a perfect square (n^2 slots), got ", size);
-  SHAMN_CONFIG_CHECK(topk >= 1 && topk <= n, "model.memory.topk", "model.memory.topk must lie in [1, ",
-                     n, "] (sqrt of model.memory.size), got ", topk);
+  SHAMN_CONFIG_CHECK(topk >= 1 && topk <= n, "model.memory.topk", "model.memory.topk must lie in [1, ", n,
+                     "] (sqrt of model.memory.size), got ", topk);
   SHAMN_CONFIG_CHECK(key_dim >= 2 && key_dim % 2 == 0, "model.memory.key_dim",
                      "model.memory.key_dim must be even and >= 2, got ", key_dim);
 }
 
 void MoeOptions::validate() const {
-  SHAMN_CONFIG_CHECK(groups >= 1, "model.moe.groups", "model.moe.groups must be >= 1, got ",
-                     groups);
+  SHAMN_CONFIG_CHECK(groups >= 1, "model.moe.groups", "model.moe.groups must be >= 1, got ", groups);
   SHAMN_CONFIG_CHECK(experts_per_group >= 1, "model.moe.experts_per_group",
                      "model.moe.experts_per_group must be >= 1, got ", experts_per_group);
   SHAMN_CONFIG_CHECK(group_k >= 1 && group_k <= groups, "model.moe.group_k",
-                     "model.moe.group_k must lie in [1, model.moe.groups = ", groups, "], got ",
-                     group_k);
+                     "model.moe.group_k must lie in [1, model.moe.groups = ", groups, "], got ", group_k);
   SHAMN_CONFIG_CHECK(k >= 1 && k <= product_or_max(group_k, experts_per_group), "model.moe.k",
                      "model.moe.k must lie in [1, group_k * experts_per_group = ",
                      product_or_max(group_k, experts_per_group), "], got ", k);
-  SHAMN_CONFIG_CHECK(hidden >= 1, "model.moe.hidden", "model.moe.hidden must be >= 1, got ",
-                     hidden);
-  SHAMN_CONFIG_CHECK(aux_coef >= 0, "model.moe.aux_coef", "model.moe.aux_coef must be >= 0, got ",
-                     aux_coef);
+  SHAMN_CONFIG_CHECK(hidden >= 1, "model.moe.hidden", "model.moe.hidden must be >= 1, got ", hidden);
+  SHAMN_CONFIG_CHECK(aux_coef >= 0, "model.moe.aux_coef", "model.moe.aux_coef must be >= 0, got ", aux_coef);
   up.validate();
   down.validate();
 }
@@ -116,8 +107,9 @@ MixerOptions ModelConfig::mixer() const {
   MixerOptions o;
   o.dim = dim;
   o.kernel = mixer_kernel;
-  o.out = {dim, dim, block, mixer_sparsity.value_or(sparsity), true,
-           mixer_sparsity ? "model.mixer.sparsity" : "model.sparse.sparsity"};
+  o.out = {dim,   dim,
+           block, mixer_sparsity.value_or(sparsity),
+           true,  mixer_sparsity ? "model.mixer.sparsity" : "model.sparse.sparsity"};
   return o;
 }
 
@@ -157,11 +149,9 @@ bool ModelConfig::has_memory(int64_t layer) const {
 }
 
 void ModelConfig::validate() const {
-  SHAMN_CONFIG_CHECK(vocab_size >= 2, "model.vocab_size", "model.vocab_size must be >= 2, got ",
-                     vocab_size);
+  SHAMN_CONFIG_CHECK(vocab_size >= 2, "model.vocab_size", "model.vocab_size must be >= 2, got ", vocab_size);
   SHAMN_CONFIG_CHECK(dim >= 1, "model.dim", "model.dim must be >= 1, got ", dim);
-  SHAMN_CONFIG_CHECK(n_layers >= 1, "model.n_layers", "model.n_layers must be >= 1, got ",
-                     n_layers);
+  SHAMN_CONFIG_CHECK(n_layers >= 1, "model.n_layers", "model.n_layers must be >= 1, got ", n_layers);
   check_sparsity(sparsity, "model.sparse.sparsity");
   embed().validate();
   mixer().validate();
@@ -169,25 +159,43 @@ void ModelConfig::validate() const {
   const auto layers = resolved_memory_layers();
   std::set<int64_t> seen;
   for (int64_t l : layers) {
-    SHAMN_CONFIG_CHECK(l >= 0 && l < n_layers, "model.memory.layers", "model.memory.layers entry ",
-                       l, " is not a layer index in [0, ", n_layers, ")");
-    SHAMN_CONFIG_CHECK(seen.insert(l).second, "model.memory.layers",
-                       "model.memory.layers lists layer ", l, " twice");
+    SHAMN_CONFIG_CHECK(l >= 0 && l < n_layers, "model.memory.layers", "model.memory.layers entry ", l,
+                       " is not a layer index in [0, ", n_layers, ")");
+    SHAMN_CONFIG_CHECK(seen.insert(l).second, "model.memory.layers", "model.memory.layers lists layer ", l,
+                       " twice");
   }
   if (!layers.empty()) memory().validate();
 }
 
 const std::set<std::string>& ModelConfig::known_keys() {
-  static const std::set<std::string> known = {
-      "model", "model.vocab_size", "model.dim", "model.n_layers",
-      "model.embed", "model.embed.buckets", "model.embed.sparsity", "model.embed.hashes",
-      "model.embed.tie_head",
-      "model.sparse", "model.sparse.block", "model.sparse.sparsity",
-      "model.mixer", "model.mixer.kernel", "model.mixer.sparsity",
-      "model.memory", "model.memory.layers", "model.memory.size", "model.memory.topk",
-      "model.memory.key_dim",
-      "model.moe", "model.moe.groups", "model.moe.experts_per_group", "model.moe.group_k",
-      "model.moe.k", "model.moe.hidden", "model.moe.sparsity", "model.moe.aux_coef"};
+  static const std::set<std::string> known = {"model",
+                                              "model.vocab_size",
+                                              "model.dim",
+                                              "model.n_layers",
+                                              "model.embed",
+                                              "model.embed.buckets",
+                                              "model.embed.sparsity",
+                                              "model.embed.hashes",
+                                              "model.embed.tie_head",
+                                              "model.sparse",
+                                              "model.sparse.block",
+                                              "model.sparse.sparsity",
+                                              "model.mixer",
+                                              "model.mixer.kernel",
+                                              "model.mixer.sparsity",
+                                              "model.memory",
+                                              "model.memory.layers",
+                                              "model.memory.size",
+                                              "model.memory.topk",
+                                              "model.memory.key_dim",
+                                              "model.moe",
+                                              "model.moe.groups",
+                                              "model.moe.experts_per_group",
+                                              "model.moe.group_k",
+                                              "model.moe.k",
+                                              "model.moe.hidden",
+                                              "model.moe.sparsity",
+                                              "model.moe.aux_coef"};
   return known;
 }
 
@@ -251,10 +259,9 @@ std::string ModelConfig::to_toml() const {
   const auto layers = resolved_memory_layers();
   for (size_t i = 0; i < layers.size(); ++i) out << (i ? ", " : "") << layers[i];
   out << "]\nsize = " << mem.size << "\ntopk = " << mem.topk << "\nkey_dim = " << mem.key_dim
-      << "\n\n[model.moe]\ngroups = " << mo.groups << "\nexperts_per_group = "
-      << mo.experts_per_group << "\ngroup_k = " << mo.group_k << "\nk = " << mo.k
-      << "\nhidden = " << mo.hidden << "\nsparsity = " << f(mo.up.sparsity)
-      << "\naux_coef = " << f(mo.aux_coef) << "\n";
+      << "\n\n[model.moe]\ngroups = " << mo.groups << "\nexperts_per_group = " << mo.experts_per_group
+      << "\ngroup_k = " << mo.group_k << "\nk = " << mo.k << "\nhidden = " << mo.hidden
+      << "\nsparsity = " << f(mo.up.sparsity) << "\naux_coef = " << f(mo.aux_coef) << "\n";
   return out.str();
 }
 

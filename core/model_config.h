@@ -29,7 +29,7 @@ struct BlockSparseOptions {
   double sparsity = 0.9;
   bool bias = true;
   std::string sparsity_key = "model.sparse.sparsity";  // the key errors name
-  int64_t active_blocks() const;  // max(1, round((1 - sparsity) * in / block))
+  int64_t active_blocks() const;                       // max(1, round((1 - sparsity) * in / block))
   void validate() const;
 };
 
@@ -44,7 +44,7 @@ struct MemoryOptions {
   int64_t dim = 0;
   int64_t size = 65536;  // n^2 slots
   int64_t topk = 32;
-  int64_t key_dim = 0;  // 2 * dh
+  int64_t key_dim = 0;        // 2 * dh
   int64_t sqrt_size() const;  // n
   void validate() const;
 };

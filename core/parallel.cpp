@@ -26,8 +26,8 @@ void set_num_threads(int n) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (n <= 0) n = hardware_threads();
   g_control.reset();
-  g_control = std::make_unique<tbb::global_control>(
-      tbb::global_control::max_allowed_parallelism, static_cast<size_t>(n));
+  g_control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                    static_cast<size_t>(n));
   g_threads = n;
 }
 

@@ -24,13 +24,15 @@ std::string printf_string(const char* format, auto... args) {
 std::string format_profile_table(const ProfileReport& report, size_t max_rows) {
   const double wall = std::max<double>(static_cast<double>(report.wall_ns), 1.0);
   auto pct = [wall](int64_t ns) { return 100.0 * static_cast<double>(ns) / wall; };
-  std::string out = printf_string("profile: %.1f ms wall; self time per category (all threads):\n", ms(report.wall_ns));
+  std::string out =
+      printf_string("profile: %.1f ms wall; self time per category (all threads):\n", ms(report.wall_ns));
   int64_t by_category[kProfileCategories] = {};
   for (const ProfileStat& s : report.stats) by_category[static_cast<int>(s.category)] += s.self_ns;
   for (int c = 0; c < kProfileCategories; ++c)
     if (by_category[c] > 0)
-      out += printf_string("  %-10s %10.1f ms %6.1f%%\n", profile_category_name(static_cast<ProfileCategory>(c)),
-                           ms(by_category[c]), pct(by_category[c]));
+      out +=
+          printf_string("  %-10s %10.1f ms %6.1f%%\n", profile_category_name(static_cast<ProfileCategory>(c)),
+                        ms(by_category[c]), pct(by_category[c]));
 
   int name_width = 4;
   const size_t rows = std::min(max_rows, report.stats.size());
@@ -55,19 +57,23 @@ std::string chrome_trace_json(const ProfileReport& report) {
   auto micros = [](int64_t ns) { return static_cast<double>(std::max<int64_t>(ns, 0)) / 1000.0; };
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   for (const ProfileThread& t : report.threads) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t.tid},
-                      {"args", {{"name", t.name}}}});
+    events.push_back(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t.tid}, {"args", {{"name", t.name}}}});
     for (const ProfileEvent& e : t.events)
-      events.push_back({{"name", e.name}, {"cat", profile_category_name(e.category)}, {"ph", "X"},
-                        {"ts", micros(e.begin_ns)}, {"dur", micros(e.duration_ns)}, {"pid", 1},
+      events.push_back({{"name", e.name},
+                        {"cat", profile_category_name(e.category)},
+                        {"ph", "X"},
+                        {"ts", micros(e.begin_ns)},
+                        {"dur", micros(e.duration_ns)},
+                        {"pid", 1},
                         {"tid", t.tid}});
   }
-  const nlohmann::ordered_json trace = {
-      {"traceEvents", std::move(events)},
-      {"displayTimeUnit", "ms"},
-      {"otherData", {{"first_traced_step", report.first_traced_step},
-                     {"last_traced_step", report.last_traced_step},
-                     {"dropped_events", report.dropped_events}}}};
+  const nlohmann::ordered_json trace = {{"traceEvents", std::move(events)},
+                                        {"displayTimeUnit", "ms"},
+                                        {"otherData",
+                                         {{"first_traced_step", report.first_traced_step},
+                                          {"last_traced_step", report.last_traced_step},
+                                          {"dropped_events", report.dropped_events}}}};
   std::string out = trace.dump();
   out += "\n";
   return out;

@@ -34,10 +34,12 @@ inline bool profiling() { return detail::g_profiling.load(std::memory_order_rela
 class ProfileScope {
  public:
   ProfileScope(const char* name, ProfileCategory category) {
-    if (profiling()) [[unlikely]] open(name, category);
+    if (profiling()) [[unlikely]]
+      open(name, category);
   }
   ~ProfileScope() {
-    if (active_) [[unlikely]] close();
+    if (active_) [[unlikely]]
+      close();
   }
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
@@ -118,11 +120,11 @@ struct ProfileThread {
 };
 
 struct ProfileReport {
-  int64_t wall_ns = 0;              // from start_profiling() to the report
-  std::vector<ProfileStat> stats;   // by total time, longest first
+  int64_t wall_ns = 0;             // from start_profiling() to the report
+  std::vector<ProfileStat> stats;  // by total time, longest first
   std::vector<ProfileThread> threads;
   int64_t first_traced_step = 0, last_traced_step = 0;  // 0 = none
-  int64_t dropped_events = 0;       // past the per-thread cap
+  int64_t dropped_events = 0;                           // past the per-thread cap
 };
 
 // Clears everything recorded so far and turns the scopes on.

@@ -94,8 +94,8 @@ void Rng::fill_normal(Tensor& t, double mean, double stddev) {
   const auto gen = [mean, stddev](const std::array<uint32_t, 4>& w) {
     const auto a = box_muller(w[0], w[1]);
     const auto b = box_muller(w[2], w[3]);
-    return std::array<double, 4>{mean + stddev * a[0], mean + stddev * a[1],
-                                 mean + stddev * b[0], mean + stddev * b[1]};
+    return std::array<double, 4>{mean + stddev * a[0], mean + stddev * a[1], mean + stddev * b[0],
+                                 mean + stddev * b[1]};
   };
   if (t.dtype() == DType::f64)
     fill_blocks<double>(t, offset_, stream_, seed_, gen);

@@ -23,8 +23,8 @@ class Rng {
 
   std::array<uint32_t, 4> next_block() { return philox4x32(offset_++, stream_, seed_); }
   uint64_t next_u64();
-  double uniform();                  // [0, 1), 53 bits
-  uint64_t below(uint64_t n);        // uniform in [0, n), unbiased; n > 0
+  double uniform();            // [0, 1), 53 bits
+  uint64_t below(uint64_t n);  // uniform in [0, n), unbiased; n > 0
   double normal(double mean = 0.0, double stddev = 1.0);
 
   // Fill a f32/f64 tensor: element i uses block offset + i/4, word i%4.

@@ -22,8 +22,8 @@ int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     SHAMN_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-    SHAMN_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / d, "shape ",
-                shape_str(shape), " has too many elements");
+    SHAMN_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / d, "shape ", shape_str(shape),
+                " has too many elements");
     n *= d;
   }
   return n;
@@ -98,12 +98,11 @@ Tensor Tensor::reshape(const Shape& shape) const {
     }
   }
   if (infer >= 0) {
-    SHAMN_CHECK(known > 0 && numel_ % known == 0, "cannot reshape ", str(), " to ",
-                shape_str(shape));
+    SHAMN_CHECK(known > 0 && numel_ % known == 0, "cannot reshape ", str(), " to ", shape_str(shape));
     resolved[static_cast<size_t>(infer)] = numel_ / known;
   }
-  SHAMN_CHECK(shape_numel(resolved) == numel_, "cannot reshape ", str(), " to ",
-              shape_str(shape), ": element counts differ");
+  SHAMN_CHECK(shape_numel(resolved) == numel_, "cannot reshape ", str(), " to ", shape_str(shape),
+              ": element counts differ");
   Tensor t = *this;
   t.shape_ = std::move(resolved);
   return t;
@@ -112,8 +111,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
 Tensor Tensor::slice(int64_t begin, int64_t end) const {
   SHAMN_CHECK(dim() >= 1, "slice of a scalar tensor");
   const int64_t rows = shape_[0];
-  SHAMN_CHECK(0 <= begin && begin <= end && end <= rows, "slice [", begin, ", ", end,
-              ") out of range for ", str());
+  SHAMN_CHECK(0 <= begin && begin <= end && end <= rows, "slice [", begin, ", ", end, ") out of range for ",
+              str());
   const int64_t row_numel = rows == 0 ? 0 : numel_ / rows;
   Tensor t = *this;
   t.shape_[0] = end - begin;
@@ -143,11 +142,21 @@ void convert(To* dst, const From* src, int64_t n) {
 template <class F>
 void dispatch(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: f(float{}); break;
-    case DType::f64: f(double{}); break;
-    case DType::i32: f(int32_t{}); break;
-    case DType::i8: f(int8_t{}); break;
-    case DType::u8: f(uint8_t{}); break;
+    case DType::f32:
+      f(float{});
+      break;
+    case DType::f64:
+      f(double{});
+      break;
+    case DType::i32:
+      f(int32_t{});
+      break;
+    case DType::i8:
+      f(int8_t{});
+      break;
+    case DType::u8:
+      f(uint8_t{});
+      break;
   }
 }
 }  // namespace
@@ -165,8 +174,7 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 void Tensor::copy_from(const Tensor& src) const {
-  SHAMN_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_, "copy_from: ", src.str(), " into ",
-              str());
+  SHAMN_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_, "copy_from: ", src.str(), " into ", str());
   if (numel_ > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
 }
 
@@ -220,8 +228,8 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.numel() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
-#define SHAMN_INSTANTIATE(T)                                                        \
-  template Tensor Tensor::from_data<T>(const Shape&, std::span<const T>);         \
+#define SHAMN_INSTANTIATE(T)                                              \
+  template Tensor Tensor::from_data<T>(const Shape&, std::span<const T>); \
   template std::vector<T> Tensor::to_vector<T>() const;
 SHAMN_INSTANTIATE(float)
 SHAMN_INSTANTIATE(double)

@@ -20,8 +20,7 @@ constexpr uint64_t kSamplerStreams = 0x5348414D4E444154ull;  // "SHAMNDAT"
 constexpr int64_t kTokensPerTask = 16384;
 
 void check_batch_shape(const TokenFile& file, int64_t batch, int64_t seq) {
-  SHAMN_INPUT_CHECK(batch > 0 && seq > 0, "batch (", batch, ") and seq (", seq,
-                    ") must be > 0");
+  SHAMN_INPUT_CHECK(batch > 0 && seq > 0, "batch (", batch, ") and seq (", seq, ") must be > 0");
   SHAMN_INPUT_CHECK(file.size() >= seq + 1, "token file '", file.path(), "' has ", file.size(),
                     " tokens, fewer than one window of seq + 1 = ", seq + 1, " tokens");
 }
@@ -31,8 +30,8 @@ void check_vocab(int64_t vocab_size) {
 }
 
 // inputs row r = tokens[s, s+T), targets row r = tokens[s+1, s+T+1) for s = starts[r].
-Batch assemble(const TokenFile& file, int64_t vocab, int64_t B, int64_t T,
-               const std::vector<int64_t>& starts, uint64_t index) {
+Batch assemble(const TokenFile& file, int64_t vocab, int64_t B, int64_t T, const std::vector<int64_t>& starts,
+               uint64_t index) {
   Batch out{Tensor::empty({B, T}, DType::i32), Tensor::empty({B, T}, DType::i32), index};
   int32_t* inputs = out.inputs.data<int32_t>();
   int32_t* targets = out.targets.data<int32_t>();
@@ -56,24 +55,18 @@ Batch assemble(const TokenFile& file, int64_t vocab, int64_t B, int64_t T,
 
 }  // namespace
 
-std::vector<int64_t> random_window_starts(uint64_t seed, uint64_t index, int64_t batch,
-                                          int64_t num_starts) {
-  SHAMN_CHECK(batch > 0 && num_starts > 0, "random_window_starts: batch ", batch,
-              ", num_starts ", num_starts);
+std::vector<int64_t> random_window_starts(uint64_t seed, uint64_t index, int64_t batch, int64_t num_starts) {
+  SHAMN_CHECK(batch > 0 && num_starts > 0, "random_window_starts: batch ", batch, ", num_starts ",
+              num_starts);
   Rng rng(seed, index ^ kSamplerStreams);
   std::vector<int64_t> starts(static_cast<size_t>(batch));
   for (int64_t& s : starts) s = static_cast<int64_t>(rng.below(static_cast<uint64_t>(num_starts)));
   return starts;
 }
 
-BatchLoader::BatchLoader(std::shared_ptr<const TokenFile> file, int64_t vocab_size,
-                         int64_t batch, int64_t seq, uint64_t seed, bool prefetch)
-    : file_(std::move(file)),
-      vocab_(vocab_size),
-      batch_(batch),
-      seq_(seq),
-      seed_(seed),
-      prefetch_(prefetch) {
+BatchLoader::BatchLoader(std::shared_ptr<const TokenFile> file, int64_t vocab_size, int64_t batch,
+                         int64_t seq, uint64_t seed, bool prefetch)
+    : file_(std::move(file)), vocab_(vocab_size), batch_(batch), seq_(seq), seed_(seed), prefetch_(prefetch) {
   SHAMN_CHECK(file_ != nullptr, "BatchLoader needs a token file");
   check_vocab(vocab_);
   check_batch_shape(*file_, batch_, seq_);
@@ -175,8 +168,7 @@ int64_t sequential_batch_count(const TokenFile& file, int64_t batch, int64_t seq
   return windows / batch;
 }
 
-Batch sequential_batch(const TokenFile& file, int64_t vocab_size, int64_t batch, int64_t seq,
-                       int64_t index) {
+Batch sequential_batch(const TokenFile& file, int64_t vocab_size, int64_t batch, int64_t seq, int64_t index) {
   check_vocab(vocab_size);
   const int64_t count = sequential_batch_count(file, batch, seq);
   SHAMN_CHECK(index >= 0 && index < count, "sequential batch ", index, " of '", file.path(),

@@ -25,21 +25,20 @@
 namespace shamn {
 
 struct Batch {
-  Tensor inputs;   // [B, T] i32: tokens[s, s+T)
-  Tensor targets;  // [B, T] i32: tokens[s+1, s+T+1)
+  Tensor inputs;       // [B, T] i32: tokens[s, s+T)
+  Tensor targets;      // [B, T] i32: tokens[s+1, s+T+1)
   uint64_t index = 0;  // which batch of the stream this is
 };
 
 // The B window starts of training batch `index`, each uniform in [0, num_starts).
-std::vector<int64_t> random_window_starts(uint64_t seed, uint64_t index, int64_t batch,
-                                          int64_t num_starts);
+std::vector<int64_t> random_window_starts(uint64_t seed, uint64_t index, int64_t batch, int64_t num_starts);
 
 class BatchLoader {
  public:
   // Throws InputError if vocab_size, batch or seq is <= 0 or the file is shorter than
   // one window of seq + 1 tokens.
-  BatchLoader(std::shared_ptr<const TokenFile> file, int64_t vocab_size, int64_t batch,
-              int64_t seq, uint64_t seed, bool prefetch = true);
+  BatchLoader(std::shared_ptr<const TokenFile> file, int64_t vocab_size, int64_t batch, int64_t seq,
+              uint64_t seed, bool prefetch = true);
   ~BatchLoader();  // stops and joins the prefetch thread
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -49,7 +48,7 @@ class BatchLoader {
   // prefetch thread found it; the position then stays put.
   Batch next();
   uint64_t position() const { return position_; }  // batches handed out so far
-  void seek(uint64_t position);  // the next batch is number `position`
+  void seek(uint64_t position);                    // the next batch is number `position`
   // True once the prefetch thread has finished batch position() (or hit its error).
   bool prefetched() const;
 
@@ -84,7 +83,6 @@ class BatchLoader {
 // Throws InputError if the file holds fewer than one batch of windows.
 int64_t sequential_batch_count(const TokenFile& file, int64_t batch, int64_t seq);
 // Batch `index` in [0, sequential_batch_count).
-Batch sequential_batch(const TokenFile& file, int64_t vocab_size, int64_t batch, int64_t seq,
-                       int64_t index);
+Batch sequential_batch(const TokenFile& file, int64_t vocab_size, int64_t batch, int64_t seq, int64_t index);
 
 }  // namespace shamn

@@ -17,9 +17,7 @@ constexpr size_t kCountBlockBytes = size_t{1} << 20;
 
 using PairKey = uint64_t;  // left << 32 | right: ordering keys orders pairs (left, right)
 
-PairKey pair_key(uint32_t left, uint32_t right) {
-  return (static_cast<uint64_t>(left) << 32) | right;
-}
+PairKey pair_key(uint32_t left, uint32_t right) { return (static_cast<uint64_t>(left) << 32) | right; }
 
 struct Word {
   std::vector<uint32_t> symbols;

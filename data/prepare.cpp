@@ -43,8 +43,8 @@ bool is_val_block(int64_t i, double f) {
 }  // namespace
 
 TextSplit split_train_val(std::string_view text, double val_fraction, const std::string& source) {
-  SHAMN_INPUT_CHECK(val_fraction > 0.0 && val_fraction <= 0.5,
-                    "--val-fraction must be in (0, 0.5], got ", val_fraction);
+  SHAMN_INPUT_CHECK(val_fraction > 0.0 && val_fraction <= 0.5, "--val-fraction must be in (0, 0.5], got ",
+                    val_fraction);
   SHAMN_INPUT_CHECK(!text.empty(), "'", source, "' is empty: nothing to split");
   const double wanted = std::ceil(static_cast<double>(kMinValBlocks) / val_fraction);
   TextSplit split;
@@ -63,10 +63,9 @@ TextSplit split_train_val(std::string_view text, double val_fraction, const std:
       split.train += block;
     }
   }
-  SHAMN_INPUT_CHECK(split.val_blocks > 0 && split.val_blocks < split.blocks, "'", source,
-                    "' has ", split.blocks, " lines, too few to hold out a share of ",
-                    val_fraction, ": it needs at least ",
-                    static_cast<int64_t>(std::ceil(1.0 / val_fraction)),
+  SHAMN_INPUT_CHECK(split.val_blocks > 0 && split.val_blocks < split.blocks, "'", source, "' has ",
+                    split.blocks, " lines, too few to hold out a share of ", val_fraction,
+                    ": it needs at least ", static_cast<int64_t>(std::ceil(1.0 / val_fraction)),
                     " (validation takes every (1/val-fraction)-th paragraph or line)");
   return split;
 }

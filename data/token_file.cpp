@@ -81,8 +81,8 @@ TokenFile::TokenFile(const std::string& path, TokenFormat format) : path_(path) 
 }
 
 void TokenFile::read_llmc_header() {
-  SHAMN_INPUT_CHECK(file_bytes_ >= kTokenHeaderBytes, "token file '", path_, "' is ",
-                    file_bytes_, " bytes, shorter than llm.c's 1024-byte header (truncated? "
+  SHAMN_INPUT_CHECK(file_bytes_ >= kTokenHeaderBytes, "token file '", path_, "' is ", file_bytes_,
+                    " bytes, shorter than llm.c's 1024-byte header (truncated? "
                     "a headerless uint16 file needs format u16)");
   const int32_t magic = load<int32_t>(map_.data);
   const int32_t version = load<int32_t>(map_.data + 4);
@@ -96,34 +96,38 @@ void TokenFile::read_llmc_header() {
                       " at offset 4, expected 7 for uint32 tokens");
     token_bytes_ = 4;
   } else {
-    SHAMN_INPUT_CHECK(false, "token file '", path_, "': bad magic ", magic,
-                      " at offset 0 (expected ", kTokenMagicU16, " or ", kTokenMagicU32,
+    SHAMN_INPUT_CHECK(false, "token file '", path_, "': bad magic ", magic, " at offset 0 (expected ",
+                      kTokenMagicU16, " or ", kTokenMagicU32,
                       "; not an llm.c token file? a headerless uint16 file needs format u16)");
   }
-  SHAMN_INPUT_CHECK(count >= 0, "token file '", path_, "': negative token count ", count,
-                    " at offset 8");
+  SHAMN_INPUT_CHECK(count >= 0, "token file '", path_, "': negative token count ", count, " at offset 8");
   header_bytes_ = kTokenHeaderBytes;
   count_ = count;
   const int64_t expected = byte_offset(count_);
-  SHAMN_INPUT_CHECK(file_bytes_ >= expected, "token file '", path_, "' is truncated: the header "
-                    "(offset 8) says ", count_, " tokens of ", token_bytes_,
-                    " bytes, ending at byte ", expected, ", but the file ends at byte ",
-                    file_bytes_);
-  SHAMN_INPUT_CHECK(file_bytes_ == expected, "token file '", path_, "': size mismatch: the "
-                    "header (offset 8) says ", count_, " tokens of ", token_bytes_,
-                    " bytes, ending at byte ", expected, ", but the file is ", file_bytes_,
-                    " bytes (", file_bytes_ - expected, " unexpected bytes from offset ",
-                    expected, ")");
+  SHAMN_INPUT_CHECK(file_bytes_ >= expected, "token file '", path_,
+                    "' is truncated: the header "
+                    "(offset 8) says ",
+                    count_, " tokens of ", token_bytes_, " bytes, ending at byte ", expected,
+                    ", but the file ends at byte ", file_bytes_);
+  SHAMN_INPUT_CHECK(file_bytes_ == expected, "token file '", path_,
+                    "': size mismatch: the "
+                    "header (offset 8) says ",
+                    count_, " tokens of ", token_bytes_, " bytes, ending at byte ", expected,
+                    ", but the file is ", file_bytes_, " bytes (", file_bytes_ - expected,
+                    " unexpected bytes from offset ", expected, ")");
 }
 
 void TokenFile::read_u16_size() {
-  SHAMN_INPUT_CHECK(file_bytes_ % 2 == 0, "token file '", path_, "' (format u16, headerless "
-                    "uint16 tokens) is ", file_bytes_, " bytes, an odd size: the byte at offset ",
-                    file_bytes_ - 1, " is half a token (truncated?)");
+  SHAMN_INPUT_CHECK(file_bytes_ % 2 == 0, "token file '", path_,
+                    "' (format u16, headerless "
+                    "uint16 tokens) is ",
+                    file_bytes_, " bytes, an odd size: the byte at offset ", file_bytes_ - 1,
+                    " is half a token (truncated?)");
   // A file that starts with llm.c's header would otherwise read as 512 junk tokens.
   const int32_t magic = file_bytes_ >= 4 ? load<int32_t>(map_.data) : 0;
   SHAMN_INPUT_CHECK(magic != kTokenMagicU16 && magic != kTokenMagicU32, "token file '", path_,
-                    "' starts with llm.c's magic ", magic, " at offset 0: read it with format "
+                    "' starts with llm.c's magic ", magic,
+                    " at offset 0: read it with format "
                     "llmc, not u16");
   header_bytes_ = 0;
   token_bytes_ = 2;
@@ -136,26 +140,25 @@ uint32_t TokenFile::token(int64_t i) const {
 }
 
 void TokenFile::check_range(int64_t begin, int64_t n) const {
-  SHAMN_INPUT_CHECK(begin >= 0 && n >= 0 && begin + n <= count_, "token file '", path_,
-                    "' has ", count_, " tokens (", file_bytes_, " bytes); cannot read tokens [",
-                    begin, ", ", begin + n, "), bytes [", byte_offset(begin), ", ",
-                    byte_offset(begin + n), "): a window larger than the file?");
+  SHAMN_INPUT_CHECK(begin >= 0 && n >= 0 && begin + n <= count_, "token file '", path_, "' has ", count_,
+                    " tokens (", file_bytes_, " bytes); cannot read tokens [", begin, ", ", begin + n,
+                    "), bytes [", byte_offset(begin), ", ", byte_offset(begin + n),
+                    "): a window larger than the file?");
 }
 
 int64_t TokenFile::copy_checked(int64_t begin, int64_t n, int64_t vocab, int32_t* out) const {
-  SHAMN_CHECK(vocab > 0 && vocab <= std::numeric_limits<int32_t>::max() + int64_t{1},
-              "vocab_size ", vocab, " does not fit int32 token ids");
+  SHAMN_CHECK(vocab > 0 && vocab <= std::numeric_limits<int32_t>::max() + int64_t{1}, "vocab_size ", vocab,
+              " does not fit int32 token ids");
   const uint8_t* src = map_.data + byte_offset(begin);
   const auto limit = static_cast<uint64_t>(vocab);
-  const int64_t bad = token_bytes_ == 2 ? copy_range<uint16_t>(src, n, limit, out)
-                                        : copy_range<uint32_t>(src, n, limit, out);
+  const int64_t bad =
+      token_bytes_ == 2 ? copy_range<uint16_t>(src, n, limit, out) : copy_range<uint32_t>(src, n, limit, out);
   return bad < 0 ? -1 : begin + bad;
 }
 
 void TokenFile::throw_bad_token(int64_t index, int64_t vocab) const {
-  throw InputError(detail::concat("token file '", path_, "': token ", token(index), " at index ",
-                                  index, " (byte offset ", byte_offset(index),
-                                  ") is >= vocab_size ", vocab,
+  throw InputError(detail::concat("token file '", path_, "': token ", token(index), " at index ", index,
+                                  " (byte offset ", byte_offset(index), ") is >= vocab_size ", vocab,
                                   " (tokenized with a different vocabulary?)"));
 }
 
@@ -181,8 +184,7 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   SHAMN_INPUT_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
                     "cannot write '", path, "': ", tokens.size(),
                     " tokens do not fit llm.c's int32 token count");
-  const bool wide =
-      std::any_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t > 0xFFFF; });
+  const bool wide = std::any_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t > 0xFFFF; });
   int32_t header[256] = {};
   header[0] = wide ? kTokenMagicU32 : kTokenMagicU16;
   header[1] = wide ? 7 : 1;

@@ -15,22 +15,20 @@ namespace {
 constexpr size_t kEncodeBlockBytes = size_t{1} << 19;
 constexpr size_t kMaxCachedChunks = size_t{1} << 16;
 
-uint64_t pair_key(uint32_t left, uint32_t right) {
-  return (static_cast<uint64_t>(left) << 32) | right;
-}
+uint64_t pair_key(uint32_t left, uint32_t right) { return (static_cast<uint64_t>(left) << 32) | right; }
 
 }  // namespace
 
 Tokenizer::Tokenizer(std::vector<Merge> merges) : merges_(std::move(merges)) {
-  SHAMN_CHECK(vocab_size() <= kMaxVocabSize, "a tokenizer holds at most ", kMaxVocabSize,
-              " tokens, got ", vocab_size());
+  SHAMN_CHECK(vocab_size() <= kMaxVocabSize, "a tokenizer holds at most ", kMaxVocabSize, " tokens, got ",
+              vocab_size());
   bytes_.reserve(static_cast<size_t>(vocab_size()));
   for (int c = 0; c < 256; ++c) bytes_.emplace_back(1, static_cast<char>(c));
   ranks_.reserve(merges_.size());
   for (size_t i = 0; i < merges_.size(); ++i) {
     const Merge m = merges_[i];
-    SHAMN_CHECK(m.left < bytes_.size() && m.right < bytes_.size(), "merge ", i, " (", m.left, " ",
-                m.right, ") uses an id >= its own id ", bytes_.size());
+    SHAMN_CHECK(m.left < bytes_.size() && m.right < bytes_.size(), "merge ", i, " (", m.left, " ", m.right,
+                ") uses an id >= its own id ", bytes_.size());
     // emplace keeps the first rank of a repeated pair: the later one could never apply.
     ranks_.emplace(pair_key(m.left, m.right), static_cast<uint32_t>(i));
     bytes_.push_back(bytes_[m.left] + bytes_[m.right]);
@@ -129,8 +127,7 @@ std::string Tokenizer::decode(const uint32_t* ids, int64_t n) const {
 }
 
 const std::string& Tokenizer::token_bytes(uint32_t id) const {
-  SHAMN_INPUT_CHECK(id < bytes_.size(), "token id ", id, " is >= the tokenizer's vocab_size ",
-                    vocab_size());
+  SHAMN_INPUT_CHECK(id < bytes_.size(), "token id ", id, " is >= the tokenizer's vocab_size ", vocab_size());
   return bytes_[id];
 }
 

@@ -34,7 +34,7 @@ inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 class Tokenizer {
  public:
   Tokenizer() : Tokenizer(std::vector<Merge>{}) {}  // the 256 bytes only
-  explicit Tokenizer(std::vector<Merge> merges);     // merge i may use ids < 256 + i
+  explicit Tokenizer(std::vector<Merge> merges);    // merge i may use ids < 256 + i
 
   // vocab_size >= 256; the result has fewer tokens when the text runs out of pairs.
   static Tokenizer train(std::string_view text, int64_t vocab_size);
@@ -62,8 +62,8 @@ class Tokenizer {
   void encode_block(std::string_view block, std::vector<uint32_t>& out) const;
 
   std::vector<Merge> merges_;
-  std::vector<std::string> bytes_;                  // id -> the bytes it stands for
-  std::unordered_map<uint64_t, uint32_t> ranks_;    // left << 32 | right -> merge index
+  std::vector<std::string> bytes_;                // id -> the bytes it stands for
+  std::unordered_map<uint64_t, uint32_t> ranks_;  // left << 32 | right -> merge index
 };
 
 }  // namespace shamn

@@ -53,9 +53,9 @@ class LineReader {
     if (pos_ >= text_.size()) return false;
     ++number_;
     const size_t nl = text_.find('\n', pos_);
-    SHAMN_INPUT_CHECK(nl != std::string_view::npos, where(),
-                      "the last line does not end in a newline (truncated file?): ",
-                      shown(text_.substr(pos_)));
+    SHAMN_INPUT_CHECK(
+        nl != std::string_view::npos, where(),
+        "the last line does not end in a newline (truncated file?): ", shown(text_.substr(pos_)));
     line = text_.substr(pos_, nl - pos_);
     pos_ = nl + 1;
     SHAMN_INPUT_CHECK(!line.ends_with('\r'), where(),
@@ -92,17 +92,16 @@ Tokenizer Tokenizer::parse(const std::string& text, const std::string& path) {
 
   SHAMN_INPUT_CHECK(lines.next(line), path,
                     ":1: empty file; expected the header 'shamn-bpe 1' (is this a shamn tokenizer?)");
-  SHAMN_INPUT_CHECK(!(line.starts_with("shamn-bpe ") && line != kMagic), lines.where(),
-                    "unsupported format ", shown(line), "; this build reads 'shamn-bpe 1'");
-  SHAMN_INPUT_CHECK(line == kMagic, lines.where(), "expected the header 'shamn-bpe 1', found ",
-                    shown(line), " (is this a shamn tokenizer?)");
+  SHAMN_INPUT_CHECK(!(line.starts_with("shamn-bpe ") && line != kMagic), lines.where(), "unsupported format ",
+                    shown(line), "; this build reads 'shamn-bpe 1'");
+  SHAMN_INPUT_CHECK(line == kMagic, lines.where(), "expected the header 'shamn-bpe 1', found ", shown(line),
+                    " (is this a shamn tokenizer?)");
 
   SHAMN_INPUT_CHECK(lines.next(line), lines.where_next(),
                     "file ends before the line 'vocab_size N' (truncated file?)");
   uint64_t vocab = 0;
-  SHAMN_INPUT_CHECK(line.starts_with("vocab_size ") && parse_number(line.substr(11), vocab),
-                    lines.where(), "expected 'vocab_size N' with N a decimal number, found ",
-                    shown(line));
+  SHAMN_INPUT_CHECK(line.starts_with("vocab_size ") && parse_number(line.substr(11), vocab), lines.where(),
+                    "expected 'vocab_size N' with N a decimal number, found ", shown(line));
   SHAMN_INPUT_CHECK(vocab >= 256 && vocab <= static_cast<uint64_t>(kMaxVocabSize), lines.where(),
                     "vocab_size ", vocab, " is outside [256, ", kMaxVocabSize, "]");
 
@@ -125,27 +124,23 @@ Tokenizer Tokenizer::parse(const std::string& text, const std::string& path) {
     uint64_t left = 0, right = 0;
     SHAMN_INPUT_CHECK(space != std::string_view::npos && parse_number(line.substr(0, space), left) &&
                           parse_number(line.substr(space + 1), right),
-                      lines.where(), "expected a merge 'LEFT RIGHT' (two decimal ids), found ",
-                      shown(line));
+                      lines.where(), "expected a merge 'LEFT RIGHT' (two decimal ids), found ", shown(line));
     const uint64_t id = 256 + merges.size();
-    SHAMN_INPUT_CHECK(left < id && right < id, lines.where(), "merge ", merges.size(), " (",
-                      left, " ", right, ") makes id ", id,
-                      ", so it may only use ids below ", id);
+    SHAMN_INPUT_CHECK(left < id && right < id, lines.where(), "merge ", merges.size(), " (", left, " ", right,
+                      ") makes id ", id, ", so it may only use ids below ", id);
     const auto [it, fresh] = seen.emplace((left << 32) | right, lines.number());
-    SHAMN_INPUT_CHECK(fresh, lines.where(), "merge (", left, " ", right,
-                      ") repeats the merge on line ", it->second);
+    SHAMN_INPUT_CHECK(fresh, lines.where(), "merge (", left, " ", right, ") repeats the merge on line ",
+                      it->second);
     // Encoding merges only inside pre-tokenized chunks, so no longer token can ever apply
     // (and training never makes one).
     length.push_back(length[left] + length[right]);
-    SHAMN_INPUT_CHECK(length.back() <= kMaxChunkBytes, lines.where(), "merge ", merges.size(), " (",
-                      left, " ", right, ") makes a token of ", length.back(),
-                      " bytes, longer than the ", kMaxChunkBytes,
-                      "-byte chunks text is encoded in");
+    SHAMN_INPUT_CHECK(length.back() <= kMaxChunkBytes, lines.where(), "merge ", merges.size(), " (", left,
+                      " ", right, ") makes a token of ", length.back(), " bytes, longer than the ",
+                      kMaxChunkBytes, "-byte chunks text is encoded in");
     merges.push_back({static_cast<uint32_t>(left), static_cast<uint32_t>(right)});
   }
-  SHAMN_INPUT_CHECK(!lines.next(line), lines.where(), "unexpected line ", shown(line),
-                    " after the ", n_merges, " merges that vocab_size ", vocab,
-                    " calls for (wrong vocab_size?)");
+  SHAMN_INPUT_CHECK(!lines.next(line), lines.where(), "unexpected line ", shown(line), " after the ",
+                    n_merges, " merges that vocab_size ", vocab, " calls for (wrong vocab_size?)");
   return Tokenizer(std::move(merges));
 }
 
@@ -160,8 +155,6 @@ std::string Tokenizer::to_text() const {
   return text;
 }
 
-void Tokenizer::save(const std::string& path) const {
-  write_file_atomically(path, to_text(), "tokenizer");
-}
+void Tokenizer::save(const std::string& path) const { write_file_atomically(path, to_text(), "tokenizer"); }
 
 }  // namespace shamn

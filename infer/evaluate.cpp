@@ -28,8 +28,8 @@ int64_t log_softmax_row(const float* x, int64_t V, std::vector<double>& lp) {
 
 double EvalResult::perplexity() const { return std::exp(loss); }
 
-EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows, const LogitFunction& model,
-                    const LogitFunction* reference) {
+EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
+                    const LogitFunction& model, const LogitFunction* reference) {
   SHAMN_INPUT_CHECK(T >= 1, "--seq-len must be >= 1");
   int64_t windows = (data.size() - 1) / T;
   SHAMN_INPUT_CHECK(windows >= 1, "token file '", data.path(), "' has ", data.size(),
@@ -40,7 +40,8 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   std::vector<float> logits(static_cast<size_t>(T * vocab)), ref(reference ? logits.size() : 0);
   std::vector<int32_t> inputs(static_cast<size_t>(T));
   // Per position: loss, ref loss, KL, agreement; summed in position order at the end.
-  std::vector<double> loss(static_cast<size_t>(T)), ref_loss(loss.size()), kl(loss.size()), agree(loss.size());
+  std::vector<double> loss(static_cast<size_t>(T)), ref_loss(loss.size()), kl(loss.size()),
+      agree(loss.size());
   double sum_loss = 0, sum_ref = 0, sum_kl = 0, sum_agree = 0;
   for (int64_t w = 0; w < windows; ++w) {
     profile_begin_step(w + 1);

@@ -26,7 +26,7 @@ struct EvalResult {
 };
 
 // max_windows 0 = every full window of the file.
-EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows, const LogitFunction& model,
-                    const LogitFunction* reference = nullptr);
+EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
+                    const LogitFunction& model, const LogitFunction* reference = nullptr);
 
 }  // namespace shamn

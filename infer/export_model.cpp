@@ -22,9 +22,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // The matrices the runtime multiplies activations by: quantised. Their rows are
 // along the input dim, so each row quantises on its own.
 bool is_quantised_matrix(const std::string& name) {
-  for (const char* suffix : {".mixer.out.values", ".up.values", ".down.values", ".memory.query.weight",
-                             ".memory.keys1", ".memory.keys2", ".memory.values", ".router_group.weight",
-                             ".router_expert.weight"})
+  for (const char* suffix :
+       {".mixer.out.values", ".up.values", ".down.values", ".memory.query.weight", ".memory.keys1",
+        ".memory.keys2", ".memory.values", ".router_group.weight", ".router_expert.weight"})
     if (ends_with(name, suffix)) return true;
   return name == "embed.table" || name == "head.weight";
 }
@@ -110,8 +110,9 @@ ShqDType export_dtype(const std::string& name, ShqQuant quant, const ModelConfig
   // table (the embedding and, tied, the output head: at 4 bits it alone cost
   // 2.8% perplexity on the Brown small model) and the tiny routers, whose
   // discrete choices flip easily. They are a few percent of the weights.
-  if (quant == ShqQuant::int4 && (name == "embed.table" || name == "head.weight" || ends_with(name, "router_group.weight") ||
-                                  ends_with(name, "router_expert.weight")))
+  if (quant == ShqQuant::int4 &&
+      (name == "embed.table" || name == "head.weight" || ends_with(name, "router_group.weight") ||
+       ends_with(name, "router_expert.weight")))
     return tiled ? ShqDType::q8_0x16 : ShqDType::q8_0;
   if (quant == ShqQuant::int8) return tiled ? ShqDType::q8_0x16 : ShqDType::q8_0;
   return tiled ? ShqDType::q4_0x16 : ShqDType::q4_0;
@@ -121,7 +122,8 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
   const Hdf5Reader reader(checkpoint);
   SHAMN_INPUT_CHECK(reader.has_attribute("format_version") && reader.has_attribute("config"), "'", checkpoint,
                     "' is not a shamn checkpoint (no format_version or config attribute)");
-  const ModelConfig config = ModelConfig::from_toml(reader.string_attribute("config"), checkpoint + " (attribute config)");
+  const ModelConfig config =
+      ModelConfig::from_toml(reader.string_attribute("config"), checkpoint + " (attribute config)");
   const int64_t step = reader.has_attribute("step") ? reader.int_attribute("step") : 0;
   ShqWriter writer(options.quant, config.to_toml(), options.tokenizer_text, step);
   for (const std::string& dataset : reader.datasets("/model")) {
@@ -135,11 +137,13 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
     const int64_t cols = t.size(-1), rows = t.numel() / cols;
     std::vector<uint8_t> data;
     if (dtype == ShqDType::q8_0 || dtype == ShqDType::q8_0x16)
-      data = layout_blocks<BlockQ8, TileQ8>(quantise_rows<BlockQ8>(t.data<float>(), rows, cols, quantize_row_q8),
-                                            t.shape(), shq_dtype_tiled(dtype));
+      data =
+          layout_blocks<BlockQ8, TileQ8>(quantise_rows<BlockQ8>(t.data<float>(), rows, cols, quantize_row_q8),
+                                         t.shape(), shq_dtype_tiled(dtype));
     else if (dtype == ShqDType::q4_0 || dtype == ShqDType::q4_0x16)
       data = layout_blocks<BlockQ4, TileQ4>(
-          quantise_rows<BlockQ4>(t.data<float>(), rows, cols, quantize_row_q4_fitted), t.shape(), shq_dtype_tiled(dtype));
+          quantise_rows<BlockQ4>(t.data<float>(), rows, cols, quantize_row_q4_fitted), t.shape(),
+          shq_dtype_tiled(dtype));
     else
       data = raw_bytes(t);
     writer.add(name, dtype, t.shape(), std::move(data));

@@ -23,7 +23,9 @@ constexpr float kNormEps = 1e-5f;
 // thread, so a decode step's small matrices do not pay for task dispatch.
 constexpr int64_t kTaskMacs = 1 << 15;
 
-int64_t grain_for(int64_t macs_per_item) { return std::max<int64_t>(1, kTaskMacs / std::max<int64_t>(macs_per_item, 1)); }
+int64_t grain_for(int64_t macs_per_item) {
+  return std::max<int64_t>(1, kTaskMacs / std::max<int64_t>(macs_per_item, 1));
+}
 
 struct Dense {
   WeightMatrix w;               // [out, in]
@@ -35,9 +37,9 @@ struct Dense {
 // quantised on its own, so one output row is a * quant_blocks(b) blocks.
 struct BlockSparse {
   int64_t in = 0, out = 0, block = 0, active = 0;
-  WeightMatrix values;  // rows = out, cols = active * block
-  const int32_t* col_index = nullptr;  // [nob, a]
-  const float* bias = nullptr;         // [out]
+  WeightMatrix values;                                            // rows = out, cols = active * block
+  const int32_t* col_index = nullptr;                             // [nob, a]
+  const float* bias = nullptr;                                    // [out]
   int64_t segment_blocks() const { return quant_blocks(block); }  // per b-value segment
 };
 
@@ -74,8 +76,8 @@ class TensorBinder {
     const ShqTensor& t = file_.tensor(name);
     bool ok = false;
     for (ShqDType d : allowed) ok = ok || t.dtype == d;
-    SHAMN_INPUT_CHECK(ok, "model file '", file_.path(), "': tensor '", name, "' has dtype ", shq_dtype_name(t.dtype),
-                      ", which the runtime cannot use there");
+    SHAMN_INPUT_CHECK(ok, "model file '", file_.path(), "': tensor '", name, "' has dtype ",
+                      shq_dtype_name(t.dtype), ", which the runtime cannot use there");
     SHAMN_INPUT_CHECK(t.shape == shape, "model file '", file_.path(), "': tensor '", name, "' has shape ",
                       shape_str(t.shape), " but the config implies ", shape_str(shape));
     used_.insert(name);
@@ -89,15 +91,15 @@ class TensorBinder {
     const auto* v = static_cast<const int32_t*>(t.data);
     const int64_t n = shape_numel(shape);
     for (int64_t i = 0; i < n; ++i)
-      SHAMN_INPUT_CHECK(v[i] >= 0 && v[i] < limit, "model file '", file_.path(), "': tensor '", name, "' element ", i,
-                        " is ", v[i], ", outside [0, ", limit, ")");
+      SHAMN_INPUT_CHECK(v[i] >= 0 && v[i] < limit, "model file '", file_.path(), "': tensor '", name,
+                        "' element ", i, " is ", v[i], ", outside [0, ", limit, ")");
     return v;
   }
   WeightMatrix matrix(const std::string& name, const Shape& shape) {
-    const ShqTensor& t =
-        get(name, shape, {ShqDType::f32, ShqDType::q8_0, ShqDType::q4_0, ShqDType::q8_0x16, ShqDType::q4_0x16});
+    const ShqTensor& t = get(
+        name, shape, {ShqDType::f32, ShqDType::q8_0, ShqDType::q4_0, ShqDType::q8_0x16, ShqDType::q4_0x16});
     WeightMatrix w;
-    w.type = t.dtype == ShqDType::f32                                        ? WeightType::f32
+    w.type = t.dtype == ShqDType::f32                                    ? WeightType::f32
              : t.dtype == ShqDType::q8_0 || t.dtype == ShqDType::q8_0x16 ? WeightType::q8
                                                                          : WeightType::q4;
     w.tiled = shq_dtype_tiled(t.dtype);
@@ -116,9 +118,9 @@ class TensorBinder {
     // The matrix view: one output row per row, its a segments of b values side by side.
     WeightMatrix seg = matrix(prefix + ".values", {nob, o.block, b.active, o.block});
     // A row block is multiplied on its own (its rows share their input blocks).
-    SHAMN_INPUT_CHECK(!seg.tiled || o.block % kTileRows == 0, "model file '", file_.path(), "': tensor '", prefix,
-                      ".values' is tiled by ", kTileRows, " rows, which needs a block that is a multiple of ",
-                      kTileRows, ", not ", o.block);
+    SHAMN_INPUT_CHECK(!seg.tiled || o.block % kTileRows == 0, "model file '", file_.path(), "': tensor '",
+                      prefix, ".values' is tiled by ", kTileRows,
+                      " rows, which needs a block that is a multiple of ", kTileRows, ", not ", o.block);
     b.values = seg;
     b.values.rows = o.out;
     b.values.cols = b.active * o.block;
@@ -208,7 +210,8 @@ void block_sparse_forward(const BlockSparse& L, const float* x, int64_t n, float
           quantize_row_q8(x + t * L.in, xq.data() + t * nib * sb, L.in);
           continue;
         }
-        for (int64_t s = 0; s < nib; ++s) quantize_row_q8(x + t * L.in + s * b, xq.data() + (t * nib + s) * sb, b);
+        for (int64_t s = 0; s < nib; ++s)
+          quantize_row_q8(x + t * L.in + s * b, xq.data() + (t * nib + s) * sb, b);
       }
     });
   parallel_for(0, nob, grain_for(b * a * b * n), [&](int64_t lo, int64_t hi) {
@@ -259,7 +262,9 @@ void InferModel::Impl::mixer(const Layer& L, float* x, int64_t n, std::vector<fl
   rms_norm(x, L.mix_gain, n, D, u.data());
   // c[t, d] = sum_i conv[d, i] * u[t - i, d]; u before this call comes from the history.
   const int64_t H = K - 1;
-  auto u_at = [&](int64_t t) -> const float* { return t >= 0 ? u.data() + t * D : history.data() + (H + t) * D; };
+  auto u_at = [&](int64_t t) -> const float* {
+    return t >= 0 ? u.data() + t * D : history.data() + (H + t) * D;
+  };
   parallel_for(0, n, grain_for(D * K), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       float* __restrict ct = c.data() + t * D;
@@ -311,7 +316,8 @@ void InferModel::Impl::moe_block(const Layer& L, float* x, int64_t n) const {
   std::vector<float> rg(static_cast<size_t>(n * G)), re(static_cast<size_t>(n * X));
   dense_forward(Dense{L.router_group, nullptr}, u.data(), n, rg.data());
   dense_forward(Dense{L.router_expert, nullptr}, u.data(), n, re.data());
-  std::vector<float> P(static_cast<size_t>(n * X)), pg(static_cast<size_t>(n * G)), pe(static_cast<size_t>(n * X));
+  std::vector<float> P(static_cast<size_t>(n * X)), pg(static_cast<size_t>(n * G)),
+      pe(static_cast<size_t>(n * X));
   router_probs_forward<float>(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, moe);
   std::vector<int32_t> chosen(static_cast<size_t>(n * k));
   select_experts<float>(chosen.data(), pg.data(), P.data(), n, moe);
@@ -432,8 +438,9 @@ InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_u
 
   if (file_.header().tokenizer_bytes > 0) {
     tokenizer_ = Tokenizer::parse(file_.tokenizer_text(), file_.path() + " (embedded tokenizer)");
-    SHAMN_INPUT_CHECK(tokenizer_->vocab_size() <= m.V, "model file '", file_.path(), "': the embedded tokenizer has ",
-                      tokenizer_->vocab_size(), " tokens, more than the model's vocab_size ", m.V);
+    SHAMN_INPUT_CHECK(tokenizer_->vocab_size() <= m.V, "model file '", file_.path(),
+                      "': the embedded tokenizer has ", tokenizer_->vocab_size(),
+                      " tokens, more than the model's vocab_size ", m.V);
   }
 
   // What one decoded token reads.
@@ -444,7 +451,8 @@ InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_u
       b += m.D * 4 + L.query.w.bytes() + 2 * m.pk.dh * 4 + L.keys1.bytes() + L.keys2.bytes() +
            static_cast<uint64_t>(m.pk.k) * L.mem_values.row_bytes();
     b += L.router_group.bytes() + L.router_expert.bytes() +
-         static_cast<uint64_t>(mo.k) * (block_sparse_bytes(L.experts[0].up) + block_sparse_bytes(L.experts[0].down));
+         static_cast<uint64_t>(mo.k) *
+             (block_sparse_bytes(L.experts[0].up) + block_sparse_bytes(L.experts[0].down));
   }
   b += m.tied ? m.table.bytes() + static_cast<uint64_t>(m.V) * m.hashes * 8 : m.head.bytes();
   m.bytes_per_token = b;
@@ -455,11 +463,13 @@ InferModel::~InferModel() = default;
 
 DecodeState InferModel::new_state() const {
   DecodeState s;
-  s.history.assign(impl_->layers.size(), std::vector<float>(static_cast<size_t>((impl_->K - 1) * impl_->D), 0.0f));
+  s.history.assign(impl_->layers.size(),
+                   std::vector<float>(static_cast<size_t>((impl_->K - 1) * impl_->D), 0.0f));
   return s;
 }
 
-void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits, bool all_logits) const {
+void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits,
+                         bool all_logits) const {
   const Impl& m = *impl_;
   SHAMN_CHECK(n >= 1, "forward needs at least one token");
   SHAMN_CHECK(state.history.size() == m.layers.size(), "decode state is for another model");

@@ -86,7 +86,8 @@ void quantize_row_q8_scalar(const float* x, BlockQ8* out, int64_t n) {
       std::fill_n(out[b].q, kQuantBlock, int8_t{0});
       continue;
     }
-    for (int i = 0; i < kQuantBlock; ++i) out[b].q[i] = static_cast<int8_t>(round_clamped(buf[i] / d, 127.0f));
+    for (int i = 0; i < kQuantBlock; ++i)
+      out[b].q[i] = static_cast<int8_t>(round_clamped(buf[i] / d, 127.0f));
   }
 }
 
@@ -109,7 +110,8 @@ void dequantize_row_q8(const BlockQ8* in, float* y, int64_t n) {
 
 void dequantize_row_q4(const BlockQ4* in, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    y[i] = in[i / kQuantBlock].d * static_cast<float>(q4_value(in[i / kQuantBlock], static_cast<int>(i % kQuantBlock)));
+    y[i] = in[i / kQuantBlock].d *
+           static_cast<float>(q4_value(in[i / kQuantBlock], static_cast<int>(i % kQuantBlock)));
 }
 
 }  // namespace shamn

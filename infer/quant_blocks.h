@@ -28,7 +28,7 @@ namespace shamn {
 inline constexpr int64_t kQuantBlock = 32;
 
 struct BlockQ8 {
-  float d;             // scale
+  float d;                // scale
   int8_t q[kQuantBlock];  // x[i] ~= d * q[i]
 };
 static_assert(sizeof(BlockQ8) == 36, "BlockQ8 is 4 + 32 bytes, no padding");
@@ -36,7 +36,7 @@ static_assert(alignof(BlockQ8) == 4, "BlockQ8 arrays are float-aligned");
 static_assert(offsetof(BlockQ8, q) == 4);
 
 struct BlockQ4 {
-  float d;                    // scale
+  float d;                     // scale
   uint8_t q[kQuantBlock / 2];  // low nibble: element j, high nibble: element j+16; value = nibble - 8
 };
 static_assert(sizeof(BlockQ4) == 20, "BlockQ4 is 4 + 16 bytes, no padding");
@@ -63,8 +63,6 @@ void dequantize_row_q8(const BlockQ8* in, float* y, int64_t n);
 void dequantize_row_q4(const BlockQ4* in, float* y, int64_t n);
 
 // The signed value of element i (0..31) of a Q4 block.
-inline int q4_value(const BlockQ4& b, int i) {
-  return i < 16 ? (b.q[i] & 0x0F) - 8 : (b.q[i - 16] >> 4) - 8;
-}
+inline int q4_value(const BlockQ4& b, int i) { return i < 16 ? (b.q[i] & 0x0F) - 8 : (b.q[i - 16] >> 4) - 8; }
 
 }  // namespace shamn

@@ -67,7 +67,8 @@ const char* quant_kernel_name(QuantKernel k) {
 QuantKernel quant_kernel_from_string(const std::string& name) {
   for (QuantKernel k : {QuantKernel::scalar, QuantKernel::avx2, QuantKernel::avx512}) {
     if (name != quant_kernel_name(k)) continue;
-    SHAMN_INPUT_CHECK(quant_kernel_supported(k), "--kernel ", name, ": this CPU cannot run it; its best is --kernel ",
+    SHAMN_INPUT_CHECK(quant_kernel_supported(k), "--kernel ", name,
+                      ": this CPU cannot run it; its best is --kernel ",
                       quant_kernel_name(best_quant_kernel()));
     return k;
   }
@@ -77,7 +78,8 @@ QuantKernel quant_kernel_from_string(const std::string& name) {
 
 void set_quant_kernel(QuantKernel k) {
   SHAMN_INPUT_CHECK(quant_kernel_supported(k), "quant kernel ", quant_kernel_name(k),
-                    " needs CPU features this machine lacks; its best is ", quant_kernel_name(best_quant_kernel()));
+                    " needs CPU features this machine lacks; its best is ",
+                    quant_kernel_name(best_quant_kernel()));
   current_kernel().store(k);
 }
 

@@ -13,8 +13,10 @@ SHAMN_TARGET_AVX2 inline __m256i partial_dot(__m256i a, __m256i b) {
 }
 
 // One block pair's partial sums, for Q8 and Q4 weights.
-const auto q8_pair = [](const BlockQ8& w, const BlockQ8& x) SHAMN_TARGET_AVX2 { return partial_dot(load_q8(w), load_q8(x)); };
-const auto q4_pair = [](const BlockQ4& w, const BlockQ8& x) SHAMN_TARGET_AVX2 { return partial_dot(unpack_q4(w), load_q8(x)); };
+const auto q8_pair = [](const BlockQ8& w, const BlockQ8& x)
+                         SHAMN_TARGET_AVX2 { return partial_dot(load_q8(w), load_q8(x)); };
+const auto q4_pair = [](const BlockQ4& w, const BlockQ8& x)
+                         SHAMN_TARGET_AVX2 { return partial_dot(unpack_q4(w), load_q8(x)); };
 
 }  // namespace
 
@@ -26,11 +28,13 @@ SHAMN_TARGET_AVX2 float dot_q4_q8_avx2(const BlockQ4* w, const BlockQ8* x, int64
   return dot_blocks(w, x, blocks, q4_pair);
 }
 
-SHAMN_TARGET_AVX2 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y) {
+SHAMN_TARGET_AVX2 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row,
+                                           const BlockQ8* x, float* y) {
   dot_rows_blocks(w, rows, blocks_per_row, x, y, q8_pair);
 }
 
-SHAMN_TARGET_AVX2 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y) {
+SHAMN_TARGET_AVX2 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row,
+                                           const BlockQ8* x, float* y) {
   dot_rows_blocks(w, rows, blocks_per_row, x, y, q4_pair);
 }
 

@@ -27,7 +27,8 @@ inline int32_t block_isum(const BlockQ4& w, const BlockQ8& x) {
 template <class W>
 void add_blocks_scalar(const W* w, const BlockQ8* x, int64_t begin, int64_t end, float* lanes) {
   for (int64_t i = begin; i < end; ++i)
-    lanes[i % kLanes] = std::fma(w[i].d * x[i].d, static_cast<float>(block_isum(w[i], x[i])), lanes[i % kLanes]);
+    lanes[i % kLanes] =
+        std::fma(w[i].d * x[i].d, static_cast<float>(block_isum(w[i], x[i])), lanes[i % kLanes]);
 }
 
 inline float sum_lanes(const float* lanes) {
@@ -45,8 +46,10 @@ void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n);
 // y[r] = dot(w[r], x), r < rows: one dispatch for many short rows.
 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
-void dot_rows_q8_q8_avx512(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
-void dot_rows_q4_q8_avx512(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
+void dot_rows_q8_q8_avx512(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x,
+                           float* y);
+void dot_rows_q4_q8_avx512(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x,
+                           float* y);
 
 // y[r] = dot(row r, x) over row-interleaved tiles (infer/quant_tiles.h).
 void dot_tiles_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);

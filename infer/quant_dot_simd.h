@@ -41,7 +41,8 @@ SHAMN_TARGET_AVX2 inline __m256i load_q8(const BlockQ8& b) {
 
 // One group of 8 blocks starting at `first` into the lane accumulators.
 template <class W>
-SHAMN_TARGET_AVX2 inline __m256 add_group(__m256 lanes, const W* w, const BlockQ8* x, int64_t first, __m256i totals) {
+SHAMN_TARGET_AVX2 inline __m256 add_group(__m256 lanes, const W* w, const BlockQ8* x, int64_t first,
+                                          __m256i totals) {
   // Built in registers: eight scalar stores read back as one vector would stall
   // store forwarding. Each lane's product is the same float multiply as scalar code.
   const W* v = w + first;
@@ -78,7 +79,7 @@ SHAMN_TARGET_AVX2 inline float finish(__m256 lanes, const W* w, const BlockQ8* x
 // block_totals. rows must be a multiple of 8; returns rows.
 template <class W, class Partial>
 SHAMN_TARGET_AVX2 inline int64_t short_rows(const W* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y,
-                                           Partial partial_dot) {
+                                            Partial partial_dot) {
   float prod[kLanes * kLanes];
   for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
     const W* wr = w + r0 * bpr;
@@ -94,7 +95,8 @@ SHAMN_TARGET_AVX2 inline int64_t short_rows(const W* w, int64_t rows, int64_t bp
         dx[k] = x[j].d;
         if (++k == kLanes) {
           const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));
-          _mm256_storeu_ps(out, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_totals(partial)), _mm256_setzero_ps()));
+          _mm256_storeu_ps(
+              out, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_totals(partial)), _mm256_setzero_ps()));
           out += kLanes;
           k = 0;
         }
@@ -124,8 +126,8 @@ SHAMN_TARGET_AVX2 inline float dot_blocks(const W* w, const BlockQ8* x, int64_t 
 }
 
 template <class W, class Block>
-SHAMN_TARGET_AVX2 inline void dot_rows_blocks(const W* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y,
-                                              Block block) {
+SHAMN_TARGET_AVX2 inline void dot_rows_blocks(const W* w, int64_t rows, int64_t bpr, const BlockQ8* x,
+                                              float* y, Block block) {
   const int64_t r0 = bpr < kLanes ? short_rows(w, rows / kLanes * kLanes, bpr, x, y, block) : 0;
   for (int64_t r = r0; r < rows; ++r) y[r] = dot_blocks(w + r * bpr, x, bpr, block);
 }

@@ -63,7 +63,8 @@ SHAMN_TARGET_AVX512 inline __m512i tile_isums(const TileQ4& w, const BlockQ8& x,
   __m512i acc[2] = {_mm512_set1_epi32(-8 * xsum), _mm512_setzero_si512()};
   for (int g = 0; g < kQuantBlock / 8; ++g) {
     const __m512i v = _mm512_loadu_si512(w.q[g]);
-    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_and_si512(v, low), _mm512_set1_epi32(load_group(x.q + 4 * g)));
+    acc[0] =
+        _mm512_dpbusd_epi32(acc[0], _mm512_and_si512(v, low), _mm512_set1_epi32(load_group(x.q + 4 * g)));
     acc[1] = _mm512_dpbusd_epi32(acc[1], _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
                                  _mm512_set1_epi32(load_group(x.q + 16 + 4 * g)));
   }
@@ -71,7 +72,8 @@ SHAMN_TARGET_AVX512 inline __m512i tile_isums(const TileQ4& w, const BlockQ8& x,
 }
 
 template <class Tile>
-SHAMN_TARGET_AVX512 void dot_tiles_avx512(const Tile* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+SHAMN_TARGET_AVX512 void dot_tiles_avx512(const Tile* w, int64_t rows, int64_t bpr, const BlockQ8* x,
+                                          float* y) {
   const ValueSums xsum(x, bpr);
   for (int64_t t = 0; t * kTileRows < rows; ++t) {
     const Tile* wt = w + t * bpr;
@@ -155,16 +157,20 @@ SHAMN_TARGET_AVX2 void dot_tiles_avx2(const Tile* w, int64_t rows, int64_t bpr, 
 
 }  // namespace
 
-SHAMN_TARGET_AVX512 void dot_tiles_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+SHAMN_TARGET_AVX512 void dot_tiles_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x,
+                                             float* y) {
   dot_tiles_avx512(w, rows, bpr, x, y);
 }
-SHAMN_TARGET_AVX512 void dot_tiles_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+SHAMN_TARGET_AVX512 void dot_tiles_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x,
+                                             float* y) {
   dot_tiles_avx512(w, rows, bpr, x, y);
 }
-SHAMN_TARGET_AVX2 void dot_tiles_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+SHAMN_TARGET_AVX2 void dot_tiles_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x,
+                                         float* y) {
   dot_tiles_avx2(w, rows, bpr, x, y);
 }
-SHAMN_TARGET_AVX2 void dot_tiles_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+SHAMN_TARGET_AVX2 void dot_tiles_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x,
+                                         float* y) {
   dot_tiles_avx2(w, rows, bpr, x, y);
 }
 

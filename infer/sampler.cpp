@@ -64,7 +64,9 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   std::iota(order_.begin(), order_.end(), 0);
   const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
   // Candidates by logit, descending; ties by lower id so the order is total.
-  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), before);
   order_.resize(static_cast<size_t>(k));
 

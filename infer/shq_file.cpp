@@ -85,8 +85,9 @@ bool shq_tensor_bytes(ShqDType dtype, const Shape& shape, uint64_t* bytes) {
     case ShqDType::q8_0x16:
     case ShqDType::q4_0x16: {
       if (shape.size() != 2 && shape.size() != 4) return false;
-      const uint64_t tile_rows = shape.size() == 2 ? static_cast<uint64_t>(shape[0])
-                                                   : static_cast<uint64_t>(shape[0]) * static_cast<uint64_t>(shape[1]);
+      const uint64_t tile_rows = shape.size() == 2
+                                     ? static_cast<uint64_t>(shape[0])
+                                     : static_cast<uint64_t>(shape[0]) * static_cast<uint64_t>(shape[1]);
       const uint64_t tiles = (tile_rows + kTileRows - 1) / kTileRows;
       const uint64_t row_blocks = rows / tile_rows * blocks;
       return mul_ok(tiles, row_blocks, bytes) &&
@@ -116,8 +117,8 @@ ShqFile ShqFile::open(const std::string& path) {
   ShqFile f;
   f.path_ = path;
   f.size_ = size;
-  f.base_ = std::shared_ptr<const uint8_t>(static_cast<const uint8_t*>(p),
-                                           [size](const uint8_t* q) { ::munmap(const_cast<uint8_t*>(q), size); });
+  f.base_ = std::shared_ptr<const uint8_t>(
+      static_cast<const uint8_t*>(p), [size](const uint8_t* q) { ::munmap(const_cast<uint8_t*>(q), size); });
   f.parse();
   return f;
 }
@@ -129,7 +130,8 @@ ShqFile ShqFile::from_bytes(const void* bytes, size_t size, const std::string& o
   const size_t alloc = std::max<size_t>(size, 1);
   auto* copy = static_cast<uint8_t*>(aligned_alloc_bytes(alloc));
   if (size > 0) std::memcpy(copy, bytes, size);
-  f.base_ = std::shared_ptr<const uint8_t>(copy, [alloc](const uint8_t* q) { aligned_free(const_cast<uint8_t*>(q), alloc); });
+  f.base_ = std::shared_ptr<const uint8_t>(
+      copy, [alloc](const uint8_t* q) { aligned_free(const_cast<uint8_t*>(q), alloc); });
   f.parse();
   return f;
 }
@@ -137,8 +139,9 @@ ShqFile ShqFile::from_bytes(const void* bytes, size_t size, const std::string& o
 void ShqFile::parse() {
   const std::string& p = path_;
   const uint8_t* base = base_.get();
-  SHAMN_INPUT_CHECK(size_ >= sizeof(ShqHeader), "model file '", p, "' is ", size_, " bytes: too short for the ",
-                    sizeof(ShqHeader), "-byte header (truncated, or not a .shq file)");
+  SHAMN_INPUT_CHECK(size_ >= sizeof(ShqHeader), "model file '", p, "' is ", size_,
+                    " bytes: too short for the ", sizeof(ShqHeader),
+                    "-byte header (truncated, or not a .shq file)");
   std::memcpy(&header_, base, sizeof(ShqHeader));
   const ShqHeader& h = header_;
   SHAMN_INPUT_CHECK(std::memcmp(h.magic, kShqMagic, sizeof(kShqMagic)) == 0, "'", p,
@@ -148,30 +151,33 @@ void ShqFile::parse() {
                     " (export the checkpoint again with this shamn)");
   SHAMN_INPUT_CHECK(crc32_bytes(base, offsetof(ShqHeader, header_crc)) == h.header_crc, "model file '", p,
                     "': the header fails its checksum (corrupted)");
-  SHAMN_INPUT_CHECK(h.header_bytes == sizeof(ShqHeader), "model file '", p, "': header_bytes is ", h.header_bytes,
-                    ", expected ", sizeof(ShqHeader));
+  SHAMN_INPUT_CHECK(h.header_bytes == sizeof(ShqHeader), "model file '", p, "': header_bytes is ",
+                    h.header_bytes, ", expected ", sizeof(ShqHeader));
   SHAMN_INPUT_CHECK(h.file_bytes == size_, "model file '", p, "' is ", size_, " bytes but its header says ",
                     h.file_bytes, size_ < h.file_bytes ? " (truncated)" : " (trailing bytes)");
-  SHAMN_INPUT_CHECK(h.quant <= static_cast<uint32_t>(ShqQuant::int4), "model file '", p, "': unknown quant ", h.quant);
-  for (uint8_t b : h.reserved) SHAMN_INPUT_CHECK(b == 0, "model file '", p, "': reserved header bytes are not zero");
+  SHAMN_INPUT_CHECK(h.quant <= static_cast<uint32_t>(ShqQuant::int4), "model file '", p, "': unknown quant ",
+                    h.quant);
+  for (uint8_t b : h.reserved)
+    SHAMN_INPUT_CHECK(b == 0, "model file '", p, "': reserved header bytes are not zero");
 
-  SHAMN_INPUT_CHECK(h.tensor_count >= 1 && h.tensor_count <= kMaxTensors, "model file '", p, "': tensor_count ",
-                    h.tensor_count, " is out of range");
+  SHAMN_INPUT_CHECK(h.tensor_count >= 1 && h.tensor_count <= kMaxTensors, "model file '", p,
+                    "': tensor_count ", h.tensor_count, " is out of range");
   const uint64_t dir_bytes = uint64_t{h.tensor_count} * sizeof(ShqTensorEntry);
   SHAMN_INPUT_CHECK(h.directory_offset >= sizeof(ShqHeader) && in_file(h.directory_offset, dir_bytes, size_),
-                    "model file '", p, "': the tensor directory (offset ", h.directory_offset, ", ", dir_bytes,
-                    " bytes) lies outside the ", size_, "-byte file");
+                    "model file '", p, "': the tensor directory (offset ", h.directory_offset, ", ",
+                    dir_bytes, " bytes) lies outside the ", size_, "-byte file");
   SHAMN_INPUT_CHECK(crc32_bytes(base + h.directory_offset, dir_bytes) == h.directory_crc, "model file '", p,
                     "': the tensor directory fails its checksum (corrupted)");
   SHAMN_INPUT_CHECK(h.config_bytes > 0 && in_file(h.config_offset, h.config_bytes, size_), "model file '", p,
-                    "': the config (offset ", h.config_offset, ", ", h.config_bytes, " bytes) lies outside the file");
+                    "': the config (offset ", h.config_offset, ", ", h.config_bytes,
+                    " bytes) lies outside the file");
   SHAMN_INPUT_CHECK(crc32_bytes(base + h.config_offset, h.config_bytes) == h.config_crc, "model file '", p,
                     "': the config fails its checksum (corrupted)");
   SHAMN_INPUT_CHECK(in_file(h.tokenizer_offset, h.tokenizer_bytes, size_), "model file '", p,
                     "': the tokenizer (offset ", h.tokenizer_offset, ", ", h.tokenizer_bytes,
                     " bytes) lies outside the file");
-  SHAMN_INPUT_CHECK(crc32_bytes(base + h.tokenizer_offset, h.tokenizer_bytes) == h.tokenizer_crc, "model file '", p,
-                    "': the tokenizer fails its checksum (corrupted)");
+  SHAMN_INPUT_CHECK(crc32_bytes(base + h.tokenizer_offset, h.tokenizer_bytes) == h.tokenizer_crc,
+                    "model file '", p, "': the tokenizer fails its checksum (corrupted)");
 
   // Regions that may not overlap: [begin, end, what].
   struct Region {
@@ -190,14 +196,16 @@ void ShqFile::parse() {
     ShqTensorEntry e;
     std::memcpy(&e, base + h.directory_offset + uint64_t{i} * sizeof(ShqTensorEntry), sizeof(e));
     const size_t len = strnlen(e.name, kShqNameBytes);
-    SHAMN_INPUT_CHECK(len > 0 && len < static_cast<size_t>(kShqNameBytes), "model file '", p, "': tensor entry ", i,
-                      " has an empty or unterminated name");
+    SHAMN_INPUT_CHECK(len > 0 && len < static_cast<size_t>(kShqNameBytes), "model file '", p,
+                      "': tensor entry ", i, " has an empty or unterminated name");
     std::string name(e.name, len);
     for (char c : name)
-      SHAMN_INPUT_CHECK(c > ' ' && c < 127, "model file '", p, "': tensor entry ", i, " has a non-printable name");
+      SHAMN_INPUT_CHECK(c > ' ' && c < 127, "model file '", p, "': tensor entry ", i,
+                        " has a non-printable name");
     const std::string where = "model file '" + p + "': tensor '" + name + "'";
     SHAMN_INPUT_CHECK(seen.emplace(name, i).second, where, " appears twice in the directory");
-    SHAMN_INPUT_CHECK(e.dtype <= static_cast<uint32_t>(ShqDType::q4_0x16), where, ": unknown dtype ", e.dtype);
+    SHAMN_INPUT_CHECK(e.dtype <= static_cast<uint32_t>(ShqDType::q4_0x16), where, ": unknown dtype ",
+                      e.dtype);
     const auto dtype = static_cast<ShqDType>(e.dtype);
     SHAMN_INPUT_CHECK(e.ndim >= 1 && e.ndim <= static_cast<uint32_t>(kShqMaxDims), where, ": ndim ", e.ndim,
                       " is out of range 1..", kShqMaxDims);
@@ -207,13 +215,13 @@ void ShqFile::parse() {
     uint64_t expected = 0;
     SHAMN_INPUT_CHECK(shq_tensor_bytes(dtype, shape, &expected), where, ": shape ", shape_str(shape),
                       " is invalid (a dim <= 0, too many elements, or a tiled dtype that is not 2-D or 4-D)");
-    SHAMN_INPUT_CHECK(e.bytes == expected, where, ": ", e.bytes, " bytes of data, but ", shq_dtype_name(dtype),
-                      shape_str(shape), " takes ", expected);
+    SHAMN_INPUT_CHECK(e.bytes == expected, where, ": ", e.bytes, " bytes of data, but ",
+                      shq_dtype_name(dtype), shape_str(shape), " takes ", expected);
     const bool quantized = shq_dtype_quantized(dtype);
     SHAMN_INPUT_CHECK(e.block == (quantized ? kQuantBlock : 0), where, ": quantisation block ", e.block,
                       ", expected ", quantized ? kQuantBlock : 0);
-    SHAMN_INPUT_CHECK(e.offset % kShqAlignment == 0, where, ": data offset ", e.offset, " is not ", kShqAlignment,
-                      "-byte aligned");
+    SHAMN_INPUT_CHECK(e.offset % kShqAlignment == 0, where, ": data offset ", e.offset, " is not ",
+                      kShqAlignment, "-byte aligned");
     SHAMN_INPUT_CHECK(in_file(e.offset, e.bytes, size_), where, ": data (offset ", e.offset, ", ", e.bytes,
                       " bytes) runs past the end of the ", size_, "-byte file (truncated?)");
     SHAMN_INPUT_CHECK(crc32_bytes(base + e.offset, e.bytes) == e.crc, where,
@@ -225,16 +233,18 @@ void ShqFile::parse() {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   for (size_t i = 1; i < regions.size(); ++i)
-    SHAMN_INPUT_CHECK(regions[i].begin >= regions[i - 1].end || regions[i].begin == regions[i].end, "model file '", p,
-                      "': ", regions[i].what, " overlaps ", regions[i - 1].what);
+    SHAMN_INPUT_CHECK(regions[i].begin >= regions[i - 1].end || regions[i].begin == regions[i].end,
+                      "model file '", p, "': ", regions[i].what, " overlaps ", regions[i - 1].what);
 }
 
 std::string ShqFile::config_toml() const {
-  return std::string(reinterpret_cast<const char*>(base_.get() + header_.config_offset), header_.config_bytes);
+  return std::string(reinterpret_cast<const char*>(base_.get() + header_.config_offset),
+                     header_.config_bytes);
 }
 
 std::string ShqFile::tokenizer_text() const {
-  return std::string(reinterpret_cast<const char*>(base_.get() + header_.tokenizer_offset), header_.tokenizer_bytes);
+  return std::string(reinterpret_cast<const char*>(base_.get() + header_.tokenizer_offset),
+                     header_.tokenizer_bytes);
 }
 
 bool ShqFile::has_tensor(const std::string& name) const {

@@ -58,14 +58,14 @@ struct ShqHeader {
 static_assert(sizeof(ShqHeader) == 128);
 
 struct ShqTensorEntry {
-  char name[kShqNameBytes];  // SPEC name, e.g. "layers.0.mixer.out.values"
-  uint32_t dtype;            // ShqDType
-  uint32_t ndim;             // 1..4
+  char name[kShqNameBytes];    // SPEC name, e.g. "layers.0.mixer.out.values"
+  uint32_t dtype;              // ShqDType
+  uint32_t ndim;               // 1..4
   int64_t shape[kShqMaxDims];  // unused dims are 0
-  uint64_t offset;           // from the start of the file, a multiple of 64
-  uint64_t bytes;            // exactly what dtype and shape imply
-  uint32_t block;            // values per quantisation block: 32 for the q* dtypes, 0 otherwise
-  uint32_t crc;              // CRC-32 of the data bytes
+  uint64_t offset;             // from the start of the file, a multiple of 64
+  uint64_t bytes;              // exactly what dtype and shape imply
+  uint32_t block;              // values per quantisation block: 32 for the q* dtypes, 0 otherwise
+  uint32_t crc;                // CRC-32 of the data bytes
 };
 static_assert(sizeof(ShqTensorEntry) == 128);
 

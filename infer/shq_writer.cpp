@@ -22,8 +22,8 @@ void ShqWriter::add(const std::string& name, ShqDType dtype, const Shape& shape,
   SHAMN_CHECK(!shape.empty() && shape.size() <= static_cast<size_t>(kShqMaxDims), "tensor '", name, "' has ",
               shape.size(), " dims; the format allows 1..", kShqMaxDims);
   uint64_t bytes = 0;
-  SHAMN_CHECK(shq_tensor_bytes(dtype, shape, &bytes) && bytes == data.size(), "tensor '", name, "': ", data.size(),
-              " bytes for ", shq_dtype_name(dtype), shape_str(shape));
+  SHAMN_CHECK(shq_tensor_bytes(dtype, shape, &bytes) && bytes == data.size(), "tensor '", name,
+              "': ", data.size(), " bytes for ", shq_dtype_name(dtype), shape_str(shape));
   tensors_.push_back({name, dtype, shape, std::move(data)});
 }
 

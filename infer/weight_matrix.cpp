@@ -50,7 +50,8 @@ void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
     case WeightType::q8:
       if (tiled) {
         SHAMN_CHECK(r0 % kTileRows == 0, "tiled rows start on a tile, got row ", r0);
-        dot_tiles(static_cast<const TileQ8*>(data) + r0 / kTileRows * blocks_per_row(), n, blocks_per_row(), x.q, y);
+        dot_tiles(static_cast<const TileQ8*>(data) + r0 / kTileRows * blocks_per_row(), n, blocks_per_row(),
+                  x.q, y);
         return;
       }
       dot_rows_q8(static_cast<const BlockQ8*>(data) + r0 * blocks_per_row(), n, blocks_per_row(), x.q, y);
@@ -58,7 +59,8 @@ void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
     case WeightType::q4:
       if (tiled) {
         SHAMN_CHECK(r0 % kTileRows == 0, "tiled rows start on a tile, got row ", r0);
-        dot_tiles(static_cast<const TileQ4*>(data) + r0 / kTileRows * blocks_per_row(), n, blocks_per_row(), x.q, y);
+        dot_tiles(static_cast<const TileQ4*>(data) + r0 / kTileRows * blocks_per_row(), n, blocks_per_row(),
+                  x.q, y);
         return;
       }
       dot_rows_q4(static_cast<const BlockQ4*>(data) + r0 * blocks_per_row(), n, blocks_per_row(), x.q, y);

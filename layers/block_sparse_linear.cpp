@@ -28,10 +28,9 @@ BlockSparseLinear::BlockSparseLinear(const BlockSparseOptions& o, double init_sc
     : init_scale_(init_scale) {
   o.validate();
   dims_ = {o.in, o.out, o.block, o.active_blocks()};
-  values_ = register_parameter(
-      "values", Tensor::zeros({dims_.row_blocks(), dims_.active, dims_.block, dims_.block}));
-  col_index_ = register_buffer("col_index",
-                               Tensor::zeros({dims_.row_blocks(), dims_.active}, DType::i32));
+  values_ = register_parameter("values",
+                               Tensor::zeros({dims_.row_blocks(), dims_.active, dims_.block, dims_.block}));
+  col_index_ = register_buffer("col_index", Tensor::zeros({dims_.row_blocks(), dims_.active}, DType::i32));
   // A fresh layer is valid before init(): the first `active` column blocks.
   for (int64_t r = 0; r < dims_.row_blocks(); ++r)
     for (int64_t m = 0; m < dims_.active; ++m)
@@ -41,8 +40,7 @@ BlockSparseLinear::BlockSparseLinear(const BlockSparseOptions& o, double init_sc
 
 void BlockSparseLinear::init_own(uint64_t seed, const std::string& prefix) {
   Rng pattern_rng = tensor_rng(seed, prefix + "col_index");
-  col_index_.copy_from(
-      draw_block_pattern(dims_.row_blocks(), dims_.col_blocks(), dims_.active, pattern_rng));
+  col_index_.copy_from(draw_block_pattern(dims_.row_blocks(), dims_.col_blocks(), dims_.active, pattern_rng));
   Tensor v = values_.value();
   init_normal(v, seed, prefix + "values",
               init_scale_ / std::sqrt(static_cast<double>(dims_.active * dims_.block)));

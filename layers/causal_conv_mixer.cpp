@@ -19,8 +19,6 @@ void CausalConvMixer::init_own(uint64_t seed, const std::string& prefix) {
   init_uniform(c, seed, prefix + "conv", 1.0 / std::sqrt(static_cast<double>(options_.kernel)));
 }
 
-Var CausalConvMixer::forward(const Var& u) const {
-  return out_->forward(silu(causal_conv(u, conv_)));
-}
+Var CausalConvMixer::forward(const Var& u) const { return out_->forward(silu(causal_conv(u, conv_))); }
 
 }  // namespace shamn

@@ -18,9 +18,9 @@ FlopCounts count_flops(const ModelConfig& c) {
   int64_t macs = embed.hashes * D + head;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     macs += D * mixer.kernel + block_sparse_macs(mixer.out);
-    if (c.has_memory(l))
-      macs += D * mem.key_dim + mem.sqrt_size() * mem.key_dim + mem.topk * D;
-    macs += D * moe.groups + D * moe.experts() + moe.k * (block_sparse_macs(moe.up) + block_sparse_macs(moe.down));
+    if (c.has_memory(l)) macs += D * mem.key_dim + mem.sqrt_size() * mem.key_dim + mem.topk * D;
+    macs += D * moe.groups + D * moe.experts() +
+            moe.k * (block_sparse_macs(moe.up) + block_sparse_macs(moe.down));
   }
   FlopCounts out;
   out.forward_per_token = 2 * macs;

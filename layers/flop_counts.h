@@ -7,9 +7,9 @@
 //              + topk*D (weighted read of the top-k values)
 //   MoE        D*G + D*G*E (both routers) + k * (H*a_up*b + D*a_down*b) (k routed experts)
 // plus the embedding sum h*D and the head: tied, buckets*D (the bucket scores)
-// + V*h (each logit gathers h of them); untied, V*D. Norms, activations, softmaxes and the top-k selection are O(D) or
-// smaller and left out. Training costs about 3x forward (the backward pass takes
-// a product per operand).
+// + V*h (each logit gathers h of them); untied, V*D. Norms, activations, softmaxes and the top-k selection
+// are O(D) or smaller and left out. Training costs about 3x forward (the backward pass takes a product per
+// operand).
 #include <cstdint>
 
 #include "core/model_config.h"

@@ -14,10 +14,9 @@ Var MoeExpert::forward(const Var& u) const { return down_.forward(gelu(up_.forwa
 
 HierarchicalMoE::HierarchicalMoE(const MoeOptions& o, double down_scale)
     : options_(o),
-      router_group_(register_module("router_group",
-                                    std::make_unique<Linear>(o.dim, o.groups, false, 0.02))),
-      router_expert_(register_module(
-          "router_expert", std::make_unique<Linear>(o.dim, o.experts(), false, 0.02))) {
+      router_group_(register_module("router_group", std::make_unique<Linear>(o.dim, o.groups, false, 0.02))),
+      router_expert_(
+          register_module("router_expert", std::make_unique<Linear>(o.dim, o.experts(), false, 0.02))) {
   o.validate();
   auto& list = register_module("experts", std::make_unique<ModuleList>());
   for (int64_t e = 0; e < o.experts(); ++e)
@@ -49,7 +48,7 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u) const {
   Tensor weight = Tensor::empty({X}, u.dtype());
   for (int64_t e = 0; e < X; ++e)
     weight.set_item(e, static_cast<double>(X) * static_cast<double>(plan.count(e)) /
-                               (static_cast<double>(n) * o.k) / static_cast<double>(n));
+                           (static_cast<double>(n) * o.k) / static_cast<double>(n));
   Var aux = sum(mul(P, Var(weight)));
 
   Var ys = experts_forward(gather_rows(u2, plan.order), plan);

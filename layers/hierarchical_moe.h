@@ -33,8 +33,8 @@ class HierarchicalMoE : public Module {
   HierarchicalMoE(const MoeOptions& options, double down_scale = 1.0);
 
   struct Output {
-    Var y;    // [..., D]
-    Var aux;  // scalar load-balance loss of this layer
+    Var y;           // [..., D]
+    Var aux;         // scalar load-balance loss of this layer
     Tensor experts;  // int32 [N, k] chosen experts (for statistics)
   };
   Output forward(const Var& u) const;

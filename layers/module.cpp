@@ -3,8 +3,7 @@
 namespace shamn {
 namespace {
 void check_name(const std::string& name) {
-  SHAMN_CHECK(!name.empty() && name.find('.') == std::string::npos &&
-                  name.find('/') == std::string::npos,
+  SHAMN_CHECK(!name.empty() && name.find('.') == std::string::npos && name.find('/') == std::string::npos,
               "module member name '", name, "' must be non-empty without '.' or '/'");
 }
 }  // namespace

@@ -7,8 +7,8 @@
 namespace shamn {
 
 struct ParameterCounts {
-  int64_t stored = 0;      // trainable parameters
-  int64_t buffers = 0;     // non-trainable elements (hash bucket indices)
+  int64_t stored = 0;   // trainable parameters
+  int64_t buffers = 0;  // non-trainable elements (hash bucket indices)
   // Parameters read to compute one token's loss: everything except the memory
   // values outside the token's top-k slots and the experts it is not routed to
   // (top-k of n_experts). The tied head scores every vocabulary token, so the

@@ -47,7 +47,7 @@ class Shamn : public Module {
   // tokens, targets: int32 [B, T]
   Loss loss(const Tensor& tokens, const Tensor& targets) const;
   Var hidden(const Tensor& tokens, std::vector<Var>* aux) const;  // final_norm(x): [B, T, D]
-  Var logits(const Tensor& tokens) const;                          // [B, T, V]
+  Var logits(const Tensor& tokens) const;                         // [B, T, V]
 
   const ModelConfig& config() const { return config_; }
 

@@ -10,20 +10,18 @@ namespace shamn {
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
     : groups_(std::move(groups)), options_(options) {
-  SHAMN_CHECK(options_.beta1 >= 0 && options_.beta1 < 1 && options_.beta2 >= 0 &&
-                  options_.beta2 < 1,
+  SHAMN_CHECK(options_.beta1 >= 0 && options_.beta1 < 1 && options_.beta2 >= 0 && options_.beta2 < 1,
               "AdamW: betas must lie in [0, 1), got (", options_.beta1, ", ", options_.beta2, ")");
   SHAMN_CHECK(options_.eps > 0, "AdamW: eps must be positive, got ", options_.eps);
   std::set<std::string> names;
   for (const ParamGroup& g : groups_) {
     SHAMN_CHECK(g.weight_decay >= 0, "AdamW: group '", g.name, "' has negative weight decay");
     for (const NamedVar& p : g.params) {
-      SHAMN_CHECK(p.var.defined() && p.var.dtype() == DType::f32,
-                  "AdamW: parameter '", p.name, "' must be a defined f32 tensor");
-      SHAMN_CHECK(names.insert(p.name).second, "AdamW: parameter '", p.name,
-                  "' appears twice");
-      slots_.push_back({p.var, p.name, g.weight_decay, Tensor::zeros(p.var.shape()),
-                        Tensor::zeros(p.var.shape())});
+      SHAMN_CHECK(p.var.defined() && p.var.dtype() == DType::f32, "AdamW: parameter '", p.name,
+                  "' must be a defined f32 tensor");
+      SHAMN_CHECK(names.insert(p.name).second, "AdamW: parameter '", p.name, "' appears twice");
+      slots_.push_back(
+          {p.var, p.name, g.weight_decay, Tensor::zeros(p.var.shape()), Tensor::zeros(p.var.shape())});
     }
   }
 }
@@ -34,8 +32,8 @@ namespace {
 // folded into inv_bc1 = 1/(1-b1^t) and inv_sqrt_bc2 = 1/sqrt(1-b2^t). A free
 // function with restrict pointers so the compiler vectorises it.
 void adamw_update(float* __restrict theta, const float* __restrict grad, float* __restrict m,
-                  float* __restrict v, int64_t n, float b1, float b2, float inv_bc1,
-                  float inv_sqrt_bc2, float lr, float eps, float wd) {
+                  float* __restrict v, int64_t n, float b1, float b2, float inv_bc1, float inv_sqrt_bc2,
+                  float lr, float eps, float wd) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
     const float mi = b1 * m[i] + (1.0f - b1) * g;
@@ -96,12 +94,11 @@ void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors) {
       auto it = by_name.find(key);
       SHAMN_CHECK(it != by_name.end(), "AdamW state: missing tensor '", key, "'");
       SHAMN_CHECK(it->second->shape() == s.param.shape() && it->second->dtype() == DType::f32,
-                  "AdamW state: tensor '", key, "' is ", it->second->str(), " but parameter '",
-                  s.name, "' is ", s.param.value().str());
+                  "AdamW state: tensor '", key, "' is ", it->second->str(), " but parameter '", s.name,
+                  "' is ", s.param.value().str());
     }
   }
-  SHAMN_CHECK(by_name.size() == 2 * slots_.size(), "AdamW state: ",
-              by_name.size() - 2 * slots_.size(),
+  SHAMN_CHECK(by_name.size() == 2 * slots_.size(), "AdamW state: ", by_name.size() - 2 * slots_.size(),
               " tensors that match no parameter (was it saved for another model?)");
   for (Slot& s : slots_) {
     s.m.copy_from(*by_name["m." + s.name]);
@@ -119,8 +116,7 @@ bool takes_weight_decay(const NamedVar& p) {
   return p.var.dim() >= 2;
 }
 
-std::vector<ParamGroup> split_weight_decay(const std::vector<NamedVar>& params,
-                                           double weight_decay) {
+std::vector<ParamGroup> split_weight_decay(const std::vector<NamedVar>& params, double weight_decay) {
   ParamGroup decay{"decay", {}, weight_decay};
   ParamGroup no_decay{"no_decay", {}, 0.0};
   for (const NamedVar& p : params) (takes_weight_decay(p) ? decay : no_decay).params.push_back(p);

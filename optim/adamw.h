@@ -59,7 +59,6 @@ class AdamW {
 // SPEC 3: decay for matrices, tables, keys and block values (2-D and up, and
 // mixer.conv); never for gains, biases or the hash `importance`.
 bool takes_weight_decay(const NamedVar& p);
-std::vector<ParamGroup> split_weight_decay(const std::vector<NamedVar>& params,
-                                           double weight_decay);
+std::vector<ParamGroup> split_weight_decay(const std::vector<NamedVar>& params, double weight_decay);
 
 }  // namespace shamn

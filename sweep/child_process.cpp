@@ -12,8 +12,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/timing.h"
 #include "core/check.h"
+#include "core/timing.h"
 
 extern char** environ;
 
@@ -77,9 +77,11 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
   posix_spawn_file_actions_init(&actions);
   // A log shared by stdout and stderr is appended to, never truncated.
   const int stdout_mode = stdout_path == log_path ? O_APPEND : O_TRUNC;
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, stdout_path.c_str(), O_WRONLY | O_CREAT | stdout_mode, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, stdout_path.c_str(),
+                                   O_WRONLY | O_CREAT | stdout_mode, 0644);
   if (!log_path.empty())
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setpgroup(&attr, 0);

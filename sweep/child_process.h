@@ -9,8 +9,8 @@
 namespace shamn {
 
 struct ChildResult {
-  int exit_status = -1;   // the exit code, or -1 when a signal ended it
-  int signal = 0;         // the signal that ended it, 0 if it exited
+  int exit_status = -1;        // the exit code, or -1 when a signal ended it
+  int signal = 0;              // the signal that ended it, 0 if it exited
   int64_t peak_rss_bytes = 0;  // the child's maximum resident set (wait4)
   double wall_s = 0;
 };

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/timing.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/timing.h"
 #include "layers/flop_counts.h"
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
@@ -32,9 +32,7 @@ std::string run_dir(const SweepPoint& p) { return p.config.train.out_dir; }
 ChildResult step(const SweepPoint& p, const std::string& what, std::vector<std::string> argv,
                  const std::string& stdout_file) {
   const std::string log = in(p, "log.txt");
-  {
-    std::ofstream(log, std::ios::app) << "\n== " << what << "\n";
-  }
+  { std::ofstream(log, std::ios::app) << "\n== " << what << "\n"; }
   const ChildResult r = run_child(argv, stdout_file.empty() ? log : stdout_file, log);
   if (stop_requested()) return r;
   if (r.exit_status != 0) {
@@ -43,9 +41,10 @@ ChildResult step(const SweepPoint& p, const std::string& what, std::vector<std::
     std::ifstream f(log);
     for (std::string line; std::getline(f, line);)
       if (line.rfind("shamn: ", 0) == 0) reason = line.substr(7);
-    throw InputError(what + " failed (" +
-                     (r.signal ? "signal " + std::to_string(r.signal) : "exit status " + std::to_string(r.exit_status)) +
-                     (reason.empty() ? "" : ": " + reason) + "); see " + log);
+    throw InputError(
+        what + " failed (" +
+        (r.signal ? "signal " + std::to_string(r.signal) : "exit status " + std::to_string(r.exit_status)) +
+        (reason.empty() ? "" : ": " + reason) + "); see " + log);
   }
   return r;
 }
@@ -130,13 +129,14 @@ bool run_point(const SweepPoint& p, const PointSettings& s) {
   const TrainMetrics train = read_train_metrics(p);
 
   const std::string shq = in(p, "model_int8.shq");
-  step(p, "export", {s.exe, "--threads", threads, "export", final_ckpt, "--quant", "int8", "--no-tokenizer", "-o", shq},
+  step(p, "export",
+       {s.exe, "--threads", threads, "export", final_ckpt, "--quant", "int8", "--no-tokenizer", "-o", shq},
        "");
   if (stop_requested()) return false;
   step(p, "eval",
-       {s.exe, "--threads", threads, "eval", shq, "--data", p.config.data.val_path, "--format", p.config.data.format,
-        "--seq-len", std::to_string(p.config.train.seq_len), "--max-windows", std::to_string(s.eval_windows),
-        "--reference", final_ckpt},
+       {s.exe, "--threads", threads, "eval", shq, "--data", p.config.data.val_path, "--format",
+        p.config.data.format, "--seq-len", std::to_string(p.config.train.seq_len), "--max-windows",
+        std::to_string(s.eval_windows), "--reference", final_ckpt},
        in(p, "eval.json"));
   if (stop_requested()) return false;
   step(p, "bench",
@@ -177,8 +177,8 @@ SweepRow read_point_result(const SweepPoint& p) {
   const json j = read_json(result_path(p));
   SweepRow row{p.name, p.axis_values, p.seed, {}};
   for (const std::string& m : sweep_metric_names()) {
-    SHAMN_INPUT_CHECK(j.contains("metrics") && j["metrics"].contains(m), "'", result_path(p), "' has no metric ", m,
-                      ": delete it to rerun the point");
+    SHAMN_INPUT_CHECK(j.contains("metrics") && j["metrics"].contains(m), "'", result_path(p),
+                      "' has no metric ", m, ": delete it to rerun the point");
     row.metrics[m] = j["metrics"][m].get<double>();
   }
   return row;

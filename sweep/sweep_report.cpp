@@ -59,10 +59,18 @@ std::vector<std::string> plot_series(const std::vector<SweepAxis>& axes, const s
 }  // namespace
 
 const std::vector<std::string>& sweep_metric_names() {
-  static const std::vector<std::string> names = {
-      "val_loss",          "val_ppl",          "train_tokens_per_s", "stored_params",
-      "touched_params_per_token", "train_flops_per_token", "peak_rss_mib", "train_wall_s",
-      "eval_f32_ppl",      "int8_ppl",         "int8_decode_tok_s",  "int8_file_bytes"};
+  static const std::vector<std::string> names = {"val_loss",
+                                                 "val_ppl",
+                                                 "train_tokens_per_s",
+                                                 "stored_params",
+                                                 "touched_params_per_token",
+                                                 "train_flops_per_token",
+                                                 "peak_rss_mib",
+                                                 "train_wall_s",
+                                                 "eval_f32_ppl",
+                                                 "int8_ppl",
+                                                 "int8_decode_tok_s",
+                                                 "int8_file_bytes"};
   return names;
 }
 
@@ -165,9 +173,9 @@ std::string plot_data_tsv(const std::vector<SweepAxis>& axes, const std::vector<
     std::vector<std::pair<double, const SweepGroup*>> block;
     for (const SweepGroup& g : groups)
       if (label(axes, g.axis_values, xa) == series[s])
-        block.emplace_back(xa >= 0 ? std::strtod(g.axis_values[xa].c_str(), nullptr)
-                                   : static_cast<double>(block.size()),
-                           &g);
+        block.emplace_back(
+            xa >= 0 ? std::strtod(g.axis_values[xa].c_str(), nullptr) : static_cast<double>(block.size()),
+            &g);
     std::stable_sort(block.begin(), block.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [x, g] : block) {
@@ -183,8 +191,7 @@ std::string plot_data_tsv(const std::vector<SweepAxis>& axes, const std::vector<
 }
 
 std::string gnuplot_script(const std::vector<SweepAxis>& axes, const std::vector<SweepRow>& rows,
-                           const std::string& data_file,
-                           const std::string& plot_dir) {
+                           const std::string& data_file, const std::string& plot_dir) {
   const int xa = plot_axis(axes);
   const std::string xlabel = xa >= 0 ? axes[xa].key : "point";
   const std::vector<std::string> series = plot_series(axes, rows);
@@ -205,23 +212,41 @@ std::string gnuplot_script(const std::vector<SweepAxis>& axes, const std::vector
     bool lines;
   };
   const std::vector<Plot> plots = {
-      {"val_ppl", "validation perplexity", xlabel, "val perplexity",
-       {{"1:" + col("val_ppl", false) + ":" + col("val_ppl", true), ""}}, true},
-      {"tokens_per_s", "training speed", xlabel, "train tokens/s",
-       {{"1:" + col("train_tokens_per_s", false) + ":" + col("train_tokens_per_s", true), ""}}, true},
-      {"ppl_vs_params", "perplexity vs stored parameters", "stored parameters", "val perplexity",
-       {{col("stored_params", false) + ":" + col("val_ppl", false) + ":" + col("val_ppl", true), ""}}, false},
-      {"f32_vs_int8", "f32 vs int8 perplexity (shamn eval, same windows)", xlabel, "perplexity",
+      {"val_ppl",
+       "validation perplexity",
+       xlabel,
+       "val perplexity",
+       {{"1:" + col("val_ppl", false) + ":" + col("val_ppl", true), ""}},
+       true},
+      {"tokens_per_s",
+       "training speed",
+       xlabel,
+       "train tokens/s",
+       {{"1:" + col("train_tokens_per_s", false) + ":" + col("train_tokens_per_s", true), ""}},
+       true},
+      {"ppl_vs_params",
+       "perplexity vs stored parameters",
+       "stored parameters",
+       "val perplexity",
+       {{col("stored_params", false) + ":" + col("val_ppl", false) + ":" + col("val_ppl", true), ""}},
+       false},
+      {"f32_vs_int8",
+       "f32 vs int8 perplexity (shamn eval, same windows)",
+       xlabel,
+       "perplexity",
        {{"1:" + col("eval_f32_ppl", false) + ":" + col("eval_f32_ppl", true), " f32"},
-        {"1:" + col("int8_ppl", false) + ":" + col("int8_ppl", true), " int8"}}, true},
+        {"1:" + col("int8_ppl", false) + ":" + col("int8_ppl", true), " int8"}},
+       true},
   };
   for (const Plot& p : plots) {
     for (const char* term : {"png", "svg"}) {
       if (std::string(term) == "png")
-        s << "if (has_pngcairo) { set terminal pngcairo size 800,560 } else { set terminal png size 800,560 }\n";
+        s << "if (has_pngcairo) { set terminal pngcairo size 800,560 } else { set terminal png size 800,560 "
+             "}\n";
       else
         s << "set terminal svg size 800,560 dynamic\n";
-      s << "set output \"" << plot_dir << "/" << p.file << "." << term << "\"\n"
+      s << "set output \"" << plot_dir << "/" << p.file << "." << term
+        << "\"\n"
         // Parameter counts read better as 5.4M than 5.4x10^6.
         << "set format x \"" << (p.file == "ppl_vs_params" ? "%.1s%c" : "% h") << "\"\n"
         << "set title \"" << p.title << "\" noenhanced\nset xlabel \"" << p.xlabel << "\" noenhanced\n"
@@ -229,10 +254,11 @@ std::string gnuplot_script(const std::vector<SweepAxis>& axes, const std::vector
       bool first = true;
       for (size_t i = 0; i < series.size(); ++i)
         for (const auto& [using_spec, suffix] : p.curves) {
-          s << (first ? " " : ", \\\n     ") << "\"" << data_file << "\" index " << i << " using " << using_spec
-            << " with " << (p.lines ? "yerrorlines" : "yerrorbars") << " title \""
-            << (series[i] == "all" ? (suffix.empty() ? std::string("mean +- std over seeds") : suffix.substr(1))
-                                   : series[i] + suffix)
+          s << (first ? " " : ", \\\n     ") << "\"" << data_file << "\" index " << i << " using "
+            << using_spec << " with " << (p.lines ? "yerrorlines" : "yerrorbars") << " title \""
+            << (series[i] == "all"
+                    ? (suffix.empty() ? std::string("mean +- std over seeds") : suffix.substr(1))
+                    : series[i] + suffix)
             << "\" noenhanced";
           first = false;
         }

@@ -49,7 +49,6 @@ int plot_axis(const std::vector<SweepAxis>& axes);
 // and the gnuplot script that turns it into <out_dir>/plots/*.{png,svg}.
 std::string plot_data_tsv(const std::vector<SweepAxis>& axes, const std::vector<SweepRow>& rows);
 std::string gnuplot_script(const std::vector<SweepAxis>& axes, const std::vector<SweepRow>& rows,
-                           const std::string& data_file,
-                           const std::string& plot_dir);
+                           const std::string& data_file, const std::string& plot_dir);
 
 }  // namespace shamn

@@ -25,7 +25,6 @@
 
 namespace shamn {
 
-
 namespace fs = std::filesystem;
 
 namespace {
@@ -43,10 +42,12 @@ void check_or_write_configs(const std::vector<SweepPoint>& points) {
   for (const SweepPoint& p : points) {
     const std::string path = (fs::path(p.dir) / "config.toml").string();
     if (fs::exists(path))
-      SHAMN_INPUT_CHECK(read_text(path) == p.config.to_toml(), "'", path,
-                        "' holds a different config from the one this sweep resolves for point ", p.name,
-                        ": the directory belongs to another sweep (or the sweep file or base config changed); "
-                        "pick another sweep.out_dir (--out-dir) or delete ", p.dir);
+      SHAMN_INPUT_CHECK(
+          read_text(path) == p.config.to_toml(), "'", path,
+          "' holds a different config from the one this sweep resolves for point ", p.name,
+          ": the directory belongs to another sweep (or the sweep file or base config changed); "
+          "pick another sweep.out_dir (--out-dir) or delete ",
+          p.dir);
   }
   for (const SweepPoint& p : points) {
     fs::create_directories(p.dir);
@@ -91,8 +92,10 @@ void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"})
     if (fs::exists(fs::path(dir) / "gnuplot")) gnuplot = (fs::path(dir) / "gnuplot").string();
   if (gnuplot.empty()) {
-    std::printf("warning: gnuplot is not installed (apt-get install gnuplot-nox): no plots; "
-                "the data and script are in %s and %s\n", data.c_str(), script.c_str());
+    std::printf(
+        "warning: gnuplot is not installed (apt-get install gnuplot-nox): no plots; "
+        "the data and script are in %s and %s\n",
+        data.c_str(), script.c_str());
     return;
   }
   const std::string log = (out / "gnuplot.log").string();
@@ -115,7 +118,8 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   PointSettings settings;
   settings.exe = self_executable();
-  settings.threads = spec.threads_per_job > 0 ? spec.threads_per_job : std::max<int64_t>(1, cores / spec.jobs);
+  settings.threads =
+      spec.threads_per_job > 0 ? spec.threads_per_job : std::max<int64_t>(1, cores / spec.jobs);
   settings.eval_windows = spec.eval_windows;
 
   std::vector<const SweepPoint*> todo, skipped;
@@ -126,12 +130,13 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
     if (state == PointState::interrupted) ++resumable;
   }
   const auto finished = static_cast<int64_t>(skipped.size());
-  std::printf("sweep %s: %zu points (%zu axes x %zu seeds) in %s; %lld finished (skipped), %lld to resume, "
-              "%lld new; %lld jobs x %lld threads\n",
-              file.c_str(), points.size(), spec.axes.size(), std::max<size_t>(1, spec.seeds.size()),
-              spec.out_dir.c_str(), static_cast<long long>(finished), static_cast<long long>(resumable),
-              static_cast<long long>(todo.size()) - resumable, static_cast<long long>(spec.jobs),
-              static_cast<long long>(settings.threads));
+  std::printf(
+      "sweep %s: %zu points (%zu axes x %zu seeds) in %s; %lld finished (skipped), %lld to resume, "
+      "%lld new; %lld jobs x %lld threads\n",
+      file.c_str(), points.size(), spec.axes.size(), std::max<size_t>(1, spec.seeds.size()),
+      spec.out_dir.c_str(), static_cast<long long>(finished), static_cast<long long>(resumable),
+      static_cast<long long>(todo.size()) - resumable, static_cast<long long>(spec.jobs),
+      static_cast<long long>(settings.threads));
   for (const SweepPoint* p : skipped) std::printf("  skipped %s (finished)\n", p->name.c_str());
   if (a.dry_run) {
     for (const SweepPoint* p : todo) std::printf("  would run %s\n", p->name.c_str());
@@ -151,7 +156,8 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
       const SweepPoint& p = *todo[i];
       {
         std::lock_guard lock(print);
-        std::printf("  %s %s\n", point_state(p) == PointState::interrupted ? "resuming" : "running", p.name.c_str());
+        std::printf("  %s %s\n", point_state(p) == PointState::interrupted ? "resuming" : "running",
+                    p.name.c_str());
         std::fflush(stdout);
       }
       std::string outcome;
@@ -196,6 +202,5 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
                      "); each point's log.txt says why, and a rerun retries them");
   }
 }
-
 
 }  // namespace shamn

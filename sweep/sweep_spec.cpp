@@ -55,8 +55,10 @@ void leaves(const toml::table& table, const std::string& prefix,
     return sa.line != sb.line ? sa.line < sb.line : sa.column < sb.column;
   });
   for (const auto& [k, v] : here) {
-    if (v->is_table()) leaves(*v->as_table(), k + ".", out);
-    else out.emplace_back(k, v);
+    if (v->is_table())
+      leaves(*v->as_table(), k + ".", out);
+    else
+      out.emplace_back(k, v);
   }
 }
 
@@ -73,15 +75,16 @@ SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
-    throw InputError(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+    throw InputError(path + ":" + std::to_string(e.source().begin.line) + ": " +
+                     std::string(e.description()));
   }
   for (const auto& [k, v] : root)
     SHAMN_INPUT_CHECK(k.str() == "sweep", path, ": unknown top-level key '", k.str(),
                       "' (a sweep file has one [sweep] table; base config keys go in [sweep.set])");
   const toml::table* sweep = root["sweep"].as_table();
   SHAMN_INPUT_CHECK(sweep, path, ": no [sweep] table");
-  static const std::set<std::string> known = {"base", "out_dir", "seeds", "jobs", "threads_per_job",
-                                              "eval_windows", "set", "axes"};
+  static const std::set<std::string> known = {"base",         "out_dir", "seeds", "jobs", "threads_per_job",
+                                              "eval_windows", "set",     "axes"};
   for (const auto& [k, v] : *sweep)
     SHAMN_INPUT_CHECK(known.count(std::string(k.str())), path, ":", v.source().begin.line,
                       ": unknown key sweep.", k.str(),
@@ -92,8 +95,9 @@ SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
   const auto base = (*sweep)["base"].value<std::string>();
   SHAMN_INPUT_CHECK(base && !base->empty(), path, ": sweep.base (the base run config, a string) is required");
   const std::filesystem::path base_path(*base);
-  s.base = base_path.is_absolute() ? *base
-                                   : (std::filesystem::path(path).parent_path() / base_path).lexically_normal().string();
+  s.base = base_path.is_absolute()
+               ? *base
+               : (std::filesystem::path(path).parent_path() / base_path).lexically_normal().string();
   const auto out_dir = (*sweep)["out_dir"].value<std::string>();
   SHAMN_INPUT_CHECK(out_dir && !out_dir->empty(), path, ": sweep.out_dir (a string) is required");
   s.out_dir = *out_dir;
@@ -129,7 +133,8 @@ SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
       SHAMN_INPUT_CHECK(a->is_homogeneous(), path, ":", v->source().begin.line, ": sweep.axes.", k,
                         " mixes value types");
       SHAMN_INPUT_CHECK(k != "train.seed", path, ": sweep.axes.train.seed: list seeds in sweep.seeds");
-      SHAMN_INPUT_CHECK(k != "train.out_dir", path, ": sweep.axes.train.out_dir: the sweep sets each point's run directory");
+      SHAMN_INPUT_CHECK(k != "train.out_dir", path,
+                        ": sweep.axes.train.out_dir: the sweep sets each point's run directory");
       SweepAxis axis{k, {}};
       std::set<std::string> seen;
       for (const toml::node& e : *a) {
@@ -142,8 +147,8 @@ SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
   }
   // Multiplied step by step so that a huge product stops at the limit instead of overflowing.
   int64_t points = std::max<int64_t>(1, static_cast<int64_t>(s.seeds.size()));
-  SHAMN_INPUT_CHECK(points <= kMaxSweepPoints, path, ": sweep.seeds lists ", points,
-                    " seeds, more than the ", kMaxSweepPoints, " points a sweep may have");
+  SHAMN_INPUT_CHECK(points <= kMaxSweepPoints, path, ": sweep.seeds lists ", points, " seeds, more than the ",
+                    kMaxSweepPoints, " points a sweep may have");
   for (const SweepAxis& a : s.axes) {
     SHAMN_INPUT_CHECK(static_cast<int64_t>(a.values.size()) <= kMaxSweepPoints / points, path,
                       ": sweep.axes.", a.key, ": the axes and seeds make more than ", kMaxSweepPoints,
@@ -170,7 +175,8 @@ SweepSpec SweepSpec::from_file(const std::string& path) {
 std::string point_name_part(const std::string& key, const std::string& value) {
   std::string name = (key.rfind("model.", 0) == 0 ? key.substr(6) : key) + "=";
   for (char ch : value) {
-    const bool safe = std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '+' || ch == '-';
+    const bool safe =
+        std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '+' || ch == '-';
     name += safe ? ch : '_';
   }
   return name;
@@ -243,9 +249,10 @@ std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, const std::vector<st
       m.moe_sparsity = static_cast<double>(moe.up.active_blocks());
       m.sparsity = static_cast<double>(moe.down.active_blocks());
       const auto [it, fresh] = by_config.emplace(key.to_toml(), p.name);
-      SHAMN_INPUT_CHECK(fresh, spec.path, ": points '", it->second, "' and '", p.name,
-                        "' resolve to the same model and training: an axis value has no effect (a sparsity "
-                        "that keeps the same number of blocks of model.sparse.block, or a key another overrides)");
+      SHAMN_INPUT_CHECK(
+          fresh, spec.path, ": points '", it->second, "' and '", p.name,
+          "' resolve to the same model and training: an axis value has no effect (a sparsity "
+          "that keeps the same number of blocks of model.sparse.block, or a key another overrides)");
       points.push_back(std::move(p));
     }
     // Odometer over the axes, the last fastest.

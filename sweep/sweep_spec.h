@@ -21,13 +21,13 @@ struct SweepAxis {
 };
 
 struct SweepSpec {
-  std::string path;      // the sweep file (errors name it)
-  std::string base;      // the base run config, resolved against the sweep file's directory
-  std::string out_dir;   // relative to the working directory, like train.out_dir
+  std::string path;            // the sweep file (errors name it)
+  std::string base;            // the base run config, resolved against the sweep file's directory
+  std::string out_dir;         // relative to the working directory, like train.out_dir
   std::vector<int64_t> seeds;  // train.seed values; empty = the base config's seed
   int64_t jobs = 1;
-  int64_t threads_per_job = 0;  // 0 = cores / jobs
-  int64_t eval_windows = 64;    // val windows for the f32 / int8 comparison
+  int64_t threads_per_job = 0;   // 0 = cores / jobs
+  int64_t eval_windows = 64;     // val windows for the f32 / int8 comparison
   std::vector<std::string> set;  // "key=value" overrides of the base, in order
   std::vector<SweepAxis> axes;
 
@@ -38,7 +38,7 @@ struct SweepSpec {
 };
 
 struct SweepPoint {
-  std::string name;                     // e.g. "sparse.sparsity=0.9,seed=2"
+  std::string name;                      // e.g. "sparse.sparsity=0.9,seed=2"
   std::vector<std::string> axis_values;  // one per axis, as in SweepAxis::values
   int64_t seed = 0;                      // the resolved train.seed
   std::string dir;                       // <out_dir>/<name>

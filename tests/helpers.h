@@ -12,8 +12,8 @@
 
 namespace shamn::test {
 
-inline Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64,
-                            double lo = -1.0, double hi = 1.0) {
+inline Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0,
+                            double hi = 1.0) {
   Tensor t = Tensor::empty(shape, dtype);
   Rng rng(seed, 99);
   rng.fill_uniform(t, lo, hi);
@@ -48,8 +48,7 @@ inline void check_gradients(const GradcheckFn& f, const std::vector<Tensor>& inp
   }
 
   std::vector<Tensor> inputs_f32;
-  for (const Tensor& t : inputs_f64)
-    inputs_f32.push_back(is_floating(t.dtype()) ? t.to(DType::f32) : t);
+  for (const Tensor& t : inputs_f64) inputs_f32.push_back(is_floating(t.dtype()) ? t.to(DType::f32) : t);
   GradcheckOptions f32_opts;
   f32_opts.eps = 1e-2;
   f32_opts.rtol = 2e-2;

@@ -34,8 +34,7 @@ MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t resume_step
     write_file_atomically(path, kept, "metrics");
   }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (resume ? 0 : O_TRUNC), 0644);
-  SHAMN_INPUT_CHECK(fd_ >= 0, "cannot open metrics file '", path, "' for writing: ",
-                    std::strerror(errno));
+  SHAMN_INPUT_CHECK(fd_ >= 0, "cannot open metrics file '", path, "' for writing: ", std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {
@@ -55,15 +54,15 @@ void MetricsLog::write(int64_t step, const std::vector<std::pair<std::string, do
   while (size > 0) {
     const ssize_t n = ::write(fd_, p, size);
     if (n < 0 && errno == EINTR) continue;
-    SHAMN_INPUT_CHECK(n > 0, "appending to metrics file '", path_, "' failed: ",
-                      std::strerror(errno), " (disk full?)");
+    SHAMN_INPUT_CHECK(n > 0, "appending to metrics file '", path_, "' failed: ", std::strerror(errno),
+                      " (disk full?)");
     p += n;
     size -= static_cast<size_t>(n);
   }
   if (fault_due) {
     const int err = fault::strike("metrics.append");
-    SHAMN_INPUT_CHECK(err == 0, "appending to metrics file '", path_, "' failed: ",
-                      std::strerror(err), " (disk full?)");
+    SHAMN_INPUT_CHECK(err == 0, "appending to metrics file '", path_, "' failed: ", std::strerror(err),
+                      " (disk full?)");
   }
 }
 

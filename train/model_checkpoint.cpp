@@ -21,8 +21,8 @@ void write_model_tensors(Hdf5Writer& writer, const Module& model) {
     writer.write_tensor(checkpoint_path("/model", t.name), t.tensor);
 }
 
-void save_model_checkpoint(const std::string& path, const Module& model,
-                           const std::string& config_toml, int64_t step) {
+void save_model_checkpoint(const std::string& path, const Module& model, const std::string& config_toml,
+                           int64_t step) {
   Hdf5Writer writer(path, "model");
   write_model_tensors(writer, model);
   writer.set_string_attribute("config", config_toml);
@@ -38,8 +38,7 @@ ModelConfig read_checkpoint_config(const Hdf5Reader& reader) {
   SHAMN_INPUT_CHECK(version == kCheckpointFormatVersion, "'", reader.path(),
                     "' has checkpoint format_version ", version, "; this shamn reads version ",
                     kCheckpointFormatVersion);
-  return ModelConfig::from_toml(reader.string_attribute("config"),
-                                reader.path() + " (attribute config)");
+  return ModelConfig::from_toml(reader.string_attribute("config"), reader.path() + " (attribute config)");
 }
 
 void load_model_tensors(const Hdf5Reader& reader, Module& model) {
@@ -47,21 +46,19 @@ void load_model_tensors(const Hdf5Reader& reader, Module& model) {
   std::set<std::string> expected;
   for (const NamedTensor& t : wanted) expected.insert(checkpoint_path("/model", t.name));
   for (const std::string& path : reader.datasets("/model"))
-    SHAMN_INPUT_CHECK(expected.count(path), "'", reader.path(), "' has tensor '",
-                      dotted_name("/model", path), "' that this model does not have");
+    SHAMN_INPUT_CHECK(expected.count(path), "'", reader.path(), "' has tensor '", dotted_name("/model", path),
+                      "' that this model does not have");
   std::vector<Tensor> loaded;
   for (const NamedTensor& t : wanted) {
     const std::string path = checkpoint_path("/model", t.name);
-    SHAMN_INPUT_CHECK(reader.has_dataset(path), "'", reader.path(), "' is missing tensor '",
-                      t.name, "' (", path, ")");
+    SHAMN_INPUT_CHECK(reader.has_dataset(path), "'", reader.path(), "' is missing tensor '", t.name, "' (",
+                      path, ")");
     const Shape shape = reader.dataset_shape(path);
-    SHAMN_INPUT_CHECK(shape == t.tensor.shape(), "'", reader.path(), "': tensor '", t.name,
-                      "' has shape ", shape_str(shape), " but the model needs ",
-                      shape_str(t.tensor.shape()));
+    SHAMN_INPUT_CHECK(shape == t.tensor.shape(), "'", reader.path(), "': tensor '", t.name, "' has shape ",
+                      shape_str(shape), " but the model needs ", shape_str(t.tensor.shape()));
     Tensor value = reader.read_tensor(path);
-    SHAMN_INPUT_CHECK(value.dtype() == t.tensor.dtype(), "'", reader.path(), "': tensor '",
-                      t.name, "' is ", dtype_name(value.dtype()), " but the model needs ",
-                      dtype_name(t.tensor.dtype()));
+    SHAMN_INPUT_CHECK(value.dtype() == t.tensor.dtype(), "'", reader.path(), "': tensor '", t.name, "' is ",
+                      dtype_name(value.dtype()), " but the model needs ", dtype_name(t.tensor.dtype()));
     loaded.push_back(std::move(value));
   }
   for (size_t i = 0; i < wanted.size(); ++i) wanted[i].tensor.copy_from(loaded[i]);

@@ -17,8 +17,8 @@ inline constexpr int64_t kCheckpointFormatVersion = 1;
 // nothing; the caller adds what else it needs, then commits).
 void write_model_tensors(Hdf5Writer& writer, const Module& model);
 // A model-only checkpoint: tensors, config, format_version, step; atomic.
-void save_model_checkpoint(const std::string& path, const Module& model,
-                           const std::string& config_toml, int64_t step);
+void save_model_checkpoint(const std::string& path, const Module& model, const std::string& config_toml,
+                           int64_t step);
 
 // Reads and validates the [model] tables of the `config` attribute.
 ModelConfig read_checkpoint_config(const Hdf5Reader& reader);

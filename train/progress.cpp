@@ -11,14 +11,18 @@ std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const long long s = std::llround(seconds);
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof(buf), "%llds", s);
-  else if (s < 3600) std::snprintf(buf, sizeof(buf), "%lldm%02llds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof(buf), "%lldh%02lldm", s / 3600, (s / 60) % 60);
+  if (s < 60)
+    std::snprintf(buf, sizeof(buf), "%llds", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", s / 3600, (s / 60) % 60);
   return buf;
 }
 
 Progress::Progress(const std::string& mode, int64_t total_steps, int64_t every)
-    : total_(total_steps), every_(every),
+    : total_(total_steps),
+      every_(every),
       live_(mode == "always" || (mode == "auto" && ::isatty(STDOUT_FILENO))) {}
 
 std::string Progress::format(const StepReport& r) const {

@@ -13,14 +13,37 @@ namespace {
 const std::set<std::string>& all_known_keys() {
   static const std::set<std::string> known = [] {
     std::set<std::string> k = ModelConfig::known_keys();
-    k.insert({"data", "data.train_path", "data.val_path", "data.format", "data.tokenizer",
-              "train", "train.batch_size", "train.seq_len", "train.grad_accum",
-              "train.max_steps", "train.seed", "train.out_dir", "train.checkpoint_every",
-              "train.keep_last", "train.eval_every", "train.eval_batches",
-              "train.max_bad_steps", "train.init_from", "train.prefetch",
-              "optim", "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.weight_decay",
-              "optim.grad_clip", "optim.beta1", "optim.beta2", "optim.eps",
-              "log", "log.every", "log.progress"});
+    k.insert({"data",
+              "data.train_path",
+              "data.val_path",
+              "data.format",
+              "data.tokenizer",
+              "train",
+              "train.batch_size",
+              "train.seq_len",
+              "train.grad_accum",
+              "train.max_steps",
+              "train.seed",
+              "train.out_dir",
+              "train.checkpoint_every",
+              "train.keep_last",
+              "train.eval_every",
+              "train.eval_batches",
+              "train.max_bad_steps",
+              "train.init_from",
+              "train.prefetch",
+              "optim",
+              "optim.lr",
+              "optim.min_lr",
+              "optim.warmup_steps",
+              "optim.weight_decay",
+              "optim.grad_clip",
+              "optim.beta1",
+              "optim.beta2",
+              "optim.eps",
+              "log",
+              "log.every",
+              "log.progress"});
     return k;
   }();
   return known;
@@ -33,8 +56,7 @@ struct Reader {
   template <class T, class Get>
   void read(const std::string& key, T& out, bool required, Get get) const {
     auto v = get(key);
-    SHAMN_INPUT_CHECK(v.has_value() || !required, t.origin(), ": missing required key '", key,
-                      "'");
+    SHAMN_INPUT_CHECK(v.has_value() || !required, t.origin(), ": missing required key '", key, "'");
     if (v) out = *v;
   }
   void integer(const std::string& key, int64_t& out, bool required = false) const {
@@ -58,7 +80,8 @@ void RunConfig::validate() const {
   SHAMN_CONFIG_CHECK(!data.train_path.empty(), "data.train_path", "data.train_path is empty");
   SHAMN_CONFIG_CHECK(data.format == "llmc" || data.format == "u16", "data.format",
                      "data.format must be \"llmc\" (llm.c header) or \"u16\" (headerless "
-                     "uint16), got \"", data.format, "\"");
+                     "uint16), got \"",
+                     data.format, "\"");
   SHAMN_CONFIG_CHECK(data.format != "u16" || model.vocab_size <= 65536, "data.format",
                      "data.format = \"u16\" holds tokens < 65536, but model.vocab_size is ",
                      model.vocab_size);
@@ -80,15 +103,15 @@ void RunConfig::validate() const {
   positive(train.eval_batches, "train.eval_batches");
   positive(train.max_bad_steps, "train.max_bad_steps");
 
-  SHAMN_CONFIG_CHECK(optim.lr > 0 && optim.lr < 1e3, "optim.lr",
-                     "optim.lr must lie in (0, 1000), got ", optim.lr);
+  SHAMN_CONFIG_CHECK(optim.lr > 0 && optim.lr < 1e3, "optim.lr", "optim.lr must lie in (0, 1000), got ",
+                     optim.lr);
   SHAMN_CONFIG_CHECK(optim.min_lr >= 0 && optim.min_lr <= optim.lr, "optim.min_lr",
                      "optim.min_lr must lie in [0, optim.lr = ", optim.lr, "], got ", optim.min_lr);
-  SHAMN_CONFIG_CHECK(optim.warmup_steps >= 0 && optim.warmup_steps <= train.max_steps,
-                     "optim.warmup_steps", "optim.warmup_steps must lie in [0, train.max_steps = ",
-                     train.max_steps, "], got ", optim.warmup_steps);
-  SHAMN_CONFIG_CHECK(optim.weight_decay >= 0, "optim.weight_decay",
-                     "optim.weight_decay must be >= 0, got ", optim.weight_decay);
+  SHAMN_CONFIG_CHECK(optim.warmup_steps >= 0 && optim.warmup_steps <= train.max_steps, "optim.warmup_steps",
+                     "optim.warmup_steps must lie in [0, train.max_steps = ", train.max_steps, "], got ",
+                     optim.warmup_steps);
+  SHAMN_CONFIG_CHECK(optim.weight_decay >= 0, "optim.weight_decay", "optim.weight_decay must be >= 0, got ",
+                     optim.weight_decay);
   SHAMN_CONFIG_CHECK(optim.grad_clip >= 0, "optim.grad_clip",
                      "optim.grad_clip must be >= 0 (0 turns clipping off), got ", optim.grad_clip);
   SHAMN_CONFIG_CHECK(optim.beta1 >= 0 && optim.beta1 < 1, "optim.beta1",
@@ -164,21 +187,20 @@ std::string RunConfig::to_toml() const {
   const auto f = toml_float;
   const auto s = toml_string;
   std::ostringstream out;
-  out << model.to_toml()
-      << "\n[data]\ntrain_path = " << s(data.train_path) << "\nval_path = " << s(data.val_path)
-      << "\nformat = " << s(data.format) << "\ntokenizer = " << s(data.tokenizer)
-      << "\n\n[train]\nbatch_size = " << train.batch_size << "\nseq_len = " << train.seq_len
-      << "\ngrad_accum = " << train.grad_accum << "\nmax_steps = " << train.max_steps
-      << "\nseed = " << train.seed << "\nout_dir = " << s(train.out_dir)
-      << "\ncheckpoint_every = " << train.checkpoint_every << "\nkeep_last = " << train.keep_last
-      << "\neval_every = " << train.eval_every << "\neval_batches = " << train.eval_batches
-      << "\nmax_bad_steps = " << train.max_bad_steps << "\ninit_from = " << s(train.init_from)
-      << "\nprefetch = " << (train.prefetch ? "true" : "false")
+  out << model.to_toml() << "\n[data]\ntrain_path = " << s(data.train_path)
+      << "\nval_path = " << s(data.val_path) << "\nformat = " << s(data.format)
+      << "\ntokenizer = " << s(data.tokenizer) << "\n\n[train]\nbatch_size = " << train.batch_size
+      << "\nseq_len = " << train.seq_len << "\ngrad_accum = " << train.grad_accum
+      << "\nmax_steps = " << train.max_steps << "\nseed = " << train.seed
+      << "\nout_dir = " << s(train.out_dir) << "\ncheckpoint_every = " << train.checkpoint_every
+      << "\nkeep_last = " << train.keep_last << "\neval_every = " << train.eval_every
+      << "\neval_batches = " << train.eval_batches << "\nmax_bad_steps = " << train.max_bad_steps
+      << "\ninit_from = " << s(train.init_from) << "\nprefetch = " << (train.prefetch ? "true" : "false")
       << "\n\n[optim]\nlr = " << f(optim.lr) << "\nmin_lr = " << f(optim.min_lr)
       << "\nwarmup_steps = " << optim.warmup_steps << "\nweight_decay = " << f(optim.weight_decay)
       << "\ngrad_clip = " << f(optim.grad_clip) << "\nbeta1 = " << f(optim.beta1)
-      << "\nbeta2 = " << f(optim.beta2) << "\neps = " << f(optim.eps)
-      << "\n\n[log]\nevery = " << log.every << "\nprogress = " << s(log.progress) << "\n";
+      << "\nbeta2 = " << f(optim.beta2) << "\neps = " << f(optim.eps) << "\n\n[log]\nevery = " << log.every
+      << "\nprogress = " << s(log.progress) << "\n";
   return out.str();
 }
 

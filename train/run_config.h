@@ -17,25 +17,25 @@ namespace shamn {
 class ConfigTable;
 
 struct DataConfig {
-  std::string train_path;  // required
-  std::string val_path;    // "" = no evaluation
+  std::string train_path;       // required
+  std::string val_path;         // "" = no evaluation
   std::string format = "llmc";  // "llmc" (header) or "u16" (headerless uint16)
-  std::string tokenizer;   // "" = none; generation needs one
+  std::string tokenizer;        // "" = none; generation needs one
 };
 
 struct TrainConfig {
-  int64_t batch_size = 0;      // required
-  int64_t seq_len = 0;         // required
-  int64_t grad_accum = 1;      // micro-batches per optimizer step
-  int64_t max_steps = 0;       // required
-  int64_t seed = 1;            // model init and data order
-  std::string out_dir;         // required: the run directory
+  int64_t batch_size = 0;        // required
+  int64_t seq_len = 0;           // required
+  int64_t grad_accum = 1;        // micro-batches per optimizer step
+  int64_t max_steps = 0;         // required
+  int64_t seed = 1;              // model init and data order
+  std::string out_dir;           // required: the run directory
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_last = 3;
-  int64_t eval_every = 0;      // 0 = only at the end
+  int64_t eval_every = 0;  // 0 = only at the end
   int64_t eval_batches = 20;
-  int64_t max_bad_steps = 5;   // non-finite steps in a row before the run stops
-  std::string init_from;       // "" = fresh init; else a (model-only) checkpoint
+  int64_t max_bad_steps = 5;  // non-finite steps in a row before the run stops
+  std::string init_from;      // "" = fresh init; else a (model-only) checkpoint
   bool prefetch = true;
 };
 
@@ -51,8 +51,8 @@ struct OptimConfig {
 };
 
 struct LogConfig {
-  int64_t every = 10;               // steps between log lines / metrics records
-  std::string progress = "auto";    // "auto" (a live line on a terminal), "always", "never"
+  int64_t every = 10;             // steps between log lines / metrics records
+  std::string progress = "auto";  // "auto" (a live line on a terminal), "always", "never"
 };
 
 struct RunConfig {

@@ -2,14 +2,15 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <signal.h>
+#include <atomic>
 
 namespace shamn {
 
 namespace {
 std::atomic<int> g_signal{0};
-struct sigaction g_previous_int {}, g_previous_term {};
+struct sigaction g_previous_int {
+}, g_previous_term{};
 
 void on_signal(int sig) {
   // Only async-signal-safe calls here: an atomic store and write().

@@ -12,7 +12,7 @@ class StopSignal {
   StopSignal& operator=(const StopSignal&) = delete;
 
   bool requested() const;
-  int signal_number() const;  // the signal that asked, 0 if none
+  int signal_number() const;               // the signal that asked, 0 if none
   static void request(int signal_number);  // what the handler does (tests use it directly)
 };
 

@@ -65,12 +65,11 @@ TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& 
       for (const char* moment : {"m.", "v."}) {
         const std::string name = moment + p.name;
         const auto it = by_name.find(name);
-        SHAMN_INPUT_CHECK(it != by_name.end(), "'", path, "' is missing optimizer tensor '", name,
-                          "' (", checkpoint_path("/optim", name), ")");
-        SHAMN_INPUT_CHECK(it->second->shape() == p.var.shape() &&
-                              it->second->dtype() == DType::f32,
-                          "'", path, "': optimizer tensor '", name, "' is ", it->second->str(),
-                          " but parameter '", p.name, "' is ", p.var.value().str());
+        SHAMN_INPUT_CHECK(it != by_name.end(), "'", path, "' is missing optimizer tensor '", name, "' (",
+                          checkpoint_path("/optim", name), ")");
+        SHAMN_INPUT_CHECK(it->second->shape() == p.var.shape() && it->second->dtype() == DType::f32, "'",
+                          path, "': optimizer tensor '", name, "' is ", it->second->str(), " but parameter '",
+                          p.name, "' is ", p.var.value().str());
         ++expected;
       }
     }

@@ -20,14 +20,14 @@
 namespace shamn {
 
 struct TrainState {
-  int64_t step = 0;             // optimizer steps taken (skipped non-finite ones included)
-  int64_t optim_step = 0;       // AdamW's bias-correction step
+  int64_t step = 0;        // optimizer steps taken (skipped non-finite ones included)
+  int64_t optim_step = 0;  // AdamW's bias-correction step
   uint64_t data_seed = 0;
-  uint64_t data_position = 0;   // training batches drawn so far
+  uint64_t data_position = 0;  // training batches drawn so far
   double best_val_loss = std::numeric_limits<double>::infinity();
-  int64_t bad_steps = 0;        // consecutive non-finite steps
+  int64_t bad_steps = 0;  // consecutive non-finite steps
   int64_t tokens_seen = 0;
-  double elapsed_s = 0.0;       // training wall time, excluding evaluation
+  double elapsed_s = 0.0;  // training wall time, excluding evaluation
 };
 
 void save_train_checkpoint(const std::string& path, const Module& model, const AdamW& optimizer,

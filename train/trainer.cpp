@@ -1,24 +1,22 @@
 #include "train/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <memory>
 #include <optional>
 
 #include "autograd/ops.h"
-#include "core/timing.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/fault.h"
 #include "core/hdf5_file.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
+#include "core/timing.h"
 #include "data/batch_loader.h"
 #include "data/token_file.h"
 #include "layers/shamn_model.h"
@@ -75,10 +73,7 @@ double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c) {
 // best.h5 becomes a second name for the step checkpoint (no second write; pruning
 // the step name later leaves best.h5 intact), swapped in atomically.
 void link_best_checkpoint(const std::string& checkpoint, const std::string& best) {
-  const fs::path best_path(best);
-  const std::string temp =
-      (best_path.parent_path() / ("." + best_path.filename().string() + ".tmp." + std::to_string(::getpid())))
-          .string();
+  const std::string temp = temp_path_for(best);
   std::error_code ec;
   fs::remove(temp, ec);
   fs::create_hard_link(checkpoint, temp, ec);
@@ -111,8 +106,11 @@ std::string resume_from(const std::string& run_dir, const ModelConfig& model_con
       console.say(std::string("warning: cannot resume from ") + *it + ": " + e.what());
       continue;
     }
-    SHAMN_INPUT_CHECK(saved->to_toml() == model_config.to_toml(), "the [model] tables of the "
-                      "config differ from those saved in '", *it, "'; a run resumes with the model "
+    SHAMN_INPUT_CHECK(saved->to_toml() == model_config.to_toml(),
+                      "the [model] tables of the "
+                      "config differ from those saved in '",
+                      *it,
+                      "'; a run resumes with the model "
                       "it was started with");
     try {
       *state = load_train_checkpoint(*it, model, optimizer);
@@ -132,8 +130,8 @@ void check_run_dir(const std::string& run_dir, bool resuming, Console& console) 
     SHAMN_INPUT_CHECK(fs::is_directory(run_dir), "--resume ", run_dir, ": no such run directory");
   } else {
     const auto existing = list_checkpoints(run_dir);
-    SHAMN_INPUT_CHECK(existing.empty() && !fs::exists(best_checkpoint_file(run_dir)),
-                      "train.out_dir '", run_dir, "' already holds a run (",
+    SHAMN_INPUT_CHECK(existing.empty() && !fs::exists(best_checkpoint_file(run_dir)), "train.out_dir '",
+                      run_dir, "' already holds a run (",
                       existing.empty() ? best_checkpoint_file(run_dir) : existing.back(),
                       "); resume it with --resume ", run_dir, " or choose another train.out_dir");
   }
@@ -170,15 +168,14 @@ void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming,
   state.data_seed = static_cast<uint64_t>(c.train.seed);
   if (resuming) {
     const std::string from = resume_from(run_dir, c.model, model, optimizer, &state, console);
-    SHAMN_INPUT_CHECK(state.data_seed == static_cast<uint64_t>(c.train.seed), "train.seed = ",
-                      c.train.seed, " but '", from, "' was trained with seed ", state.data_seed,
+    SHAMN_INPUT_CHECK(state.data_seed == static_cast<uint64_t>(c.train.seed), "train.seed = ", c.train.seed,
+                      " but '", from, "' was trained with seed ", state.data_seed,
                       "; an exact resume needs the same seed");
     console.say("resuming " + run_dir + " from " + from + " (step " + std::to_string(state.step) + ")");
   } else if (!c.train.init_from.empty()) {
     const Hdf5Reader reader(c.train.init_from);
-    SHAMN_INPUT_CHECK(read_checkpoint_config(reader).to_toml() == c.model.to_toml(),
-                      "train.init_from '", c.train.init_from,
-                      "' holds a model whose [model] tables differ from the config's");
+    SHAMN_INPUT_CHECK(read_checkpoint_config(reader).to_toml() == c.model.to_toml(), "train.init_from '",
+                      c.train.init_from, "' holds a model whose [model] tables differ from the config's");
     load_model_tensors(reader, model);
   } else {
     model.init(static_cast<uint64_t>(c.train.seed));
@@ -196,7 +193,11 @@ struct StepStats {
 class Run {
  public:
   Run(const RunConfig& c, const TrainOptions& options, DataFiles data, Console& console)
-      : c_(c), options_(options), console_(console), run_dir_(c.train.out_dir), data_(std::move(data)),
+      : c_(c),
+        options_(options),
+        console_(console),
+        run_dir_(c.train.out_dir),
+        data_(std::move(data)),
         model_(c.model),
         optimizer_(split_weight_decay(model_.named_parameters(), c.optim.weight_decay),
                    {c.optim.beta1, c.optim.beta2, c.optim.eps}),
@@ -216,8 +217,8 @@ class Run {
     console_.say(fmt("model: %.0f parameters (%.1f MiB f32); %.0f tokens per step", params,
                      params * 4 / (1 << 20), double(c_.tokens_per_step())));
     metrics_.emplace((fs::path(run_dir_) / "metrics.jsonl").string(), resuming, state_.step);
-    loader_.emplace(data_.train, c_.model.vocab_size, c_.train.batch_size, c_.train.seq_len,
-                    state_.data_seed, c_.train.prefetch);
+    loader_.emplace(data_.train, c_.model.vocab_size, c_.train.batch_size, c_.train.seq_len, state_.data_seed,
+                    c_.train.prefetch);
     loader_->seek(state_.data_position);
   }
 
@@ -271,15 +272,19 @@ class Run {
     for (double t : recent_seconds_) window += t;
     const double rate = static_cast<double>(c_.tokens_per_step()) / s.seconds;
     rates_.push_back(rate);
-    metrics_->write(state_.step, {{"loss", s.loss}, {"ce", s.ce}, {"aux", s.aux}, {"lr", s.lr},
-                                  {"grad_norm", s.grad_norm}, {"tokens_per_s", rate},
-                                  {"elapsed_s", state_.elapsed_s}, {"skipped", s.skipped ? 1.0 : 0.0}});
+    metrics_->write(state_.step, {{"loss", s.loss},
+                                  {"ce", s.ce},
+                                  {"aux", s.aux},
+                                  {"lr", s.lr},
+                                  {"grad_norm", s.grad_norm},
+                                  {"tokens_per_s", rate},
+                                  {"elapsed_s", state_.elapsed_s},
+                                  {"skipped", s.skipped ? 1.0 : 0.0}});
     if (console_.progress) {
       const double mean_step = window / static_cast<double>(recent_seconds_.size());
       console_.progress->step({state_.step, s.loss, s.lr, s.grad_norm,
                                static_cast<double>(c_.tokens_per_step()) / mean_step,
-                               mean_step * static_cast<double>(c_.train.max_steps - state_.step),
-                               s.skipped});
+                               mean_step * static_cast<double>(c_.train.max_steps - state_.step), s.skipped});
     }
     if (state_.bad_steps >= c_.train.max_bad_steps) {
       const auto kept = list_checkpoints(run_dir_);

@@ -29,15 +29,15 @@
 namespace shamn {
 
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
-  SHAMN_CHECK(d.block > 0 && d.in % d.block == 0 && d.out % d.block == 0,
-              "block-sparse dims ", d.out, "x", d.in, " are not multiples of the block ", d.block);
+  SHAMN_CHECK(d.block > 0 && d.in % d.block == 0 && d.out % d.block == 0, "block-sparse dims ", d.out, "x",
+              d.in, " are not multiples of the block ", d.block);
   SHAMN_CHECK(d.active >= 1 && d.active <= d.col_blocks(), "block-sparse: ", d.active,
               " active blocks per row, but only ", d.col_blocks(), " column blocks");
   for (int64_t r = 0; r < d.row_blocks(); ++r)
     for (int64_t m = 0; m < d.active; ++m) {
       const int32_t c = col_index[r * d.active + m];
-      SHAMN_CHECK(c >= 0 && c < d.col_blocks(), "col_index[", r, ", ", m, "] = ", c,
-                  " is outside [0, ", d.col_blocks(), ")");
+      SHAMN_CHECK(c >= 0 && c < d.col_blocks(), "col_index[", r, ", ", m, "] = ", c, " is outside [0, ",
+                  d.col_blocks(), ")");
       SHAMN_CHECK(m == 0 || c > col_index[r * d.active + m - 1], "col_index row ", r,
                   " is not sorted ascending with distinct entries");
     }
@@ -117,14 +117,13 @@ TokenTiling plan_tokens(int64_t n, int64_t width, int mr, int64_t blocks) {
 // Only the last group of a tile does it: the unit after it starts a new tile.
 class NextTile {
  public:
-  NextTile(const TokenTiling& tt, int64_t u, int64_t n, int64_t steps, const float* in,
-           int64_t in_width, const float* out, int64_t out_width) {
+  NextTile(const TokenTiling& tt, int64_t u, int64_t n, int64_t steps, const float* in, int64_t in_width,
+           const float* out, int64_t out_width) {
     const int64_t tile = u / tt.groups, g = u % tt.groups;
     if (g != tt.groups - 1 || tile + 1 >= tt.tiles) return;
     const int64_t t0 = (tile + 1) * tt.mc, t1 = std::min(n, t0 + tt.mc);
     in_ = bsr::PrefetchStream(in + t0 * in_width, in + t1 * in_width, steps, false);
-    if (tt.groups == 1)
-      out_ = bsr::PrefetchStream(out + t0 * out_width, out + t1 * out_width, steps, true);
+    if (tt.groups == 1) out_ = bsr::PrefetchStream(out + t0 * out_width, out + t1 * out_width, steps, true);
   }
   void step() {
     in_.step();
@@ -138,8 +137,8 @@ class NextTile {
 // ---------------------------------------------------------------------------------
 
 template <int MR, int NV>
-void forward_fast(float* y, const float* x, const float* values, const int32_t* col_index,
-                  const float* bias, int64_t n, const BlockSparseDims& d) {
+void forward_fast(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
+                  int64_t n, const BlockSparseDims& d) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, a = d.active, nob = d.row_blocks(), jn = b / NR;
   const int64_t panel = a * b * NR;  // floats of one packed weight panel
@@ -169,8 +168,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
         for (const int32_t c : used)
-          bsr::pack_transposed(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b,
-                               xp + (p * d.in + c * b) * MR, MR);
+          bsr::pack_transposed(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b, xp + (p * d.in + c * b) * MR,
+                               MR);
       }
       const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
       NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out);
@@ -179,9 +178,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
           for (int64_t p = 0; p < panels; ++p) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
             tile_kernel<MR, NV>(a, b, xp + p * d.in * MR, col_index + r * a, b * MR, MR,
-                                wp + (r * jn + j) * panel, NR,
-                                y + (t0 + p * MR) * d.out + r * b + j * NR, d.out,
-                                bias ? bias + r * b + j * NR : nullptr, false, mr);
+                                wp + (r * jn + j) * panel, NR, y + (t0 + p * MR) * d.out + r * b + j * NR,
+                                d.out, bias ? bias + r * b + j * NR : nullptr, false, mr);
             next.step();
           }
     }
@@ -214,8 +212,8 @@ ColumnIndex index_by_column(const int32_t* col_index, const BlockSparseDims& d) 
 }
 
 template <int MR, int NV>
-void backward_input_fast(float* dx, const float* dy, const float* values,
-                         const int32_t* col_index, int64_t n, const BlockSparseDims& d) {
+void backward_input_fast(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
+                         const BlockSparseDims& d) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, nib = d.col_blocks(), jn = b / NR;
   const ColumnIndex ix = index_by_column(col_index, d);
@@ -246,8 +244,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values,
       const int64_t panels = ceil_div(rows, MR);
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        bsr::pack_transposed(dy + (t0 + p * MR) * d.out, d.out, mr, d.out,
-                             gp + p * d.out * MR, MR);
+        bsr::pack_transposed(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
       }
       const int64_t c0 = g * tt.per_group, c1 = std::min(nib, c0 + tt.per_group);
       NextTile next(tt, u, n, (c1 - c0) * jn * panels, dy, d.out, dx, d.in);
@@ -259,8 +256,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values,
             if (cnt > 0)
               tile_kernel<MR, NV>(cnt, b, gp + p * d.out * MR, ix.row.data() + s, b * MR, MR,
                                   wt + (s * jn + j * cnt) * b * NR, NR,
-                                  dx + (t0 + p * MR) * d.in + c * b + j * NR, d.in, nullptr,
-                                  true, mr);
+                                  dx + (t0 + p * MR) * d.in + c * b + j * NR, d.in, nullptr, true, mr);
             next.step();
           }
       }
@@ -269,8 +265,8 @@ void backward_input_fast(float* dx, const float* dy, const float* values,
 }
 
 template <int MR, int NV>
-void backward_values_fast(float* dvalues, const float* dy, const float* x,
-                          const int32_t* col_index, int64_t n, const BlockSparseDims& d) {
+void backward_values_fast(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
+                          int64_t n, const BlockSparseDims& d) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, a = d.active, nob = d.row_blocks();
   const int64_t ip_n = b / MR, kp_n = b / NR;  // tile rows / columns per block
@@ -290,11 +286,9 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x,
     parallel_for(0, kc, 16, [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t) {
         const float* g_row = dy + (t0 + t) * d.out;
-        for (int64_t r = 0; r < nob; ++r)
-          bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
+        for (int64_t r = 0; r < nob; ++r) bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
         const float* x_row = x + (t0 + t) * d.in;
-        for (const int32_t c : used)
-          bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
+        for (const int32_t c : used) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
       }
     });
     const int64_t blocks = nob * a;
@@ -304,63 +298,51 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x,
         float* dv = dvalues + blk * b * b;
         for (int64_t kp = 0; kp < kp_n; ++kp)
           for (int64_t ip = 0; ip < ip_n; ++ip)
-            tile_kernel<MR, NV>(1, kc, gc + r * kc * b + ip * MR, nullptr, 0, b,
-                                xc + c * kc * b + kp * NR, b, dv + ip * MR * b + kp * NR, b,
-                                nullptr, true, MR);
+            tile_kernel<MR, NV>(1, kc, gc + r * kc * b + ip * MR, nullptr, 0, b, xc + c * kc * b + kp * NR, b,
+                                dv + ip * MR * b + kp * NR, b, nullptr, true, MR);
       }
     });
   }
 }
 
-bool fast_path(int64_t n, const BlockSparseDims& d) {
-  return n > 0 && d.block % kFastMultiple == 0;
-}
+bool fast_path(int64_t n, const BlockSparseDims& d) { return n > 0 && d.block % kFastMultiple == 0; }
 
 }  // namespace
 
-void block_sparse_forward(float* y, const float* x, const float* values,
-                          const int32_t* col_index, const float* bias, int64_t n,
-                          const BlockSparseDims& dims) {
+void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
+                          const float* bias, int64_t n, const BlockSparseDims& dims) {
   if (!fast_path(n, dims)) {
     block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
   } else if (is_wide(dims.block)) {
     forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv>(y, x, values, col_index, bias, n, dims);
   } else {
-    forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(y, x, values, col_index, bias, n,
-                                                             dims);
+    forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(y, x, values, col_index, bias, n, dims);
   }
 }
 
-void block_sparse_backward_input(float* dx, const float* dy, const float* values,
-                                 const int32_t* col_index, int64_t n,
-                                 const BlockSparseDims& dims) {
+void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
+                                 int64_t n, const BlockSparseDims& dims) {
   if (!fast_path(n, dims)) {
     block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
   } else if (is_wide(dims.block)) {
-    backward_input_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv>(dx, dy, values, col_index, n,
-                                                                dims);
+    backward_input_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv>(dx, dy, values, col_index, n, dims);
   } else {
-    backward_input_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(dx, dy, values, col_index,
-                                                                    n, dims);
+    backward_input_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(dx, dy, values, col_index, n, dims);
   }
 }
 
-void block_sparse_backward_values(float* dvalues, const float* dy, const float* x,
-                                  const int32_t* col_index, int64_t n,
-                                  const BlockSparseDims& dims) {
+void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
+                                  int64_t n, const BlockSparseDims& dims) {
   if (!fast_path(n, dims)) {
     block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
   } else if (is_wide_grad(dims.block)) {
-    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv>(dvalues, dy, x, col_index, n,
-                                                               dims);
+    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv>(dvalues, dy, x, col_index, n, dims);
   } else {
-    backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv>(dvalues, dy, x, col_index,
-                                                                   n, dims);
+    backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv>(dvalues, dy, x, col_index, n, dims);
   }
 }
 
-void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n,
-                                const BlockSparseDims& dims) {
+void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims) {
   sum_rows_accumulate<float>(dbias, dy, nullptr, n, dims.out);
 }
 

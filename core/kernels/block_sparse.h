@@ -30,22 +30,18 @@ struct BlockSparseDims {
 // entries in [0, nib).
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& dims);
 
-void block_sparse_forward(float* y, const float* x, const float* values,
-                          const int32_t* col_index, const float* bias, int64_t n,
-                          const BlockSparseDims& dims);
-void block_sparse_backward_input(float* dx, const float* dy, const float* values,
-                                 const int32_t* col_index, int64_t n,
-                                 const BlockSparseDims& dims);
-void block_sparse_backward_values(float* dvalues, const float* dy, const float* x,
-                                  const int32_t* col_index, int64_t n,
-                                  const BlockSparseDims& dims);
+void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
+                          const float* bias, int64_t n, const BlockSparseDims& dims);
+void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
+                                 int64_t n, const BlockSparseDims& dims);
+void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
+                                  int64_t n, const BlockSparseDims& dims);
 // dbias[out] += sum over rows of dy (fixed order: thread-count independent).
-void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n,
-                                const BlockSparseDims& dims);
+void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims);
 
 template <class T>
-void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t* col_index,
-                                const T* bias, int64_t n, const BlockSparseDims& d) {
+void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t* col_index, const T* bias,
+                                int64_t n, const BlockSparseDims& d) {
   const int64_t b = d.block, a = d.active;
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < d.row_blocks(); ++r)
@@ -61,9 +57,8 @@ void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t
 }
 
 template <class T>
-void block_sparse_backward_input_naive(T* dx, const T* dy, const T* values,
-                                       const int32_t* col_index, int64_t n,
-                                       const BlockSparseDims& d) {
+void block_sparse_backward_input_naive(T* dx, const T* dy, const T* values, const int32_t* col_index,
+                                       int64_t n, const BlockSparseDims& d) {
   const int64_t b = d.block, a = d.active;
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < d.row_blocks(); ++r)
@@ -78,9 +73,8 @@ void block_sparse_backward_input_naive(T* dx, const T* dy, const T* values,
 }
 
 template <class T>
-void block_sparse_backward_values_naive(T* dvalues, const T* dy, const T* x,
-                                        const int32_t* col_index, int64_t n,
-                                        const BlockSparseDims& d) {
+void block_sparse_backward_values_naive(T* dvalues, const T* dy, const T* x, const int32_t* col_index,
+                                        int64_t n, const BlockSparseDims& d) {
   const int64_t b = d.block, a = d.active;
   for (int64_t r = 0; r < d.row_blocks(); ++r)
     for (int64_t m = 0; m < a; ++m) {
@@ -106,19 +100,16 @@ void block_sparse_backward_bias_naive(T* dbias, const T* dy, int64_t n, const Bl
 
 // f64 (gradient checks) runs the naive twins under the fast kernels' names, so an
 // op templated on the scalar calls one name for both dtypes.
-inline void block_sparse_forward(double* y, const double* x, const double* values,
-                                 const int32_t* col_index, const double* bias, int64_t n,
-                                 const BlockSparseDims& dims) {
+inline void block_sparse_forward(double* y, const double* x, const double* values, const int32_t* col_index,
+                                 const double* bias, int64_t n, const BlockSparseDims& dims) {
   block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
 }
 inline void block_sparse_backward_input(double* dx, const double* dy, const double* values,
-                                        const int32_t* col_index, int64_t n,
-                                        const BlockSparseDims& dims) {
+                                        const int32_t* col_index, int64_t n, const BlockSparseDims& dims) {
   block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
 }
 inline void block_sparse_backward_values(double* dvalues, const double* dy, const double* x,
-                                         const int32_t* col_index, int64_t n,
-                                         const BlockSparseDims& dims) {
+                                         const int32_t* col_index, int64_t n, const BlockSparseDims& dims) {
   block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
 }
 inline void block_sparse_backward_bias(double* dbias, const double* dy, int64_t n,

@@ -107,9 +107,9 @@ inline constexpr TileShape kGradNarrow{4, 2};
 // C[0:mr, 0:NR] at c (row stride ldc) = (accumulate ? C : 0) + (bias + chain), the
 // chain (see the file comment) starting from bias[0:NR] when given, else from zero.
 template <int MR, int NV>
-void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* seg,
-                 int64_t seg_stride, int64_t a_step, const float* __restrict b, int64_t b_step,
-                 float* c, int64_t ldc, const float* bias, bool accumulate, int mr) {
+void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* seg, int64_t seg_stride,
+                 int64_t a_step, const float* __restrict b, int64_t b_step, float* c, int64_t ldc,
+                 const float* bias, bool accumulate, int mr) {
   vfloat acc[MR][NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
@@ -151,8 +151,7 @@ class PrefetchStream {
  public:
   PrefetchStream() = default;
   PrefetchStream(const void* begin, const void* end, int64_t steps, bool for_write)
-      : p_(static_cast<const char*>(begin)), end_(static_cast<const char*>(end)),
-        write_(for_write) {
+      : p_(static_cast<const char*>(begin)), end_(static_cast<const char*>(end)), write_(for_write) {
     const int64_t lines = (end_ - p_ + 63) / 64;
     per_step_ = steps > 0 ? (lines + steps - 1) / steps : lines;
   }
@@ -179,8 +178,7 @@ class PrefetchStream {
 
 #if defined(__AVX512F__)
 
-inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst,
-                            int width) {
+inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
   __m512 r[16];
   for (int i0 = 0; i0 < width; i0 += 16) {
     const int lanes = std::min(16, width - i0);
@@ -191,8 +189,7 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
       const __mmask16 load_mask = static_cast<__mmask16>((1u << kn) - 1u);
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
-        r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, src + (i0 + i) * ld + k0)
-                         : _mm512_setzero_ps();
+        r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, src + (i0 + i) * ld + k0) : _mm512_setzero_ps();
       vec16::transpose_16x16(r);
       float* d = dst + k0 * width + i0;
       for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * width, store_mask, r[k]);
@@ -202,8 +199,7 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 
 #else
 
-inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst,
-                            int width) {
+inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
   for (int64_t k = 0; k < cols; ++k) {
     float* d = dst + k * width;
     int i = 0;

@@ -15,8 +15,7 @@ namespace {
 std::vector<float> transpose_kernel(const float* conv, const CausalConvDims& s) {
   std::vector<float> w(static_cast<size_t>(s.kernel * s.dim));
   for (int64_t d = 0; d < s.dim; ++d)
-    for (int64_t i = 0; i < s.kernel; ++i)
-      w[static_cast<size_t>(i * s.dim + d)] = conv[d * s.kernel + i];
+    for (int64_t i = 0; i < s.kernel; ++i) w[static_cast<size_t>(i * s.dim + d)] = conv[d * s.kernel + i];
   return w;
 }
 
@@ -40,8 +39,7 @@ void causal_conv_forward(float* c, const float* u, const float* conv, const Caus
   });
 }
 
-void causal_conv_backward_input(float* du, const float* dc, const float* conv,
-                                const CausalConvDims& s) {
+void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& s) {
   const std::vector<float> w = transpose_kernel(conv, s);
   const int64_t D = s.dim;
   parallel_for(0, s.batch * s.time, row_grain(D * s.kernel), [&](int64_t lo, int64_t hi) {
@@ -59,8 +57,7 @@ void causal_conv_backward_input(float* du, const float* dc, const float* conv,
 
 // Parallel over slices of D: each task sums its slice of dconv over all B*T rows in
 // order, so no partial sums are combined and the thread count cannot change a bit.
-void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u,
-                                 const CausalConvDims& s) {
+void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, const CausalConvDims& s) {
   constexpr int64_t kSlice = 32;
   const int64_t D = s.dim, K = s.kernel;
   parallel_for(0, (D + kSlice - 1) / kSlice, 1, [&](int64_t lo, int64_t hi) {
@@ -79,8 +76,7 @@ void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u,
           }
         }
       for (int64_t d = 0; d < dn; ++d)
-        for (int64_t i = 0; i < K; ++i)
-          dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * kSlice + d)];
+        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * kSlice + d)];
     }
   });
 }

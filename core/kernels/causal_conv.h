@@ -18,10 +18,8 @@ struct CausalConvDims {
 };
 
 void causal_conv_forward(float* c, const float* u, const float* conv, const CausalConvDims& dims);
-void causal_conv_backward_input(float* du, const float* dc, const float* conv,
-                                const CausalConvDims& dims);
-void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u,
-                                 const CausalConvDims& dims);
+void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& dims);
+void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, const CausalConvDims& dims);
 
 template <class T>
 void causal_conv_forward_naive(T* c, const T* u, const T* conv, const CausalConvDims& s) {
@@ -54,8 +52,7 @@ void causal_conv_backward_kernel_naive(T* dconv, const T* dc, const T* u, const 
       double acc = 0.0;
       for (int64_t b = 0; b < s.batch; ++b)
         for (int64_t t = i; t < s.time; ++t)
-          acc += static_cast<double>(dc[(b * s.time + t) * s.dim + d]) *
-                 u[(b * s.time + t - i) * s.dim + d];
+          acc += static_cast<double>(dc[(b * s.time + t) * s.dim + d]) * u[(b * s.time + t - i) * s.dim + d];
       dconv[d * s.kernel + i] += static_cast<T>(acc);
     }
 }

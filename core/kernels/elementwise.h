@@ -3,8 +3,8 @@
 // gradient checks). Backward kernels ACCUMULATE into the input gradient (+=), so a
 // value used twice gets both contributions. Each output element is written by one
 // task: results do not depend on the thread count.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -26,11 +26,10 @@ void broadcast_rows_forward(T* out, const T* a, const T* b, int64_t rows, int64_
     });
     return;
   }
-  parallel_for(0, rows, row_grain(cols),
-               [&](int64_t lo, int64_t hi) {
-                 for (int64_t r = lo; r < hi; ++r)
-                   for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = op(a[r * cols + c], b[c]);
-               });
+  parallel_for(0, rows, row_grain(cols), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r)
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = op(a[r * cols + c], b[c]);
+  });
 }
 
 // out[i] = f(in[i])
@@ -99,13 +98,10 @@ template <class T>
 struct Gelu {
   static constexpr T kAlpha = T(0.7978845608028654);  // sqrt(2/pi)
   static constexpr T kBeta = T(0.044715);
-  static T forward(T x) {
-    return T(0.5) * x * (T(1) + std::tanh(kAlpha * (x + kBeta * x * x * x)));
-  }
+  static T forward(T x) { return T(0.5) * x * (T(1) + std::tanh(kAlpha * (x + kBeta * x * x * x))); }
   static T derivative(T x) {
     const T t = std::tanh(kAlpha * (x + kBeta * x * x * x));
-    return T(0.5) * (T(1) + t) +
-           T(0.5) * x * (T(1) - t * t) * kAlpha * (T(1) + T(3) * kBeta * x * x);
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kAlpha * (T(1) + T(3) * kBeta * x * x);
   }
 };
 

@@ -9,11 +9,10 @@
 
 namespace shamn {
 
-void hash_bucket_index_fill(int32_t* bucket_index, int64_t vocab, int64_t hashes,
-                            int64_t buckets) {
+void hash_bucket_index_fill(int32_t* bucket_index, int64_t vocab, int64_t hashes, int64_t buckets) {
   SHAMN_CHECK(vocab >= 0, "hash_bucket_index: negative vocabulary size ", vocab);
-  SHAMN_CHECK(hashes >= 1, "hash_bucket_index: needs at least one hash function, got ",
-              hashes, " (model.embed.hashes)");
+  SHAMN_CHECK(hashes >= 1, "hash_bucket_index: needs at least one hash function, got ", hashes,
+              " (model.embed.hashes)");
   SHAMN_CHECK(buckets >= 1 && buckets <= std::numeric_limits<int32_t>::max(),
               "hash_bucket_index: the bucket count must be in [1, 2^31), got ", buckets,
               " (model.embed.buckets, or a model.embed.sparsity too close to 1)");
@@ -21,8 +20,7 @@ void hash_bucket_index_fill(int32_t* bucket_index, int64_t vocab, int64_t hashes
   for (int64_t t = 0; t < vocab; ++t)
     for (int64_t j = 0; j < hashes; ++j) {
       const uint64_t key = static_cast<uint64_t>(t) + static_cast<uint64_t>(j + 1) * kGolden;
-      bucket_index[t * hashes + j] =
-          static_cast<int32_t>(hash_mix64(key) % static_cast<uint64_t>(buckets));
+      bucket_index[t * hashes + j] = static_cast<int32_t>(hash_mix64(key) % static_cast<uint64_t>(buckets));
     }
 }
 
@@ -35,11 +33,10 @@ void check_hash_buckets(const int32_t* bucket_index, const HashDims& d, const ch
     }
 }
 
-void check_hash_tokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* op,
-                       const char* what) {
+void check_hash_tokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* op, const char* what) {
   for (int64_t i = 0; i < n; ++i)
-    SHAMN_CHECK(tokens[i] >= 0 && tokens[i] < vocab, op, ": ", what, " ", tokens[i],
-                " at position ", i, " is outside the vocabulary [0, ", vocab, ")");
+    SHAMN_CHECK(tokens[i] >= 0 && tokens[i] < vocab, op, ": ", what, " ", tokens[i], " at position ", i,
+                " is outside the vocabulary [0, ", vocab, ")");
 }
 
 void hash_embedding_forward(float* out, const float* table, const float* importance,
@@ -66,8 +63,8 @@ void hash_embedding_forward(float* out, const float* table, const float* importa
 // in (p, j) order inside each bucket; each bucket row then adds its entries in that
 // order, in parallel over buckets: no atomics, the same sums for any thread count.
 void hash_embedding_backward_table(float* dtable, const float* dout, const float* importance,
-                                   const int32_t* bucket_index, const int32_t* tokens,
-                                   int64_t n, const HashDims& d) {
+                                   const int32_t* bucket_index, const int32_t* tokens, int64_t n,
+                                   const HashDims& d) {
   const int64_t h = d.hashes, dim = d.dim, entries = n * h;
   std::vector<int64_t> start(static_cast<size_t>(d.buckets) + 1, 0);
   std::vector<int32_t> entry_bucket(static_cast<size_t>(entries));
@@ -98,9 +95,8 @@ void hash_embedding_backward_table(float* dtable, const float* dout, const float
 
 // The dot products are independent per (position, hash) and run in parallel; the
 // sums into a repeated token's weights then run in position order.
-void hash_embedding_backward_importance(float* dimportance, const float* dout,
-                                        const float* table, const int32_t* bucket_index,
-                                        const int32_t* tokens, int64_t n,
+void hash_embedding_backward_importance(float* dimportance, const float* dout, const float* table,
+                                        const int32_t* bucket_index, const int32_t* tokens, int64_t n,
                                         const HashDims& d) {
   const int64_t h = d.hashes, dim = d.dim;
   std::vector<float> dots(static_cast<size_t>(n * h));

@@ -32,29 +32,25 @@ constexpr uint64_t hash_mix64(uint64_t z) {
 
 // bucket_index[t, j] = mix64(t + (j + 1) * 0x9E3779B97F4A7C15) mod buckets.
 // bucket_index: [V, h] int32
-void hash_bucket_index_fill(int32_t* bucket_index, int64_t vocab, int64_t hashes,
-                            int64_t buckets);
+void hash_bucket_index_fill(int32_t* bucket_index, int64_t vocab, int64_t hashes, int64_t buckets);
 
 // Throw naming the first entry outside [0, buckets) / the first token outside [0, V).
 void check_hash_buckets(const int32_t* bucket_index, const HashDims& dims, const char* op);
-void check_hash_tokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* op,
-                       const char* what);
+void check_hash_tokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* op, const char* what);
 
 void hash_embedding_forward(float* out, const float* table, const float* importance,
                             const int32_t* bucket_index, const int32_t* tokens, int64_t n,
                             const HashDims& dims);
 void hash_embedding_backward_table(float* dtable, const float* dout, const float* importance,
-                                   const int32_t* bucket_index, const int32_t* tokens,
-                                   int64_t n, const HashDims& dims);
-void hash_embedding_backward_importance(float* dimportance, const float* dout,
-                                        const float* table, const int32_t* bucket_index,
-                                        const int32_t* tokens, int64_t n,
+                                   const int32_t* bucket_index, const int32_t* tokens, int64_t n,
+                                   const HashDims& dims);
+void hash_embedding_backward_importance(float* dimportance, const float* dout, const float* table,
+                                        const int32_t* bucket_index, const int32_t* tokens, int64_t n,
                                         const HashDims& dims);
 
 template <class T>
-void hash_embedding_forward_naive(T* out, const T* table, const T* importance,
-                                  const int32_t* bucket_index, const int32_t* tokens, int64_t n,
-                                  const HashDims& d) {
+void hash_embedding_forward_naive(T* out, const T* table, const T* importance, const int32_t* bucket_index,
+                                  const int32_t* tokens, int64_t n, const HashDims& d) {
   std::vector<double> acc(static_cast<size_t>(d.dim));
   for (int64_t p = 0; p < n; ++p) {
     const int64_t t = tokens[p];
@@ -70,8 +66,8 @@ void hash_embedding_forward_naive(T* out, const T* table, const T* importance,
 
 template <class T>
 void hash_embedding_backward_table_naive(T* dtable, const T* dout, const T* importance,
-                                         const int32_t* bucket_index, const int32_t* tokens,
-                                         int64_t n, const HashDims& d) {
+                                         const int32_t* bucket_index, const int32_t* tokens, int64_t n,
+                                         const HashDims& d) {
   for (int64_t p = 0; p < n; ++p) {
     const int64_t t = tokens[p];
     for (int64_t j = 0; j < d.hashes; ++j) {
@@ -84,8 +80,7 @@ void hash_embedding_backward_table_naive(T* dtable, const T* dout, const T* impo
 
 template <class T>
 void hash_embedding_backward_importance_naive(T* dimportance, const T* dout, const T* table,
-                                              const int32_t* bucket_index,
-                                              const int32_t* tokens, int64_t n,
+                                              const int32_t* bucket_index, const int32_t* tokens, int64_t n,
                                               const HashDims& d) {
   for (int64_t p = 0; p < n; ++p) {
     const int64_t t = tokens[p];
@@ -105,14 +100,13 @@ inline void hash_embedding_forward(double* out, const double* table, const doubl
                                    const HashDims& dims) {
   hash_embedding_forward_naive(out, table, importance, bucket_index, tokens, n, dims);
 }
-inline void hash_embedding_backward_table(double* dtable, const double* dout,
-                                          const double* importance, const int32_t* bucket_index,
-                                          const int32_t* tokens, int64_t n, const HashDims& dims) {
+inline void hash_embedding_backward_table(double* dtable, const double* dout, const double* importance,
+                                          const int32_t* bucket_index, const int32_t* tokens, int64_t n,
+                                          const HashDims& dims) {
   hash_embedding_backward_table_naive(dtable, dout, importance, bucket_index, tokens, n, dims);
 }
-inline void hash_embedding_backward_importance(double* dimportance, const double* dout,
-                                               const double* table, const int32_t* bucket_index,
-                                               const int32_t* tokens, int64_t n,
+inline void hash_embedding_backward_importance(double* dimportance, const double* dout, const double* table,
+                                               const int32_t* bucket_index, const int32_t* tokens, int64_t n,
                                                const HashDims& dims) {
   hash_embedding_backward_importance_naive(dimportance, dout, table, bucket_index, tokens, n, dims);
 }

@@ -47,8 +47,8 @@ void store_slab(float* scores, const float* slab, int64_t n0, int64_t rows, int6
 }
 
 // Token t's logit for the 16 rows of a slab.
-inline F slab_logit(const float* slab, const float* importance, const int32_t* bucket_index,
-                    int64_t t, int64_t h) {
+inline F slab_logit(const float* slab, const float* importance, const int32_t* bucket_index, int64_t t,
+                    int64_t h) {
   const float* w = importance + t * h;
   const int32_t* b = bucket_index + t * h;
   F x = vec16::splat(w[0]) * vec16::load(slab + static_cast<int64_t>(b[0]) * kRows);
@@ -67,8 +67,8 @@ F load_lanes(const float* src, int64_t rows, float fill) {
 // logsumexp over all tokens of a chunk's logits, lane by lane. An online softmax over
 // blocks of tokens: the running sum is rescaled once per block, so each logit costs
 // one exp and only a block of logits is ever stored.
-F chunk_logsumexp(const float* slab, const float* importance, const int32_t* bucket_index,
-                  int64_t vocab, int64_t h) {
+F chunk_logsumexp(const float* slab, const float* importance, const int32_t* bucket_index, int64_t vocab,
+                  int64_t h) {
   alignas(64) F block[kTokenBlock];
   F m = vec16::splat(-std::numeric_limits<float>::infinity());
   F sum = F{};
@@ -101,16 +101,14 @@ F chunk_logsumexp(const float* slab, const float* importance, const int32_t* buc
 // overlap), then the scatter. The lane sums of 16 consecutive (t, j) pairs are taken
 // together (vec16::sum16).
 void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
-                            const float* importance, const int32_t* bucket_index,
-                            int64_t vocab, int64_t h) {
+                            const float* importance, const int32_t* bucket_index, int64_t vocab, int64_t h) {
   alignas(64) F block[kTokenBlock];
   alignas(64) F prod[kRows];
   int pending = 0;
   int64_t k0 = 0;  // first (t, j) pair of `prod`
   for (int64_t t0 = 0; t0 < vocab; t0 += kTokenBlock) {
     const int64_t tn = std::min(kTokenBlock, vocab - t0);
-    for (int64_t t = 0; t < tn; ++t)
-      block[t] = slab_logit(slab, importance, bucket_index, t0 + t, h);
+    for (int64_t t = 0; t < tn; ++t) block[t] = slab_logit(slab, importance, bucket_index, t0 + t, h);
     for (int64_t t = 0; t < tn; ++t) block[t] = vec16::exp(block[t] - row_lse) * weight;
     for (int64_t t = 0; t < tn; ++t) {
       const F p = block[t];
@@ -118,9 +116,7 @@ void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_
       const int32_t* b = bucket_index + (t0 + t) * h;
       for (int64_t j = 0; j < h; ++j) {
         const int64_t off = static_cast<int64_t>(b[j]) * kRows;
-        if (dslab)
-          vec16::store(dslab + off,
-                       vec16::fmadd(vec16::splat(w[j]), p, vec16::load(dslab + off)));
+        if (dslab) vec16::store(dslab + off, vec16::fmadd(vec16::splat(w[j]), p, vec16::load(dslab + off)));
         if (part) {
           prod[pending++] = p * vec16::load(slab + off);
           if (pending == kRows) {
@@ -135,28 +131,22 @@ void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_
   for (int i = 0; i < pending; ++i) part[k0 + i] += vec16::sum(prod[i]);
 }
 
-void bucket_scores(float* scores, const float* z, const float* table, int64_t n,
-                   const HashDims& d) {
-  gemm(Trans::no, Trans::yes, n, d.buckets, d.dim, 1.0f, z, d.dim, table, d.dim, 0.0f, scores,
-       d.buckets);
+void bucket_scores(float* scores, const float* z, const float* table, int64_t n, const HashDims& d) {
+  gemm(Trans::no, Trans::yes, n, d.buckets, d.dim, 1.0f, z, d.dim, table, d.dim, 0.0f, scores, d.buckets);
 }
 
 // dz += ds table, dtable += ds^T z   (ds: [N, buckets])
-void bucket_scores_backward(float* dz, float* dtable, const float* ds, const float* z,
-                            const float* table, int64_t n, const HashDims& d) {
-  if (dz)
-    gemm(Trans::no, Trans::no, n, d.dim, d.buckets, 1.0f, ds, d.buckets, table, d.dim, 1.0f, dz,
-         d.dim);
+void bucket_scores_backward(float* dz, float* dtable, const float* ds, const float* z, const float* table,
+                            int64_t n, const HashDims& d) {
+  if (dz) gemm(Trans::no, Trans::no, n, d.dim, d.buckets, 1.0f, ds, d.buckets, table, d.dim, 1.0f, dz, d.dim);
   if (dtable)
-    gemm(Trans::yes, Trans::no, d.buckets, d.dim, n, 1.0f, ds, d.buckets, z, d.dim, 1.0f, dtable,
-         d.dim);
+    gemm(Trans::yes, Trans::no, d.buckets, d.dim, n, 1.0f, ds, d.buckets, z, d.dim, 1.0f, dtable, d.dim);
 }
 
 }  // namespace
 
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
-                       const float* importance, const int32_t* bucket_index, int64_t n,
-                       const HashDims& d) {
+                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& d) {
   bucket_scores(scores, z, table, n, d);
   const int64_t h = d.hashes;
   parallel_for(0, n, row_grain(d.vocab * h), [&](int64_t lo, int64_t hi) {
@@ -173,9 +163,8 @@ void hash_head_forward(float* logits, float* scores, const float* z, const float
 }
 
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,
-                        const float* scores, const float* z, const float* table,
-                        const float* importance, const int32_t* bucket_index, int64_t n,
-                        const HashDims& d) {
+                        const float* scores, const float* z, const float* table, const float* importance,
+                        const int32_t* bucket_index, int64_t n, const HashDims& d) {
   const int64_t h = d.hashes;
   if (dimportance) {
     // Each task owns a block of tokens and adds the rows in order.
@@ -187,8 +176,7 @@ void hash_head_backward(float* dz, float* dtable, float* dimportance, const floa
           const float* dl = dlogits + r * d.vocab;
           const float* s = scores + r * d.buckets;
           for (int64_t t = t0; t < t1; ++t)
-            for (int64_t j = 0; j < h; ++j)
-              dimportance[t * h + j] += dl[t] * s[bucket_index[t * h + j]];
+            for (int64_t j = 0; j < h; ++j) dimportance[t * h + j] += dl[t] * s[bucket_index[t * h + j]];
         }
       }
     });
@@ -201,17 +189,15 @@ void hash_head_backward(float* dz, float* dtable, float* dimportance, const floa
       const float* dl = dlogits + r * d.vocab;
       float* dsr = ds + r * d.buckets;
       for (int64_t t = 0; t < d.vocab; ++t)
-        for (int64_t j = 0; j < h; ++j)
-          dsr[bucket_index[t * h + j]] += importance[t * h + j] * dl[t];
+        for (int64_t j = 0; j < h; ++j) dsr[bucket_index[t * h + j]] += importance[t * h + j] * dl[t];
     }
   });
   bucket_scores_backward(dz, dtable, ds, z, table, n, d);
 }
 
-double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z,
-                                       const float* table, const float* importance,
-                                       const int32_t* bucket_index, const int32_t* targets,
-                                       int64_t n, const HashDims& d) {
+double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
+                                       const float* importance, const int32_t* bucket_index,
+                                       const int32_t* targets, int64_t n, const HashDims& d) {
   bucket_scores(scores, z, table, n, d);
   const int64_t h = d.hashes, chunks = ceil_div(n, kRows);
   std::vector<double> row_loss(static_cast<size_t>(n));
@@ -239,11 +225,11 @@ double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z
   return total / static_cast<double>(n);
 }
 
-void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportance,
-                                      float dloss, const float* lse, const float* scores,
-                                      const float* z, const float* table,
-                                      const float* importance, const int32_t* bucket_index,
-                                      const int32_t* targets, int64_t n, const HashDims& d) {
+void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportance, float dloss,
+                                      const float* lse, const float* scores, const float* z,
+                                      const float* table, const float* importance,
+                                      const int32_t* bucket_index, const int32_t* targets, int64_t n,
+                                      const HashDims& d) {
   const bool want_ds = dz || dtable;
   if (!want_ds && !dimportance) return;
   const int64_t h = d.hashes, vh = d.vocab * h, chunks = ceil_div(n, kRows);
@@ -269,8 +255,8 @@ void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportan
         F weight = vec16::splat(g);
         for (int64_t r = rows; r < kRows; ++r) weight[r] = 0.0f;
         // dlogit = g * softmax; the -g at each row's target is applied below.
-        chunk_softmax_backward(want_ds ? dslab : nullptr, part, slab, row_lse, weight,
-                               importance, bucket_index, d.vocab, h);
+        chunk_softmax_backward(want_ds ? dslab : nullptr, part, slab, row_lse, weight, importance,
+                               bucket_index, d.vocab, h);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t tgt = targets[n0 + r];
           for (int64_t j = 0; j < h; ++j) {

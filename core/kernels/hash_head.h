@@ -21,25 +21,22 @@ namespace shamn {
 
 // logits and the bucket scores (kept for backward).
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
-                       const float* importance, const int32_t* bucket_index, int64_t n,
-                       const HashDims& dims);
+                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& dims);
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,
-                        const float* scores, const float* z, const float* table,
-                        const float* importance, const int32_t* bucket_index, int64_t n,
-                        const HashDims& dims);
+                        const float* scores, const float* z, const float* table, const float* importance,
+                        const int32_t* bucket_index, int64_t n, const HashDims& dims);
 
 // Returns the mean loss over the n rows; writes lse and the bucket scores (kept for
 // backward). Works on 16 rows at a time, so it holds [16, V] logits at most.
-double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z,
-                                       const float* table, const float* importance,
-                                       const int32_t* bucket_index, const int32_t* targets,
-                                       int64_t n, const HashDims& dims);
+double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
+                                       const float* importance, const int32_t* bucket_index,
+                                       const int32_t* targets, int64_t n, const HashDims& dims);
 // dloss: the gradient of the mean loss. Recomputes each row's softmax from scores and lse.
-void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportance,
-                                      float dloss, const float* lse, const float* scores,
-                                      const float* z, const float* table,
-                                      const float* importance, const int32_t* bucket_index,
-                                      const int32_t* targets, int64_t n, const HashDims& dims);
+void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportance, float dloss,
+                                      const float* lse, const float* scores, const float* z,
+                                      const float* table, const float* importance,
+                                      const int32_t* bucket_index, const int32_t* targets, int64_t n,
+                                      const HashDims& dims);
 
 // ---------------------------------------------------------------------------------
 // Naive twins: one row at a time, sums in double.
@@ -55,8 +52,8 @@ void hash_head_row_scores(double* s, const T* z_row, const T* table, const HashD
   }
 }
 template <class T>
-double hash_head_row_logit(const double* s, const T* importance, const int32_t* bucket_index,
-                           int64_t t, int64_t h) {
+double hash_head_row_logit(const double* s, const T* importance, const int32_t* bucket_index, int64_t t,
+                           int64_t h) {
   double x = 0.0;
   for (int64_t j = 0; j < h; ++j)
     x += static_cast<double>(importance[t * h + j]) * s[bucket_index[t * h + j]];
@@ -65,9 +62,8 @@ double hash_head_row_logit(const double* s, const T* importance, const int32_t* 
 // The shared tail of both backward passes for one row: given dl = dL/dlogits of the
 // row, accumulate dz, dtable, dimportance.
 template <class T>
-void hash_head_row_backward(T* dz_row, T* dtable, T* dimportance, const double* dl,
-                            const double* s, const T* z_row, const T* table,
-                            const T* importance, const int32_t* bucket_index,
+void hash_head_row_backward(T* dz_row, T* dtable, T* dimportance, const double* dl, const double* s,
+                            const T* z_row, const T* table, const T* importance, const int32_t* bucket_index,
                             const HashDims& d) {
   const int64_t h = d.hashes;
   std::vector<double> ds(static_cast<size_t>(d.buckets), 0.0);
@@ -90,36 +86,34 @@ void hash_head_row_backward(T* dz_row, T* dtable, T* dimportance, const double* 
 }  // namespace detail
 
 template <class T>
-void hash_head_forward_naive(T* logits, T* scores, const T* z, const T* table,
-                             const T* importance, const int32_t* bucket_index, int64_t n,
-                             const HashDims& d) {
+void hash_head_forward_naive(T* logits, T* scores, const T* z, const T* table, const T* importance,
+                             const int32_t* bucket_index, int64_t n, const HashDims& d) {
   std::vector<double> s(static_cast<size_t>(d.buckets));
   for (int64_t r = 0; r < n; ++r) {
     detail::hash_head_row_scores(s.data(), z + r * d.dim, table, d);
     for (int64_t b = 0; b < d.buckets; ++b) scores[r * d.buckets + b] = static_cast<T>(s[b]);
     for (int64_t t = 0; t < d.vocab; ++t)
-      logits[r * d.vocab + t] = static_cast<T>(
-          detail::hash_head_row_logit(s.data(), importance, bucket_index, t, d.hashes));
+      logits[r * d.vocab + t] =
+          static_cast<T>(detail::hash_head_row_logit(s.data(), importance, bucket_index, t, d.hashes));
   }
 }
 
 template <class T>
-void hash_head_backward_naive(T* dz, T* dtable, T* dimportance, const T* dlogits,
-                              const T* scores, const T* z, const T* table, const T* importance,
-                              const int32_t* bucket_index, int64_t n, const HashDims& d) {
+void hash_head_backward_naive(T* dz, T* dtable, T* dimportance, const T* dlogits, const T* scores, const T* z,
+                              const T* table, const T* importance, const int32_t* bucket_index, int64_t n,
+                              const HashDims& d) {
   std::vector<double> s(static_cast<size_t>(d.buckets)), dl(static_cast<size_t>(d.vocab));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = 0; b < d.buckets; ++b) s[b] = scores[r * d.buckets + b];
     for (int64_t t = 0; t < d.vocab; ++t) dl[t] = dlogits[r * d.vocab + t];
-    detail::hash_head_row_backward(dz ? dz + r * d.dim : nullptr, dtable, dimportance, dl.data(),
-                                   s.data(), z + r * d.dim, table, importance, bucket_index, d);
+    detail::hash_head_row_backward(dz ? dz + r * d.dim : nullptr, dtable, dimportance, dl.data(), s.data(),
+                                   z + r * d.dim, table, importance, bucket_index, d);
   }
 }
 
 template <class T>
-double hash_head_cross_entropy_forward_naive(T* lse, const T* z, const T* table,
-                                             const T* importance, const int32_t* bucket_index,
-                                             const int32_t* targets, int64_t n,
+double hash_head_cross_entropy_forward_naive(T* lse, const T* z, const T* table, const T* importance,
+                                             const int32_t* bucket_index, const int32_t* targets, int64_t n,
                                              const HashDims& d) {
   std::vector<double> s(static_cast<size_t>(d.buckets)), x(static_cast<size_t>(d.vocab));
   double total = 0.0;
@@ -140,22 +134,20 @@ double hash_head_cross_entropy_forward_naive(T* lse, const T* z, const T* table,
 }
 
 template <class T>
-void hash_head_cross_entropy_backward_naive(T* dz, T* dtable, T* dimportance, T dloss,
-                                            const T* lse, const T* z, const T* table,
-                                            const T* importance, const int32_t* bucket_index,
-                                            const int32_t* targets, int64_t n,
+void hash_head_cross_entropy_backward_naive(T* dz, T* dtable, T* dimportance, T dloss, const T* lse,
+                                            const T* z, const T* table, const T* importance,
+                                            const int32_t* bucket_index, const int32_t* targets, int64_t n,
                                             const HashDims& d) {
   const double g = static_cast<double>(dloss) / static_cast<double>(n);
   std::vector<double> s(static_cast<size_t>(d.buckets)), dl(static_cast<size_t>(d.vocab));
   for (int64_t r = 0; r < n; ++r) {
     detail::hash_head_row_scores(s.data(), z + r * d.dim, table, d);
     for (int64_t t = 0; t < d.vocab; ++t)
-      dl[t] = g * std::exp(detail::hash_head_row_logit(s.data(), importance, bucket_index, t,
-                                                       d.hashes) -
+      dl[t] = g * std::exp(detail::hash_head_row_logit(s.data(), importance, bucket_index, t, d.hashes) -
                            static_cast<double>(lse[r]));
     dl[targets[r]] -= g;
-    detail::hash_head_row_backward(dz ? dz + r * d.dim : nullptr, dtable, dimportance, dl.data(),
-                                   s.data(), z + r * d.dim, table, importance, bucket_index, d);
+    detail::hash_head_row_backward(dz ? dz + r * d.dim : nullptr, dtable, dimportance, dl.data(), s.data(),
+                                   z + r * d.dim, table, importance, bucket_index, d);
   }
 }
 

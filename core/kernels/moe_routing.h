@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/parallel.h"
 #include "core/kernels/elementwise.h"
+#include "core/parallel.h"
 
 namespace shamn {
 
@@ -33,16 +33,14 @@ void softmax_row(T* y, const T* x, int64_t n) {
 
 // P, pg [N, G], pe [N, G*E] (pg and pe saved for backward).
 template <class T>
-void router_probs_forward(T* P, T* pg, T* pe, const T* rg, const T* re, int64_t n,
-                          const MoeShape& s) {
+void router_probs_forward(T* P, T* pg, T* pe, const T* rg, const T* re, int64_t n, const MoeShape& s) {
   const int64_t G = s.groups, E = s.experts_per_group, X = s.experts();
   parallel_for(0, n, row_grain(X), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       softmax_row(pg + t * G, rg + t * G, G);
       for (int64_t g = 0; g < G; ++g) {
         softmax_row(pe + t * X + g * E, re + t * X + g * E, E);
-        for (int64_t j = 0; j < E; ++j)
-          P[t * X + g * E + j] = pg[t * G + g] * pe[t * X + g * E + j];
+        for (int64_t j = 0; j < E; ++j) P[t * X + g * E + j] = pg[t * G + g] * pe[t * X + g * E + j];
       }
     }
   });
@@ -105,8 +103,7 @@ void select_experts(int32_t* experts, const T* pg, const T* P, int64_t n, const 
 
 // gates[t, i] = P[t, e_i] / sum_i P[t, e_i]
 template <class T>
-void moe_gates_forward(T* gates, const T* P, const int32_t* experts, int64_t n, int64_t X,
-                       int64_t k) {
+void moe_gates_forward(T* gates, const T* P, const int32_t* experts, int64_t n, int64_t X, int64_t k) {
   parallel_for(0, n, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       T sum = 0;
@@ -118,8 +115,8 @@ void moe_gates_forward(T* gates, const T* P, const int32_t* experts, int64_t n, 
 
 // dP[t, e_l] += (dg_l - sum_i dg_i g_i) / sum_i P[t, e_i]
 template <class T>
-void moe_gates_backward(T* dP, const T* dgates, const T* gates, const T* P,
-                        const int32_t* experts, int64_t n, int64_t X, int64_t k) {
+void moe_gates_backward(T* dP, const T* dgates, const T* gates, const T* P, const int32_t* experts, int64_t n,
+                        int64_t X, int64_t k) {
   parallel_for(0, n, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       T sum = 0, dot = 0;

@@ -8,9 +8,8 @@ namespace shamn {
 
 void check_product_key_dims(const ProductKeyDims& d) {
   SHAMN_CHECK(d.n >= 1, "product-key memory: ", d.n, " keys per half; need at least 1");
-  SHAMN_CHECK(d.k >= 1 && d.k <= d.n, "product-key memory: topk = ", d.k,
-              " must be in [1, n] with n = ", d.n, " keys per half (memory.size = n^2 = ",
-              d.n * d.n, ")");
+  SHAMN_CHECK(d.k >= 1 && d.k <= d.n, "product-key memory: topk = ", d.k, " must be in [1, n] with n = ", d.n,
+              " keys per half (memory.size = n^2 = ", d.n * d.n, ")");
   SHAMN_CHECK(d.dh >= 1, "product-key memory: key_dim = 2*dh needs dh >= 1, got dh = ", d.dh);
   SHAMN_CHECK(d.dim >= 1, "product-key memory: value width ", d.dim, " must be positive");
   SHAMN_CHECK(d.n <= 46340, "product-key memory: ", d.n, "^2 slots do not fit int32 slot ids");
@@ -22,9 +21,7 @@ namespace {
 // selection reads them back, and memory stays bounded for any N.
 constexpr int64_t kScoreTileFloats = 1 << 17;
 // Tokens per task in the per-token loops: roughly 16K multiply-adds each.
-int64_t token_grain(const ProductKeyDims& d) {
-  return std::max<int64_t>(1, 16384 / (2 * d.n + d.k * d.dim));
-}
+int64_t token_grain(const ProductKeyDims& d) { return std::max<int64_t>(1, 16384 / (2 * d.n + d.k * d.dim)); }
 
 struct Scored {
   float s;  // ranked score (never NaN)
@@ -45,8 +42,7 @@ constexpr auto ranks_above = [](const Scored& x, const Scored& y) {
 // sort. rs and rid are scratch for m scores and ids rounded up to whole lane groups.
 constexpr int64_t kRankLanes = 16;
 
-void rank_select(const Scored* buf, int64_t m, int64_t k, Scored* out, float* rs,
-                 int32_t* rid) {
+void rank_select(const Scored* buf, int64_t m, int64_t k, Scored* out, float* rs, int32_t* rid) {
   for (int64_t i = 0; i < m; ++i) {
     rs[i] = buf[i].s;
     rid[i] = buf[i].id;
@@ -69,8 +65,7 @@ void rank_select(const Scored* buf, int64_t m, int64_t k, Scored* out, float* rs
       // into scalar code and the selection runs 40% slower).
 #pragma GCC unroll 1
       for (int64_t l = 0; l < kRankLanes; ++l)
-        above[l] += static_cast<int32_t>(sj > si[l]) |
-                    static_cast<int32_t>((sj == si[l]) & (ij < ii[l]));
+        above[l] += static_cast<int32_t>(sj > si[l]) | static_cast<int32_t>((sj == si[l]) & (ij < ii[l]));
     }
     for (int64_t l = 0; l < kRankLanes && i0 + l < m; ++l)
       if (above[l] < k) out[above[l]] = {si[l], ii[l]};
@@ -172,8 +167,7 @@ struct SelectScratch {
 // high (skewed or tied scores, NaN) and the general scan below runs instead. Either
 // way the result is the exact top k: any bar with at least k scores above it lies
 // below the k-th best.
-void top_k_row(const float* score, int64_t n, int64_t k, SelectScratch& sc, float* best,
-               int32_t* index) {
+void top_k_row(const float* score, int64_t n, int64_t k, SelectScratch& sc, float* best, int32_t* index) {
   Scored* buf = sc.buf.data();
   BestK top{buf, k, sc.cap};
   bool done = false;
@@ -231,8 +225,8 @@ void top_k_row(const float* score, int64_t n, int64_t k, SelectScratch& sc, floa
 // slot id, so the result is exactly the full sort's. (The textbook frontier heap over
 // (p, r) would not be: rounding can make a_p + c_r equal a_p + c_{r+1} while
 // J_{r+1} < J_r.)
-void select_token(int32_t* slots, float* weights, const float* s1, const float* s2,
-                  const ProductKeyDims& d, SelectScratch& sc) {
+void select_token(int32_t* slots, float* weights, const float* s1, const float* s2, const ProductKeyDims& d,
+                  SelectScratch& sc) {
   const int64_t n = d.n, k = d.k;
   top_k_row(s1, n, k, sc, sc.a.data(), sc.I.data());
   top_k_row(s2, n, k, sc, sc.c.data(), sc.J.data());
@@ -288,13 +282,12 @@ float dot(const float* x, const float* y, int64_t len) {
 constexpr int64_t kPrefetchRows = 2;
 
 inline void prefetch_row(const float* row, int64_t len) {
-  for (int64_t c = 0; c < len; c += 64 / static_cast<int64_t>(sizeof(float)))
-    __builtin_prefetch(row + c);
+  for (int64_t c = 0; c < len; c += 64 / static_cast<int64_t>(sizeof(float))) __builtin_prefetch(row + c);
 }
 
 // out[t] = sum_m weights[t, m] * values[slots[t, m]] for the tokens [lo, hi).
-void gather_tokens(float* out, const float* values, const int32_t* slots, const float* weights,
-                   int64_t lo, int64_t hi, const ProductKeyDims& d) {
+void gather_tokens(float* out, const float* values, const int32_t* slots, const float* weights, int64_t lo,
+                   int64_t hi, const ProductKeyDims& d) {
   const int64_t D = d.dim, k = d.k, end = hi * k;
   for (int64_t e = lo * k; e < std::min(end, lo * k + kPrefetchRows); ++e)
     prefetch_row(values + static_cast<int64_t>(slots[e]) * D, D);
@@ -319,8 +312,8 @@ void gather_tokens(float* out, const float* values, const int32_t* slots, const 
 // with a counting sort and each row adds them in entry order, in parallel over rows:
 // the same sums for any thread count (the pattern of rows.h scatter_add_rows).
 void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const int32_t* rows,
-                             const float* coef, const int32_t* count, int64_t per_token,
-                             const float* src, int64_t src_stride, int64_t N) {
+                             const float* coef, const int32_t* count, int64_t per_token, const float* src,
+                             int64_t src_stride, int64_t N) {
   auto entries_of = [&](int64_t t) { return count ? count[t] : per_token; };
   std::vector<int64_t> start(static_cast<size_t>(num_rows) + 1, 0);
   for (int64_t t = 0; t < N; ++t)
@@ -355,8 +348,8 @@ void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const in
 
 // One token's distinct key rows (slot / n, or slot % n) with their summed dsigma, in
 // first-appearance order: d a_p = sum of dsigma over the selected pairs using I_p.
-int32_t collect_key_rows(int32_t* rows, float* coef, const int32_t* slots, const float* dsigma,
-                         int64_t n, int64_t k, bool first_half) {
+int32_t collect_key_rows(int32_t* rows, float* coef, const int32_t* slots, const float* dsigma, int64_t n,
+                         int64_t k, bool first_half) {
   int32_t count = 0;
   for (int64_t m = 0; m < k; ++m) {
     const int32_t row = static_cast<int32_t>(first_half ? slots[m] / n : slots[m] % n);
@@ -374,16 +367,15 @@ int32_t collect_key_rows(int32_t* rows, float* coef, const int32_t* slots, const
 
 }  // namespace
 
-void product_key_scores(float* s1, float* s2, const float* q, const float* keys1,
-                        const float* keys2, int64_t N, const ProductKeyDims& d) {
+void product_key_scores(float* s1, float* s2, const float* q, const float* keys1, const float* keys2,
+                        int64_t N, const ProductKeyDims& d) {
   if (N == 0) return;
   gemm(Trans::no, Trans::yes, N, d.n, d.dh, 1.0f, q, 2 * d.dh, keys1, d.dh, 0.0f, s1, d.n);
-  gemm(Trans::no, Trans::yes, N, d.n, d.dh, 1.0f, q + d.dh, 2 * d.dh, keys2, d.dh, 0.0f, s2,
-       d.n);
+  gemm(Trans::no, Trans::yes, N, d.n, d.dh, 1.0f, q + d.dh, 2 * d.dh, keys2, d.dh, 0.0f, s2, d.n);
 }
 
-void product_key_select(int32_t* slots, float* weights, const float* s1, const float* s2,
-                        int64_t N, const ProductKeyDims& d) {
+void product_key_select(int32_t* slots, float* weights, const float* s1, const float* s2, int64_t N,
+                        const ProductKeyDims& d) {
   const float z = guess_z(d);
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
     SelectScratch sc(d, z);
@@ -392,16 +384,14 @@ void product_key_select(int32_t* slots, float* weights, const float* s1, const f
   });
 }
 
-void product_key_gather(float* out, const float* values, const int32_t* slots,
-                        const float* weights, int64_t N, const ProductKeyDims& d) {
-  parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
-    gather_tokens(out, values, slots, weights, lo, hi, d);
-  });
+void product_key_gather(float* out, const float* values, const int32_t* slots, const float* weights,
+                        int64_t N, const ProductKeyDims& d) {
+  parallel_for(0, N, token_grain(d),
+               [&](int64_t lo, int64_t hi) { gather_tokens(out, values, slots, weights, lo, hi, d); });
 }
 
-void product_key_forward(float* out, int32_t* slots, float* weights, const float* q,
-                         const float* keys1, const float* keys2, const float* values,
-                         int64_t N, const ProductKeyDims& d) {
+void product_key_forward(float* out, int32_t* slots, float* weights, const float* q, const float* keys1,
+                         const float* keys2, const float* values, int64_t N, const ProductKeyDims& d) {
   check_product_key_dims(d);
   const int64_t tile = std::min(N, std::max<int64_t>(64, kScoreTileFloats / (2 * d.n)));
   std::vector<float> s(static_cast<size_t>(2 * tile * d.n));
@@ -422,9 +412,8 @@ void product_key_forward(float* out, int32_t* slots, float* weights, const float
   }
 }
 
-void product_key_backward_scores(float* dsigma, const float* dout, const float* values,
-                                 const int32_t* slots, const float* weights, int64_t N,
-                                 const ProductKeyDims& d) {
+void product_key_backward_scores(float* dsigma, const float* dout, const float* values, const int32_t* slots,
+                                 const float* weights, int64_t N, const ProductKeyDims& d) {
   const int64_t k = d.k, D = d.dim;
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
@@ -446,14 +435,13 @@ void product_key_backward_scores(float* dsigma, const float* dout, const float* 
   });
 }
 
-void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const float* dsigma,
-                               const float* q, const float* keys1, const float* keys2,
-                               const int32_t* slots, int64_t N, const ProductKeyDims& d) {
+void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const float* dsigma, const float* q,
+                               const float* keys1, const float* keys2, const int32_t* slots, int64_t N,
+                               const ProductKeyDims& d) {
   if (!dq && !dkeys1 && !dkeys2) return;
   const int64_t n = d.n, k = d.k, dh = d.dh;
   const size_t nk = static_cast<size_t>(N * k);
-  std::vector<int32_t> rows1(nk), rows2(nk), count1(static_cast<size_t>(N)),
-      count2(static_cast<size_t>(N));
+  std::vector<int32_t> rows1(nk), rows2(nk), count1(static_cast<size_t>(N)), count2(static_cast<size_t>(N));
   std::vector<float> coef1(nk), coef2(nk);
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
@@ -476,23 +464,19 @@ void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const fl
     }
   });
   if (dkeys1)
-    scatter_add_scaled_rows(dkeys1, n, dh, rows1.data(), coef1.data(), count1.data(), k, q,
-                            2 * dh, N);
+    scatter_add_scaled_rows(dkeys1, n, dh, rows1.data(), coef1.data(), count1.data(), k, q, 2 * dh, N);
   if (dkeys2)
-    scatter_add_scaled_rows(dkeys2, n, dh, rows2.data(), coef2.data(), count2.data(), k,
-                            q + dh, 2 * dh, N);
+    scatter_add_scaled_rows(dkeys2, n, dh, rows2.data(), coef2.data(), count2.data(), k, q + dh, 2 * dh, N);
 }
 
 void product_key_backward_values(float* dvalues, const float* dout, const int32_t* slots,
                                  const float* weights, int64_t N, const ProductKeyDims& d) {
-  scatter_add_scaled_rows(dvalues, d.slots(), d.dim, slots, weights, nullptr, d.k, dout, d.dim,
-                          N);
+  scatter_add_scaled_rows(dvalues, d.slots(), d.dim, slots, weights, nullptr, d.k, dout, d.dim, N);
 }
 
-void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalues,
-                          const float* dout, const float* q, const float* keys1,
-                          const float* keys2, const float* values, const int32_t* slots,
-                          const float* weights, int64_t N, const ProductKeyDims& d) {
+void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalues, const float* dout,
+                          const float* q, const float* keys1, const float* keys2, const float* values,
+                          const int32_t* slots, const float* weights, int64_t N, const ProductKeyDims& d) {
   check_product_key_dims(d);
   if (dq || dkeys1 || dkeys2) {
     std::vector<float> dsigma(static_cast<size_t>(N * d.k));

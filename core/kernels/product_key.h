@@ -29,10 +29,10 @@
 namespace shamn {
 
 struct ProductKeyDims {
-  int64_t n = 0;     // keys per half: the memory has n*n slots
-  int64_t dh = 0;    // half of memory.key_dim
-  int64_t k = 0;     // memory.topk, in [1, n]
-  int64_t dim = 0;   // D: width of a value row
+  int64_t n = 0;    // keys per half: the memory has n*n slots
+  int64_t dh = 0;   // half of memory.key_dim
+  int64_t k = 0;    // memory.topk, in [1, n]
+  int64_t dim = 0;  // D: width of a value row
 
   int64_t slots() const { return n * n; }
 };
@@ -51,36 +51,33 @@ inline T product_key_rank_score(T s) {
 // tiles and selects in parallel over tokens; each kernel writes every output
 // element from one task and reduces in a fixed order (thread-count independent).
 
-void product_key_forward(float* out, int32_t* slots, float* weights, const float* q,
-                         const float* keys1, const float* keys2, const float* values,
-                         int64_t N, const ProductKeyDims& d);
+void product_key_forward(float* out, int32_t* slots, float* weights, const float* q, const float* keys1,
+                         const float* keys2, const float* values, int64_t N, const ProductKeyDims& d);
 
 // The forward's three stages, exposed for the benchmark (and tests).
 // s1 = Q1 keys1^T, s2 = Q2 keys2^T (overwritten).
-void product_key_scores(float* s1, float* s2, const float* q, const float* keys1,
-                        const float* keys2, int64_t N, const ProductKeyDims& d);
-// Top-k of each score row, the merge of the k*k candidates and the softmax.
-void product_key_select(int32_t* slots, float* weights, const float* s1, const float* s2,
+void product_key_scores(float* s1, float* s2, const float* q, const float* keys1, const float* keys2,
                         int64_t N, const ProductKeyDims& d);
+// Top-k of each score row, the merge of the k*k candidates and the softmax.
+void product_key_select(int32_t* slots, float* weights, const float* s1, const float* s2, int64_t N,
+                        const ProductKeyDims& d);
 // out = sum_m weights[m] * values[slots[m]] (overwritten).
-void product_key_gather(float* out, const float* values, const int32_t* slots,
-                        const float* weights, int64_t N, const ProductKeyDims& d);
+void product_key_gather(float* out, const float* values, const int32_t* slots, const float* weights,
+                        int64_t N, const ProductKeyDims& d);
 
-void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalues,
-                          const float* dout, const float* q, const float* keys1,
-                          const float* keys2, const float* values, const int32_t* slots,
-                          const float* weights, int64_t N, const ProductKeyDims& d);
+void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalues, const float* dout,
+                          const float* q, const float* keys1, const float* keys2, const float* values,
+                          const int32_t* slots, const float* weights, int64_t N, const ProductKeyDims& d);
 
 // The backward's stages, exposed for the benchmark.
 // dsigma[m] = w[m] * (g[m] - sum_j w[j] g[j]) with g[m] = dout . values[slots[m]]
 // (overwritten: it is scratch, not a gradient of an input).
-void product_key_backward_scores(float* dsigma, const float* dout, const float* values,
-                                 const int32_t* slots, const float* weights, int64_t N,
-                                 const ProductKeyDims& d);
+void product_key_backward_scores(float* dsigma, const float* dout, const float* values, const int32_t* slots,
+                                 const float* weights, int64_t N, const ProductKeyDims& d);
 // dq, dkeys1, dkeys2 from dsigma (each may be null).
-void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const float* dsigma,
-                               const float* q, const float* keys1, const float* keys2,
-                               const int32_t* slots, int64_t N, const ProductKeyDims& d);
+void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const float* dsigma, const float* q,
+                               const float* keys1, const float* keys2, const int32_t* slots, int64_t N,
+                               const ProductKeyDims& d);
 // dvalues[slots[m]] += weights[m] * dout.
 void product_key_backward_values(float* dvalues, const float* dout, const int32_t* slots,
                                  const float* weights, int64_t N, const ProductKeyDims& d);
@@ -105,9 +102,8 @@ std::vector<int64_t> top_k_naive(const std::vector<T>& score, int64_t k) {
 }  // namespace detail
 
 template <class T>
-void product_key_forward_naive(T* out, int32_t* slots, T* weights, const T* q,
-                               const T* keys1, const T* keys2, const T* values, int64_t N,
-                               const ProductKeyDims& d) {
+void product_key_forward_naive(T* out, int32_t* slots, T* weights, const T* q, const T* keys1, const T* keys2,
+                               const T* values, int64_t N, const ProductKeyDims& d) {
   const int64_t n = d.n, dh = d.dh, k = d.k, D = d.dim;
   std::vector<T> s1(static_cast<size_t>(n)), s2(static_cast<size_t>(n));
   std::vector<T> cand_score(static_cast<size_t>(k * k));
@@ -157,10 +153,9 @@ void product_key_forward_naive(T* out, int32_t* slots, T* weights, const T* q,
 }
 
 template <class T>
-void product_key_backward_naive(T* dq, T* dkeys1, T* dkeys2, T* dvalues, const T* dout,
-                                const T* q, const T* keys1, const T* keys2, const T* values,
-                                const int32_t* slots, const T* weights, int64_t N,
-                                const ProductKeyDims& d) {
+void product_key_backward_naive(T* dq, T* dkeys1, T* dkeys2, T* dvalues, const T* dout, const T* q,
+                                const T* keys1, const T* keys2, const T* values, const int32_t* slots,
+                                const T* weights, int64_t N, const ProductKeyDims& d) {
   const int64_t n = d.n, dh = d.dh, k = d.k, D = d.dim;
   std::vector<double> g(static_cast<size_t>(k));
   for (int64_t t = 0; t < N; ++t) {
@@ -195,16 +190,16 @@ void product_key_backward_naive(T* dq, T* dkeys1, T* dkeys2, T* dvalues, const T
 // f64 (gradient checks) runs the naive twins under the fast kernels' names, so an
 // op templated on the scalar calls one name for both dtypes.
 inline void product_key_forward(double* out, int32_t* slots, double* weights, const double* q,
-                                const double* keys1, const double* keys2, const double* values,
-                                int64_t N, const ProductKeyDims& d) {
+                                const double* keys1, const double* keys2, const double* values, int64_t N,
+                                const ProductKeyDims& d) {
   product_key_forward_naive(out, slots, weights, q, keys1, keys2, values, N, d);
 }
 inline void product_key_backward(double* dq, double* dkeys1, double* dkeys2, double* dvalues,
                                  const double* dout, const double* q, const double* keys1,
                                  const double* keys2, const double* values, const int32_t* slots,
                                  const double* weights, int64_t N, const ProductKeyDims& d) {
-  product_key_backward_naive(dq, dkeys1, dkeys2, dvalues, dout, q, keys1, keys2, values, slots,
-                             weights, N, d);
+  product_key_backward_naive(dq, dkeys1, dkeys2, dvalues, dout, q, keys1, keys2, values, slots, weights, N,
+                             d);
 }
 
 }  // namespace shamn

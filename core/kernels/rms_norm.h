@@ -11,8 +11,7 @@ namespace shamn {
 
 // x, y: [N, D]  gain: [D]  rstd: [N] (1/sqrt(mean(x^2)+eps), saved for backward; may be null)
 template <class T>
-void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int64_t dim,
-                      T eps) {
+void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int64_t dim, T eps) {
   parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * dim;
@@ -28,8 +27,8 @@ void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, in
 // dx += s*g*dy - s^3/D * x * sum(g*dy*x)   dgain += sum over rows of dy*x*s
 // dx or dgain may be null when that gradient is not needed.
 template <class T>
-void rms_norm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* gain, const T* rstd,
-                       int64_t rows, int64_t dim) {
+void rms_norm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* gain, const T* rstd, int64_t rows,
+                       int64_t dim) {
   if (dx) {
     parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {

@@ -20,12 +20,11 @@ inline void check_row_indices(const int32_t* idx, int64_t n, int64_t num_rows, c
 // out[i, :] = table[idx[i], :]   table: [R, D]  idx: [N] int32  out: [N, D]
 template <class T>
 void gather_rows_forward(T* out, const T* table, const int32_t* idx, int64_t n, int64_t dim) {
-  parallel_for(0, n, row_grain(dim),
-               [&](int64_t lo, int64_t hi) {
-                 for (int64_t i = lo; i < hi; ++i)
-                   std::memcpy(out + i * dim, table + static_cast<int64_t>(idx[i]) * dim,
-                               sizeof(T) * static_cast<size_t>(dim));
-               });
+  parallel_for(0, n, row_grain(dim), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      std::memcpy(out + i * dim, table + static_cast<int64_t>(idx[i]) * dim,
+                  sizeof(T) * static_cast<size_t>(dim));
+  });
 }
 
 // dst[idx[i], :] += src[i, :]   src: [N, D]  idx: [N] int32  dst: [R, D]
@@ -33,24 +32,22 @@ void gather_rows_forward(T* out, const T* table, const int32_t* idx, int64_t n, 
 // row adds its sources in increasing position order, in parallel over destination
 // rows: no atomics, and the same sums for any thread count.
 template <class T>
-void scatter_add_rows(T* dst, const T* src, const int32_t* idx, int64_t n, int64_t num_rows,
-                      int64_t dim) {
+void scatter_add_rows(T* dst, const T* src, const int32_t* idx, int64_t n, int64_t num_rows, int64_t dim) {
   std::vector<int64_t> start(static_cast<size_t>(num_rows) + 1, 0);
   for (int64_t i = 0; i < n; ++i) ++start[static_cast<size_t>(idx[i]) + 1];
   for (int64_t r = 0; r < num_rows; ++r) start[r + 1] += start[r];
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::vector<int64_t> fill(start.begin(), start.end() - 1);
   for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(fill[idx[i]]++)] = i;
-  parallel_for(0, num_rows, row_grain(dim),
-               [&](int64_t lo, int64_t hi) {
-                 for (int64_t r = lo; r < hi; ++r) {
-                   T* d = dst + r * dim;
-                   for (int64_t k = start[r]; k < start[r + 1]; ++k) {
-                     const T* s = src + order[static_cast<size_t>(k)] * dim;
-                     for (int64_t c = 0; c < dim; ++c) d[c] += s[c];
-                   }
-                 }
-               });
+  parallel_for(0, num_rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      T* d = dst + r * dim;
+      for (int64_t k = start[r]; k < start[r + 1]; ++k) {
+        const T* s = src + order[static_cast<size_t>(k)] * dim;
+        for (int64_t c = 0; c < dim; ++c) d[c] += s[c];
+      }
+    }
+  });
 }
 
 }  // namespace shamn

@@ -71,8 +71,7 @@ void log_softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t 
       const T* dyr = dy + r * cols;
       T sum = 0;
       for (int64_t i = 0; i < cols; ++i) sum += dyr[i];
-      for (int64_t i = 0; i < cols; ++i)
-        dx[r * cols + i] += dyr[i] - std::exp(y[r * cols + i]) * sum;
+      for (int64_t i = 0; i < cols; ++i) dx[r * cols + i] += dyr[i] - std::exp(y[r * cols + i]) * sum;
     }
   });
 }
@@ -80,11 +79,11 @@ void log_softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t 
 // Per-row loss[r] = logsumexp(logits[r]) - logits[r, targets[r]] and lse[r] (saved
 // for backward).   logits: [N, V]  targets: [N] int32  loss, lse: [N]
 template <class T>
-void cross_entropy_forward(T* loss, T* lse, const T* logits, const int32_t* targets,
-                           int64_t rows, int64_t vocab) {
+void cross_entropy_forward(T* loss, T* lse, const T* logits, const int32_t* targets, int64_t rows,
+                           int64_t vocab) {
   for (int64_t r = 0; r < rows; ++r)
-    SHAMN_CHECK(targets[r] >= 0 && targets[r] < vocab, "cross_entropy: target ", targets[r],
-                " at position ", r, " is outside the vocabulary [0, ", vocab, ")");
+    SHAMN_CHECK(targets[r] >= 0 && targets[r] < vocab, "cross_entropy: target ", targets[r], " at position ",
+                r, " is outside the vocabulary [0, ", vocab, ")");
   parallel_for(0, rows, row_grain(vocab), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = logits + r * vocab;
@@ -99,8 +98,8 @@ void cross_entropy_forward(T* loss, T* lse, const T* logits, const int32_t* targ
 
 // dlogits[r] += dloss[r] * (softmax(logits[r]) - onehot(targets[r]))
 template <class T>
-void cross_entropy_backward(T* dlogits, const T* dloss, const T* logits, const T* lse,
-                            const int32_t* targets, int64_t rows, int64_t vocab) {
+void cross_entropy_backward(T* dlogits, const T* dloss, const T* logits, const T* lse, const int32_t* targets,
+                            int64_t rows, int64_t vocab) {
   parallel_for(0, rows, row_grain(vocab), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T g = dloss[r];

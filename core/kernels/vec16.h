@@ -60,15 +60,15 @@ inline F sum16(const F v[kLanes]) {
 #if defined(__AVX512F__)
   __m512 w[8], q[4];
   for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
-    w[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    w[i] =
+        _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
   for (int i = 0; i < 4; ++i)  // per 128-bit lane: the lane's partial sums of 4 inputs
     q[i] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0x44),
                          _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0xEE));
-  const __m512 f01 = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x44),
-                                   _mm512_shuffle_f32x4(q[0], q[1], 0xEE));
-  const __m512 f23 = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x44),
-                                   _mm512_shuffle_f32x4(q[2], q[3], 0xEE));
+  const __m512 f01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x44), _mm512_shuffle_f32x4(q[0], q[1], 0xEE));
+  const __m512 f23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x44), _mm512_shuffle_f32x4(q[2], q[3], 0xEE));
   return _mm512_add_ps(_mm512_shuffle_f32x4(f01, f23, 0x88), _mm512_shuffle_f32x4(f01, f23, 0xDD));
 #else
   F r;
@@ -83,8 +83,7 @@ inline float dot(const float* a, const float* b, int64_t n) {
   F acc[4] = {F{}, F{}, F{}, F{}};
   int64_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes)
-    for (int k = 0; k < 4; ++k)
-      acc[k] = fmadd(load(a + i + k * kLanes), load(b + i + k * kLanes), acc[k]);
+    for (int k = 0; k < 4; ++k) acc[k] = fmadd(load(a + i + k * kLanes), load(b + i + k * kLanes), acc[k]);
   for (; i + kLanes <= n; i += kLanes) acc[0] = fmadd(load(a + i), load(b + i), acc[0]);
   float s = sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
   for (; i < n; ++i) s += a[i] * b[i];

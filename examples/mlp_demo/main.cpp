@@ -17,15 +17,19 @@ int main(int argc, char** argv) {
   int threads = 0;
   CLI::App app{"mlp_demo: train a small MLP on a nonlinear regression target (autograd + AdamW)"};
   app.add_option("--threads", threads, "worker threads (default: every core)")->check(CLI::PositiveNumber);
-  app.add_option("--steps", options.steps, "training steps")->capture_default_str()
+  app.add_option("--steps", options.steps, "training steps")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--batch", options.batch, "examples per step")->capture_default_str()
+  app.add_option("--batch", options.batch, "examples per step")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--hidden", options.hidden, "hidden width")->capture_default_str()
+  app.add_option("--hidden", options.hidden, "hidden width")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", options.lr, "peak learning rate")->capture_default_str();
   app.add_option("--seed", options.seed, "random seed")->capture_default_str();
-  app.add_option("--log-every", log_every, "print every N steps")->capture_default_str()
+  app.add_option("--log-every", log_every, "print every N steps")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
@@ -40,11 +44,10 @@ int main(int argc, char** argv) {
     std::printf("mlp_demo: hidden %lld, batch %lld, %lld steps, %d threads\n",
                 static_cast<long long>(options.hidden), static_cast<long long>(options.batch),
                 static_cast<long long>(options.steps), num_threads());
-    const MlpDemoResult r = run_mlp_demo(options, [&](int64_t step, double loss, double lr,
-                                                       double norm) {
+    const MlpDemoResult r = run_mlp_demo(options, [&](int64_t step, double loss, double lr, double norm) {
       if ((step + 1) % log_every == 0 || step == 0 || step + 1 == options.steps)
-        std::printf("step %6lld  loss %.6f  lr %.2e  grad_norm %.3f\n",
-                    static_cast<long long>(step + 1), loss, lr, norm);
+        std::printf("step %6lld  loss %.6f  lr %.2e  grad_norm %.3f\n", static_cast<long long>(step + 1),
+                    loss, lr, norm);
     });
     const double examples = static_cast<double>(options.steps * options.batch);
     std::printf(

@@ -5,8 +5,8 @@
 #include <Eigen/Dense>
 
 #include "autograd/ops.h"
-#include "core/timing.h"
 #include "core/rng.h"
+#include "core/timing.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_schedule.h"
@@ -46,7 +46,7 @@ struct Mlp {
         b2(Var(Tensor::zeros({hidden}), true)),
         w3(linear_init(rng, 1, hidden)),
         b3(Var(Tensor::zeros({1}), true)) {
-    params = {{"fc1.weight", w1}, {"fc1.bias", b1}, {"fc2.weight", w2},
+    params = {{"fc1.weight", w1}, {"fc1.bias", b1},   {"fc2.weight", w2},
               {"fc2.bias", b2},   {"out.weight", w3}, {"out.bias", b3}};
   }
 
@@ -111,8 +111,7 @@ MlpDemoResult run_mlp_demo(const MlpDemoOptions& options,
   result.linear_mse = least_squares_linear_mse(eval);
   const auto y = eval.y.vector<float>().cast<double>();
   result.target_variance = (y.array() - y.mean()).square().mean();
-  result.seconds =
-      clock.seconds();
+  result.seconds = clock.seconds();
   return result;
 }
 

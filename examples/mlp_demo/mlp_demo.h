@@ -33,8 +33,7 @@ struct MlpDemoResult {
 double mlp_demo_target(const float* x);
 
 // on_step(step, loss, lr, grad_norm) is called after every step (may be empty).
-MlpDemoResult run_mlp_demo(
-    const MlpDemoOptions& options,
-    const std::function<void(int64_t, double, double, double)>& on_step = {});
+MlpDemoResult run_mlp_demo(const MlpDemoOptions& options,
+                           const std::function<void(int64_t, double, double, double)>& on_step = {});
 
 }  // namespace shamn

@@ -54,8 +54,8 @@ void next_batch(benchmark::State& state) {
     shamn::Batch batch = loader.next();
     benchmark::DoNotOptimize(batch.inputs.raw_data());
   }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(B * T),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(B * T), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 BENCHMARK(next_batch)

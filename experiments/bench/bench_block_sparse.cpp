@@ -92,10 +92,10 @@ void bm_sparse(benchmark::State& state, Layer layer, int64_t block, double spars
   for (auto _ : state) {
     shamn::block_sparse_forward(op.y.data(), op.x.data(), op.values.data(), op.col_index.data(),
                                 op.bias.data(), kTokens, op.d);
-    shamn::block_sparse_backward_input(op.dx.data(), op.dy.data(), op.values.data(),
-                                       op.col_index.data(), kTokens, op.d);
-    shamn::block_sparse_backward_values(op.dvalues.data(), op.dy.data(), op.x.data(),
-                                        op.col_index.data(), kTokens, op.d);
+    shamn::block_sparse_backward_input(op.dx.data(), op.dy.data(), op.values.data(), op.col_index.data(),
+                                       kTokens, op.d);
+    shamn::block_sparse_backward_values(op.dvalues.data(), op.dy.data(), op.x.data(), op.col_index.data(),
+                                        kTokens, op.d);
     shamn::block_sparse_backward_bias(op.dbias.data(), op.dy.data(), kTokens, op.d);
     benchmark::DoNotOptimize(op.y.data());
     benchmark::DoNotOptimize(op.dvalues.data());
@@ -112,14 +112,14 @@ void bm_part(benchmark::State& state, Layer layer, int64_t block, double sparsit
   SparseOperands op(layer, block, sparsity);
   for (auto _ : state) {
     if (part == Part::forward)
-      shamn::block_sparse_forward(op.y.data(), op.x.data(), op.values.data(),
-                                  op.col_index.data(), op.bias.data(), kTokens, op.d);
+      shamn::block_sparse_forward(op.y.data(), op.x.data(), op.values.data(), op.col_index.data(),
+                                  op.bias.data(), kTokens, op.d);
     if (part == Part::grad_input)
-      shamn::block_sparse_backward_input(op.dx.data(), op.dy.data(), op.values.data(),
-                                         op.col_index.data(), kTokens, op.d);
+      shamn::block_sparse_backward_input(op.dx.data(), op.dy.data(), op.values.data(), op.col_index.data(),
+                                         kTokens, op.d);
     if (part == Part::grad_values)
-      shamn::block_sparse_backward_values(op.dvalues.data(), op.dy.data(), op.x.data(),
-                                          op.col_index.data(), kTokens, op.d);
+      shamn::block_sparse_backward_values(op.dvalues.data(), op.dy.data(), op.x.data(), op.col_index.data(),
+                                          kTokens, op.d);
     if (part == Part::grad_bias)
       shamn::block_sparse_backward_bias(op.dbias.data(), op.dy.data(), kTokens, op.d);
     benchmark::DoNotOptimize(op.dvalues.data());
@@ -143,14 +143,14 @@ struct DenseOperands {
 void dense_step(DenseOperands& op, const Layer& l, int which) {
   using shamn::Trans;
   if (which < 0 || which == 0)  // y[N, out] = x[N, in] W[out, in]^T
-    shamn::gemm(Trans::no, Trans::yes, kTokens, l.out, l.in, 1.0f, op.x.data(), l.in,
-                op.w.data(), l.in, 0.0f, op.y.data(), l.out);
+    shamn::gemm(Trans::no, Trans::yes, kTokens, l.out, l.in, 1.0f, op.x.data(), l.in, op.w.data(), l.in, 0.0f,
+                op.y.data(), l.out);
   if (which < 0 || which == 1)  // dx[N, in] = dy[N, out] W[out, in]
-    shamn::gemm(Trans::no, Trans::no, kTokens, l.in, l.out, 1.0f, op.dy.data(), l.out,
-                op.w.data(), l.in, 0.0f, op.dx.data(), l.in);
+    shamn::gemm(Trans::no, Trans::no, kTokens, l.in, l.out, 1.0f, op.dy.data(), l.out, op.w.data(), l.in,
+                0.0f, op.dx.data(), l.in);
   if (which < 0 || which == 2)  // dW[out, in] = dy[N, out]^T x[N, in]
-    shamn::gemm(Trans::yes, Trans::no, l.out, l.in, kTokens, 1.0f, op.dy.data(), l.out,
-                op.x.data(), l.in, 0.0f, op.dw.data(), l.in);
+    shamn::gemm(Trans::yes, Trans::no, l.out, l.in, kTokens, 1.0f, op.dy.data(), l.out, op.x.data(), l.in,
+                0.0f, op.dw.data(), l.in);
 }
 
 void bm_dense(benchmark::State& state, Layer layer, int which) {
@@ -171,36 +171,31 @@ std::string shape_name(const Layer& l) {
 void finish(benchmark::internal::Benchmark* b, int threads) {
   // Process CPU time (all threads) beside real time: on a shared machine the CPU
   // column of a 1-thread run is the figure least disturbed by other processes.
-  b->ArgName("threads")->Arg(threads)->UseRealTime()->MeasureProcessCPUTime()->Unit(
-      benchmark::kMillisecond);
+  b->ArgName("threads")->Arg(threads)->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 }
 
 int register_all() {
   const char* part_names[] = {"forward", "grad_input", "grad_values", "grad_bias"};
   for (int threads : {1, 2})
     for (const Layer& l : kLayers) {
-      finish(benchmark::RegisterBenchmark(("dense/" + shape_name(l)).c_str(), bm_dense, l, -1),
-             threads);
+      finish(benchmark::RegisterBenchmark(("dense/" + shape_name(l)).c_str(), bm_dense, l, -1), threads);
       for (int64_t block : kBlocks)
         for (double s : kSparsities) {
           char sp[16];
           std::snprintf(sp, sizeof(sp), "s%.2f", s);
-          const std::string name =
-              "sparse/" + shape_name(l) + "/b" + std::to_string(block) + "/" + sp;
+          const std::string name = "sparse/" + shape_name(l) + "/b" + std::to_string(block) + "/" + sp;
           finish(benchmark::RegisterBenchmark(name.c_str(), bm_sparse, l, block, s), threads);
         }
       // Per-kernel figures at sparsity 0 and 0.9 (filter with --benchmark_filter=part/).
       for (int p = 0; p < 4; ++p) {
         const std::string part = "part/" + std::string(part_names[p]) + "/" + shape_name(l);
-        if (p < 3)
-          finish(benchmark::RegisterBenchmark((part + "/dense").c_str(), bm_dense, l, p), threads);
+        if (p < 3) finish(benchmark::RegisterBenchmark((part + "/dense").c_str(), bm_dense, l, p), threads);
         for (int64_t block : kBlocks)
           for (double s : {0.0, 0.9}) {
             char sp[16];
             std::snprintf(sp, sizeof(sp), "s%.2f", s);
-            finish(benchmark::RegisterBenchmark(
-                       (part + "/b" + std::to_string(block) + "/" + sp).c_str(), bm_part, l,
-                       block, s, static_cast<Part>(p)),
+            finish(benchmark::RegisterBenchmark((part + "/b" + std::to_string(block) + "/" + sp).c_str(),
+                                                bm_part, l, block, s, static_cast<Part>(p)),
                    threads);
           }
       }

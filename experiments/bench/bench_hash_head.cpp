@@ -59,8 +59,7 @@ void bm_fused(benchmark::State& state) {
   shamn::set_num_threads(static_cast<int>(state.range(0)));
   Problem& p = problem();
   for (auto _ : state) {
-    shamn::Var loss =
-        shamn::hash_head_cross_entropy(p.z, p.table, p.importance, p.bucket_index, p.targets);
+    shamn::Var loss = shamn::hash_head_cross_entropy(p.z, p.table, p.importance, p.bucket_index, p.targets);
     loss.backward();
     benchmark::DoNotOptimize(p.z.grad().raw_data());
   }
@@ -71,8 +70,7 @@ void bm_fused_forward(benchmark::State& state) {
   Problem& p = problem();
   shamn::NoGradGuard no_grad;
   for (auto _ : state) {
-    shamn::Var loss =
-        shamn::hash_head_cross_entropy(p.z, p.table, p.importance, p.bucket_index, p.targets);
+    shamn::Var loss = shamn::hash_head_cross_entropy(p.z, p.table, p.importance, p.bucket_index, p.targets);
     benchmark::DoNotOptimize(loss.value().raw_data());
   }
 }
@@ -81,8 +79,8 @@ void bm_unfused(benchmark::State& state) {
   shamn::set_num_threads(static_cast<int>(state.range(0)));
   Problem& p = problem();
   for (auto _ : state) {
-    shamn::Var loss = shamn::cross_entropy(
-        shamn::hash_head(p.z, p.table, p.importance, p.bucket_index), p.targets);
+    shamn::Var loss =
+        shamn::cross_entropy(shamn::hash_head(p.z, p.table, p.importance, p.bucket_index), p.targets);
     loss.backward();
     benchmark::DoNotOptimize(p.z.grad().raw_data());
   }
@@ -99,10 +97,10 @@ void bm_gemms(benchmark::State& state) {
   using shamn::Trans;
   for (auto _ : state) {
     shamn::gemm(Trans::no, Trans::yes, kN, kBuckets, kD, 1.0f, z, kD, table, kD, 0.0f, s, kBuckets);
-    shamn::gemm(Trans::no, Trans::no, kN, kD, kBuckets, 1.0f, s, kBuckets, table, kD, 1.0f,
-                dz.data<float>(), kD);
-    shamn::gemm(Trans::yes, Trans::no, kBuckets, kD, kN, 1.0f, s, kBuckets, z, kD, 1.0f,
-                dtable.data<float>(), kD);
+    shamn::gemm(Trans::no, Trans::no, kN, kD, kBuckets, 1.0f, s, kBuckets, table, kD, 1.0f, dz.data<float>(),
+                kD);
+    shamn::gemm(Trans::yes, Trans::no, kBuckets, kD, kN, 1.0f, s, kBuckets, z, kD, 1.0f, dtable.data<float>(),
+                kD);
     benchmark::DoNotOptimize(dtable.raw_data());
   }
 }
@@ -119,10 +117,8 @@ void bm_embedding(benchmark::State& state) {
 
 int register_all() {
   const std::pair<const char*, void (*)(benchmark::State&)> benches[] = {
-      {"hash_head_ce/fused/fwd+bwd", bm_fused},
-      {"hash_head_ce/fused/fwd", bm_fused_forward},
-      {"hash_head_ce/unfused/fwd+bwd", bm_unfused},
-      {"hash_head_ce/gemms_only", bm_gemms},
+      {"hash_head_ce/fused/fwd+bwd", bm_fused},     {"hash_head_ce/fused/fwd", bm_fused_forward},
+      {"hash_head_ce/unfused/fwd+bwd", bm_unfused}, {"hash_head_ce/gemms_only", bm_gemms},
       {"hash_embedding/fwd+bwd", bm_embedding},
   };
   for (const auto& [name, fn] : benches)

@@ -64,9 +64,9 @@ struct Operands {
 
 void set_counters(benchmark::State& state, const Shape& s) {
   // Shown as e.g. "FLOPs=85.2G/s", i.e. 85.2 GFLOP/s (1000-based prefixes).
-  state.counters["FLOPs"] = benchmark::Counter(
-      2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K),
-      benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::OneK::kIs1000);
+  state.counters["FLOPs"] =
+      benchmark::Counter(2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K),
+                         benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::OneK::kIs1000);
 }
 
 void bm_shamn(benchmark::State& state, Shape s) {
@@ -74,8 +74,8 @@ void bm_shamn(benchmark::State& state, Shape s) {
   shamn::set_num_threads(threads);
   Operands op(s);
   for (auto _ : state) {
-    shamn::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, op.a.data(), op.lda, op.b.data(), op.ldb,
-                0.0f, op.c.data(), op.ldc);
+    shamn::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, op.a.data(), op.lda, op.b.data(), op.ldb, 0.0f, op.c.data(),
+                op.ldc);
     benchmark::DoNotOptimize(op.c.data());
     benchmark::ClobberMemory();
   }
@@ -89,10 +89,9 @@ void bm_openblas(benchmark::State& state, Shape s) {
   const auto ta = s.ta == shamn::Trans::yes ? CblasTrans : CblasNoTrans;
   const auto tb = s.tb == shamn::Trans::yes ? CblasTrans : CblasNoTrans;
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(s.M), static_cast<int>(s.N),
-                static_cast<int>(s.K), 1.0f, op.a.data(), static_cast<int>(op.lda),
-                op.b.data(), static_cast<int>(op.ldb), 0.0f, op.c.data(),
-                static_cast<int>(op.ldc));
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(s.M), static_cast<int>(s.N), static_cast<int>(s.K),
+                1.0f, op.a.data(), static_cast<int>(op.lda), op.b.data(), static_cast<int>(op.ldb), 0.0f,
+                op.c.data(), static_cast<int>(op.ldc));
     benchmark::DoNotOptimize(op.c.data());
     benchmark::ClobberMemory();
   }

@@ -59,8 +59,8 @@ struct Data {
 
   Data() {
     // The selection the backward stages read.
-    shamn::product_key_forward(out.data(), slots.data(), weights.data(), q.data(),
-                               keys1.data(), keys2.data(), values.data(), N, d);
+    shamn::product_key_forward(out.data(), slots.data(), weights.data(), q.data(), keys1.data(), keys2.data(),
+                               values.data(), N, d);
     shamn::product_key_scores(s1.data(), s2.data(), q.data(), keys1.data(), keys2.data(), N, d);
     shamn::product_key_backward_scores(dsigma.data(), dout.data(), values.data(), slots.data(),
                                        weights.data(), N, d);
@@ -73,38 +73,34 @@ Data& data() {
 }
 
 void fwd_scores(Data& x) {
-  shamn::product_key_scores(x.s1.data(), x.s2.data(), x.q.data(), x.keys1.data(),
-                            x.keys2.data(), x.N, x.d);
+  shamn::product_key_scores(x.s1.data(), x.s2.data(), x.q.data(), x.keys1.data(), x.keys2.data(), x.N, x.d);
 }
 void fwd_select(Data& x) {
-  shamn::product_key_select(x.slots.data(), x.weights.data(), x.s1.data(), x.s2.data(), x.N,
-                            x.d);
+  shamn::product_key_select(x.slots.data(), x.weights.data(), x.s1.data(), x.s2.data(), x.N, x.d);
 }
 void fwd_gather(Data& x) {
-  shamn::product_key_gather(x.out.data(), x.values.data(), x.slots.data(), x.weights.data(),
-                            x.N, x.d);
+  shamn::product_key_gather(x.out.data(), x.values.data(), x.slots.data(), x.weights.data(), x.N, x.d);
 }
 void fwd_total(Data& x) {
-  shamn::product_key_forward(x.out.data(), x.slots.data(), x.weights.data(), x.q.data(),
-                             x.keys1.data(), x.keys2.data(), x.values.data(), x.N, x.d);
+  shamn::product_key_forward(x.out.data(), x.slots.data(), x.weights.data(), x.q.data(), x.keys1.data(),
+                             x.keys2.data(), x.values.data(), x.N, x.d);
 }
 void bwd_dsigma(Data& x) {
-  shamn::product_key_backward_scores(x.dsigma.data(), x.dout.data(), x.values.data(),
-                                     x.slots.data(), x.weights.data(), x.N, x.d);
-}
-void bwd_keys(Data& x) {
-  shamn::product_key_backward_keys(x.dq.data(), x.dkeys1.data(), x.dkeys2.data(),
-                                   x.dsigma.data(), x.q.data(), x.keys1.data(), x.keys2.data(),
-                                   x.slots.data(), x.N, x.d);
-}
-void bwd_values(Data& x) {
-  shamn::product_key_backward_values(x.dvalues.data(), x.dout.data(), x.slots.data(),
+  shamn::product_key_backward_scores(x.dsigma.data(), x.dout.data(), x.values.data(), x.slots.data(),
                                      x.weights.data(), x.N, x.d);
 }
+void bwd_keys(Data& x) {
+  shamn::product_key_backward_keys(x.dq.data(), x.dkeys1.data(), x.dkeys2.data(), x.dsigma.data(), x.q.data(),
+                                   x.keys1.data(), x.keys2.data(), x.slots.data(), x.N, x.d);
+}
+void bwd_values(Data& x) {
+  shamn::product_key_backward_values(x.dvalues.data(), x.dout.data(), x.slots.data(), x.weights.data(), x.N,
+                                     x.d);
+}
 void bwd_total(Data& x) {
-  shamn::product_key_backward(x.dq.data(), x.dkeys1.data(), x.dkeys2.data(), x.dvalues.data(),
-                              x.dout.data(), x.q.data(), x.keys1.data(), x.keys2.data(),
-                              x.values.data(), x.slots.data(), x.weights.data(), x.N, x.d);
+  shamn::product_key_backward(x.dq.data(), x.dkeys1.data(), x.dkeys2.data(), x.dvalues.data(), x.dout.data(),
+                              x.q.data(), x.keys1.data(), x.keys2.data(), x.values.data(), x.slots.data(),
+                              x.weights.data(), x.N, x.d);
 }
 void fwd_bwd_total(Data& x) {
   fwd_total(x);
@@ -135,15 +131,15 @@ void run(benchmark::State& state, void (*stage)(Data&)) {
     stage(x);
     benchmark::ClobberMemory();
   }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(x.N),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(x.N), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 int register_all() {
   const std::pair<const char*, void (*)(Data&)> stages[] = {
-      {"fwd/scores", fwd_scores}, {"fwd/select", fwd_select},   {"fwd/gather", fwd_gather},
-      {"fwd/total", fwd_total},   {"bwd/dsigma", bwd_dsigma},   {"bwd/keys", bwd_keys},
-      {"bwd/values", bwd_values}, {"bwd/total", bwd_total},     {"fwd_bwd/total", fwd_bwd_total},
+      {"fwd/scores", fwd_scores}, {"fwd/select", fwd_select}, {"fwd/gather", fwd_gather},
+      {"fwd/total", fwd_total},   {"bwd/dsigma", bwd_dsigma}, {"bwd/keys", bwd_keys},
+      {"bwd/values", bwd_values}, {"bwd/total", bwd_total},   {"fwd_bwd/total", fwd_bwd_total},
       {"op/fwd_bwd", op_fwd_bwd},
   };
   for (int threads : {1, 2})

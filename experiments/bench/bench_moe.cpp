@@ -48,8 +48,8 @@ Tensor random_like(const Shape& shape, uint64_t seed) {
 }
 
 void set_rate(benchmark::State& state) {
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(kTokens),
-                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(kTokens), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_MoeLayer(benchmark::State& state) {

@@ -25,9 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/kernels/vec16.h"
 #include "core/parallel.h"
 #include "infer/quant_blocks.h"
-#include "core/kernels/vec16.h"
 #include "infer/quant_dot.h"
 #include "infer/quant_tiles.h"
 
@@ -57,8 +57,10 @@ float dot_f32(const float* w, const float* x, int64_t n) {
 }
 
 void set_counters(benchmark::State& state, int64_t rows, int64_t cols, double weight_bytes) {
-  state.counters["GOPS"] = benchmark::Counter(2.0 * rows * cols * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GBps"] = benchmark::Counter(weight_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GOPS"] =
+      benchmark::Counter(2.0 * rows * cols * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GBps"] =
+      benchmark::Counter(weight_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Returns false (and skips) when the CPU lacks the path.
@@ -120,8 +122,10 @@ void BM_matvec(benchmark::State& state) {
     set_counters(state, rows, cols, 4.0 * rows * cols);
   } else {
     for (auto _ : state) {
-      if (Q4) shamn::matvec_q4(m.w4.data(), rows, bpr, m.xq.data(), y.data());
-      else shamn::matvec_q8(m.w8.data(), rows, bpr, m.xq.data(), y.data());
+      if (Q4)
+        shamn::matvec_q4(m.w4.data(), rows, bpr, m.xq.data(), y.data());
+      else
+        shamn::matvec_q8(m.w8.data(), rows, bpr, m.xq.data(), y.data());
       benchmark::DoNotOptimize(y.data());
     }
     set_counters(state, rows, cols,
@@ -142,7 +146,8 @@ void BM_dot_q8(benchmark::State& state) {
   shamn::quantize_row_q8(w.data(), wq.data(), cols);
   shamn::quantize_row_q8(x.data(), xq.data(), cols);
   for (auto _ : state) {
-    float s = path == kF32 ? dot_f32(w.data(), x.data(), cols) : shamn::dot_q8_q8(wq.data(), xq.data(), blocks);
+    float s =
+        path == kF32 ? dot_f32(w.data(), x.data(), cols) : shamn::dot_q8_q8(wq.data(), xq.data(), blocks);
     benchmark::DoNotOptimize(s);
   }
   set_counters(state, 1, cols, path == kF32 ? 4.0 * cols : double(blocks * sizeof(shamn::BlockQ8)));
@@ -165,10 +170,14 @@ void BM_rows(benchmark::State& state) {
   for (auto _ : state) {
     if (layout == 2)
       for (int64_t r = 0; r < rows; ++r) y[r] = shamn::vec16::dot(m.w.data() + r * cols, m.x.data(), cols);
-    else if (layout == 1 && q4) shamn::dot_tiles(t4.data(), rows, bpr, m.xq.data(), y.data());
-    else if (layout == 1) shamn::dot_tiles(t8.data(), rows, bpr, m.xq.data(), y.data());
-    else if (q4) shamn::dot_rows_q4(m.w4.data(), rows, bpr, m.xq.data(), y.data());
-    else shamn::dot_rows_q8(m.w8.data(), rows, bpr, m.xq.data(), y.data());
+    else if (layout == 1 && q4)
+      shamn::dot_tiles(t4.data(), rows, bpr, m.xq.data(), y.data());
+    else if (layout == 1)
+      shamn::dot_tiles(t8.data(), rows, bpr, m.xq.data(), y.data());
+    else if (q4)
+      shamn::dot_rows_q4(m.w4.data(), rows, bpr, m.xq.data(), y.data());
+    else
+      shamn::dot_rows_q8(m.w8.data(), rows, bpr, m.xq.data(), y.data());
     benchmark::DoNotOptimize(y.data());
   }
   const double block_bytes = q4 ? sizeof(shamn::BlockQ4) : sizeof(shamn::BlockQ8);

@@ -71,12 +71,22 @@ void BM_TrainBpe(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(shamn::train_bpe(d->text, 8192).size());
 }
 
-BENCHMARK(BM_Encode)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->MeasureProcessCPUTime()
+BENCHMARK(BM_Encode)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->MeasureProcessCPUTime()->Unit(
+    benchmark::kMillisecond);
+BENCHMARK(BM_CountChunks)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_CountChunks)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
-    ->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_TrainBpe)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
-    ->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainBpe)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/timing.h"
 #include "core/config_table.h"
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "core/timing.h"
 #include "layers/shamn_model.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
@@ -19,17 +19,23 @@
 using namespace shamn;
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s CONFIG.toml [--batch B] [--seq T] [--steps S] [--warmup W] [--threads 1,2]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s CONFIG.toml [--batch B] [--seq T] [--steps S] [--warmup W] [--threads 1,2]\n",
+                 argv[0]);
     return 2;
   }
   int64_t batch = 8, seq = 512, steps = 5, warmup = 1;
   std::vector<int> threads{1, 2};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--batch") batch = std::stoll(v);
-    else if (k == "--seq") seq = std::stoll(v);
-    else if (k == "--steps") steps = std::stoll(v);
-    else if (k == "--warmup") warmup = std::stoll(v);
+    if (k == "--batch")
+      batch = std::stoll(v);
+    else if (k == "--seq")
+      seq = std::stoll(v);
+    else if (k == "--steps")
+      steps = std::stoll(v);
+    else if (k == "--warmup")
+      warmup = std::stoll(v);
     else if (k == "--threads") {
       threads.clear();
       std::stringstream ss(v);
@@ -78,9 +84,9 @@ int main(int argc, char** argv) {
           "{\"impl\":\"shamn\",\"threads\":%d,\"batch\":%lld,\"seq\":%lld,\"steps\":%lld,"
           "\"tokens_per_s\":%.1f,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,"
           "\"optimizer_s\":%.4f,\"parameters\":%lld}\n",
-          nt, static_cast<long long>(batch), static_cast<long long>(seq),
-          static_cast<long long>(steps), batch * seq / step, step, median(fwd), median(bwd),
-          median(upd), static_cast<long long>(model.parameter_count()));
+          nt, static_cast<long long>(batch), static_cast<long long>(seq), static_cast<long long>(steps),
+          batch * seq / step, step, median(fwd), median(bwd), median(upd),
+          static_cast<long long>(model.parameter_count()));
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

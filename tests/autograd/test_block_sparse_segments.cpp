@@ -13,8 +13,7 @@ namespace {
 
 // 3 column blocks, 2 block rows, 2 active blocks per row; three patterns.
 std::vector<Tensor> patterns() {
-  return {Tensor::from_data<int32_t>({2, 2}, {0, 2, 1, 2}),
-          Tensor::from_data<int32_t>({2, 2}, {0, 1, 0, 2}),
+  return {Tensor::from_data<int32_t>({2, 2}, {0, 2, 1, 2}), Tensor::from_data<int32_t>({2, 2}, {0, 1, 0, 2}),
           Tensor::from_data<int32_t>({2, 2}, {1, 2, 0, 1})};
 }
 
@@ -102,13 +101,11 @@ TEST_CASE("gradcheck: block_sparse_linear_segments", "[autograd][gradcheck][bloc
   const auto ci = patterns();
   check_gradients(
       [=](const std::vector<Var>& v) {
-        return block_sparse_linear_segments(v[0], {0, 2, 2, 5},
-                                            {{v[1], ci[0], v[2]}, {v[3], ci[1], Var()}, {v[4], ci[2], v[5]}},
-                                            b);
+        return block_sparse_linear_segments(
+            v[0], {0, 2, 2, 5}, {{v[1], ci[0], v[2]}, {v[3], ci[1], Var()}, {v[4], ci[2], v[5]}}, b);
       },
       {random_tensor({5, 3 * b}, 50), random_tensor({2, 2, b, b}, 51), random_tensor({2 * b}, 52),
-       random_tensor({2, 2, b, b}, 53), random_tensor({2, 2, b, b}, 54),
-       random_tensor({2 * b}, 55)});
+       random_tensor({2, 2, b, b}, 53), random_tensor({2, 2, b, b}, 54), random_tensor({2 * b}, 55)});
 }
 
 TEST_CASE("block_sparse_linear_segments rejects offsets that do not cover x",
@@ -116,8 +113,7 @@ TEST_CASE("block_sparse_linear_segments rejects offsets that do not cover x",
   const Var x(random_tensor({4, 48}, 56, DType::f32));
   const std::vector<BlockSparseOperands> layers{
       {Var(random_tensor({2, 2, 16, 16}, 57, DType::f32)), patterns()[0], Var()}};
-  CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 3}, layers, 16),
-                    Catch::Contains("4 rows"));
+  CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 3}, layers, 16), Catch::Contains("4 rows"));
   CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 2, 4}, layers, 16),
                     Catch::Contains("offsets for 1 layers"));
 }

@@ -30,8 +30,7 @@ Outputs run_network(int threads) {
   Var gate = sigmoid(slice_last(h, 0, H / 2));
   Var mixed = concat_last({mul(gate, slice_last(h, H / 2, H)), gelu(slice_last(h, 0, H / 2))});
   Var logits = matmul(mixed, table, false, true);  // tied head [N, V]
-  Var loss = add(cross_entropy(logits, targets),
-                 scale(mean(mul(softmax(logits), log_softmax(logits))), 0.1));
+  Var loss = add(cross_entropy(logits, targets), scale(mean(mul(softmax(logits), log_softmax(logits))), 0.1));
   loss = add(loss, scale(sum(scatter_add_rows(h, ids, V)), 1e-4));
   loss.backward();
   return {loss.value(), {x.grad(), w1.grad(), b1.grad(), gain.grad(), table.grad()}};

@@ -5,8 +5,7 @@
 using namespace shamn;
 using test::random_tensor;
 
-TEST_CASE("ops record a node only when grad mode is on and an input needs a gradient",
-          "[autograd][engine]") {
+TEST_CASE("ops record a node only when grad mode is on and an input needs a gradient", "[autograd][engine]") {
   Var w(random_tensor({3, 3}, 1, DType::f32), true);
   Var x(random_tensor({2, 3}, 2, DType::f32), false);
   CHECK(matmul(x, w).grad_fn() != nullptr);
@@ -18,16 +17,13 @@ TEST_CASE("ops record a node only when grad mode is on and an input needs a grad
     Var y = matmul(x, w);
     CHECK(y.grad_fn() == nullptr);
     CHECK_FALSE(y.requires_grad());
-    {
-      NoGradGuard nested;
-    }
+    { NoGradGuard nested; }
     CHECK_FALSE(grad_enabled());
   }
   CHECK(grad_enabled());
 }
 
-TEST_CASE("backward accumulates into leaves across calls and zero_grad resets",
-          "[autograd][engine]") {
+TEST_CASE("backward accumulates into leaves across calls and zero_grad resets", "[autograd][engine]") {
   Var x(Tensor::from_data<float>({3}, {1, 2, 3}), true);
   sum(mul(x, x)).backward();
   CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
@@ -37,8 +33,7 @@ TEST_CASE("backward accumulates into leaves across calls and zero_grad resets",
   CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 0, 0});
 }
 
-TEST_CASE("backward frees the graph, a second backward is a clear error",
-          "[autograd][engine]") {
+TEST_CASE("backward frees the graph, a second backward is a clear error", "[autograd][engine]") {
   Var x(Tensor::from_data<float>({2}, {1, 2}), true);
   Var loss = sum(gelu(x));
   std::weak_ptr<Node> root = loss.grad_fn();
@@ -64,8 +59,7 @@ TEST_CASE("errors: non-scalar backward, no gradient, bad requires_grad", "[autog
                     Catch::Contains("target 3 at position 1"));
 }
 
-TEST_CASE("a long chain backpropagates and is destroyed without deep recursion",
-          "[autograd][engine]") {
+TEST_CASE("a long chain backpropagates and is destroyed without deep recursion", "[autograd][engine]") {
   Var x(Tensor::from_data<float>({1}, {1.0f}), true);
   Var y = x;
   for (int i = 0; i < 200000; ++i) y = scale(y, 1.0);

@@ -13,8 +13,7 @@ using test::check_gradients;
 using test::max_abs_diff;
 using test::random_tensor;
 
-TEST_CASE("causal_conv: conv[d, 0] weighs the current token, each sequence starts fresh",
-          "[conv]") {
+TEST_CASE("causal_conv: conv[d, 0] weighs the current token, each sequence starts fresh", "[conv]") {
   // Two sequences of one channel, K = 2: c[t] = a u[t] + b u[t-1].
   const Tensor u = Tensor::from_data<float>({2, 3, 1}, {1, 2, 3, 10, 20, 30});
   const Tensor w = Tensor::from_data<float>({1, 2}, {2, 5});
@@ -48,13 +47,11 @@ TEST_CASE("causal_conv kernels: fast float kernels match the naive oracle", "[co
       CHECK(max_abs_diff(c, c64) < 1e-5);
       Tensor du = Tensor::full(u.shape(), 0.25), du64 = Tensor::full(u.shape(), 0.25, DType::f64);
       causal_conv_backward_input(du.data<float>(), dc.data<float>(), w.data<float>(), s);
-      causal_conv_backward_input_naive(du64.data<double>(), dc64.data<double>(),
-                                       w64.data<double>(), s);
+      causal_conv_backward_input_naive(du64.data<double>(), dc64.data<double>(), w64.data<double>(), s);
       CHECK(max_abs_diff(du, du64) < 1e-5);
       Tensor dw = Tensor::full(w.shape(), 0.25), dw64 = Tensor::full(w.shape(), 0.25, DType::f64);
       causal_conv_backward_kernel(dw.data<float>(), dc.data<float>(), u.data<float>(), s);
-      causal_conv_backward_kernel_naive(dw64.data<double>(), dc64.data<double>(),
-                                        u64.data<double>(), s);
+      causal_conv_backward_kernel_naive(dw64.data<double>(), dc64.data<double>(), u64.data<double>(), s);
       CHECK(max_abs_diff(dw, dw64) < 1e-4);
     }
   }
@@ -84,8 +81,8 @@ TEST_CASE("causal_conv rejects mismatched shapes", "[conv][errors]") {
   CHECK_THROWS_WITH(causal_conv(u, Var(random_tensor({4, 2}, 31, DType::f32))),
                     Catch::Contains("conv must be [D, K] with D = 3"));
   CHECK_THROWS_WITH(causal_conv(u, Var(Tensor::zeros({3, 0}))), Catch::Contains("K >= 1"));
-  CHECK_THROWS_WITH(causal_conv(Var(random_tensor({10, 3}, 32, DType::f32)),
-                                Var(random_tensor({3, 2}, 33, DType::f32))),
-                    Catch::Contains("u must be [B, T, D]"));
+  CHECK_THROWS_WITH(
+      causal_conv(Var(random_tensor({10, 3}, 32, DType::f32)), Var(random_tensor({3, 2}, 33, DType::f32))),
+      Catch::Contains("u must be [B, T, D]"));
   CHECK_THROWS_WITH(causal_conv(u, Var(random_tensor({3, 2}, 34))), Catch::Contains("conv is f64"));
 }

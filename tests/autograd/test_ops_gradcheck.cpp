@@ -15,8 +15,7 @@ TEST_CASE("gradcheck: matmul in all transpose combinations", "[autograd][gradche
       DYNAMIC_SECTION("trans_a " << ta << " trans_b " << tb) {
         Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 1);
         Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 2);
-        check_gradients([=](const std::vector<Var>& x) { return matmul(x[0], x[1], ta, tb); },
-                        {a, b});
+        check_gradients([=](const std::vector<Var>& x) { return matmul(x[0], x[1], ta, tb); }, {a, b});
       }
     }
 }
@@ -24,12 +23,10 @@ TEST_CASE("gradcheck: matmul in all transpose combinations", "[autograd][gradche
 TEST_CASE("gradcheck: matmul with leading batch dims", "[autograd][gradcheck]") {
   Tensor a = random_tensor({2, 3, 5}, 3);
   Tensor w = random_tensor({4, 5}, 4);  // a Linear weight [out, in]
-  check_gradients([](const std::vector<Var>& x) { return matmul(x[0], x[1], false, true); },
-                  {a, w});
+  check_gradients([](const std::vector<Var>& x) { return matmul(x[0], x[1], false, true); }, {a, w});
 }
 
-TEST_CASE("gradcheck: add, sub, mul with equal shapes and row broadcasting",
-          "[autograd][gradcheck]") {
+TEST_CASE("gradcheck: add, sub, mul with equal shapes and row broadcasting", "[autograd][gradcheck]") {
   using BinaryFn = Var (*)(const Var&, const Var&);
   const std::pair<const char*, BinaryFn> ops[] = {{"add", add}, {"sub", sub}, {"mul", mul}};
   for (const auto& [name, op] : ops) {
@@ -49,41 +46,39 @@ TEST_CASE("gradcheck: add, sub, mul with equal shapes and row broadcasting",
 }
 
 TEST_CASE("gradcheck: the same input used twice accumulates", "[autograd][gradcheck]") {
-  check_gradients([](const std::vector<Var>& x) { return mul(x[0], x[0]); },
-                  {random_tensor({3, 5}, 11)});
-  check_gradients([](const std::vector<Var>& x) { return add(matmul(x[0], x[0], false, true),
-                                                               scale(x[1], 2.0)); },
-                  {random_tensor({4, 3}, 12), random_tensor({4, 4}, 13)});
+  check_gradients([](const std::vector<Var>& x) { return mul(x[0], x[0]); }, {random_tensor({3, 5}, 11)});
+  check_gradients(
+      [](const std::vector<Var>& x) { return add(matmul(x[0], x[0], false, true), scale(x[1], 2.0)); },
+      {random_tensor({4, 3}, 12), random_tensor({4, 4}, 13)});
 }
 
 TEST_CASE("gradcheck: scale, sum, mean", "[autograd][gradcheck]") {
-  check_gradients([](const std::vector<Var>& x) { return scale(x[0], -1.7); },
-                  {random_tensor({3, 5}, 14)});
-  check_gradients([](const std::vector<Var>& x) { return sum(x[0]); },
-                  {random_tensor({3, 5, 2}, 15)});
-  check_gradients([](const std::vector<Var>& x) { return mean(x[0]); },
-                  {random_tensor({7, 3}, 16)});
+  check_gradients([](const std::vector<Var>& x) { return scale(x[0], -1.7); }, {random_tensor({3, 5}, 14)});
+  check_gradients([](const std::vector<Var>& x) { return sum(x[0]); }, {random_tensor({3, 5, 2}, 15)});
+  check_gradients([](const std::vector<Var>& x) { return mean(x[0]); }, {random_tensor({7, 3}, 16)});
 }
 
 TEST_CASE("gradcheck: reshape, slice_last, concat_last", "[autograd][gradcheck]") {
   check_gradients(
-      [](const std::vector<Var>& x) { return mul(reshape(x[0], {5, 6}), x[1]); },
+      [](const std::vector<Var>& x) {
+        return mul(reshape(x[0], {5, 6}), x[1]);
+      },
       {random_tensor({3, 10}, 17), random_tensor({6}, 18)});
   check_gradients([](const std::vector<Var>& x) { return slice_last(x[0], 2, 7); },
                   {random_tensor({3, 4, 9}, 19)});
   check_gradients(
-      [](const std::vector<Var>& x) { return concat_last({x[0], x[1], x[2]}); },
+      [](const std::vector<Var>& x) {
+        return concat_last({x[0], x[1], x[2]});
+      },
       {random_tensor({3, 2}, 20), random_tensor({3, 5}, 21), random_tensor({3, 1}, 22)});
 }
 
-TEST_CASE("gradcheck: gather_rows and scatter_add_rows with repeated indices",
-          "[autograd][gradcheck]") {
+TEST_CASE("gradcheck: gather_rows and scatter_add_rows with repeated indices", "[autograd][gradcheck]") {
   const Tensor idx = Tensor::from_data<int32_t>({2, 4}, {3, 0, 3, 6, 1, 3, 6, 6});
   check_gradients([idx](const std::vector<Var>& x) { return gather_rows(x[0], idx); },
                   {random_tensor({7, 5}, 23)});
-  check_gradients(
-      [idx](const std::vector<Var>& x) { return scatter_add_rows(x[0], idx, 9); },
-      {random_tensor({2, 4, 3}, 24)});
+  check_gradients([idx](const std::vector<Var>& x) { return scatter_add_rows(x[0], idx, 9); },
+                  {random_tensor({2, 4, 3}, 24)});
   const Tensor many = random_indices({37}, 11, 25);
   check_gradients([many](const std::vector<Var>& x) { return gather_rows(x[0], many); },
                   {random_tensor({11, 3}, 26)});
@@ -98,9 +93,8 @@ TEST_CASE("gradcheck: softmax, log_softmax", "[autograd][gradcheck]") {
 
 TEST_CASE("gradcheck: cross_entropy", "[autograd][gradcheck]") {
   const Tensor targets = Tensor::from_data<int32_t>({2, 3}, {0, 10, 4, 4, 7, 1});
-  check_gradients(
-      [targets](const std::vector<Var>& x) { return cross_entropy(x[0], targets); },
-      {random_tensor({2, 3, 11}, 29, DType::f64, -4, 4)});
+  check_gradients([targets](const std::vector<Var>& x) { return cross_entropy(x[0], targets); },
+                  {random_tensor({2, 3, 11}, 29, DType::f64, -4, 4)});
 }
 
 TEST_CASE("gradcheck: rms_norm", "[autograd][gradcheck]") {
@@ -150,8 +144,7 @@ TEST_CASE("gradcheck directions mode agrees on a large input", "[autograd][gradc
   opts.directions = 4;
   const GradcheckResult r =
       gradcheck([](const std::vector<Var>& x) { return rms_norm(gelu(x[0]), x[1]); },
-                {random_tensor({64, 48}, 41), random_tensor({48}, 42, DType::f64, 0.5, 1.5)},
-                opts);
+                {random_tensor({64, 48}, 41), random_tensor({48}, 42, DType::f64, 0.5, 1.5)}, opts);
   INFO(r.report);
   CHECK(r.ok);
 }

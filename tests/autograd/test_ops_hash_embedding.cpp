@@ -93,45 +93,35 @@ TEST_CASE("gradcheck: hash_embedding with repeated tokens and colliding buckets"
           "[hash][embed][gradcheck]") {
   const Tensor bi = colliding_buckets();
   const Tensor tokens = Tensor::from_data<int32_t>({2, 5}, {2, 0, 3, 2, 6, 5, 5, 0, 1, 2});
-  check_gradients(
-      [=](const std::vector<Var>& x) { return hash_embedding(x[0], x[1], bi, tokens); },
-      {random_tensor({4, 5}, 1), random_tensor({7, 2}, 2)});
+  check_gradients([=](const std::vector<Var>& x) { return hash_embedding(x[0], x[1], bi, tokens); },
+                  {random_tensor({4, 5}, 1), random_tensor({7, 2}, 2)});
   const Tensor bi3 = hash_bucket_index(11, 3, 5);
   const Tensor many = random_indices({3, 13}, 11, 3);
-  check_gradients(
-      [=](const std::vector<Var>& x) { return hash_embedding(x[0], x[1], bi3, many); },
-      {random_tensor({5, 7}, 4), random_tensor({11, 3}, 5)});
+  check_gradients([=](const std::vector<Var>& x) { return hash_embedding(x[0], x[1], bi3, many); },
+                  {random_tensor({5, 7}, 4), random_tensor({11, 3}, 5)});
 }
 
 TEST_CASE("gradcheck: hash_head", "[hash][head][gradcheck]") {
   const Tensor bi = colliding_buckets();
   check_gradients([=](const std::vector<Var>& x) { return hash_head(x[0], x[1], x[2], bi); },
-                  {random_tensor({2, 3, 5}, 6), random_tensor({4, 5}, 7),
-                   random_tensor({7, 2}, 8)});
+                  {random_tensor({2, 3, 5}, 6), random_tensor({4, 5}, 7), random_tensor({7, 2}, 8)});
 }
 
 TEST_CASE("gradcheck: hash_head_cross_entropy", "[hash][head][gradcheck]") {
   const Tensor bi = colliding_buckets();
   const Tensor targets = Tensor::from_data<int32_t>({2, 3}, {2, 0, 2, 6, 5, 1});
   check_gradients(
-      [=](const std::vector<Var>& x) {
-        return hash_head_cross_entropy(x[0], x[1], x[2], bi, targets);
-      },
-      {random_tensor({2, 3, 5}, 9, DType::f64, -2, 2), random_tensor({4, 5}, 10),
-       random_tensor({7, 2}, 11)});
+      [=](const std::vector<Var>& x) { return hash_head_cross_entropy(x[0], x[1], x[2], bi, targets); },
+      {random_tensor({2, 3, 5}, 9, DType::f64, -2, 2), random_tensor({4, 5}, 10), random_tensor({7, 2}, 11)});
   // More rows than one 16-row chunk, a partial last chunk and three hashes.
   const Tensor bi3 = hash_bucket_index(13, 3, 6);
   const Tensor many = random_indices({19}, 13, 12);
   check_gradients(
-      [=](const std::vector<Var>& x) {
-        return hash_head_cross_entropy(x[0], x[1], x[2], bi3, many);
-      },
-      {random_tensor({19, 4}, 13, DType::f64, -2, 2), random_tensor({6, 4}, 14),
-       random_tensor({13, 3}, 15)});
+      [=](const std::vector<Var>& x) { return hash_head_cross_entropy(x[0], x[1], x[2], bi3, many); },
+      {random_tensor({19, 4}, 13, DType::f64, -2, 2), random_tensor({6, 4}, 14), random_tensor({13, 3}, 15)});
 }
 
-TEST_CASE("hash_head_cross_entropy equals cross_entropy(hash_head(...))",
-          "[hash][head]") {
+TEST_CASE("hash_head_cross_entropy equals cross_entropy(hash_head(...))", "[hash][head]") {
   for (DType dt : {DType::f32, DType::f64}) {
     for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{64}}) {
       DYNAMIC_SECTION(dtype_name(dt) << " N=" << n) {
@@ -143,8 +133,7 @@ TEST_CASE("hash_head_cross_entropy equals cross_entropy(hash_head(...))",
         Var plain = cross_entropy(hash_head(z2, t2, i2, p.bucket_index), p.targets);
         scale(plain, 1.7).backward();
         const double tol = dt == DType::f32 ? 2e-5 : 1e-12;
-        CHECK(std::abs(fused.value().item() - plain.value().item()) <=
-              tol * std::abs(plain.value().item()));
+        CHECK(std::abs(fused.value().item() - plain.value().item()) <= tol * std::abs(plain.value().item()));
         check_close(z1.grad(), z2.grad(), tol * 10, "dz");
         check_close(t1.grad(), t2.grad(), tol * 10, "dtable");
         check_close(i1.grad(), i2.grad(), tol * 10, "dimportance");
@@ -153,8 +142,7 @@ TEST_CASE("hash_head_cross_entropy equals cross_entropy(hash_head(...))",
   }
 }
 
-TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes",
-          "[hash][kernels]") {
+TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes", "[hash][kernels]") {
   // Several 16-row chunks and more than one 256-row group (partial last ones), several
   // 256-token blocks (odd tail), and V*h = 3609 not a multiple of 16.
   const HashDims d{.vocab = 1203, .hashes = 3, .buckets = 29, .dim = 37};
@@ -178,14 +166,13 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
     check_close(out, out64, 1e-6, "out");
     Tensor dt = Tensor::full(table.shape(), 0.5);
     Tensor dt64 = Tensor::full(table.shape(), 0.5, DType::f64);
-    hash_embedding_backward_table(dt.data<float>(), dout.data<float>(), imp.data<float>(), bi, tg,
-                                  n, d);
+    hash_embedding_backward_table(dt.data<float>(), dout.data<float>(), imp.data<float>(), bi, tg, n, d);
     hash_embedding_backward_table_naive(dt64.data<double>(), dout64.data<double>(),
                                         p64.importance.data<double>(), bi, tg, n, d);
     check_close(dt, dt64, 1e-6, "dtable");
     Tensor di = zeros_like(imp), di64 = zeros_like(p64.importance);
-    hash_embedding_backward_importance(di.data<float>(), dout.data<float>(), table.data<float>(),
-                                       bi, tg, n, d);
+    hash_embedding_backward_importance(di.data<float>(), dout.data<float>(), table.data<float>(), bi, tg, n,
+                                       d);
     hash_embedding_backward_importance_naive(di64.data<double>(), dout64.data<double>(),
                                              p64.table.data<double>(), bi, tg, n, d);
     check_close(di, di64, 1e-6, "dimportance");
@@ -194,8 +181,8 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
     Tensor logits = Tensor::empty({n, d.vocab}), scores = Tensor::empty({n, d.buckets});
     Tensor logits64 = Tensor::empty({n, d.vocab}, DType::f64);
     Tensor scores64 = Tensor::empty({n, d.buckets}, DType::f64);
-    hash_head_forward(logits.data<float>(), scores.data<float>(), z.data<float>(),
-                      table.data<float>(), imp.data<float>(), bi, n, d);
+    hash_head_forward(logits.data<float>(), scores.data<float>(), z.data<float>(), table.data<float>(),
+                      imp.data<float>(), bi, n, d);
     hash_head_forward_naive(logits64.data<double>(), scores64.data<double>(), p64.z.data<double>(),
                             p64.table.data<double>(), p64.importance.data<double>(), bi, n, d);
     check_close(scores, scores64, 1e-6, "scores");
@@ -204,12 +191,11 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
     Tensor dz64 = zeros_like(p64.z), dt64 = zeros_like(p64.table);
     Tensor di64 = zeros_like(p64.importance);
     hash_head_backward(dz.data<float>(), dt.data<float>(), di.data<float>(), dlogits.data<float>(),
-                       scores.data<float>(), z.data<float>(), table.data<float>(),
-                       imp.data<float>(), bi, n, d);
+                       scores.data<float>(), z.data<float>(), table.data<float>(), imp.data<float>(), bi, n,
+                       d);
     hash_head_backward_naive(dz64.data<double>(), dt64.data<double>(), di64.data<double>(),
-                             dlogits64.data<double>(), scores64.data<double>(),
-                             p64.z.data<double>(), p64.table.data<double>(),
-                             p64.importance.data<double>(), bi, n, d);
+                             dlogits64.data<double>(), scores64.data<double>(), p64.z.data<double>(),
+                             p64.table.data<double>(), p64.importance.data<double>(), bi, n, d);
     check_close(dz, dz64, 1e-5, "dz");
     check_close(dt, dt64, 1e-5, "dtable");
     check_close(di, di64, 1e-5, "dimportance");
@@ -217,12 +203,12 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
   SECTION("fused cross-entropy") {
     Tensor lse = Tensor::empty({n}), scores = Tensor::empty({n, d.buckets});
     Tensor lse64 = Tensor::empty({n}, DType::f64);
-    const double loss = hash_head_cross_entropy_forward(
-        lse.data<float>(), scores.data<float>(), z.data<float>(), table.data<float>(),
-        imp.data<float>(), bi, tg, n, d);
-    const double loss64 = hash_head_cross_entropy_forward_naive(
-        lse64.data<double>(), p64.z.data<double>(), p64.table.data<double>(),
-        p64.importance.data<double>(), bi, tg, n, d);
+    const double loss =
+        hash_head_cross_entropy_forward(lse.data<float>(), scores.data<float>(), z.data<float>(),
+                                        table.data<float>(), imp.data<float>(), bi, tg, n, d);
+    const double loss64 = hash_head_cross_entropy_forward_naive(lse64.data<double>(), p64.z.data<double>(),
+                                                                p64.table.data<double>(),
+                                                                p64.importance.data<double>(), bi, tg, n, d);
     CHECK(std::abs(loss - loss64) <= 1e-6 * std::abs(loss64));
     check_close(lse, lse64, 1e-6, "lse");
     Tensor dz = zeros_like(z), dt = zeros_like(table), di = zeros_like(imp);
@@ -231,18 +217,17 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
     hash_head_cross_entropy_backward(dz.data<float>(), dt.data<float>(), di.data<float>(), 2.5f,
                                      lse.data<float>(), scores.data<float>(), z.data<float>(),
                                      table.data<float>(), imp.data<float>(), bi, tg, n, d);
-    hash_head_cross_entropy_backward_naive(dz64.data<double>(), dt64.data<double>(),
-                                           di64.data<double>(), 2.5, lse64.data<double>(),
-                                           p64.z.data<double>(), p64.table.data<double>(),
-                                           p64.importance.data<double>(), bi, tg, n, d);
+    hash_head_cross_entropy_backward_naive(
+        dz64.data<double>(), dt64.data<double>(), di64.data<double>(), 2.5, lse64.data<double>(),
+        p64.z.data<double>(), p64.table.data<double>(), p64.importance.data<double>(), bi, tg, n, d);
     check_close(dz, dz64, 1e-5, "dz");
     check_close(dt, dt64, 1e-5, "dtable");
     check_close(di, di64, 1e-5, "dimportance");
     // A gradient that is not wanted is skipped, and the others do not change.
     Tensor di_only = zeros_like(imp);
-    hash_head_cross_entropy_backward(nullptr, nullptr, di_only.data<float>(), 2.5f,
-                                     lse.data<float>(), scores.data<float>(), z.data<float>(),
-                                     table.data<float>(), imp.data<float>(), bi, tg, n, d);
+    hash_head_cross_entropy_backward(nullptr, nullptr, di_only.data<float>(), 2.5f, lse.data<float>(),
+                                     scores.data<float>(), z.data<float>(), table.data<float>(),
+                                     imp.data<float>(), bi, tg, n, d);
     CHECK(bitwise_equal(di_only, di));
   }
 }
@@ -281,15 +266,13 @@ TEST_CASE("hash ops name a bad token, bucket or target", "[hash][errors]") {
   CHECK_THROWS_WITH(hash_embedding(table, imp, bad, Tensor::from_data<int32_t>({1}, {0})),
                     Catch::Contains("bucket_index[5, 1] = 4") && Catch::Contains("[0, 4)"));
   CHECK_THROWS_WITH(hash_head(z, table, imp, bad), Catch::Contains("bucket_index[5, 1] = 4"));
-  CHECK_THROWS_WITH(
-      hash_head_cross_entropy(z, table, imp, bi, Tensor::from_data<int32_t>({3}, {0, 2, 9})),
-      Catch::Contains("target 9 at position 2"));
-  CHECK_THROWS_WITH(
-      hash_head_cross_entropy(z, table, imp, bi, Tensor::from_data<int32_t>({2}, {0, 2})),
-      Catch::Contains("does not match targets"));
+  CHECK_THROWS_WITH(hash_head_cross_entropy(z, table, imp, bi, Tensor::from_data<int32_t>({3}, {0, 2, 9})),
+                    Catch::Contains("target 9 at position 2"));
+  CHECK_THROWS_WITH(hash_head_cross_entropy(z, table, imp, bi, Tensor::from_data<int32_t>({2}, {0, 2})),
+                    Catch::Contains("does not match targets"));
   CHECK_THROWS_WITH(hash_head(Var(random_tensor({3, 5}, 63, DType::f32)), table, imp, bi),
                     Catch::Contains("table's width 3"));
-  CHECK_THROWS_WITH(hash_embedding(table, imp, Tensor::zeros({7, 3}, DType::i32),
-                                   Tensor::from_data<int32_t>({1}, {0})),
-                    Catch::Contains("bucket_index must be int32"));
+  CHECK_THROWS_WITH(
+      hash_embedding(table, imp, Tensor::zeros({7, 3}, DType::i32), Tensor::from_data<int32_t>({1}, {0})),
+      Catch::Contains("bucket_index must be int32"));
 }

@@ -23,8 +23,7 @@ Tensor grid_tensor(const Shape& shape, uint64_t seed, int levels, double step) {
   Tensor t = Tensor::empty(shape, DType::f32);
   Rng rng(seed, 7);
   for (int64_t i = 0; i < t.numel(); ++i)
-    t.data<float>()[i] =
-        static_cast<float>((static_cast<double>(rng.below(2 * levels + 1)) - levels) / step);
+    t.data<float>()[i] = static_cast<float>((static_cast<double>(rng.below(2 * levels + 1)) - levels) / step);
   return t;
 }
 
@@ -33,24 +32,23 @@ struct Lookup {
   std::vector<int32_t> slots;
 };
 
-Lookup run_fast(const Tensor& q, const Tensor& k1, const Tensor& k2, const Tensor& v,
-                int64_t N, const ProductKeyDims& d) {
+Lookup run_fast(const Tensor& q, const Tensor& k1, const Tensor& k2, const Tensor& v, int64_t N,
+                const ProductKeyDims& d) {
   Lookup r{std::vector<float>(static_cast<size_t>(N * d.dim)),
            std::vector<float>(static_cast<size_t>(N * d.k)),
            std::vector<int32_t>(static_cast<size_t>(N * d.k))};
-  product_key_forward(r.out.data(), r.slots.data(), r.weights.data(), q.data<float>(),
-                      k1.data<float>(), k2.data<float>(), v.data<float>(), N, d);
+  product_key_forward(r.out.data(), r.slots.data(), r.weights.data(), q.data<float>(), k1.data<float>(),
+                      k2.data<float>(), v.data<float>(), N, d);
   return r;
 }
 
-Lookup run_naive(const Tensor& q, const Tensor& k1, const Tensor& k2, const Tensor& v,
-                 int64_t N, const ProductKeyDims& d) {
+Lookup run_naive(const Tensor& q, const Tensor& k1, const Tensor& k2, const Tensor& v, int64_t N,
+                 const ProductKeyDims& d) {
   std::vector<double> out(static_cast<size_t>(N * d.dim)), w(static_cast<size_t>(N * d.k));
   Lookup r{{}, {}, std::vector<int32_t>(static_cast<size_t>(N * d.k))};
-  const Tensor qd = q.to(DType::f64), k1d = k1.to(DType::f64), k2d = k2.to(DType::f64),
-               vd = v.to(DType::f64);
-  product_key_forward_naive(out.data(), r.slots.data(), w.data(), qd.data<double>(),
-                            k1d.data<double>(), k2d.data<double>(), vd.data<double>(), N, d);
+  const Tensor qd = q.to(DType::f64), k1d = k1.to(DType::f64), k2d = k2.to(DType::f64), vd = v.to(DType::f64);
+  product_key_forward_naive(out.data(), r.slots.data(), w.data(), qd.data<double>(), k1d.data<double>(),
+                            k2d.data<double>(), vd.data<double>(), N, d);
   r.out.assign(out.begin(), out.end());
   r.weights.assign(w.begin(), w.end());
   return r;
@@ -66,8 +64,7 @@ void check_close(const std::vector<float>& a, const std::vector<float>& b, doubl
 
 // Smallest score gap at any top-k boundary (s1, s2, and the k*k candidates) over
 // all tokens: a finite-difference step far below it cannot change the selection.
-double selection_margin(const Tensor& q, const Tensor& k1, const Tensor& k2,
-                        const ProductKeyDims& d) {
+double selection_margin(const Tensor& q, const Tensor& k1, const Tensor& k2, const ProductKeyDims& d) {
   const int64_t N = q.numel() / (2 * d.dh);
   double margin = 1e30;
   auto boundary_gap = [&](std::vector<double> s, int64_t k) {
@@ -95,8 +92,7 @@ double selection_margin(const Tensor& q, const Tensor& k1, const Tensor& k2,
 
 }  // namespace
 
-TEST_CASE("product-key memory: fast kernel equals the naive one on odd shapes",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: fast kernel equals the naive one on odd shapes", "[autograd][memory]") {
   uint64_t seed = 1;
   for (int64_t n : {5, 16, 31})
     for (int64_t dh : {3, 8})
@@ -113,8 +109,8 @@ TEST_CASE("product-key memory: fast kernel equals the naive one on odd shapes",
               const Tensor k1 = grid_tensor({n, dh}, seed + 1000, levels, step);
               const Tensor k2 = grid_tensor({n, dh}, seed + 2000, levels, step);
               const Tensor v = random_tensor({n * n, D}, seed, DType::f32);
-              INFO("n " << n << " dh " << dh << " k " << k << " D " << D << " N " << N
-                        << " coarse " << coarse);
+              INFO("n " << n << " dh " << dh << " k " << k << " D " << D << " N " << N << " coarse "
+                        << coarse);
               const Lookup fast = run_fast(q, k1, k2, v, N, d);
               const Lookup naive = run_naive(q, k1, k2, v, N, d);
               REQUIRE(fast.slots == naive.slots);
@@ -123,8 +119,7 @@ TEST_CASE("product-key memory: fast kernel equals the naive one on odd shapes",
             }
 }
 
-TEST_CASE("product-key memory: fast kernel equals the naive one at large n and k",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: fast kernel equals the naive one at large n and k", "[autograd][memory]") {
   // The SPEC's n and k (smaller dh and D), and a k above the counting selection's
   // limit: the selection's guessed-bar path, its fallback and the buffer cuts all run.
   // Steps of 1/64 keep the scores exact.
@@ -153,8 +148,7 @@ TEST_CASE("product-key memory: fast kernel equals the naive one at large n and k
   }
 }
 
-TEST_CASE("product-key memory: NaN scores rank lowest and the kernels still agree",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: NaN scores rank lowest and the kernels still agree", "[autograd][memory]") {
   const int64_t N = 3;
   const ProductKeyDims d{16, 2, 4, 3};
   Tensor q = grid_tensor({N, 4}, 61, 8, 8.0);
@@ -170,8 +164,7 @@ TEST_CASE("product-key memory: NaN scores rank lowest and the kernels still agre
     for (int64_t m = 0; m < d.k; ++m) CHECK(fast.slots[t * d.k + m] / d.n != 5);
 }
 
-TEST_CASE("product-key memory: duplicate key rows go to the lower index",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: duplicate key rows go to the lower index", "[autograd][memory]") {
   // keys rows 1 and 3 are equal, as are rows 0 and 2. q1 = (1, 0) scores s1 =
   // (0, 1, 0, 1): top-2 is I = (1, 3). q2 = (0, 1) scores s2 = (1, 0, 1, 0): J = (0, 2).
   // All four candidate sums are 2; the lower slots 1*4+0 and 1*4+2 win.
@@ -189,8 +182,7 @@ TEST_CASE("product-key memory: duplicate key rows go to the lower index",
     CHECK(r.slots == std::vector<int32_t>{4});
 }
 
-TEST_CASE("product-key memory: equal candidate sums go to the lower slot id",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: equal candidate sums go to the lower slot id", "[autograd][memory]") {
   // s1 = (2, 3, 0, -1): I = (1, 0), a = (3, 2). s2 = (4, -2, 5, 1): J = (2, 0), c = (5, 4).
   // Sums: (p0, r0) = 8 at slot 6, (p0, r1) = 7 at slot 4, (p1, r0) = 7 at slot 2.
   // The tie at 7 goes to slot 2 although (p1, r0) comes after (p0, r1) in scan order.
@@ -206,8 +198,7 @@ TEST_CASE("product-key memory: equal candidate sums go to the lower slot id",
   }
 }
 
-TEST_CASE("product-key memory: all scores equal selects the lowest slots",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: all scores equal selects the lowest slots", "[autograd][memory]") {
   // Every key is zero: every top-k is I = J = (0..k-1) and every candidate sum is 0,
   // so the lowest slot ids 0*n + (0..k-1) win, with uniform weights.
   const int64_t N = 70;  // more than one token task
@@ -224,8 +215,7 @@ TEST_CASE("product-key memory: all scores equal selects the lowest slots",
   }
 }
 
-TEST_CASE("product-key memory: the op equals the naive kernel with leading dims",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: the op equals the naive kernel with leading dims", "[autograd][memory]") {
   const ProductKeyDims d{7, 3, 3, 5};
   const Tensor q = grid_tensor({2, 3, 6}, 11, 8, 8.0);
   const Tensor k1 = grid_tensor({7, 3}, 12, 8, 8.0);
@@ -236,8 +226,8 @@ TEST_CASE("product-key memory: the op equals the naive kernel with leading dims"
   const Lookup naive = run_naive(q, k1, k2, v, 6, d);
   check_close(out.value().to_vector<float>(), naive.out, 1e-5);
   // The f64 op runs the naive kernel itself.
-  const Var out64 = product_key_memory(Var(q.to(DType::f64)), Var(k1.to(DType::f64)),
-                                       Var(k2.to(DType::f64)), Var(v.to(DType::f64)), 3);
+  const Var out64 = product_key_memory(Var(q.to(DType::f64)), Var(k1.to(DType::f64)), Var(k2.to(DType::f64)),
+                                       Var(v.to(DType::f64)), 3);
   check_close(out64.value().to(DType::f32).to_vector<float>(), naive.out, 1e-6);
 }
 
@@ -302,8 +292,7 @@ TEST_CASE("product-key memory: identical with 1 and 2 threads", "[autograd][memo
   }
 }
 
-TEST_CASE("product-key memory: the float backward equals the naive one",
-          "[autograd][memory]") {
+TEST_CASE("product-key memory: the float backward equals the naive one", "[autograd][memory]") {
   const int64_t N = 37;
   const ProductKeyDims d{9, 5, 4, 11};
   const Tensor q = random_tensor({N, 10}, 31, DType::f32);
@@ -315,15 +304,13 @@ TEST_CASE("product-key memory: the float backward equals the naive one",
   std::vector<Tensor> fast{Tensor::zeros({N, 10}), Tensor::zeros({9, 5}), Tensor::zeros({9, 5}),
                            Tensor::zeros({81, 11})};
   product_key_backward(fast[0].data<float>(), fast[1].data<float>(), fast[2].data<float>(),
-                       fast[3].data<float>(), dout.data<float>(), q.data<float>(),
-                       k1.data<float>(), k2.data<float>(), v.data<float>(), fwd.slots.data(),
-                       fwd.weights.data(), N, d);
-  std::vector<Tensor> naive{Tensor::zeros({N, 10}), Tensor::zeros({9, 5}),
-                            Tensor::zeros({9, 5}), Tensor::zeros({81, 11})};
-  product_key_backward_naive(naive[0].data<float>(), naive[1].data<float>(),
-                             naive[2].data<float>(), naive[3].data<float>(), dout.data<float>(),
-                             q.data<float>(), k1.data<float>(), k2.data<float>(),
-                             v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d);
+                       fast[3].data<float>(), dout.data<float>(), q.data<float>(), k1.data<float>(),
+                       k2.data<float>(), v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d);
+  std::vector<Tensor> naive{Tensor::zeros({N, 10}), Tensor::zeros({9, 5}), Tensor::zeros({9, 5}),
+                            Tensor::zeros({81, 11})};
+  product_key_backward_naive(naive[0].data<float>(), naive[1].data<float>(), naive[2].data<float>(),
+                             naive[3].data<float>(), dout.data<float>(), q.data<float>(), k1.data<float>(),
+                             k2.data<float>(), v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d);
   for (size_t i = 0; i < fast.size(); ++i) {
     INFO("gradient " << i);
     check_close(fast[i].to_vector<float>(), naive[i].to_vector<float>(), 1e-5);
@@ -341,8 +328,7 @@ TEST_CASE("product-key memory: bad shapes and sizes are errors", "[autograd][mem
   const Var odd_q(random_tensor({3, 7}, 44, DType::f32));
   CHECK_THROWS_WITH(product_key_memory(odd_q, keys, keys, values, 2), Contains("even"));
   const Var wide_keys(random_tensor({5, 3}, 45, DType::f32));
-  CHECK_THROWS_WITH(product_key_memory(q, wide_keys, wide_keys, values, 2),
-                    Contains("is not [n, 4]"));
+  CHECK_THROWS_WITH(product_key_memory(q, wide_keys, wide_keys, values, 2), Contains("is not [n, 4]"));
   const Var other_keys(random_tensor({6, 4}, 46, DType::f32));
   CHECK_THROWS_WITH(product_key_memory(q, keys, other_keys, values, 2), Contains("keys2"));
   const Var few_values(random_tensor({24, 6}, 47, DType::f32));

@@ -9,8 +9,7 @@
 
 using namespace shamn;
 
-TEST_CASE("fast gelu, silu, sigmoid and their derivatives match the formulas",
-          "[core][activation]") {
+TEST_CASE("fast gelu, silu, sigmoid and their derivatives match the formulas", "[core][activation]") {
   for (int64_t n : {1, 7, 16, 31, 33, 1000}) {
     std::vector<float> x(n), y(n), dx(n, 0.5f), dy(n);
     for (int64_t i = 0; i < n; ++i) {
@@ -35,7 +34,11 @@ TEST_CASE("fast gelu, silu, sigmoid and their derivatives match the formulas",
     std::fill(dx.begin(), dx.end(), 0.5f);
     sigmoid_forward(y.data(), x.data(), n);
     sigmoid_backward(dx.data(), dy.data(), y.data(), n);
-    check("sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); },
-          [](double v) { const double s = 1 / (1 + std::exp(-v)); return s * (1 - s); });
+    check(
+        "sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); },
+        [](double v) {
+          const double s = 1 / (1 + std::exp(-v));
+          return s * (1 - s);
+        });
   }
 }

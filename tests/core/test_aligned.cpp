@@ -48,8 +48,7 @@ TEST_CASE("a request of a new size frees cached blocks rather than pass the peak
   release_cached_blocks();
 }
 
-TEST_CASE("a miss frees the oldest cached blocks only as far as the peak needs",
-          "[core][aligned]") {
+TEST_CASE("a miss frees the oldest cached blocks only as far as the peak needs", "[core][aligned]") {
   release_cached_blocks();
   const size_t one = kCachedBlockBytes;
   void* a = aligned_alloc_bytes(2 * one);
@@ -66,8 +65,7 @@ TEST_CASE("a miss frees the oldest cached blocks only as far as the peak needs",
   release_cached_blocks();
 }
 
-TEST_CASE("a size that would wrap when rounded up is out of memory, not a tiny block",
-          "[core][aligned]") {
+TEST_CASE("a size that would wrap when rounded up is out of memory, not a tiny block", "[core][aligned]") {
   CHECK_THROWS_WITH(aligned_alloc_bytes(SIZE_MAX), Catch::Contains("out of memory"));
   CHECK_THROWS_AS(aligned_alloc_bytes(SIZE_MAX - 10), Error);
 }

@@ -13,8 +13,8 @@ namespace shamn {
 namespace {
 
 std::filesystem::path fresh_dir() {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("shamn_test_atomic_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("shamn_test_atomic_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -26,8 +26,8 @@ std::string contents(const std::filesystem::path& path) {
 }
 
 size_t entries(const std::filesystem::path& dir) {
-  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(dir),
-                                           std::filesystem::directory_iterator()));
+  return static_cast<size_t>(
+      std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()));
 }
 
 }  // namespace

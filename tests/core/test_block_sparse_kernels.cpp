@@ -109,10 +109,8 @@ Results run_naive(const Problem& p, bool with_bias) {
   r.dbias = random_floats(p.d.out, 93);
   block_sparse_forward_naive(r.y.data(), p.x.data(), p.values.data(), p.ci.data(),
                              with_bias ? p.bias.data() : nullptr, p.n, p.d);
-  block_sparse_backward_input_naive(r.dx.data(), p.dy.data(), p.values.data(), p.ci.data(), p.n,
-                                    p.d);
-  block_sparse_backward_values_naive(r.dvalues.data(), p.dy.data(), p.x.data(), p.ci.data(), p.n,
-                                     p.d);
+  block_sparse_backward_input_naive(r.dx.data(), p.dy.data(), p.values.data(), p.ci.data(), p.n, p.d);
+  block_sparse_backward_values_naive(r.dvalues.data(), p.dy.data(), p.x.data(), p.ci.data(), p.n, p.d);
   block_sparse_backward_bias_naive(r.dbias.data(), p.dy.data(), p.n, p.d);
   return r;
 }
@@ -132,8 +130,8 @@ TEST_CASE("block-sparse kernels: fast equals naive over shapes, blocks and spars
       for (double s : {0.0, 0.5, 0.9, 0.95})
         for (int64_t n : {1, 7, 33, 130}) {
           const BlockSparseDims d = make_dims(block, nib, nob, s);
-          DYNAMIC_SECTION("b " << block << " in " << d.in << " out " << d.out << " s " << s
-                               << " (a " << d.active << ") N " << n) {
+          DYNAMIC_SECTION("b " << block << " in " << d.in << " out " << d.out << " s " << s << " (a "
+                               << d.active << ") N " << n) {
             const Problem p(d, n, static_cast<uint64_t>(block * 1000 + nib * 10 + n));
             const bool with_bias = n % 2 == 1 || s > 0.5;
             const Results fast = run_fast(p, with_bias);
@@ -146,8 +144,7 @@ TEST_CASE("block-sparse kernels: fast equals naive over shapes, blocks and spars
         }
 }
 
-TEST_CASE("block-sparse kernels: bit-identical for 1 and 2 threads",
-          "[kernels][block_sparse][determinism]") {
+TEST_CASE("block-sparse kernels: bit-identical for 1 and 2 threads", "[kernels][block_sparse][determinism]") {
   test::ThreadCountGuard guard;
   for (int64_t block : {16, 32, 64})
     for (int64_t n : {20, 700}) {
@@ -166,8 +163,7 @@ TEST_CASE("block-sparse kernels: bit-identical for 1 and 2 threads",
     }
 }
 
-TEST_CASE("block-sparse kernels: sparsity 0 equals the dense matmul",
-          "[kernels][block_sparse]") {
+TEST_CASE("block-sparse kernels: sparsity 0 equals the dense matmul", "[kernels][block_sparse]") {
   for (int64_t block : {16, 32, 64}) {
     DYNAMIC_SECTION("b " << block) {
       const BlockSparseDims d = make_dims(block, 256 / block, 192 / block, 0.0);
@@ -185,19 +181,18 @@ TEST_CASE("block-sparse kernels: sparsity 0 equals the dense matmul",
 
       std::vector<float> y_ref(static_cast<size_t>(n * d.out));
       for (int64_t t = 0; t < n; ++t) std::copy(p.bias.begin(), p.bias.end(), y_ref.begin() + t * d.out);
-      gemm(Trans::no, Trans::yes, n, d.out, d.in, 1.0f, p.x.data(), d.in, w.data(), d.in, 1.0f,
-           y_ref.data(), d.out);
+      gemm(Trans::no, Trans::yes, n, d.out, d.in, 1.0f, p.x.data(), d.in, w.data(), d.in, 1.0f, y_ref.data(),
+           d.out);
       std::vector<float> dx_ref(static_cast<size_t>(n * d.in));
       gemm(Trans::no, Trans::no, n, d.in, d.out, 1.0f, p.dy.data(), d.out, w.data(), d.in, 0.0f,
            dx_ref.data(), d.in);
       std::vector<float> dw_ref(static_cast<size_t>(d.out * d.in));
-      gemm(Trans::yes, Trans::no, d.out, d.in, n, 1.0f, p.dy.data(), d.out, p.x.data(), d.in,
-           0.0f, dw_ref.data(), d.in);
+      gemm(Trans::yes, Trans::no, d.out, d.in, n, 1.0f, p.dy.data(), d.out, p.x.data(), d.in, 0.0f,
+           dw_ref.data(), d.in);
 
       std::vector<float> y(static_cast<size_t>(n * d.out)), dx(static_cast<size_t>(n * d.in));
       std::vector<float> dvalues(static_cast<size_t>(d.value_count()));
-      block_sparse_forward(y.data(), p.x.data(), p.values.data(), p.ci.data(), p.bias.data(), n,
-                           d);
+      block_sparse_forward(y.data(), p.x.data(), p.values.data(), p.ci.data(), p.bias.data(), n, d);
       block_sparse_backward_input(dx.data(), p.dy.data(), p.values.data(), p.ci.data(), n, d);
       block_sparse_backward_values(dvalues.data(), p.dy.data(), p.x.data(), p.ci.data(), n, d);
       std::vector<float> dvalues_ref(dvalues.size());
@@ -214,11 +209,10 @@ TEST_CASE("block-sparse kernels: sparsity 0 equals the dense matmul",
   }
 }
 
-TEST_CASE("block-sparse kernels: check_block_pattern rejects bad patterns",
-          "[kernels][block_sparse]") {
+TEST_CASE("block-sparse kernels: check_block_pattern rejects bad patterns", "[kernels][block_sparse]") {
   BlockSparseDims d;
   d.block = 16;
-  d.in = 64;  // 4 column blocks
+  d.in = 64;   // 4 column blocks
   d.out = 32;  // 2 block rows
   d.active = 2;
   const std::vector<int32_t> good{0, 3, 1, 2};

@@ -20,7 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("shamn_test_fault_" + name + "_" + std::to_string(::getpid()));
+  const auto dir =
+      fs::temp_directory_path() / ("shamn_test_fault_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -63,9 +64,11 @@ TEST_CASE("SHAMN_FAULT specs: sites, counts and actions are checked", "[core][fa
   CHECK_THROWS_WITH(fault::set_for_testing("tokens.tensor:1"), Catch::Contains("unknown site"));
   CHECK_NOTHROW(fault::set_for_testing("model.tensor:1,grads.dirsync:1,result.bytes:3,text.rename:2"));
   CHECK_THROWS_WITH(fault::set_for_testing("text.fsync"), Catch::Contains("is not <site>:<n>"));
-  CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:x"), Catch::Contains("'x' is not a non-negative integer"));
+  CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:x"),
+                    Catch::Contains("'x' is not a non-negative integer"));
   CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:-1"), Catch::Contains("not a non-negative integer"));
-  CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:1:explode"), Catch::Contains("unknown action 'explode'"));
+  CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:1:explode"),
+                    Catch::Contains("unknown action 'explode'"));
   fault::set_for_testing("");
   CHECK_FALSE(fault::armed());
   CHECK(fault::pass("text.fsync") == 0);
@@ -90,11 +93,11 @@ TEST_CASE("a failed fsync or rename keeps the old file and leaves no temporary f
   write_file_atomically(path.string(), "old");
   for (const char* spec : {"text.fsync:1:enospc", "text.rename:1:eio"}) {
     fault::set_for_testing(spec);
-    CHECK_THROWS_WITH(write_file_atomically(path.string(), "new"),
-                      Catch::Contains(path.string()) &&
-                          Catch::Contains(std::string(spec).find("enospc") != std::string::npos
-                                              ? "No space left on device"
-                                              : "Input/output error"));
+    CHECK_THROWS_WITH(
+        write_file_atomically(path.string(), "new"),
+        Catch::Contains(path.string()) &&
+            Catch::Contains(std::string(spec).find("enospc") != std::string::npos ? "No space left on device"
+                                                                                  : "Input/output error"));
     CHECK(contents(path) == "old");
     CHECK(entries(dir) == 1);
   }

@@ -35,8 +35,8 @@ struct Problem {
 
   // pad > 0 makes every leading dimension larger than the minimum, so row strides
   // differ from row lengths.
-  Problem(Trans ta_, Trans tb_, int64_t M_, int64_t N_, int64_t K_, T alpha_, T beta_,
-          int64_t pad, uint32_t seed)
+  Problem(Trans ta_, Trans tb_, int64_t M_, int64_t N_, int64_t K_, T alpha_, T beta_, int64_t pad,
+          uint32_t seed)
       : ta(ta_), tb(tb_), M(M_), N(N_), K(K_), alpha(alpha_), beta(beta_) {
     const int64_t a_rows = ta == Trans::yes ? K : M, a_cols = ta == Trans::yes ? M : K;
     const int64_t b_rows = tb == Trans::yes ? N : K, b_cols = tb == Trans::yes ? K : N;
@@ -63,16 +63,15 @@ struct Problem {
   }
   std::vector<T> run_naive() const {
     std::vector<T> c = c0;
-    shamn::gemm_naive<T>(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(),
-                         ldc);
+    shamn::gemm_naive<T>(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
     return c;
   }
 
   std::string describe() const {
     std::ostringstream out;
-    out << (ta == Trans::yes ? "T" : "N") << (tb == Trans::yes ? "T" : "N") << " M=" << M
-        << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc
-        << " alpha=" << alpha << " beta=" << beta;
+    out << (ta == Trans::yes ? "T" : "N") << (tb == Trans::yes ? "T" : "N") << " M=" << M << " N=" << N
+        << " K=" << K << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc << " alpha=" << alpha
+        << " beta=" << beta;
     return out.str();
   }
 };
@@ -104,8 +103,8 @@ int64_t compare(const Problem<T>& p, const std::vector<T>& got, const std::vecto
       const double tol = kRelTol<T> * mag + 1e-30;
       const double diff = std::abs(static_cast<double>(got[idx]) - static_cast<double>(want[idx]));
       if (!(diff <= tol) && ++bad <= 5) {
-        FAIL_CHECK(p.describe() << ": C[" << i << "," << j << "] = " << got[idx]
-                                << ", expected " << want[idx] << " (tol " << tol << ")");
+        FAIL_CHECK(p.describe() << ": C[" << i << "," << j << "] = " << got[idx] << ", expected " << want[idx]
+                                << " (tol " << tol << ")");
       }
     }
   }
@@ -143,16 +142,11 @@ void sweep_odd_shapes() {
 
 }  // namespace
 
-TEST_CASE("gemm float matches the naive oracle on odd shapes", "[gemm]") {
-  sweep_odd_shapes<float>();
-}
+TEST_CASE("gemm float matches the naive oracle on odd shapes", "[gemm]") { sweep_odd_shapes<float>(); }
 
-TEST_CASE("gemm double matches the naive oracle on odd shapes", "[gemm]") {
-  sweep_odd_shapes<double>();
-}
+TEST_CASE("gemm double matches the naive oracle on odd shapes", "[gemm]") { sweep_odd_shapes<double>(); }
 
-TEST_CASE("gemm float matches the oracle on larger shapes (several K, N and M blocks)",
-          "[gemm]") {
+TEST_CASE("gemm float matches the oracle on larger shapes (several K, N and M blocks)", "[gemm]") {
   struct Dims {
     int64_t M, N, K;
   };
@@ -223,28 +217,28 @@ TEMPLATE_TEST_CASE("gemm degenerate sizes", "[gemm]", float, double) {
 TEMPLATE_TEST_CASE("gemm rejects bad arguments", "[gemm]", float, double) {
   using T = TestType;
   std::vector<T> a(64, T(1)), b(64, T(1)), c(64, T(0));
-  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, -1, 2, 2, T(1), a.data(), 2, b.data(), 2,
-                              T(0), c.data(), 2),
-                  shamn::Error);
-  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, 2, 2, -3, T(1), a.data(), 2, b.data(), 2,
-                              T(0), c.data(), 2),
-                  shamn::Error);
+  CHECK_THROWS_AS(
+      shamn::gemm(Trans::no, Trans::no, -1, 2, 2, T(1), a.data(), 2, b.data(), 2, T(0), c.data(), 2),
+      shamn::Error);
+  CHECK_THROWS_AS(
+      shamn::gemm(Trans::no, Trans::no, 2, 2, -3, T(1), a.data(), 2, b.data(), 2, T(0), c.data(), 2),
+      shamn::Error);
   // A is [M,K] = [4,3]: lda must be >= 3; transposed it is [K,M] = [3,4]: lda >= 4.
-  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, 4, 2, 3, T(1), a.data(), 2, b.data(), 2,
-                              T(0), c.data(), 2),
-                  shamn::Error);
-  CHECK_THROWS_AS(shamn::gemm(Trans::yes, Trans::no, 4, 2, 3, T(1), a.data(), 3, b.data(), 2,
-                              T(0), c.data(), 2),
-                  shamn::Error);
+  CHECK_THROWS_AS(
+      shamn::gemm(Trans::no, Trans::no, 4, 2, 3, T(1), a.data(), 2, b.data(), 2, T(0), c.data(), 2),
+      shamn::Error);
+  CHECK_THROWS_AS(
+      shamn::gemm(Trans::yes, Trans::no, 4, 2, 3, T(1), a.data(), 3, b.data(), 2, T(0), c.data(), 2),
+      shamn::Error);
   // B is [K,N] = [3,2]: ldb >= 2; transposed [N,K] = [2,3]: ldb >= 3.
-  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::yes, 4, 2, 3, T(1), a.data(), 3, b.data(), 2,
-                              T(0), c.data(), 2),
-                  shamn::Error);
-  CHECK_THROWS_AS(shamn::gemm(Trans::no, Trans::no, 4, 2, 3, T(1), a.data(), 3, b.data(), 2,
-                              T(0), c.data(), 1),
-                  shamn::Error);
-  CHECK_NOTHROW(shamn::gemm(Trans::yes, Trans::yes, 4, 2, 3, T(1), a.data(), 4, b.data(), 3,
-                            T(0), c.data(), 2));
+  CHECK_THROWS_AS(
+      shamn::gemm(Trans::no, Trans::yes, 4, 2, 3, T(1), a.data(), 3, b.data(), 2, T(0), c.data(), 2),
+      shamn::Error);
+  CHECK_THROWS_AS(
+      shamn::gemm(Trans::no, Trans::no, 4, 2, 3, T(1), a.data(), 3, b.data(), 2, T(0), c.data(), 1),
+      shamn::Error);
+  CHECK_NOTHROW(
+      shamn::gemm(Trans::yes, Trans::yes, 4, 2, 3, T(1), a.data(), 4, b.data(), 3, T(0), c.data(), 2));
 }
 
 TEST_CASE("gemm float is bit-identical with 1 and 2 threads", "[gemm][threads]") {
@@ -279,14 +273,13 @@ TEST_CASE("gemm double is bit-identical with 1 and 2 threads", "[gemm][threads]"
   CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(double)) == 0);
 }
 
-TEST_CASE("gemm float gives the same bits when called from inside parallel tasks",
-          "[gemm][threads]") {
+TEST_CASE("gemm float gives the same bits when called from inside parallel tasks", "[gemm][threads]") {
   // Concurrent calls, each with its own parallel loops nested inside an outer task:
   // every call needs private packing buffers to match the sequential results.
   std::vector<Problem<float>> problems;
   for (uint32_t t = 0; t < 24; ++t)
-    problems.emplace_back(t % 2 ? Trans::yes : Trans::no, t % 3 ? Trans::no : Trans::yes, 160,
-                          130 + t, 200, 1.0f, 0.0f, 0, 6000 + t);
+    problems.emplace_back(t % 2 ? Trans::yes : Trans::no, t % 3 ? Trans::no : Trans::yes, 160, 130 + t, 200,
+                          1.0f, 0.0f, 0, 6000 + t);
   std::vector<std::vector<float>> sequential, nested(problems.size());
   for (const auto& p : problems) sequential.push_back(p.run_fast(p.c0));
   shamn::parallel_for(0, static_cast<int64_t>(problems.size()), 1, [&](int64_t lo, int64_t hi) {
@@ -297,7 +290,6 @@ TEST_CASE("gemm float gives the same bits when called from inside parallel tasks
   });
   for (size_t t = 0; t < problems.size(); ++t) {
     INFO(problems[t].describe());
-    CHECK(std::memcmp(sequential[t].data(), nested[t].data(),
-                      sequential[t].size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(sequential[t].data(), nested[t].data(), sequential[t].size() * sizeof(float)) == 0);
   }
 }

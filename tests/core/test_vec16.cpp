@@ -29,8 +29,7 @@ TEST_CASE("vec16::exp is within 2 ulp of exp over the softmax range", "[kernels]
   CHECK(worst <= 2.0);
 }
 
-TEST_CASE("vec16::exp underflows to zero, overflows to inf and propagates NaN",
-          "[kernels][vec16]") {
+TEST_CASE("vec16::exp underflows to zero, overflows to inf and propagates NaN", "[kernels][vec16]") {
   vec16::F x = vec16::splat(0.0f);
   x[0] = -105.0f;
   x[1] = -std::numeric_limits<float>::infinity();

@@ -13,8 +13,8 @@ namespace shamn::test {
 
 // A fresh directory per process (CTest may run test cases side by side).
 inline std::filesystem::path data_temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("shamn_test_data_" + std::to_string(::getpid())) / name;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("shamn_test_data_" + std::to_string(::getpid())) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -104,8 +104,7 @@ TEST_CASE("seek(k) then next() gives the k-th batch of a fresh loader", "[data][
   }
 }
 
-TEST_CASE("window starts reach every position, the last valid one included",
-          "[data][batch_loader]") {
+TEST_CASE("window starts reach every position, the last valid one included", "[data][batch_loader]") {
   const int64_t size = 40, T = 8;
   const auto file = make_file("coverage", size, [](int64_t i) { return static_cast<uint32_t>(i); });
   BatchLoader loader(file, size, 4, T, 11);
@@ -119,14 +118,12 @@ TEST_CASE("window starts reach every position, the last valid one included",
   CHECK(starts.size() == static_cast<size_t>(size - T));
 }
 
-TEST_CASE("a bad token in a prefetched batch is an InputError from next()",
-          "[data][batch_loader]") {
+TEST_CASE("a bad token in a prefetched batch is an InputError from next()", "[data][batch_loader]") {
   // Only the window starting at 55 holds the bad last token; pick a seed whose batch 0
   // misses it and whose batch 1 (built by the prefetch thread) reaches it.
   const int64_t size = 64, T = 8;
-  const auto file = make_file("bad_token", size, [](int64_t i) {
-    return static_cast<uint32_t>(i == 63 ? 999 : i);
-  });
+  const auto file =
+      make_file("bad_token", size, [](int64_t i) { return static_cast<uint32_t>(i == 63 ? 999 : i); });
   uint64_t seed = 0;
   while (random_window_starts(seed, 0, 1, size - T)[0] == 55 ||
          random_window_starts(seed, 1, 1, size - T)[0] != 55)
@@ -186,8 +183,7 @@ TEST_CASE("sequential batches tile the file in order", "[data][batch_loader]") {
   CHECK_THROWS_WITH(sequential_batch_count(*file, 63, T),
                     Catch::Contains("62 windows") && Catch::Contains("fewer than one batch of 63"));
   CHECK_THROWS_AS(sequential_batch(*file, size, B, T, count), Error);
-  CHECK_THROWS_WITH(sequential_batch(*file, 990, 1, T, 61),
-                    Catch::Contains("token 990 at index 990"));
+  CHECK_THROWS_WITH(sequential_batch(*file, 990, 1, T, 61), Catch::Contains("token 990 at index 990"));
 }
 
 }  // namespace shamn

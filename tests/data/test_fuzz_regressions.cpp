@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/check.h"
-#include "tests/fuzz/regression_files.h"
 #include "data/tokenizer.h"
+#include "tests/fuzz/regression_files.h"
 
 namespace shamn {
 

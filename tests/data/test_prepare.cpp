@@ -28,8 +28,8 @@ std::vector<uint32_t> read_tokens(const std::string& path) {
 // Paragraph k: a few sentence lines, then a blank line (sometimes with spaces
 // or \r in it, sometimes two).
 std::string paragraph(int k) {
-  std::string p = "Paragraph " + std::to_string(k) + " starts here.\nIt has " +
-                  std::to_string(k % 4 + 1) + " lines.\n";
+  std::string p =
+      "Paragraph " + std::to_string(k) + " starts here.\nIt has " + std::to_string(k % 4 + 1) + " lines.\n";
   if (k % 5 == 1) p += "  An indented line.\n";
   const char* const blanks[] = {"\n", " \n", "\r\n", "\n\n"};
   return p + blanks[k % 4];
@@ -37,8 +37,7 @@ std::string paragraph(int k) {
 
 }  // namespace
 
-TEST_CASE("prepare holds out every (1/f)-th paragraph and writes both token files",
-          "[tokenizer][prepare]") {
+TEST_CASE("prepare holds out every (1/f)-th paragraph and writes both token files", "[tokenizer][prepare]") {
   std::string text;
   std::string want_train, want_val;
   for (int k = 0; k < 400; ++k) {

@@ -61,8 +61,7 @@ TEST_CASE("chunks tile the text, blocks cut at sure chunk starts pre-tokenize al
     std::string text(n, ' ');
     const bool long_runs = trial % 3 == 0;
     for (size_t i = 0; i < n; ++i)
-      text[i] = long_runs && i > 0 && rng() % 20 != 0 ? text[i - 1]
-                                                       : alphabet[rng() % sizeof(alphabet)];
+      text[i] = long_runs && i > 0 && rng() % 20 != 0 ? text[i - 1] : alphabet[rng() % sizeof(alphabet)];
     const std::vector<std::string_view> chunks = pretokenize(text);
     std::set<size_t> starts;
     std::string joined;

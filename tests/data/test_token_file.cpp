@@ -7,8 +7,8 @@
 
 #include "core/check.h"
 #include "data/batch_loader.h"
-#include "data/token_file.h"
 #include "data/data_helpers.h"
+#include "data/token_file.h"
 
 namespace shamn {
 namespace {
@@ -46,28 +46,41 @@ TEST_CASE("bad token files give errors naming the file and the offset", "[data][
   };
   const std::vector<uint32_t> ten(10, 7);
   const std::vector<Case> cases = {
-      {"wrong_magic.bin", llmc_bytes(12345, 1, 10, ten), TokenFormat::llmc,
-       {"bad magic 12345 at offset 0"}},
-      {"wrong_version.bin", llmc_bytes(kTokenMagicU16, 2, 10, ten), TokenFormat::llmc,
+      {"wrong_magic.bin", llmc_bytes(12345, 1, 10, ten), TokenFormat::llmc, {"bad magic 12345 at offset 0"}},
+      {"wrong_version.bin",
+       llmc_bytes(kTokenMagicU16, 2, 10, ten),
+       TokenFormat::llmc,
        {"version 2 at offset 4", "expected 1"}},
-      {"wrong_version_u32.bin", llmc_bytes(kTokenMagicU32, 1, 10, ten, 4), TokenFormat::llmc,
+      {"wrong_version_u32.bin",
+       llmc_bytes(kTokenMagicU32, 1, 10, ten, 4),
+       TokenFormat::llmc,
        {"version 1 at offset 4", "expected 7"}},
-      {"short_header.bin", std::vector<uint8_t>(500, 1), TokenFormat::llmc,
+      {"short_header.bin",
+       std::vector<uint8_t>(500, 1),
+       TokenFormat::llmc,
        {"is 500 bytes, shorter than llm.c's 1024-byte header"}},
-      {"truncated.bin", llmc_bytes(kTokenMagicU16, 1, 20, ten), TokenFormat::llmc,
-       {"is truncated", "(offset 8) says 20 tokens", "ending at byte 1064",
-        "file ends at byte 1044"}},
-      {"mismatch.bin", llmc_bytes(kTokenMagicU16, 1, 4, ten), TokenFormat::llmc,
+      {"truncated.bin",
+       llmc_bytes(kTokenMagicU16, 1, 20, ten),
+       TokenFormat::llmc,
+       {"is truncated", "(offset 8) says 20 tokens", "ending at byte 1064", "file ends at byte 1044"}},
+      {"mismatch.bin",
+       llmc_bytes(kTokenMagicU16, 1, 4, ten),
+       TokenFormat::llmc,
        {"size mismatch", "(offset 8) says 4 tokens", "12 unexpected bytes from offset 1032"}},
-      {"negative.bin", llmc_bytes(kTokenMagicU16, 1, -3, ten), TokenFormat::llmc,
+      {"negative.bin",
+       llmc_bytes(kTokenMagicU16, 1, -3, ten),
+       TokenFormat::llmc,
        {"negative token count -3 at offset 8"}},
-      {"no_tokens.bin", llmc_bytes(kTokenMagicU16, 1, 0, {}), TokenFormat::llmc,
-       {"holds no tokens"}},
+      {"no_tokens.bin", llmc_bytes(kTokenMagicU16, 1, 0, {}), TokenFormat::llmc, {"holds no tokens"}},
       {"empty.bin", {}, TokenFormat::llmc, {"is empty (0 bytes)"}},
       {"empty_u16.bin", {}, TokenFormat::u16, {"is empty (0 bytes)"}},
-      {"odd.bin", {1, 0, 2, 0, 3, 0, 4}, TokenFormat::u16,
+      {"odd.bin",
+       {1, 0, 2, 0, 3, 0, 4},
+       TokenFormat::u16,
        {"is 7 bytes, an odd size", "byte at offset 6 is half a token"}},
-      {"llmc_as_u16.bin", llmc_bytes(kTokenMagicU16, 1, 10, ten), TokenFormat::u16,
+      {"llmc_as_u16.bin",
+       llmc_bytes(kTokenMagicU16, 1, 10, ten),
+       TokenFormat::u16,
        {"starts with llm.c's magic", "format llmc"}},
   };
   for (const Case& c : cases) {
@@ -81,14 +94,12 @@ TEST_CASE("bad token files give errors naming the file and the offset", "[data][
     }
   }
   const std::string absent = (dir / "absent.bin").string();
-  CHECK_THROWS_WITH(TokenFile(absent),
-                    Catch::Contains("cannot open token file '" + absent + "'") &&
-                        Catch::Contains("No such file"));
+  CHECK_THROWS_WITH(TokenFile(absent), Catch::Contains("cannot open token file '" + absent + "'") &&
+                                           Catch::Contains("No such file"));
   CHECK_THROWS_WITH(TokenFile(dir.string()), Catch::Contains("is not a regular file"));
 }
 
-TEST_CASE("a token >= vocab or a window past the end names the file and offset",
-          "[data][token_file]") {
+TEST_CASE("a token >= vocab or a window past the end names the file and offset", "[data][token_file]") {
   const auto dir = data_temp_dir("bad_tokens");
   const std::string llmc = (dir / "llmc.bin").string();
   write_token_file(llmc, {1, 2, 300, 4, 5});
@@ -97,8 +108,7 @@ TEST_CASE("a token >= vocab or a window past the end names the file and offset",
   CHECK_THROWS_AS(file.window(0, 5, 256), InputError);
   CHECK_THROWS_WITH(file.window(1, 3, 256),
                     Catch::Contains("'" + llmc + "'") && Catch::Contains("token 300 at index 2") &&
-                        Catch::Contains("byte offset 1028") &&
-                        Catch::Contains(">= vocab_size 256"));
+                        Catch::Contains("byte offset 1028") && Catch::Contains(">= vocab_size 256"));
   CHECK(file.window(0, 5, 301).data<int32_t>()[2] == 300);
   CHECK_THROWS_WITH(file.window(3, 4, 301), Catch::Contains("'" + llmc + "' has 5 tokens") &&
                                                 Catch::Contains("cannot read tokens [3, 7)") &&
@@ -125,8 +135,8 @@ TEST_CASE("check_vocab finds the first token >= vocab anywhere in the file", "[d
   const TokenFile file(path);
   CHECK_NOTHROW(file.check_vocab(901));
   CHECK_THROWS_WITH(file.check_vocab(900), Catch::Contains("token 900 at index 199999"));
-  CHECK_THROWS_WITH(file.check_vocab(300), Catch::Contains("token 500 at index 150001") &&
-                                               Catch::Contains("byte offset 301026"));
+  CHECK_THROWS_WITH(file.check_vocab(300),
+                    Catch::Contains("token 500 at index 150001") && Catch::Contains("byte offset 301026"));
   CHECK_NOTHROW(file.check_vocab(65536));
 }
 
@@ -146,8 +156,7 @@ TEST_CASE("headerless u16 files read as raw tokens", "[data][token_file]") {
   CHECK(w.data<int32_t>()[2] == 9);
 }
 
-TEST_CASE("write_token_file round-trips uint16 and uint32 (version 7) tokens",
-          "[data][token_file]") {
+TEST_CASE("write_token_file round-trips uint16 and uint32 (version 7) tokens", "[data][token_file]") {
   const auto dir = data_temp_dir("roundtrip");
   std::mt19937 gen(3);
   for (const uint32_t max_token : {uint32_t{65535}, uint32_t{1} << 20}) {
@@ -171,8 +180,7 @@ TEST_CASE("write_token_file round-trips uint16 and uint32 (version 7) tokens",
   CHECK(directory_names(dir) == std::vector<std::string>{"max1048576.bin", "max65535.bin"});
 }
 
-TEST_CASE("write_token_file replaces atomically and leaves nothing behind on error",
-          "[data][token_file]") {
+TEST_CASE("write_token_file replaces atomically and leaves nothing behind on error", "[data][token_file]") {
   const auto dir = data_temp_dir("atomic");
   const std::string path = (dir / "tokens.bin").string();
   write_token_file(path, {1, 2, 3});
@@ -195,9 +203,8 @@ TEST_CASE("token formats are named llmc and u16", "[data][token_file]") {
   CHECK(token_format_from_string("llmc") == TokenFormat::llmc);
   CHECK(token_format_from_string("u16") == TokenFormat::u16);
   CHECK_THROWS_AS(token_format_from_string("bin"), InputError);
-  CHECK_THROWS_WITH(token_format_from_string("bin"), Catch::Contains("'bin'") &&
-                                                         Catch::Contains("llmc") &&
-                                                         Catch::Contains("u16"));
+  CHECK_THROWS_WITH(token_format_from_string("bin"),
+                    Catch::Contains("'bin'") && Catch::Contains("llmc") && Catch::Contains("u16"));
 }
 
 // The file is mapped, never copied: sampling batches from a 64 MB file must not add
@@ -207,8 +214,7 @@ TEST_CASE("token formats are named llmc and u16", "[data][token_file]") {
 // MADV_RANDOM does not turn off), so 16000 random windows map nearly all of it
 // (measured: VmRSS +64 MB, RssAnon +0). Those pages are shared and reclaimable; a copy
 // would be anonymous.
-TEST_CASE("sampling from a mapped token file does not copy it into RAM",
-          "[data][token_file][rss]") {
+TEST_CASE("sampling from a mapped token file does not copy it into RAM", "[data][token_file][rss]") {
   const auto dir = data_temp_dir("rss");
   const std::string path = (dir / "big.bin").string();
   const int64_t count = int64_t{32} << 20;  // 64 MB of uint16 tokens

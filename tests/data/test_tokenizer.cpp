@@ -8,8 +8,8 @@
 #include "core/check.h"
 #include "core/parallel.h"
 #include "data/pretokenize.h"
-#include "data/tokenizer.h"
 #include "data/text_samples.h"
+#include "data/tokenizer.h"
 #include "helpers.h"
 
 using namespace shamn;
@@ -20,7 +20,8 @@ namespace {
 // lowest merge rank (the leftmost one on a tie) until no pair is a merge.
 std::vector<uint32_t> reference_encode(const std::vector<Merge>& merges, std::string_view text) {
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> rank;
-  for (uint32_t i = 0; i < merges.size(); ++i) rank.emplace(std::make_pair(merges[i].left, merges[i].right), i);
+  for (uint32_t i = 0; i < merges.size(); ++i)
+    rank.emplace(std::make_pair(merges[i].left, merges[i].right), i);
   std::vector<uint32_t> out;
   for (std::string_view chunk : pretokenize(text)) {
     std::vector<uint32_t> s;
@@ -106,8 +107,7 @@ TEST_CASE("BPE training gives the merges worked out by hand", "[tokenizer]") {
 
   // Ties go to the smallest (left, right): chunks "xy" " yx" hold (x y), (' ' y),
   // (y x) once each; (' ' y) = (32, 121) is smallest; then (x y) beats (256 x).
-  CHECK(Tokenizer::train("xy yx", 300).merges() ==
-        std::vector<Merge>{{' ', 'y'}, {'x', 'y'}, {256, 'x'}});
+  CHECK(Tokenizer::train("xy yx", 300).merges() == std::vector<Merge>{{' ', 'y'}, {'x', 'y'}, {256, 'x'}});
 
   // Chunks "aaaa" " aaaa": (a a) 6 times; merged left to right each becomes
   // two 256s, so (256 256) follows with 2, ahead of (' ' 256) with 1.
@@ -123,8 +123,8 @@ TEST_CASE("BPE training matches the slow reference trainer", "[tokenizer]") {
   const std::string bytes = test::random_bytes(20000, 12);
   CHECK(Tokenizer::train(bytes, 500).merges() == reference_train(bytes, 500));
   // Long runs: overlapping pairs and chunks cut at kMaxChunkBytes.
-  const std::string runs = std::string(300, 'a') + " " + std::string(77, 'a') + "b" +
-                           std::string(130, ' ') + "ababab abab" + std::string(9, '7');
+  const std::string runs = std::string(300, 'a') + " " + std::string(77, 'a') + "b" + std::string(130, ' ') +
+                           "ababab abab" + std::string(9, '7');
   CHECK(Tokenizer::train(runs, 400).merges() == reference_train(runs, 400));
 }
 
@@ -160,8 +160,8 @@ TEST_CASE("decode(encode(x)) == x for any bytes", "[tokenizer]") {
 TEST_CASE("decode rejects ids outside the vocabulary", "[tokenizer]") {
   const Tokenizer& tok = prose_tokenizer();
   const std::vector<uint32_t> ids{72, 105, static_cast<uint32_t>(tok.vocab_size())};
-  CHECK_THROWS_WITH(tok.decode(ids), Catch::Contains("token id 1000 at index 2") &&
-                                         Catch::Contains("vocab_size 1000"));
+  CHECK_THROWS_WITH(tok.decode(ids),
+                    Catch::Contains("token id 1000 at index 2") && Catch::Contains("vocab_size 1000"));
   CHECK_THROWS_AS(tok.token_bytes(5000), InputError);
   CHECK(tok.token_bytes(65) == "A");
 }

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/check.h"
-#include "data/tokenizer.h"
 #include "data/text_samples.h"
+#include "data/tokenizer.h"
 
 using namespace shamn;
 
@@ -93,6 +93,5 @@ TEST_CASE("malformed tokenizer files name the file and line", "[tokenizer][file]
     CHECK_THROWS_WITH(Tokenizer::load(path), Catch::Contains(path + ":" + std::to_string(c.line) + ": ") &&
                                                  Catch::Contains(c.message));
   }
-  CHECK_THROWS_WITH(Tokenizer::load(temp_path("absent.bpe")),
-                    Catch::Contains("cannot open tokenizer file"));
+  CHECK_THROWS_WITH(Tokenizer::load(temp_path("absent.bpe")), Catch::Contains("cannot open tokenizer file"));
 }

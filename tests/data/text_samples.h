@@ -12,12 +12,11 @@ namespace shamn::test {
 // a sentence per line and a blank line between paragraphs, like the Brown text.
 inline std::string prose(size_t bytes, uint32_t seed) {
   static const char* const kWords[] = {
-      "the",   "of",     "and",    "to",     "a",       "in",    "that",   "is",
-      "was",   "he",     "for",    "it",     "with",    "as",    "his",    "on",
-      "be",    "at",     "by",     "had",    "jury",    "said",  "county", "election",
-      "city",  "state",  "would",  "there",  "their",   "which", "about",  "people",
-      "café",  "naïve",  "über",   "señor",  "résumé",  "Zürich", "don't", "it's",
-      "money", "twenty", "school", "tax",    "program", "new",   "years",  "government"};
+      "the",   "of",     "and",    "to",       "a",       "in",    "that",   "is",        "was",   "he",
+      "for",   "it",     "with",   "as",       "his",     "on",    "be",     "at",        "by",    "had",
+      "jury",  "said",   "county", "election", "city",    "state", "would",  "there",     "their", "which",
+      "about", "people", "café",   "naïve",    "über",    "señor", "résumé", "Zürich",    "don't", "it's",
+      "money", "twenty", "school", "tax",      "program", "new",   "years",  "government"};
   static const char* const kPunct[] = {",", ",", ";", ":", " -", "", "", ""};
   std::mt19937 rng(seed);
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
@@ -32,7 +31,8 @@ inline std::string prose(size_t bytes, uint32_t seed) {
           out += std::to_string(rng() % (pick(2) ? 100 : 1000000));
         } else {
           std::string word = kWords[pick(std::size(kWords))];
-          if (w == 0 || pick(10) == 0) word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
+          if (w == 0 || pick(10) == 0)
+            word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
           if (pick(15) == 0) word = "\"" + word + "\"";
           out += word;
         }
@@ -49,7 +49,7 @@ inline std::string prose(size_t bytes, uint32_t seed) {
 // Bytes of every value, skewed towards a few (0, 0xFF, '\r', ' ', 'a', invalid
 // UTF-8 lead bytes) so that trained merges cover them.
 inline std::string random_bytes(size_t n, uint32_t seed) {
-  static const unsigned char kFavourites[] = {0x00, 0xFF, '\r', '\n', ' ', 'a', 'b', '7',
+  static const unsigned char kFavourites[] = {0x00, 0xFF, '\r', '\n', ' ', 'a',  'b', '7',
                                               0xC3, 0xE2, 0x80, 0xBF, '.', '\t', 0x01};
   std::mt19937 rng(seed);
   std::string out(n, '\0');

@@ -2,8 +2,8 @@
 // nonlinear target.
 #include <catch2/catch.hpp>
 
-#include "helpers.h"
 #include "examples/mlp_demo/mlp_demo.h"
+#include "helpers.h"
 
 using namespace shamn;
 
@@ -14,8 +14,7 @@ TEST_CASE("a small MLP fits a nonlinear target", "[train][e2e]") {
   // The bound: the best linear model leaves most of the variance unexplained
   // (the target has sin*cos and product terms); a working MLP must cut that
   // residual by 20x or more. At init the loss is about the target variance.
-  INFO("eval mse " << r.eval_mse << ", linear " << r.linear_mse << ", variance "
-                   << r.target_variance);
+  INFO("eval mse " << r.eval_mse << ", linear " << r.linear_mse << ", variance " << r.target_variance);
   CHECK(r.linear_mse > 0.5 * r.target_variance);
   CHECK(r.eval_mse < 0.05 * r.linear_mse);
   CHECK(r.train_loss.back() < 0.1 * r.train_loss.front());

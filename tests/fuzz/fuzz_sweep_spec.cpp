@@ -9,10 +9,10 @@
 #include <string>
 
 #include "core/check.h"
+#include "sweep/sweep_spec.h"
 #include "tests/fuzz/fuzz_fail.h"
 #include "tests/fuzz/fuzz_scratch.h"
 #include "tests/fuzz/sweep_base.h"
-#include "sweep/sweep_spec.h"
 
 namespace {
 

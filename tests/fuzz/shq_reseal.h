@@ -36,7 +36,8 @@ inline void shq_reseal(uint8_t* image, size_t size, bool tensor_crcs) {
     }
     h.directory_crc = crc32_bytes(image + h.directory_offset, dir_bytes);
   }
-  if (shq_range_ok(h.config_offset, h.config_bytes, size)) h.config_crc = crc32_bytes(image + h.config_offset, h.config_bytes);
+  if (shq_range_ok(h.config_offset, h.config_bytes, size))
+    h.config_crc = crc32_bytes(image + h.config_offset, h.config_bytes);
   if (shq_range_ok(h.tokenizer_offset, h.tokenizer_bytes, size))
     h.tokenizer_crc = crc32_bytes(image + h.tokenizer_offset, h.tokenizer_bytes);
   std::memcpy(image, &h, sizeof(h));
@@ -44,6 +45,8 @@ inline void shq_reseal(uint8_t* image, size_t size, bool tensor_crcs) {
   std::memcpy(image, &h, sizeof(h));
 }
 
-inline void shq_reseal(std::vector<uint8_t>& image, bool tensor_crcs) { shq_reseal(image.data(), image.size(), tensor_crcs); }
+inline void shq_reseal(std::vector<uint8_t>& image, bool tensor_crcs) {
+  shq_reseal(image.data(), image.size(), tensor_crcs);
+}
 
 }  // namespace shamn::testing

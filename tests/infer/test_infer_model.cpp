@@ -39,7 +39,8 @@ dim = 64
 n_layers = 2
 [model.embed]
 buckets = 40
-)" + extra + R"(
+)" + extra +
+         R"(
 [model.sparse]
 block = 32
 sparsity = 0.5
@@ -60,7 +61,9 @@ struct TestModel {
   std::unique_ptr<Shamn> reference;
 
   explicit TestModel(const std::string& toml, const std::string& name) {
-    dir = (std::filesystem::temp_directory_path() / ("shamn_infer_" + name + "_" + std::to_string(::getpid()))).string();
+    dir =
+        (std::filesystem::temp_directory_path() / ("shamn_infer_" + name + "_" + std::to_string(::getpid())))
+            .string();
     std::filesystem::create_directories(dir);
     checkpoint = dir + "/model.h5";
     config = ModelConfig::from_toml(toml, name);
@@ -146,8 +149,10 @@ TEST_CASE("f32 runtime logits equal the autograd model's", "[infer][runtime]") {
     const InferModel m = tm.runtime(ShqQuant::f32);
     const std::vector<int32_t> tokens = random_tokens(37, tm.config.vocab_size, 1);
     NoGradGuard no_grad;
-    const Tensor ref = tm.reference->logits(
-        Tensor::from_data<int32_t>({1, 37}, std::span<const int32_t>(tokens.data(), tokens.size()))).value();
+    const Tensor ref = tm.reference
+                           ->logits(Tensor::from_data<int32_t>(
+                               {1, 37}, std::span<const int32_t>(tokens.data(), tokens.size())))
+                           .value();
     const std::vector<float> want = ref.to_vector<float>();
     CHECK(max_rel_diff(prefill_logits(m, tokens), want) < 1e-5);
     CHECK(max_rel_diff(decode_logits(m, tokens), want) < 1e-5);
@@ -178,7 +183,8 @@ TEST_CASE("decoding token by token gives the prefill's logits bit for bit", "[in
   }
 }
 
-TEST_CASE("a token's logits depend only on the receptive field, so decode is O(1) in context", "[infer][runtime]") {
+TEST_CASE("a token's logits depend only on the receptive field, so decode is O(1) in context",
+          "[infer][runtime]") {
   const TestModel tm(model_toml(), "field");
   const InferModel m = tm.runtime(ShqQuant::int8);
   const int64_t R = tm.config.n_layers * (tm.config.mixer_kernel - 1) + 1;
@@ -229,8 +235,10 @@ InferModel dequantised_copy(const InferModel& m) {
         const int64_t r = s / per_row, jr = s % per_row * sb + j;
         if (t.dtype == ShqDType::q8_0) b8[j] = static_cast<const BlockQ8*>(t.data)[s * sb + j];
         if (t.dtype == ShqDType::q4_0) b4[j] = static_cast<const BlockQ4*>(t.data)[s * sb + j];
-        if (t.dtype == ShqDType::q8_0x16) b8[j] = tile_block(static_cast<const TileQ8*>(t.data), per_row * sb, r, jr);
-        if (t.dtype == ShqDType::q4_0x16) b4[j] = tile_block(static_cast<const TileQ4*>(t.data), per_row * sb, r, jr);
+        if (t.dtype == ShqDType::q8_0x16)
+          b8[j] = tile_block(static_cast<const TileQ8*>(t.data), per_row * sb, r, jr);
+        if (t.dtype == ShqDType::q4_0x16)
+          b4[j] = tile_block(static_cast<const TileQ4*>(t.data), per_row * sb, r, jr);
       }
       if (t.dtype == ShqDType::q8_0 || t.dtype == ShqDType::q8_0x16)
         dequantize_row_q8(b8.data(), f + s * cols, cols);

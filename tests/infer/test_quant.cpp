@@ -54,10 +54,14 @@ std::vector<float> make_row(int64_t n, Fill fill, uint32_t seed) {
 
 const char* fill_name(Fill f) {
   switch (f) {
-    case Fill::random: return "random";
-    case Fill::zeros: return "zeros";
-    case Fill::extremes: return "extremes";
-    case Fill::outlier: return "outlier";
+    case Fill::random:
+      return "random";
+    case Fill::zeros:
+      return "zeros";
+    case Fill::extremes:
+      return "extremes";
+    case Fill::outlier:
+      return "outlier";
   }
   return "?";
 }
@@ -74,7 +78,8 @@ void check_round_trip(Quantize quantize, Dequantize dequantize, float levels) {
       dequantize(q.data(), y.data(), n);
       for (int64_t b = 0; b < quant_blocks(n); ++b) {
         float amax = 0.0f;
-        for (int64_t i = b * kQuantBlock; i < std::min(n, (b + 1) * kQuantBlock); ++i) amax = std::max(amax, std::fabs(x[i]));
+        for (int64_t i = b * kQuantBlock; i < std::min(n, (b + 1) * kQuantBlock); ++i)
+          amax = std::max(amax, std::fabs(x[i]));
         REQUIRE(q[b].d == amax / levels);
       }
       for (int64_t i = 0; i < n; ++i) {
@@ -94,8 +99,10 @@ double dequantised_dot(const std::vector<W>& w, const std::vector<BlockQ8>& x, d
   for (size_t b = 0; b < w.size(); ++b) {
     for (int i = 0; i < kQuantBlock; ++i) {
       int wi;
-      if constexpr (std::is_same_v<W, BlockQ4>) wi = q4_value(w[b], i);
-      else wi = w[b].q[i];
+      if constexpr (std::is_same_v<W, BlockQ4>)
+        wi = q4_value(w[b], i);
+      else
+        wi = w[b].q[i];
       const double term = double(w[b].d) * wi * double(x[b].d) * x[b].q[i];
       sum += term;
       mag += std::fabs(term);
@@ -138,7 +145,8 @@ TEST_CASE("q8 round trip is within half a step of every value", "[infer][quant]"
   check_round_trip<BlockQ8>(quantize_row_q8, dequantize_row_q8, 127.0f);
 }
 
-TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ties away from zero", "[infer][quant]") {
+TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ties away from zero",
+          "[infer][quant]") {
   KernelGuard guard;
   if (!quant_kernel_supported(QuantKernel::avx2)) {
     WARN("skipping: this CPU lacks AVX2");
@@ -243,45 +251,48 @@ TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot 
   }
 }
 
-TEST_CASE("matvec and dot_rows equal the per-row scalar dot and do not depend on the thread count", "[infer][quant]") {
+TEST_CASE("matvec and dot_rows equal the per-row scalar dot and do not depend on the thread count",
+          "[infer][quant]") {
   KernelGuard guard;
   test::ThreadCountGuard threads;
   const int64_t rows = 101;
   // Short rows (fewer than 8 blocks, as block-sparse rows are) take a batched path.
   for (int64_t bpr : {1, 2, 3, 7, 8, 9, 17})
-  for (QuantKernel k : kAllKernels) {
-    if (!quant_kernel_supported(k)) continue;
-    INFO("kernel " << quant_kernel_name(k) << ", blocks per row " << bpr);
-    const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 1), x = raw_q8(bpr, 2);
-    const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 3);
-    set_quant_kernel(k);
-    std::vector<float> y8_1(rows), y8_2(rows), y4_1(rows), y4_2(rows);
-    set_num_threads(1);
-    matvec_q8(w8.data(), rows, bpr, x.data(), y8_1.data());
-    matvec_q4(w4.data(), rows, bpr, x.data(), y4_1.data());
-    set_num_threads(2);
-    matvec_q8(w8.data(), rows, bpr, x.data(), y8_2.data());
-    matvec_q4(w4.data(), rows, bpr, x.data(), y4_2.data());
-    std::vector<float> rows8(rows), rows4(rows), scalar8(rows), scalar4(rows);
-    dot_rows_q8(w8.data(), rows, bpr, x.data(), rows8.data());
-    dot_rows_q4(w4.data(), rows, bpr, x.data(), rows4.data());
-    set_quant_kernel(QuantKernel::scalar);
-    dot_rows_q8(w8.data(), rows, bpr, x.data(), scalar8.data());
-    dot_rows_q4(w4.data(), rows, bpr, x.data(), scalar4.data());
-    set_quant_kernel(k);
-    for (int64_t r = 0; r < rows; ++r) {
-      CHECK(bits(rows8[r]) == bits(scalar8[r]));
-      CHECK(bits(rows4[r]) == bits(scalar4[r]));
-      CHECK(bits(y8_1[r]) == bits(dot_q8_q8(w8.data() + r * bpr, x.data(), bpr)));
-      CHECK(bits(y4_1[r]) == bits(dot_q4_q8(w4.data() + r * bpr, x.data(), bpr)));
-      CHECK(bits(y8_1[r]) == bits(y8_2[r]));
-      CHECK(bits(y4_1[r]) == bits(y4_2[r]));
+    for (QuantKernel k : kAllKernels) {
+      if (!quant_kernel_supported(k)) continue;
+      INFO("kernel " << quant_kernel_name(k) << ", blocks per row " << bpr);
+      const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 1), x = raw_q8(bpr, 2);
+      const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 3);
+      set_quant_kernel(k);
+      std::vector<float> y8_1(rows), y8_2(rows), y4_1(rows), y4_2(rows);
+      set_num_threads(1);
+      matvec_q8(w8.data(), rows, bpr, x.data(), y8_1.data());
+      matvec_q4(w4.data(), rows, bpr, x.data(), y4_1.data());
+      set_num_threads(2);
+      matvec_q8(w8.data(), rows, bpr, x.data(), y8_2.data());
+      matvec_q4(w4.data(), rows, bpr, x.data(), y4_2.data());
+      std::vector<float> rows8(rows), rows4(rows), scalar8(rows), scalar4(rows);
+      dot_rows_q8(w8.data(), rows, bpr, x.data(), rows8.data());
+      dot_rows_q4(w4.data(), rows, bpr, x.data(), rows4.data());
+      set_quant_kernel(QuantKernel::scalar);
+      dot_rows_q8(w8.data(), rows, bpr, x.data(), scalar8.data());
+      dot_rows_q4(w4.data(), rows, bpr, x.data(), scalar4.data());
+      set_quant_kernel(k);
+      for (int64_t r = 0; r < rows; ++r) {
+        CHECK(bits(rows8[r]) == bits(scalar8[r]));
+        CHECK(bits(rows4[r]) == bits(scalar4[r]));
+        CHECK(bits(y8_1[r]) == bits(dot_q8_q8(w8.data() + r * bpr, x.data(), bpr)));
+        CHECK(bits(y4_1[r]) == bits(dot_q4_q8(w4.data() + r * bpr, x.data(), bpr)));
+        CHECK(bits(y8_1[r]) == bits(y8_2[r]));
+        CHECK(bits(y4_1[r]) == bits(y4_2[r]));
+      }
     }
-  }
 }
 
-TEST_CASE("row-interleaved tiles hold the row-major blocks and every path's dot equals the row-major dot bit for bit",
-          "[infer][quant]") {
+TEST_CASE(
+    "row-interleaved tiles hold the row-major blocks and every path's dot equals the row-major dot bit for "
+    "bit",
+    "[infer][quant]") {
   KernelGuard guard;
   for (int64_t rows : {1, 15, 16, 17, 40})
     for (int64_t bpr : {1, 2, 3, 7, 8, 9, 17}) {

@@ -75,7 +75,8 @@ const std::string& checkpoint_path() {
 const Image& valid_image(ShqQuant quant) {
   static std::map<ShqQuant, Image> images;
   auto it = images.find(quant);
-  if (it == images.end()) it = images.emplace(quant, export_model_image(checkpoint_path(), {quant, ""})).first;
+  if (it == images.end())
+    it = images.emplace(quant, export_model_image(checkpoint_path(), {quant, ""})).first;
   return it->second;
 }
 
@@ -97,7 +98,9 @@ ShqHeader header(const Image& image) {
 
 void set_header(Image& image, const ShqHeader& h) { std::memcpy(image.data(), &h, sizeof(h)); }
 
-size_t entry_at(const Image& image, uint32_t i) { return header(image).directory_offset + i * sizeof(ShqTensorEntry); }
+size_t entry_at(const Image& image, uint32_t i) {
+  return header(image).directory_offset + i * sizeof(ShqTensorEntry);
+}
 
 ShqTensorEntry entry(const Image& image, uint32_t i) {
   ShqTensorEntry e;
@@ -155,7 +158,10 @@ struct Corruption {
 std::vector<Corruption> corruptions() {
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
   std::vector<Corruption> c;
-  c.push_back({"bad magic", [](Image& im) { im[0] = 'X'; return "bad magic"; }});
+  c.push_back({"bad magic", [](Image& im) {
+                 im[0] = 'X';
+                 return "bad magic";
+               }});
   c.push_back({"version 1 (before tiles)", [](Image& im) {
                  patch_header(im, [](ShqHeader& h) { h.version = 1; });
                  return "format version 1";
@@ -179,7 +185,10 @@ std::vector<Corruption> corruptions() {
                    im.resize(keep);
                    return "is " + std::to_string(keep) + " bytes but its header says";
                  }});
-  c.push_back({"trailing byte", [](Image& im) { im.push_back(0); return "(trailing bytes)"; }});
+  c.push_back({"trailing byte", [](Image& im) {
+                 im.push_back(0);
+                 return "(trailing bytes)";
+               }});
   c.push_back({"tensor_count 0", [](Image& im) {
                  patch_header(im, [](ShqHeader& h) { h.tensor_count = 0; });
                  return "tensor_count 0 is out of range";
@@ -281,12 +290,14 @@ std::vector<Corruption> corruptions() {
                }});
   c.push_back({"overlapping tensors", [](Image& im) {
                  const uint64_t at = entry(im, 0).offset;
-                 patch_entry(im, entry(im, 1).name, [at](ShqTensorEntry& e) { e.offset = at; }, true);
+                 patch_entry(
+                     im, entry(im, 1).name, [at](ShqTensorEntry& e) { e.offset = at; }, true);
                  return "overlaps tensor '";
                }});
   c.push_back({"tensor overlapping the config", [](Image& im) {
                  const uint64_t config = header(im).config_offset / 64 * 64;
-                 patch_entry(im, kGain, [config](ShqTensorEntry& e) { e.offset = config; }, true);
+                 patch_entry(
+                     im, kGain, [config](ShqTensorEntry& e) { e.offset = config; }, true);
                  return "overlaps";
                }});
   c.push_back({"shape that disagrees with the config", [](Image& im) {
@@ -298,7 +309,8 @@ std::vector<Corruption> corruptions() {
                  return "tensor '" + kGain + "' has shape [16, 4] but the config implies [64]";
                }});
   c.push_back({"dtype the runtime cannot use", [](Image& im) {
-                 patch_entry(im, kGain, [](ShqTensorEntry& e) { e.dtype = static_cast<uint32_t>(ShqDType::i32); });
+                 patch_entry(im, kGain,
+                             [](ShqTensorEntry& e) { e.dtype = static_cast<uint32_t>(ShqDType::i32); });
                  return "tensor '" + kGain + "' has dtype i32";
                }});
   for (const std::string& name : {kColIndex, std::string("embed.bucket_index")})

@@ -13,8 +13,8 @@ using namespace shamn;
 
 namespace {
 
-MoeOptions tiny_moe(int64_t dim = 16, int64_t groups = 2, int64_t per_group = 3,
-                    int64_t group_k = 1, int64_t k = 2) {
+MoeOptions tiny_moe(int64_t dim = 16, int64_t groups = 2, int64_t per_group = 3, int64_t group_k = 1,
+                    int64_t k = 2) {
   MoeOptions o;
   o.dim = dim;
   o.groups = groups;
@@ -87,8 +87,8 @@ Reference reference_moe(const HierarchicalMoE& moe, const Tensor& u) {
       BlockSparseDims dd{o.hidden, o.dim, o.down.block, o.down.active_blocks()};
       std::vector<double> h(o.hidden), y(o.dim);
       block_sparse_forward_naive(h.data(), x, p[pre + "up.values"].data<double>(),
-                                 b[pre + "up.col_index"].data<int32_t>(),
-                                 p[pre + "up.bias"].data<double>(), 1, du);
+                                 b[pre + "up.col_index"].data<int32_t>(), p[pre + "up.bias"].data<double>(),
+                                 1, du);
       for (double& v : h) v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
       block_sparse_forward_naive(y.data(), h.data(), p[pre + "down.values"].data<double>(),
                                  b[pre + "down.col_index"].data<int32_t>(),

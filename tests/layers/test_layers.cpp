@@ -12,8 +12,7 @@ using namespace shamn;
 namespace {
 
 // Checks d(f)/d(input) and d(f)/d(every parameter) of a module in double.
-void check_module(Module& m, const Var& input, const std::function<Var()>& f,
-                  int directions = 0) {
+void check_module(Module& m, const Var& input, const std::function<Var()>& f, int directions = 0) {
   m.to(DType::f64);
   std::vector<Var> leaves;
   if (input.defined()) leaves.push_back(input);
@@ -106,7 +105,8 @@ TEST_CASE("Shamn model gradient check (random directions)", "[layers][gradcheck]
   model.init(9);
   const Tensor tokens = test::random_indices({2, 6}, 97, 9);
   const Tensor targets = test::random_indices({2, 6}, 97, 10);
-  check_module(model, Var(), [&] { return model.loss(tokens, targets).loss; }, 3);
+  check_module(
+      model, Var(), [&] { return model.loss(tokens, targets).loss; }, 3);
 }
 
 TEST_CASE("Shamn parameter names and shapes follow SPEC section 4", "[layers][model]") {

@@ -16,8 +16,7 @@ namespace {
 struct ScalarAdamW {
   double theta, m = 0, v = 0;
   int t = 0;
-  void step(double g, double lr, double wd, double b1 = 0.9, double b2 = 0.999,
-            double eps = 1e-8) {
+  void step(double g, double lr, double wd, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8) {
     ++t;
     m = b1 * m + (1 - b1) * g;
     v = b2 * v + (1 - b2) * g * g;
@@ -67,25 +66,21 @@ TEST_CASE("AdamW over several steps with two groups follows SPEC 3", "[optim][ad
   options.eps = 1e-6;
   AdamW opt({{"decay", {{"a", a}}, 0.05}, {"no_decay", {{"b", b}}, 0.0}}, options);
   std::vector<ScalarAdamW> ref{{0.3f}, {-0.7f}, {1.2f}, {0.05f}};
-  const double grads[4][4] = {{0.2, -1.0, 0.03, 0.4},
-                              {-0.1, -0.5, 0.06, -0.2},
-                              {0.3, 0.7, -0.02, 0.1},
-                              {0.0, 0.1, 0.01, -0.3}};
+  const double grads[4][4] = {
+      {0.2, -1.0, 0.03, 0.4}, {-0.1, -0.5, 0.06, -0.2}, {0.3, 0.7, -0.02, 0.1}, {0.0, 0.1, 0.01, -0.3}};
   const double lrs[4] = {0.01, 0.02, 0.015, 0.005};
   for (int s = 0; s < 4; ++s) {
     set_grad(a, {float(grads[s][0]), float(grads[s][1]), float(grads[s][2])});
     set_grad(b, {float(grads[s][3])});
     opt.step(lrs[s]);
-    for (int i = 0; i < 4; ++i)
-      ref[i].step(float(grads[s][i]), lrs[s], i < 3 ? 0.05 : 0.0, 0.8, 0.95, 1e-6);
+    for (int i = 0; i < 4; ++i) ref[i].step(float(grads[s][i]), lrs[s], i < 3 ? 0.05 : 0.0, 0.8, 0.95, 1e-6);
   }
   CHECK(opt.step_count() == 4);
   for (int i = 0; i < 3; ++i) CHECK(a.value().item(i) == Approx(ref[i].theta).margin(1e-6));
   CHECK(b.value().item(0) == Approx(ref[3].theta).margin(1e-6));
 }
 
-TEST_CASE("global gradient-norm clipping, then AdamW on the clipped gradient",
-          "[optim][adamw][clip]") {
+TEST_CASE("global gradient-norm clipping, then AdamW on the clipped gradient", "[optim][adamw][clip]") {
   Var a = param({1.0f, 1.0f});
   Var b = param({-1.0f});
   std::vector<NamedVar> params{{"a", a}, {"b", b}};
@@ -134,10 +129,10 @@ TEST_CASE("weight decay groups follow SPEC 3", "[optim][adamw]") {
   for (const auto& p : groups[1].params) no_decay.push_back(p.name);
   CHECK(groups[0].weight_decay == 0.1);
   CHECK(groups[1].weight_decay == 0.0);
-  CHECK(decay == std::vector<std::string>{"embed.table", "layers.0.mixer.conv",
-                                          "layers.0.mixer.out.values", "layers.0.memory.keys1"});
-  CHECK(no_decay == std::vector<std::string>{"embed.importance", "layers.0.mix_norm.gain",
-                                             "layers.0.mixer.out.bias"});
+  CHECK(decay == std::vector<std::string>{"embed.table", "layers.0.mixer.conv", "layers.0.mixer.out.values",
+                                          "layers.0.memory.keys1"});
+  CHECK(no_decay ==
+        std::vector<std::string>{"embed.importance", "layers.0.mix_norm.gain", "layers.0.mixer.out.bias"});
 }
 
 TEST_CASE("AdamW state saved and restored continues identically", "[optim][adamw]") {
@@ -164,8 +159,7 @@ TEST_CASE("AdamW state saved and restored continues identically", "[optim][adamw
   CHECK(bitwise_equal(full_p.value(), rest_p.value()));
 
   AdamW other({{"d", {{"q", param({0.0f})}}, 0.0}});
-  CHECK_THROWS_WITH(other.load_state(1, full_opt->state_tensors()),
-                    Catch::Contains("missing tensor 'm.q'"));
+  CHECK_THROWS_WITH(other.load_state(1, full_opt->state_tensors()), Catch::Contains("missing tensor 'm.q'"));
   AdamW wrong_shape({{"d", {{"p", param({0.0f})}}, 0.0}});
   CHECK_THROWS_WITH(wrong_shape.load_state(1, full_opt->state_tensors()),
                     Catch::Contains("tensor 'm.p' is f32[3]"));
@@ -182,6 +176,5 @@ TEST_CASE("linear warm-up then cosine decay to min_lr", "[optim][schedule]") {
   CHECK(s.at(500) == Approx(0.1));
   for (int i = 11; i < 110; ++i) CHECK(s.at(i) < s.at(i - 1));
   CHECK_THROWS_WITH((LrSchedule{1.0, 2.0, 0, 10}.validate()), Catch::Contains("optim.min_lr"));
-  CHECK_THROWS_WITH((LrSchedule{1.0, 0.0, 20, 10}.validate()),
-                    Catch::Contains("optim.warmup_steps"));
+  CHECK_THROWS_WITH((LrSchedule{1.0, 0.0, 20, 10}.validate()), Catch::Contains("optim.warmup_steps"));
 }

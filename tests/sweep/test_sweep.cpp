@@ -52,10 +52,11 @@ std::string expand_error(const fs::path& dir, const std::string& body) {
 
 TEST_CASE("a sweep expands to axes x seeds points with stable names and resolved configs", "[sweep]") {
   const fs::path dir = sweep_dir("expand");
-  const SweepSpec spec = spec_of(dir,
-                                 "[sweep]\nbase = \"base.toml\"\nout_dir = \"out\"\nseeds = [1, 2, 3]\n"
-                                 "[sweep.set]\ntrain.max_steps = 7\n"
-                                 "[sweep.axes]\nmodel.sparse.sparsity = [0.0, 0.75]\nmodel.memory.size = [256, 1024]\n");
+  const SweepSpec spec =
+      spec_of(dir,
+              "[sweep]\nbase = \"base.toml\"\nout_dir = \"out\"\nseeds = [1, 2, 3]\n"
+              "[sweep.set]\ntrain.max_steps = 7\n"
+              "[sweep.axes]\nmodel.sparse.sparsity = [0.0, 0.75]\nmodel.memory.size = [256, 1024]\n");
   CHECK(spec.base == (dir / "base.toml").string());
   REQUIRE(spec.axes.size() == 2);
   CHECK(spec.axes[0].key == "model.sparse.sparsity");  // file order, not alphabetical
@@ -100,7 +101,8 @@ TEST_CASE("bad sweep files are errors naming the sweep file and the key", "[swee
       {"[other]\n" + head, "unknown top-level key 'other'"},
       {"[sweep]\nout_dir = \"o\"\n", "sweep.base"},
       {"[sweep]\nbase = \"nope.toml\"\nout_dir = \"o\"\n", "sweep.base: the base config"},
-      {head + "[sweep.axes]\nmodel.sparse.sparsity = []\n", "sweep.axes.model.sparse.sparsity must be a non-empty"},
+      {head + "[sweep.axes]\nmodel.sparse.sparsity = []\n",
+       "sweep.axes.model.sparse.sparsity must be a non-empty"},
       {head + "[sweep.axes]\nmodel.sparse.spars = [0.1]\n", "'model.sparse.spars' is not a run config key"},
       {head + "[sweep.set]\ntrain.steps = 3\n", "sweep.set.train.steps"},
       {head + "[sweep.axes]\nmodel.sparse.sparsity = [1, 2]\n", "sweep.axes.model.sparse.sparsity"},
@@ -138,10 +140,12 @@ TEST_CASE("FLOPs per token follow the documented formula and fall with sparsity"
   CHECK(count_flops(c).train_per_token == 6 * macs);
   ModelConfig untied = c;
   untied.tie_head = false;  // a dense V x D head
-  CHECK(count_flops(untied).forward_per_token - count_flops(c).forward_per_token == 2 * (64 * 64 - (32 * 64 + 64 * 2)));
+  CHECK(count_flops(untied).forward_per_token - count_flops(c).forward_per_token ==
+        2 * (64 * 64 - (32 * 64 + 64 * 2)));
   ModelConfig sparse = c;
   sparse.sparsity = 0.75;  // a = 1 block of 4
-  CHECK(count_flops(c).forward_per_token - count_flops(sparse).forward_per_token == 2 * 2 * 3 * (64 * 16) * 5);
+  CHECK(count_flops(c).forward_per_token - count_flops(sparse).forward_per_token ==
+        2 * 2 * 3 * (64 * 16) * 5);
 }
 
 TEST_CASE("results.csv, summary.md and the plot data from sweep rows", "[sweep]") {
@@ -198,7 +202,8 @@ TEST_CASE("the shipped sweep files expand to distinct models", "[sweep]") {
   const std::vector<SweepPoint> sparsity = expand_sweep(SweepSpec::from_file(dir + "sparsity.toml"));
   REQUIRE(sparsity.size() == 15);
   std::vector<int64_t> blocks;
-  for (size_t i = 0; i < sparsity.size(); i += 3) blocks.push_back(sparsity[i].config.model.mixer().out.active_blocks());
+  for (size_t i = 0; i < sparsity.size(); i += 3)
+    blocks.push_back(sparsity[i].config.model.mixer().out.active_blocks());
   CHECK(blocks == std::vector<int64_t>{16, 8, 4, 2, 1});
   CHECK(sparsity[14].name == "sparse.sparsity=0.95,seed=3");
 }

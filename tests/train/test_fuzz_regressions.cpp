@@ -17,12 +17,12 @@
 #include "core/hdf5_file.h"
 #include "layers/shamn_model.h"
 #include "optim/adamw.h"
+#include "sweep/sweep_spec.h"
 #include "tests/fuzz/checkpoint_model.h"
 #include "tests/fuzz/regression_files.h"
 #include "tests/fuzz/sweep_base.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
-#include "sweep/sweep_spec.h"
 #include "train/train_checkpoint.h"
 
 namespace shamn {
@@ -115,7 +115,8 @@ TEST_CASE("model configs near the int64 limits are refused without overflow", "[
             .sqrt_size() == 3037000499);
   // A vocabulary near 2^63 with no bucket count: the derived count saturates, no UB.
   CHECK(ModelConfig::from_toml("[model]\nvocab_size = 9223372036854775807\ndim = 64\nn_layers = 2\n\n"
-                               "[model.embed]\nsparsity = 0.0\n", "cfg")
+                               "[model.embed]\nsparsity = 0.0\n",
+                               "cfg")
             .embed()
             .buckets == 9223372036854775807);
 }
@@ -172,15 +173,15 @@ TEST_CASE("a sweep of more than kMaxSweepPoints points is refused at parse time"
   for (int i = 0; i < 101; ++i) values += (i ? ", " : "") + std::to_string(i);
   const std::string path = (dir / "sweep.toml").string();
   // 101 x 101 = 10201 > 10000: the second axis crosses the limit.
-  std::ofstream(path) << head << "[sweep.axes]\ntrain.batch_size = [" << values
-                      << "]\ntrain.seq_len = [" << values << "]\n";
-  CHECK_THROWS_WITH(SweepSpec::from_file(path),
-                    Catch::Contains(path) && Catch::Contains("sweep.axes.train.seq_len") &&
-                        Catch::Contains("more than 10000 points"));
+  std::ofstream(path) << head << "[sweep.axes]\ntrain.batch_size = [" << values << "]\ntrain.seq_len = ["
+                      << values << "]\n";
+  CHECK_THROWS_WITH(SweepSpec::from_file(path), Catch::Contains(path) &&
+                                                    Catch::Contains("sweep.axes.train.seq_len") &&
+                                                    Catch::Contains("more than 10000 points"));
   // 100 x 100 is allowed, and counted.
   values = values.substr(0, values.rfind(','));
-  std::ofstream(path) << head << "[sweep.axes]\ntrain.batch_size = [" << values
-                      << "]\ntrain.seq_len = [" << values << "]\n";
+  std::ofstream(path) << head << "[sweep.axes]\ntrain.batch_size = [" << values << "]\ntrain.seq_len = ["
+                      << values << "]\n";
   CHECK(sweep_point_count(SweepSpec::from_file(path)) == 10000);
   std::ofstream(path) << head << "seeds = [1, 2, 3]\n";
   CHECK(sweep_point_count(SweepSpec::from_file(path)) == 3);

@@ -13,8 +13,10 @@
 
 using namespace shamn;
 
-TEST_CASE("a failed metrics append is an error, and a resume drops the torn record", "[train][metrics][fault]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("shamn_test_metrics_" + std::to_string(::getpid()));
+TEST_CASE("a failed metrics append is an error, and a resume drops the torn record",
+          "[train][metrics][fault]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("shamn_test_metrics_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "metrics.jsonl").string();
   {

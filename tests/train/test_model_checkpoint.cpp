@@ -3,9 +3,9 @@
 
 #include "core/hdf5_file.h"
 #include "helpers.h"
-#include "train_fixture.h"
 #include "layers/shamn_model.h"
 #include "train/model_checkpoint.h"
+#include "train_fixture.h"
 
 using namespace shamn;
 
@@ -59,15 +59,15 @@ TEST_CASE("loading rejects missing, extra and mis-shaped tensors by name", "[tra
   Shamn target(config);
   {
     Hdf5Reader r(write_with("missing.h5", [](Hdf5Writer&) {}));
-    CHECK_THROWS_WITH(load_model_tensors(r, target),
-                      Catch::Contains("missing tensor 'layers.1.mixer.conv'"));
+    CHECK_THROWS_WITH(load_model_tensors(r, target), Catch::Contains("missing tensor 'layers.1.mixer.conv'"));
   }
   {
     Hdf5Reader r(write_with("shape.h5", [](Hdf5Writer& w) {
       w.write_tensor("/model/layers/1/mixer/conv", Tensor::zeros({16, 3}));
     }));
-    CHECK_THROWS_WITH(load_model_tensors(r, target),
-                      Catch::Contains("tensor 'layers.1.mixer.conv' has shape [16, 3] but the model needs [16, 4]"));
+    CHECK_THROWS_WITH(
+        load_model_tensors(r, target),
+        Catch::Contains("tensor 'layers.1.mixer.conv' has shape [16, 3] but the model needs [16, 4]"));
   }
   {
     Hdf5Reader r(write_with("extra.h5", [](Hdf5Writer& w) {

@@ -15,14 +15,14 @@ namespace {
 
 // A complete, valid config; cases below append to or replace parts of it.
 const std::string kModel =
-    "[model]\nvocab_size = 512\ndim = 64\nn_layers = 2\n"            // lines 1-4
+    "[model]\nvocab_size = 512\ndim = 64\nn_layers = 2\n"             // lines 1-4
     "[model.sparse]\nblock = 16\n"                                    // 5-6
     "[model.memory]\nsize = 256\ntopk = 4\n"                          // 7-9
     "[model.moe]\ngroups = 2\nexperts_per_group = 2\nhidden = 64\n";  // 10-13
-const std::string kData = "[data]\ntrain_path = \"t.bin\"\n";          // 14-15
+const std::string kData = "[data]\ntrain_path = \"t.bin\"\n";         // 14-15
 const std::string kTrain =
     "[train]\nbatch_size = 4\nseq_len = 32\nmax_steps = 10\nout_dir = \"runs/x\"\n";  // 16-20
-const std::string kOptim = "[optim]\nlr = 1e-3\n";                     // 21-22
+const std::string kOptim = "[optim]\nlr = 1e-3\n";                                    // 21-22
 
 std::string valid() { return kModel + kData + kTrain + kOptim; }
 
@@ -97,24 +97,42 @@ TEST_CASE("bad run configs name the file, line and key", "[train][config]") {
   const Case cases[] = {
       // unknown keys, anywhere
       {valid() + "[train.extra]\nx = 1\n", {}, "run.toml:23: unknown key 'train.extra'"},
-      {replace(valid(), "batch_size = 4", "batch_sise = 4"), {}, "run.toml:17: unknown key 'train.batch_sise'"},
+      {replace(valid(), "batch_size = 4", "batch_sise = 4"),
+       {},
+       "run.toml:17: unknown key 'train.batch_sise'"},
       {valid() + "[logging]\nevery = 1\n", {}, "run.toml:23: unknown key 'logging'"},
       // wrong types: no int/float or bool coercion
-      {replace(valid(), "lr = 1e-3", "lr = 1"), {}, "run.toml:22: key 'optim.lr' must be a float, got an integer"},
-      {replace(valid(), "max_steps = 10", "max_steps = 10.0"), {}, "run.toml:19: key 'train.max_steps' must be an integer, got a float"},
-      {valid() + "[log]\nevery = \"10\"\n", {}, "run.toml:24: key 'log.every' must be an integer, got a string"},
-      {replace(valid(), "out_dir = \"runs/x\"", "out_dir = \"runs/x\"\nprefetch = 1"), {}, "run.toml:21: key 'train.prefetch' must be a bool"},
-      {replace(valid(), "train_path = \"t.bin\"", "train_path = 5"), {}, "run.toml:15: key 'data.train_path' must be a string"},
+      {replace(valid(), "lr = 1e-3", "lr = 1"),
+       {},
+       "run.toml:22: key 'optim.lr' must be a float, got an integer"},
+      {replace(valid(), "max_steps = 10", "max_steps = 10.0"),
+       {},
+       "run.toml:19: key 'train.max_steps' must be an integer, got a float"},
+      {valid() + "[log]\nevery = \"10\"\n",
+       {},
+       "run.toml:24: key 'log.every' must be an integer, got a string"},
+      {replace(valid(), "out_dir = \"runs/x\"", "out_dir = \"runs/x\"\nprefetch = 1"),
+       {},
+       "run.toml:21: key 'train.prefetch' must be a bool"},
+      {replace(valid(), "train_path = \"t.bin\"", "train_path = 5"),
+       {},
+       "run.toml:15: key 'data.train_path' must be a string"},
       // missing required keys and sections
       {replace(valid(), "max_steps = 10\n", ""), {}, "run.toml: missing required key 'train.max_steps'"},
-      {replace(valid(), "train_path = \"t.bin\"\n", ""), {}, "run.toml: missing required key 'data.train_path'"},
+      {replace(valid(), "train_path = \"t.bin\"\n", ""),
+       {},
+       "run.toml: missing required key 'data.train_path'"},
       {replace(valid(), "lr = 1e-3\n", ""), {}, "run.toml: missing required key 'optim.lr'"},
       {kModel + kData + kTrain, {}, "run.toml: the config has no [optim] table"},
       // out-of-range values
-      {replace(valid(), "batch_size = 4", "batch_size = 0"), {}, "run.toml:17: train.batch_size must be >= 1, got 0"},
+      {replace(valid(), "batch_size = 4", "batch_size = 0"),
+       {},
+       "run.toml:17: train.batch_size must be >= 1, got 0"},
       {replace(valid(), "lr = 1e-3", "lr = -1e-3"), {}, "run.toml:22: optim.lr must lie in (0, 1000)"},
       {valid() + "min_lr = 0.1\n", {}, "run.toml:23: optim.min_lr must lie in [0, optim.lr = 0.001]"},
-      {valid() + "warmup_steps = 11\n", {}, "run.toml:23: optim.warmup_steps must lie in [0, train.max_steps = 10]"},
+      {valid() + "warmup_steps = 11\n",
+       {},
+       "run.toml:23: optim.warmup_steps must lie in [0, train.max_steps = 10]"},
       {valid() + "beta2 = 1.0\n", {}, "run.toml:23: optim.beta2 must lie in [0, 1)"},
       {valid() + "grad_clip = -1.0\n", {}, "run.toml:23: optim.grad_clip must be >= 0"},
       {valid() + "[log]\nprogress = \"sometimes\"\n", {}, "run.toml:24: log.progress must be \"auto\""},

@@ -7,11 +7,11 @@
 #include "core/check.h"
 #include "core/hdf5_file.h"
 #include "helpers.h"
-#include "train_fixture.h"
 #include "layers/shamn_model.h"
 #include "optim/adamw.h"
 #include "train/model_checkpoint.h"
 #include "train/train_checkpoint.h"
+#include "train_fixture.h"
 
 using namespace shamn;
 
@@ -19,8 +19,8 @@ namespace {
 const char* const kConfig = test::kMiniModelToml;
 
 std::filesystem::path scratch(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("shamn_test_train_ckpt_" + std::to_string(::getpid())) / name;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("shamn_test_train_ckpt_" + std::to_string(::getpid())) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -120,9 +120,7 @@ TEST_CASE("a flipped byte fails the checksum and changes nothing", "[train][chec
     const NamedVar p = a.model.named_parameters().back();
     flip_byte_of(path, p.var.value());
   }
-  SECTION("in an optimizer moment") {
-    flip_byte_of(path, a.optimizer.state_tensors().back().tensor);
-  }
+  SECTION("in an optimizer moment") { flip_byte_of(path, a.optimizer.state_tensors().back().tensor); }
   Trained b(2);
   const auto before = all_state(b);
   CHECK_THROWS_WITH(load_train_checkpoint(path, b.model, b.optimizer),

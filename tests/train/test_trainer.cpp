@@ -29,8 +29,7 @@ TrainOptions quiet() {
 TEST_CASE("20 steps equal 10 steps, a stop, and a resume for 10 more", "[train][trainer]") {
   TrainFixture fx("resume");
   const std::vector<std::string> sets = {"train.max_steps=20", "train.checkpoint_every=0",
-                                         "train.eval_every=5", "train.grad_accum=2",
-                                         "optim.warmup_steps=4"};
+                                         "train.eval_every=5", "train.grad_accum=2", "optim.warmup_steps=4"};
   const TrainResult whole = train(fx.config("whole", sets), quiet());
   CHECK(whole.step == 20);
   CHECK_FALSE(whole.interrupted);
@@ -77,8 +76,7 @@ TEST_CASE("training is identical with 1 and 2 threads and without prefetch", "[t
         metrics_without_timing(fx.path("two/metrics.jsonl")));
 }
 
-TEST_CASE("checkpoints: every N steps, the last N kept, best.h5, resumable contents",
-          "[train][trainer]") {
+TEST_CASE("checkpoints: every N steps, the last N kept, best.h5, resumable contents", "[train][trainer]") {
   TrainFixture fx("ckpts");
   const TrainResult r = train(fx.config("run", {"train.max_steps=12", "train.checkpoint_every=2",
                                                 "train.keep_last=2", "train.eval_every=4"}),
@@ -131,8 +129,7 @@ TEST_CASE("a non-finite step is skipped, several in a row stop the run", "[train
     TrainOptions o = quiet();
     o.after_backward = poison(6, 100);
     try {
-      train(fx.config("many", {"train.max_steps=20", "train.checkpoint_every=4",
-                               "train.max_bad_steps=3"}),
+      train(fx.config("many", {"train.max_steps=20", "train.checkpoint_every=4", "train.max_bad_steps=3"}),
             o);
       FAIL("the run did not stop");
     } catch (const Error& e) {
@@ -176,24 +173,22 @@ TEST_CASE("a model-only checkpoint starts a run but cannot resume one", "[train]
   TrainFixture fx("init_from");
   train(fx.config("a", {"train.max_steps=3"}), quiet());
   const TrainResult r = train(
-      fx.config("b", {"train.max_steps=2", "train.init_from=\"" +
-                                               checkpoint_file(fx.path("a"), 3) + "\""}),
+      fx.config("b", {"train.max_steps=2", "train.init_from=\"" + checkpoint_file(fx.path("a"), 3) + "\""}),
       quiet());
   CHECK(r.step == 2);
-  CHECK_THROWS_WITH(train(fx.config("c", {"train.max_steps=2", "train.init_from=\"" +
-                                                                 fx.path("nope.h5") + "\""}),
-                          quiet()),
-                    Catch::Contains("nope.h5"));
+  CHECK_THROWS_WITH(
+      train(fx.config("c", {"train.max_steps=2", "train.init_from=\"" + fx.path("nope.h5") + "\""}), quiet()),
+      Catch::Contains("nope.h5"));
 }
 
 TEST_CASE("the tiny model's loss falls close to the corpus entropy", "[train][trainer]") {
   TrainFixture fx("entropy", 64, 4);  // entropy ln 4 = 1.386 nats per token
-  const TrainResult r = train(fx.config("run", {"train.max_steps=500", "train.eval_every=0",
-                                                "train.eval_batches=16", "optim.lr=1e-2",
-                                                "optim.min_lr=1e-3"}),
-                              quiet());
+  const TrainResult r =
+      train(fx.config("run", {"train.max_steps=500", "train.eval_every=0", "train.eval_batches=16",
+                              "optim.lr=1e-2", "optim.min_lr=1e-3"}),
+            quiet());
   INFO("val loss " << r.last_val_loss << ", entropy " << fx.entropy());
-  CHECK(std::log(64.0) - r.last_val_loss > 2.5);       // from ~4.16 at the start
-  CHECK(r.last_val_loss < fx.entropy() + 0.1);         // close to the floor
-  CHECK(r.last_val_loss > fx.entropy() - 0.05);        // and never below it (held-out data)
+  CHECK(std::log(64.0) - r.last_val_loss > 2.5);  // from ~4.16 at the start
+  CHECK(r.last_val_loss < fx.entropy() + 0.1);    // close to the floor
+  CHECK(r.last_val_loss > fx.entropy() - 0.05);   // and never below it (held-out data)
 }

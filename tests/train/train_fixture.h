@@ -39,14 +39,13 @@ class TrainFixture {
 
   // configs/tiny.toml on this corpus, writing into run_dir, plus `extra` overrides.
   RunConfig config(const std::string& run_dir, const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> sets = {
-        "data.train_path=\"" + path("train.bin") + "\"",
-        "data.val_path=\"" + path("val.bin") + "\"",
-        "model.vocab_size=" + std::to_string(vocab_),
-        "model.embed.buckets=" + std::to_string(vocab_),
-        "train.out_dir=\"" + path(run_dir) + "\"",
-        "optim.warmup_steps=2",
-        "log.progress=\"never\""};
+    std::vector<std::string> sets = {"data.train_path=\"" + path("train.bin") + "\"",
+                                     "data.val_path=\"" + path("val.bin") + "\"",
+                                     "model.vocab_size=" + std::to_string(vocab_),
+                                     "model.embed.buckets=" + std::to_string(vocab_),
+                                     "train.out_dir=\"" + path(run_dir) + "\"",
+                                     "optim.warmup_steps=2",
+                                     "log.progress=\"never\""};
     sets.insert(sets.end(), extra.begin(), extra.end());
     return RunConfig::from_file(std::string(SHAMN_SOURCE_DIR) + "/configs/tiny.toml", sets);
   }
