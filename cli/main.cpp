@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/fault.h"
 #include "core/parallel.h"
+#include "infer/quant_dot.h"
 
 namespace {
 
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
 
   try {
     shamn::fault::check_environment();
+    shamn::default_quant_kernel();  // a bad SHAMN_KERNEL is reported before any work
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);

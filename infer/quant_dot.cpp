@@ -1,6 +1,7 @@
 #include "infer/quant_dot.h"
 
 #include <atomic>
+#include <cstdlib>
 
 #include "core/check.h"
 #include "core/parallel.h"
@@ -21,7 +22,7 @@ float dot_scalar(const W* w, const BlockQ8* x, int64_t blocks) {
 }
 
 std::atomic<QuantKernel>& current_kernel() {
-  static std::atomic<QuantKernel> kernel{best_quant_kernel()};
+  static std::atomic<QuantKernel> kernel{default_quant_kernel()};
   return kernel;
 }
 
@@ -49,6 +50,20 @@ bool quant_kernel_supported(QuantKernel k) {
 QuantKernel best_quant_kernel() {
   if (quant_kernel_supported(QuantKernel::avx512)) return QuantKernel::avx512;
   if (quant_kernel_supported(QuantKernel::avx2)) return QuantKernel::avx2;
+  return QuantKernel::scalar;
+}
+
+QuantKernel default_quant_kernel() {
+  const char* forced = std::getenv("SHAMN_KERNEL");
+  if (forced == nullptr || *forced == '\0') return best_quant_kernel();
+  for (QuantKernel k : {QuantKernel::scalar, QuantKernel::avx2, QuantKernel::avx512}) {
+    if (std::string(forced) != quant_kernel_name(k)) continue;
+    SHAMN_INPUT_CHECK(quant_kernel_supported(k), "SHAMN_KERNEL=", forced,
+                      ": this CPU cannot run it; its best is ", quant_kernel_name(best_quant_kernel()));
+    return k;
+  }
+  SHAMN_INPUT_CHECK(false, "SHAMN_KERNEL='", forced,
+                    "' is unknown: use scalar, avx2 or avx512 (or unset it)");
   return QuantKernel::scalar;
 }
 

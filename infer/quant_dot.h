@@ -10,8 +10,9 @@
 // and the eight lanes are summed left to right at the end. The SIMD paths
 // keep the eight lanes in one register; only the integer work differs.
 //
-// The path is picked once per process from the CPU (best_quant_kernel) and can
-// be overridden (set_quant_kernel; --kernel on generate, eval and bench).
+// The path is picked once per process: the CPU's best (best_quant_kernel), or
+// the one SHAMN_KERNEL=scalar|avx2|avx512 names in the environment; --kernel on
+// generate, eval and bench (set_quant_kernel) overrides either.
 #include <cstdint>
 #include <string>
 
@@ -23,6 +24,9 @@ enum class QuantKernel { scalar, avx2, avx512 };
 
 // The fastest path this CPU runs: avx512 needs AVX-512 F/BW/VL and VNNI, avx2 needs AVX2.
 QuantKernel best_quant_kernel();
+// SHAMN_KERNEL when set, else best_quant_kernel(). Throws InputError naming the
+// variable when it is unknown or names a path this CPU cannot run.
+QuantKernel default_quant_kernel();
 bool quant_kernel_supported(QuantKernel k);
 const char* quant_kernel_name(QuantKernel k);
 // "scalar" | "avx2" | "avx512"; throws InputError on any other name or on a

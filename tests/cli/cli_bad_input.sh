@@ -145,6 +145,8 @@ bad "--temperature" generate model.shq --prompt "The jury" --temperature -1
 bad "--top-p" generate model.shq --prompt "The jury" --top-p 1.5
 bad "--max-tokens" generate model.shq --prompt "The jury" --max-tokens -5
 bad "--kernel" generate model.shq --prompt "The jury" --kernel avx9
+# A bad SHAMN_KERNEL is refused at start, naming the variable, whatever the command.
+SHAMN_KERNEL=avx9 bad "SHAMN_KERNEL='avx9' is unknown" info model.h5
 bad "text.txt" eval text.txt --data data/val.bin
 bad "text.txt" eval model.shq --data text.txt
 bad "empty.bin" eval model.shq --data empty.bin
