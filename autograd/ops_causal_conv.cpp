@@ -1,7 +1,5 @@
 #include "autograd/ops_causal_conv.h"
 
-#include <type_traits>
-
 #include "autograd/dispatch.h"
 #include "core/kernels/causal_conv.h"
 #include "core/profiler.h"
@@ -25,29 +23,19 @@ Var causal_conv(const Var& u, const Var& conv) {
   const Tensor uv = u.value(), wv = conv.value();
   dispatch_floating(u.dtype(), "causal_conv", [&](auto zero) {
     using T = decltype(zero);
-    if constexpr (std::is_same_v<T, float>)
-      causal_conv_forward(c.data<T>(), uv.data<T>(), wv.data<T>(), s);
-    else
-      causal_conv_forward_naive(c.data<T>(), uv.data<T>(), wv.data<T>(), s);
+    causal_conv_forward(c.data<T>(), uv.data<T>(), wv.data<T>(), s);
   });
   return record("causal_conv", c, {u, conv}, [=](Node& node) {
     dispatch_floating(node.out_dtype, "causal_conv", [&](auto zero) {
       using T = decltype(zero);
-      constexpr bool kFast = std::is_same_v<T, float>;
       const T* dc = node.out_grad.data<T>();
       if (node.needs_grad(0)) {
         T* du = node.input_grad(0).data<T>();
-        if constexpr (kFast)
-          causal_conv_backward_input(du, dc, wv.data<T>(), s);
-        else
-          causal_conv_backward_input_naive(du, dc, wv.data<T>(), s);
+        causal_conv_backward_input(du, dc, wv.data<T>(), s);
       }
       if (node.needs_grad(1)) {
         T* dw = node.input_grad(1).data<T>();
-        if constexpr (kFast)
-          causal_conv_backward_kernel(dw, dc, uv.data<T>(), s);
-        else
-          causal_conv_backward_kernel_naive(dw, dc, uv.data<T>(), s);
+        causal_conv_backward_kernel(dw, dc, uv.data<T>(), s);
       }
     });
   });

@@ -1,7 +1,5 @@
 #include "autograd/ops_hash_embedding.h"
 
-#include <type_traits>
-
 #include "autograd/dispatch.h"
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
@@ -94,12 +92,7 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
   dispatch_floating(z.dtype(), "hash_head", [&](auto zero) {
     using T = decltype(zero);
     const int32_t* bi = bucket_index.data<int32_t>();
-    if constexpr (std::is_same_v<T, float>)
-      hash_head_forward(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, n,
-                        d);
-    else
-      hash_head_forward_naive(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(),
-                              bi, n, d);
+    hash_head_forward(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, n, d);
   });
   return record("hash_head", logits, {z, table, importance}, [=](Node& node) {
     dispatch_floating(node.out_dtype, "hash_head", [&](auto zero) {
@@ -108,12 +101,8 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
       T* dt = node.needs_grad(1) ? node.input_grad(1).data<T>() : nullptr;
       T* di = node.needs_grad(2) ? node.input_grad(2).data<T>() : nullptr;
       const int32_t* bi = bucket_index.data<int32_t>();
-      if constexpr (std::is_same_v<T, float>)
-        hash_head_backward(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
-                           iv.data<T>(), bi, n, d);
-      else
-        hash_head_backward_naive(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(), zv.data<T>(),
-                                 tv.data<T>(), iv.data<T>(), bi, n, d);
+      hash_head_backward(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
+                         iv.data<T>(), bi, n, d);
     });
   });
 }
@@ -134,20 +123,16 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
   check_hash_tokens(targets.data<int32_t>(), n, d.vocab, op, "target");
   Tensor lse = Tensor::empty({n}, z.dtype());
   Tensor out = Tensor::empty({}, z.dtype());
-  // The f32 path keeps the bucket scores for backward; the f64 oracle recomputes them.
-  Tensor scores = z.dtype() == DType::f32 ? Tensor::empty({n, d.buckets}) : Tensor();
+  // The f32 path keeps the bucket scores for backward; the f64 oracle recomputes them
+  // (and leaves these unset).
+  Tensor scores = Tensor::empty({n, d.buckets}, z.dtype());
   const Tensor zv = z.value(), tv = table.value(), iv = importance.value();
   dispatch_floating(z.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     const int32_t* bi = bucket_index.data<int32_t>();
     const int32_t* tg = targets.data<int32_t>();
-    double loss;
-    if constexpr (std::is_same_v<T, float>)
-      loss = hash_head_cross_entropy_forward(lse.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
-                                             iv.data<T>(), bi, tg, n, d);
-    else
-      loss = hash_head_cross_entropy_forward_naive(lse.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(),
-                                                   bi, tg, n, d);
+    const double loss = hash_head_cross_entropy_forward(lse.data<T>(), scores.data<T>(), zv.data<T>(),
+                                                        tv.data<T>(), iv.data<T>(), bi, tg, n, d);
     out.data<T>()[0] = static_cast<T>(loss);
   });
   return record(op, out, {z, table, importance}, [=](Node& node) {
@@ -159,12 +144,8 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
       const T dloss = node.out_grad.data<T>()[0];
       const int32_t* bi = bucket_index.data<int32_t>();
       const int32_t* tg = targets.data<int32_t>();
-      if constexpr (std::is_same_v<T, float>)
-        hash_head_cross_entropy_backward(dz, dt, di, dloss, lse.data<T>(), scores.data<T>(), zv.data<T>(),
-                                         tv.data<T>(), iv.data<T>(), bi, tg, n, d);
-      else
-        hash_head_cross_entropy_backward_naive(dz, dt, di, dloss, lse.data<T>(), zv.data<T>(), tv.data<T>(),
-                                               iv.data<T>(), bi, tg, n, d);
+      hash_head_cross_entropy_backward(dz, dt, di, dloss, lse.data<T>(), scores.data<T>(), zv.data<T>(),
+                                       tv.data<T>(), iv.data<T>(), bi, tg, n, d);
     });
   });
 }

@@ -15,13 +15,13 @@
 #include "cli/profile_flags.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
+#include "core/kernel_level.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/timing.h"
 #include "data/token_file.h"
 #include "infer/export_model.h"
-#include "infer/quant_dot.h"
 #include "infer/sampler.h"
 
 namespace shamn::cli {
@@ -135,7 +135,7 @@ void run_generate(const GenerateArgs& a) {
   std::fprintf(stderr,
                "[%zu prompt tokens: %.1f tok/s prefill; %" PRId64 " tokens: %.1f tok/s decode; kernel %s]\n",
                prompt.size(), prompt.size() / prefill_s, produced, produced / std::max(decode_s, 1e-9),
-               quant_kernel_name(quant_kernel()));
+               kernel_level_name(kernel_level()));
 }
 
 // ---- eval ----
@@ -260,7 +260,7 @@ void run_bench(const BenchArgs& a) {
   const uint64_t file_bytes = std::filesystem::file_size(a.model);
   const uint64_t per_token = model.runtime ? model.runtime->weight_bytes_per_token() : 0;
   const double rss_mib = peak_rss_bytes() / 1048576.0;
-  const char* kernel = model.runtime ? quant_kernel_name(quant_kernel()) : "autograd";
+  const char* kernel = model.runtime ? kernel_level_name(kernel_level()) : "autograd";
   if (a.json) {
     const nlohmann::ordered_json out = {{"model", a.model},
                                         {"kind", model.kind()},

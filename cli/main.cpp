@@ -9,8 +9,8 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/fault.h"
+#include "core/kernel_level.h"
 #include "core/parallel.h"
-#include "infer/quant_dot.h"
 
 namespace {
 
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
 
   try {
     shamn::fault::check_environment();
-    shamn::default_quant_kernel();  // a bad SHAMN_KERNEL is reported before any work
+    shamn::default_kernel_level();  // a bad SHAMN_KERNEL is reported before any work
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);

@@ -5,7 +5,7 @@
 
 #include "autograd/variable.h"
 #include "core/hdf5_file.h"
-#include "infer/quant_dot.h"
+#include "core/kernel_level.h"
 #include "train/model_checkpoint.h"
 
 namespace shamn::cli {
@@ -19,7 +19,7 @@ bool is_shq_file(const std::string& path) {
 }
 
 void apply_kernel_flag(const std::string& kernel) {
-  if (!kernel.empty()) set_quant_kernel(quant_kernel_from_string(kernel));
+  if (!kernel.empty()) set_kernel_level(kernel_level_from_string(kernel, "--kernel"));
 }
 
 ModelSource open_model_source(const std::string& path) {

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "infer/quant_dot.h"
-#include "infer/quant_dot_paths.h"
+#include "infer/quant_kernels.h"
 
 namespace shamn {
 namespace {
@@ -72,10 +71,7 @@ float fitted_q4_scale(const float* buf, float amax) {
 
 }  // namespace
 
-void quantize_row_q8(const float* x, BlockQ8* out, int64_t n) {
-  if (quant_kernel() != QuantKernel::scalar) return quant_detail::quantize_row_q8_avx2(x, out, n);
-  quantize_row_q8_scalar(x, out, n);
-}
+void quantize_row_q8(const float* x, BlockQ8* out, int64_t n) { quant_kernels().quantize_row_q8(x, out, n); }
 
 void quantize_row_q8_scalar(const float* x, BlockQ8* out, int64_t n) {
   float buf[kQuantBlock];

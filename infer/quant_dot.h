@@ -10,31 +10,13 @@
 // and the eight lanes are summed left to right at the end. The SIMD paths
 // keep the eight lanes in one register; only the integer work differs.
 //
-// The path is picked once per process: the CPU's best (best_quant_kernel), or
-// the one SHAMN_KERNEL=scalar|avx2|avx512 names in the environment; --kernel on
-// generate, eval and bench (set_quant_kernel) overrides either.
+// The path is the process's kernel level (core/kernel_level.h), through the
+// per-type table of infer/quant_kernels.h.
 #include <cstdint>
-#include <string>
 
 #include "infer/quant_blocks.h"
 
 namespace shamn {
-
-enum class QuantKernel { scalar, avx2, avx512 };
-
-// The fastest path this CPU runs: avx512 needs AVX-512 F/BW/VL and VNNI, avx2 needs AVX2.
-QuantKernel best_quant_kernel();
-// SHAMN_KERNEL when set, else best_quant_kernel(). Throws InputError naming the
-// variable when it is unknown or names a path this CPU cannot run.
-QuantKernel default_quant_kernel();
-bool quant_kernel_supported(QuantKernel k);
-const char* quant_kernel_name(QuantKernel k);
-// "scalar" | "avx2" | "avx512"; throws InputError on any other name or on a
-// path this CPU cannot run.
-QuantKernel quant_kernel_from_string(const std::string& name);
-// Throws InputError when the CPU lacks the path. Process-wide.
-void set_quant_kernel(QuantKernel k);
-QuantKernel quant_kernel();
 
 // a, b: [blocks]
 float dot_q8_q8(const BlockQ8* a, const BlockQ8* b, int64_t blocks);

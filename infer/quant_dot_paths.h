@@ -37,6 +37,16 @@ inline float sum_lanes(const float* lanes) {
   return s;
 }
 
+// The portable paths.
+float dot_q8_q8_scalar(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
+float dot_q4_q8_scalar(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
+void dot_rows_q8_q8_scalar(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x,
+                           float* y);
+void dot_rows_q4_q8_scalar(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x,
+                           float* y);
+void dot_tiles_q8_scalar(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+void dot_tiles_q4_scalar(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+
 float dot_q8_q8_avx2(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8_avx2(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 float dot_q8_q8_avx512(const BlockQ8* a, const BlockQ8* b, int64_t blocks);

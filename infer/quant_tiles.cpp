@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "infer/quant_dot.h"
 #include "infer/quant_dot_paths.h"
+#include "infer/quant_kernels.h"
 
 namespace shamn {
 namespace {
@@ -89,27 +89,22 @@ BlockQ4 tile_block(const TileQ4* tiles, int64_t bpr, int64_t r, int64_t j) {
 }
 
 void dot_tiles(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
-  switch (quant_kernel()) {
-    case QuantKernel::avx512:
-      return quant_detail::dot_tiles_q8_avx512(w, rows, bpr, x, y);
-    case QuantKernel::avx2:
-      return quant_detail::dot_tiles_q8_avx2(w, rows, bpr, x, y);
-    case QuantKernel::scalar:
-      break;
-  }
-  dot_tiles_scalar(w, rows, bpr, x, y);
+  quant_kernels().q8.dot_tiles(w, rows, bpr, x, y);
 }
 
 void dot_tiles(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
-  switch (quant_kernel()) {
-    case QuantKernel::avx512:
-      return quant_detail::dot_tiles_q4_avx512(w, rows, bpr, x, y);
-    case QuantKernel::avx2:
-      return quant_detail::dot_tiles_q4_avx2(w, rows, bpr, x, y);
-    case QuantKernel::scalar:
-      break;
-  }
-  dot_tiles_scalar(w, rows, bpr, x, y);
+  quant_kernels().q4.dot_tiles(w, rows, bpr, x, y);
 }
 
 }  // namespace shamn
+
+namespace shamn::quant_detail {
+
+void dot_tiles_q8_scalar(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  dot_tiles_scalar(w, rows, bpr, x, y);
+}
+void dot_tiles_q4_scalar(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
+  dot_tiles_scalar(w, rows, bpr, x, y);
+}
+
+}  // namespace shamn::quant_detail

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "core/check.h"
-#include "core/kernels/vec16.h"
+#include "core/simd.h"
 
 namespace shamn {
 
@@ -27,26 +27,26 @@ int32_t argmax_scalar(const float* logits, int64_t begin, int64_t end, int64_t b
 }  // namespace
 
 int32_t argmax_logit(const float* logits, int64_t vocab) {
-  using vec16::F;
+  using simd::F;
   using I = int32_t __attribute__((vector_size(64)));
-  const int64_t full = vocab / vec16::kLanes * vec16::kLanes;
+  const int64_t full = vocab / simd::kLanes * simd::kLanes;
   if (full == 0) return argmax_scalar(logits, 1, vocab, 0);
   // Per lane: the largest value so far and its first index (strict >, so a
   // later equal value or a NaN never replaces it).
-  F best = vec16::load(logits);
+  F best = simd::load(logits);
   I index, next;
-  for (int i = 0; i < vec16::kLanes; ++i) index[i] = i;
-  next = index + vec16::kLanes;
-  for (int64_t v = vec16::kLanes; v < full; v += vec16::kLanes) {
-    const F x = vec16::load(logits + v);
+  for (int i = 0; i < simd::kLanes; ++i) index[i] = i;
+  next = index + simd::kLanes;
+  for (int64_t v = simd::kLanes; v < full; v += simd::kLanes) {
+    const F x = simd::load(logits + v);
     const auto gt = x > best;
     best = gt ? x : best;
     index = gt ? next : index;
-    next += vec16::kLanes;
+    next += simd::kLanes;
   }
   // A lane that started on a NaN never moved: then the scalar scan decides.
   int64_t pick = -1;
-  for (int i = 0; i < vec16::kLanes; ++i) {
+  for (int i = 0; i < simd::kLanes; ++i) {
     if (std::isnan(best[i])) return argmax_scalar(logits, 1, vocab, 0);
     if (pick < 0 || best[i] > logits[pick] || (best[i] == logits[pick] && index[i] < pick)) pick = index[i];
   }

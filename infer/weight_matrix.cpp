@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "core/kernels/vec16.h"
+#include "core/simd.h"
 #include "infer/quant_dot.h"
 #include "infer/quant_tiles.h"
 
@@ -44,7 +44,7 @@ void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
   switch (type) {
     case WeightType::f32: {
       const float* w = static_cast<const float*>(data) + r0 * cols;
-      for (int64_t i = 0; i < n; ++i) y[i] = vec16::dot(w + i * cols, x.f, cols);
+      for (int64_t i = 0; i < n; ++i) y[i] = simd::dot(w + i * cols, x.f, cols);
       return;
     }
     case WeightType::q8:

@@ -1,32 +1,18 @@
 #include "core/kernels/block_sparse.h"
 
-#include <algorithm>
-#include <vector>
-
 #include "core/check.h"
-#include "core/kernels/block_sparse_simd.h"
+#include "core/kernel_level.h"
+#include "core/kernels/block_sparse_isa.h"
 #include "core/kernels/elementwise.h"
-#include "core/parallel.h"
-#include "core/scratch.h"
 
-// Fast kernels (block sizes that are multiples of 16; others take the naive loops).
-//
-// All three products run the one micro-kernel of block_sparse_simd.h on packed
-// operands:
-//   forward      y tile [tokens, NR of block row r]   = sum over m of
-//                x panel [tokens, block c_m]  x  values[r, m]^T
-//   grad input   dx tile [tokens, NR of block col c] += sum over (r, m) with c_m = c of
-//                dy panel [tokens, block r]  x  values[r, m]
-//   grad values  dvalues[r, m] tile [MR, NR]        += dy chunk^T x chunk (tokens = k)
-// Forward and grad input run in parallel over token tiles (and over groups of block
-// rows / columns when tokens are few); grad values walks the tokens in fixed chunks,
-// in parallel over active blocks within a chunk. No output element is ever written by
-// two tasks, and each is one FMA chain in a fixed order: results are bit-identical
-// for any thread count. Grad input finds the blocks of a column through a
-// column -> (row, m) index built per call (a counting sort, rows ascending).
-// Measurements: experiments/block_sparse.md.
+// The float products run the kernels of the level in use (block_sparse_isa.cpp).
 
 namespace shamn {
+namespace {
+
+const bsr::Kernels* const kLevels[] = {&bsr::kernels_scalar, &bsr::kernels_avx2, &bsr::kernels_avx512};
+
+}  // namespace
 
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
   SHAMN_CHECK(d.block > 0 && d.in % d.block == 0 && d.out % d.block == 0, "block-sparse dims ", d.out, "x",
@@ -43,303 +29,19 @@ void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
     }
 }
 
-namespace {
-
-using bsr::kVec;
-// Every scratch buffer gets one cache line of slack past its end, so a full-vector
-// access at a panel's edge stays inside the allocation.
-constexpr size_t kScratchSlack = 16;
-using bsr::tile_kernel;
-
-#ifndef SHAMN_BSR_TILE_FLOATS
-#define SHAMN_BSR_TILE_FLOATS 32768
-#endif
-#ifndef SHAMN_BSR_KC
-#define SHAMN_BSR_KC 256
-#endif
-// Floats of packed activations per token tile (128 KB: the tile, and the next one
-// being prefetched, stay in L2 while every block row of the weights streams past).
-constexpr int64_t kTileFloats = SHAMN_BSR_TILE_FLOATS;
-// Tokens per grad-values chunk: the packed chunk of dy and x is shared by all blocks.
-constexpr int64_t kTokenChunk = SHAMN_BSR_KC;
-
-// The fast path needs the narrow tiles to divide the block.
-constexpr int64_t kFastMultiple = 16;
-static_assert(kFastMultiple % (bsr::kTokenNarrow.nv * kVec) == 0);
-static_assert(kFastMultiple % (bsr::kGradNarrow.nv * kVec) == 0);
-static_assert(kFastMultiple % bsr::kGradNarrow.mr == 0);
-static_assert(kFastMultiple % bsr::kGradWide.mr == 0);
-
-thread_local ScratchSlot tls_weights;
-thread_local ScratchSlot tls_tile;
-thread_local ScratchSlot tls_chunk;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-bool is_wide(int64_t block) { return block % (bsr::kTokenWide.nv * kVec) == 0; }
-bool is_wide_grad(int64_t block) {
-  return block % (bsr::kGradWide.nv * kVec) == 0 && block % bsr::kGradWide.mr == 0;
-}
-
-// Column blocks some block row uses, ascending (only those get packed).
-std::vector<int32_t> used_column_blocks(const int32_t* col_index, const BlockSparseDims& d) {
-  std::vector<char> used(static_cast<size_t>(d.col_blocks()), 0);
-  for (int64_t e = 0; e < d.row_blocks() * d.active; ++e) used[static_cast<size_t>(col_index[e])] = 1;
-  std::vector<int32_t> list;
-  for (int64_t c = 0; c < d.col_blocks(); ++c)
-    if (used[static_cast<size_t>(c)]) list.push_back(static_cast<int32_t>(c));
-  return list;
-}
-
-// Token tiles of `mc` tokens (a multiple of mr). When tiles are too few to keep every
-// thread busy, the `blocks` (block rows or columns) are split into groups too; each
-// (tile, group) unit then packs its tile itself.
-struct TokenTiling {
-  int64_t mc = 0, tiles = 0, groups = 1, per_group = 0;
-};
-
-TokenTiling plan_tokens(int64_t n, int64_t width, int mr, int64_t blocks) {
-  TokenTiling t;
-  int64_t panels = std::max<int64_t>(1, kTileFloats / (width * mr));
-  panels = std::min(panels, ceil_div(n, mr));
-  t.mc = panels * mr;
-  t.tiles = ceil_div(n, t.mc);
-  const int threads = num_threads();
-  const int64_t want = threads == 1 ? 1 : 4 * static_cast<int64_t>(threads);
-  t.groups = t.tiles >= want ? 1 : std::min(blocks, ceil_div(want, t.tiles));
-  t.per_group = ceil_div(blocks, t.groups);
-  t.groups = ceil_div(blocks, t.per_group);
-  return t;
-}
-
-// While unit u computes, prefetches the rows of the next token tile: its input (read
-// by the packing) and, when one unit covers all blocks of a tile, its output rows.
-// Only the last group of a tile does it: the unit after it starts a new tile.
-class NextTile {
- public:
-  NextTile(const TokenTiling& tt, int64_t u, int64_t n, int64_t steps, const float* in, int64_t in_width,
-           const float* out, int64_t out_width) {
-    const int64_t tile = u / tt.groups, g = u % tt.groups;
-    if (g != tt.groups - 1 || tile + 1 >= tt.tiles) return;
-    const int64_t t0 = (tile + 1) * tt.mc, t1 = std::min(n, t0 + tt.mc);
-    in_ = bsr::PrefetchStream(in + t0 * in_width, in + t1 * in_width, steps, false);
-    if (tt.groups == 1) out_ = bsr::PrefetchStream(out + t0 * out_width, out + t1 * out_width, steps, true);
-  }
-  void step() {
-    in_.step();
-    out_.step();
-  }
-
- private:
-  bsr::PrefetchStream in_, out_;
-};
-
-// ---------------------------------------------------------------------------------
-
-template <int MR, int NV>
-void forward_fast(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
-                  int64_t n, const BlockSparseDims& d) {
-  constexpr int64_t NR = NV * kVec;
-  const int64_t b = d.block, a = d.active, nob = d.row_blocks(), jn = b / NR;
-  const int64_t panel = a * b * NR;  // floats of one packed weight panel
-
-  // wp[r][j][m][k][q] = values[r, m, j*NR + q, k]: the (m, k) chain of output
-  // columns j*NR.. of block row r, k-major.
-  ScratchLease wlease(tls_weights, static_cast<size_t>(d.value_count()) + kScratchSlack);
-  float* wp = wlease.get();
-  parallel_for(0, nob * a, 4, [&](int64_t lo, int64_t hi) {
-    for (int64_t blk = lo; blk < hi; ++blk) {
-      const int64_t r = blk / a, m = blk % a;
-      for (int64_t j = 0; j < jn; ++j)
-        bsr::pack_transposed(values + (blk * b + j * NR) * b, b, NR, b,
-                             wp + (r * jn + j) * panel + m * b * NR, NR);
-    }
-  });
-
-  const std::vector<int32_t> used = used_column_blocks(col_index, d);
-  const TokenTiling tt = plan_tokens(n, d.in, MR, nob);
-  parallel_for(0, tt.tiles * tt.groups, 1, [&](int64_t lo, int64_t hi) {
-    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.in) + kScratchSlack);
-    float* xp = tlease.get();  // xp[p][col][MR]: x rows of panel p, column-major
-    for (int64_t u = lo; u < hi; ++u) {
-      const int64_t tile = u / tt.groups, g = u % tt.groups;
-      const int64_t t0 = tile * tt.mc, rows = std::min(tt.mc, n - t0);
-      const int64_t panels = ceil_div(rows, MR);
-      for (int64_t p = 0; p < panels; ++p) {
-        const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        for (const int32_t c : used)
-          bsr::pack_transposed(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b, xp + (p * d.in + c * b) * MR,
-                               MR);
-      }
-      const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
-      NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t j = 0; j < jn; ++j)
-          for (int64_t p = 0; p < panels; ++p) {
-            const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-            tile_kernel<MR, NV>(a, b, xp + p * d.in * MR, col_index + r * a, b * MR, MR,
-                                wp + (r * jn + j) * panel, NR, y + (t0 + p * MR) * d.out + r * b + j * NR,
-                                d.out, bias ? bias + r * b + j * NR : nullptr, false, mr);
-            next.step();
-          }
-    }
-  });
-}
-
-// Active blocks grouped by column block: entries start[c]..start[c+1] name the block
-// rows (ascending) and flat block numbers r*a + m whose column block is c.
-struct ColumnIndex {
-  std::vector<int64_t> start;
-  std::vector<int32_t> row;
-  std::vector<int64_t> block;
-};
-
-ColumnIndex index_by_column(const int32_t* col_index, const BlockSparseDims& d) {
-  const int64_t nib = d.col_blocks(), blocks = d.row_blocks() * d.active;
-  ColumnIndex ix;
-  ix.start.assign(static_cast<size_t>(nib + 1), 0);
-  ix.row.resize(static_cast<size_t>(blocks));
-  ix.block.resize(static_cast<size_t>(blocks));
-  for (int64_t e = 0; e < blocks; ++e) ++ix.start[static_cast<size_t>(col_index[e]) + 1];
-  for (int64_t c = 0; c < nib; ++c) ix.start[c + 1] += ix.start[c];
-  std::vector<int64_t> fill(ix.start.begin(), ix.start.end() - 1);
-  for (int64_t e = 0; e < blocks; ++e) {  // e ascends, so rows ascend within a column
-    const int64_t slot = fill[static_cast<size_t>(col_index[e])]++;
-    ix.row[static_cast<size_t>(slot)] = static_cast<int32_t>(e / d.active);
-    ix.block[static_cast<size_t>(slot)] = e;
-  }
-  return ix;
-}
-
-template <int MR, int NV>
-void backward_input_fast(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
-                         const BlockSparseDims& d) {
-  constexpr int64_t NR = NV * kVec;
-  const int64_t b = d.block, nib = d.col_blocks(), jn = b / NR;
-  const ColumnIndex ix = index_by_column(col_index, d);
-
-  // wt[c][j][e][i][q] = values[block_e, i, j*NR + q] for the blocks e of column c: the
-  // (e, i) chain of input columns c*b + j*NR.., k-major. Panel (c, j) sits at
-  // (start[c]*jn + j*count_c) * b * NR.
-  ScratchLease wlease(tls_weights, static_cast<size_t>(d.value_count()) + kScratchSlack);
-  float* wt = wlease.get();
-  parallel_for(0, nib, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t c = lo; c < hi; ++c) {
-      const int64_t s = ix.start[c], cnt = ix.start[c + 1] - s;
-      for (int64_t j = 0; j < jn; ++j) {
-        float* dst = wt + (s * jn + j * cnt) * b * NR;
-        for (int64_t e = 0; e < cnt; ++e)
-          bsr::pack_rows<NR>(values + ix.block[s + e] * b * b + j * NR, b, b, dst + e * b * NR);
-      }
-    }
-  });
-
-  const TokenTiling tt = plan_tokens(n, d.out, MR, nib);
-  parallel_for(0, tt.tiles * tt.groups, 1, [&](int64_t lo, int64_t hi) {
-    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.out) + kScratchSlack);
-    float* gp = tlease.get();  // gp[p][col][MR]: dy rows of panel p, column-major
-    for (int64_t u = lo; u < hi; ++u) {
-      const int64_t tile = u / tt.groups, g = u % tt.groups;
-      const int64_t t0 = tile * tt.mc, rows = std::min(tt.mc, n - t0);
-      const int64_t panels = ceil_div(rows, MR);
-      for (int64_t p = 0; p < panels; ++p) {
-        const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        bsr::pack_transposed(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
-      }
-      const int64_t c0 = g * tt.per_group, c1 = std::min(nib, c0 + tt.per_group);
-      NextTile next(tt, u, n, (c1 - c0) * jn * panels, dy, d.out, dx, d.in);
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t s = ix.start[c], cnt = ix.start[c + 1] - s;
-        for (int64_t j = 0; j < jn; ++j)
-          for (int64_t p = 0; p < panels; ++p) {
-            const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-            if (cnt > 0)
-              tile_kernel<MR, NV>(cnt, b, gp + p * d.out * MR, ix.row.data() + s, b * MR, MR,
-                                  wt + (s * jn + j * cnt) * b * NR, NR,
-                                  dx + (t0 + p * MR) * d.in + c * b + j * NR, d.in, nullptr, true, mr);
-            next.step();
-          }
-      }
-    }
-  });
-}
-
-template <int MR, int NV>
-void backward_values_fast(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                          int64_t n, const BlockSparseDims& d) {
-  constexpr int64_t NR = NV * kVec;
-  const int64_t b = d.block, a = d.active, nob = d.row_blocks();
-  const int64_t ip_n = b / MR, kp_n = b / NR;  // tile rows / columns per block
-  const std::vector<int32_t> used = used_column_blocks(col_index, d);
-  const int64_t kc_max = std::min(n, kTokenChunk);
-
-  // Per chunk of kc tokens, every block row's band of dy and every used column
-  // block's band of x, each made contiguous: gc[r][t][b], xc[c][t][b]. A tile reads
-  // MR (NR) floats of each b-float row.
-  ScratchLease clease(tls_chunk, static_cast<size_t>((d.out + d.in) * kc_max) + kScratchSlack);
-  float* gc = clease.get();
-  float* xc = gc + d.out * kc_max;
-  // Chunks run in order, so dvalues sums its tokens chunk by chunk, always alike.
-  for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
-    const int64_t kc = std::min(kTokenChunk, n - t0);
-    // Row by row: the reads stream through memory in order.
-    parallel_for(0, kc, 16, [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) {
-        const float* g_row = dy + (t0 + t) * d.out;
-        for (int64_t r = 0; r < nob; ++r) bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
-        const float* x_row = x + (t0 + t) * d.in;
-        for (const int32_t c : used) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
-      }
-    });
-    const int64_t blocks = nob * a;
-    parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t blk = lo; blk < hi; ++blk) {
-        const int64_t r = blk / a, c = col_index[blk];
-        float* dv = dvalues + blk * b * b;
-        for (int64_t kp = 0; kp < kp_n; ++kp)
-          for (int64_t ip = 0; ip < ip_n; ++ip)
-            tile_kernel<MR, NV>(1, kc, gc + r * kc * b + ip * MR, nullptr, 0, b, xc + c * kc * b + kp * NR, b,
-                                dv + ip * MR * b + kp * NR, b, nullptr, true, MR);
-      }
-    });
-  }
-}
-
-bool fast_path(int64_t n, const BlockSparseDims& d) { return n > 0 && d.block % kFastMultiple == 0; }
-
-}  // namespace
-
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
                           const float* bias, int64_t n, const BlockSparseDims& dims) {
-  if (!fast_path(n, dims)) {
-    block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
-  } else if (is_wide(dims.block)) {
-    forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv>(y, x, values, col_index, bias, n, dims);
-  } else {
-    forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(y, x, values, col_index, bias, n, dims);
-  }
+  for_kernel_level(kLevels).forward(y, x, values, col_index, bias, n, dims);
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
                                  int64_t n, const BlockSparseDims& dims) {
-  if (!fast_path(n, dims)) {
-    block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
-  } else if (is_wide(dims.block)) {
-    backward_input_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv>(dx, dy, values, col_index, n, dims);
-  } else {
-    backward_input_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(dx, dy, values, col_index, n, dims);
-  }
+  for_kernel_level(kLevels).backward_input(dx, dy, values, col_index, n, dims);
 }
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
                                   int64_t n, const BlockSparseDims& dims) {
-  if (!fast_path(n, dims)) {
-    block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
-  } else if (is_wide_grad(dims.block)) {
-    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv>(dvalues, dy, x, col_index, n, dims);
-  } else {
-    backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv>(dvalues, dy, x, col_index, n, dims);
-  }
+  for_kernel_level(kLevels).backward_values(dvalues, dy, x, col_index, n, dims);
 }
 
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims) {

@@ -1,6 +1,7 @@
 #pragma once
-// Internal to the block-sparse kernels: the SIMD vector wrapper, the register-tile
-// micro-kernel and the packing primitives. Not a public API.
+// Internal to the block-sparse kernels (block_sparse_isa.cpp): the register-tile
+// micro-kernel and the packing primitives, for the SIMD level of the including source
+// (core/isa.h). Not a public API.
 //
 // One micro-kernel serves forward, grad input and grad values. It computes a tile
 //   C[mr, NR] (=|+=) sum over segments s, k < len of A_s[k, 0:MR] (outer) B[k, 0:NR]
@@ -15,35 +16,27 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-// GCC 12 warns falsely about _mm512_undefined_ps() inside its own intrinsics (GCC bug
-// 105593); the warning is attributed to the header, so silence it there.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "core/simd.h"
 
-#include "core/kernels/vec16.h"
-
+SHAMN_ISA_PUSH
 namespace shamn::bsr {
+inline namespace SHAMN_ISA_NS {
 
 struct TileShape {
   int mr;  // rows of C per tile (rows of the A panel)
   int nv;  // vectors per C row: NR = nv * kVec columns
 };
 
-#if defined(__AVX512F__)
+using vfloat = simd::Vec;
+using simd::kVec;
+using simd::vadd;
+using simd::vbroadcast;
+using simd::vfma;
+using simd::vloadu;
+using simd::vstoreu;
+using simd::vzero;
 
-using vfloat = __m512;
-inline constexpr int kVec = 16;
-inline vfloat vzero() { return _mm512_setzero_ps(); }
-inline vfloat vloadu(const float* p) { return _mm512_loadu_ps(p); }
-inline void vstoreu(float* p, vfloat v) { _mm512_storeu_ps(p, v); }
-inline vfloat vbroadcast(const float* p) { return _mm512_set1_ps(*p); }
-inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm512_fmadd_ps(a, b, c); }
-inline vfloat vadd(vfloat a, vfloat b) { return _mm512_add_ps(a, b); }
-
+#if SHAMN_ISA_SIMD == 2
 // Token tiles (forward, grad input): 14x32 keeps 28 accumulators live, the most the
 // 32 registers allow with one B row and a broadcast; with 16-wide blocks a 28x16
 // tile keeps the same FMA-to-load ratio. Grad-values tiles must divide the block.
@@ -51,57 +44,17 @@ inline constexpr TileShape kTokenWide{14, 2};
 inline constexpr TileShape kTokenNarrow{28, 1};
 inline constexpr TileShape kGradWide{8, 2};
 inline constexpr TileShape kGradNarrow{16, 1};
-
-#elif defined(__AVX2__) && defined(__FMA__)
-
-using vfloat = __m256;
-inline constexpr int kVec = 8;
-inline vfloat vzero() { return _mm256_setzero_ps(); }
-inline vfloat vloadu(const float* p) { return _mm256_loadu_ps(p); }
-inline void vstoreu(float* p, vfloat v) { _mm256_storeu_ps(p, v); }
-inline vfloat vbroadcast(const float* p) { return _mm256_broadcast_ss(p); }
-inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm256_fmadd_ps(a, b, c); }
-inline vfloat vadd(vfloat a, vfloat b) { return _mm256_add_ps(a, b); }
-
+#elif SHAMN_ISA_SIMD == 1
 // 16 registers: 6x16 (12 accumulators) for tokens, 4x16 for grad values.
 inline constexpr TileShape kTokenWide{6, 2};
 inline constexpr TileShape kTokenNarrow{6, 2};
 inline constexpr TileShape kGradWide{4, 2};
 inline constexpr TileShape kGradNarrow{4, 2};
-
 #else
-
-// Portable fallback: a plain 8-float "vector" the compiler may vectorise itself.
-struct vfloat {
-  float f[8];
-};
-inline constexpr int kVec = 8;
-inline vfloat vzero() { return vfloat{}; }
-inline vfloat vloadu(const float* p) {
-  vfloat v;
-  std::memcpy(v.f, p, sizeof(v.f));
-  return v;
-}
-inline void vstoreu(float* p, vfloat v) { std::memcpy(p, v.f, sizeof(v.f)); }
-inline vfloat vbroadcast(const float* p) {
-  vfloat v;
-  for (float& x : v.f) x = *p;
-  return v;
-}
-inline vfloat vfma(vfloat a, vfloat b, vfloat c) {
-  for (int l = 0; l < kVec; ++l) c.f[l] += a.f[l] * b.f[l];
-  return c;
-}
-inline vfloat vadd(vfloat a, vfloat b) {
-  for (int l = 0; l < kVec; ++l) a.f[l] += b.f[l];
-  return a;
-}
-
 inline constexpr TileShape kTokenWide{4, 2};
 inline constexpr TileShape kTokenNarrow{4, 2};
 inline constexpr TileShape kGradWide{4, 2};
 inline constexpr TileShape kGradNarrow{4, 2};
-
 #endif
 
 // C[0:mr, 0:NR] at c (row stride ldc) = (accumulate ? C : 0) + (bias + chain), the
@@ -176,7 +129,7 @@ class PrefetchStream {
 // Packing: dst[k * width + i] = src[i * ld + k] for k < cols and i < width, rows at
 // or beyond `rows` read as zero (so padded tile rows hold harmless zeros).
 
-#if defined(__AVX512F__)
+#if SHAMN_ISA_SIMD == 2
 
 inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
   __m512 r[16];
@@ -190,7 +143,7 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
         r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, src + (i0 + i) * ld + k0) : _mm512_setzero_ps();
-      vec16::transpose_16x16(r);
+      simd::transpose_16x16(r);
       float* d = dst + k0 * width + i0;
       for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * width, store_mask, r[k]);
     }
@@ -224,4 +177,6 @@ inline void copy_floats16(float* dst, const float* src, int64_t n) {
     for (int v = 0; v < 16 / kVec; ++v) vstoreu(dst + i + v * kVec, vloadu(src + i + v * kVec));
 }
 
+}  // namespace SHAMN_ISA_NS
 }  // namespace shamn::bsr
+SHAMN_ISA_POP

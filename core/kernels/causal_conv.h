@@ -57,4 +57,17 @@ void causal_conv_backward_kernel_naive(T* dconv, const T* dc, const T* u, const 
     }
 }
 
+// f64 (gradient checks): the naive loops, so an op calls one name for both dtypes.
+inline void causal_conv_forward(double* c, const double* u, const double* conv, const CausalConvDims& dims) {
+  causal_conv_forward_naive(c, u, conv, dims);
+}
+inline void causal_conv_backward_input(double* du, const double* dc, const double* conv,
+                                       const CausalConvDims& dims) {
+  causal_conv_backward_input_naive(du, dc, conv, dims);
+}
+inline void causal_conv_backward_kernel(double* dconv, const double* dc, const double* u,
+                                        const CausalConvDims& dims) {
+  causal_conv_backward_kernel_naive(dconv, dc, u, dims);
+}
+
 }  // namespace shamn

@@ -4,8 +4,8 @@
 
 #include "core/check.h"
 #include "core/kernels/elementwise.h"
-#include "core/kernels/vec16.h"
 #include "core/parallel.h"
+#include "core/simd.h"
 
 namespace shamn {
 
@@ -106,7 +106,7 @@ void hash_embedding_backward_importance(float* dimportance, const float* dout, c
       const float* g = dout + p * dim;
       for (int64_t j = 0; j < h; ++j) {
         const float* row = table + static_cast<int64_t>(bucket_index[t * h + j]) * dim;
-        dots[static_cast<size_t>(p * h + j)] = vec16::dot(g, row, dim);
+        dots[static_cast<size_t>(p * h + j)] = simd::dot(g, row, dim);
       }
     }
   });

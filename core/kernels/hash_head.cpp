@@ -1,283 +1,45 @@
 #include "core/kernels/hash_head.h"
 
-#include <algorithm>
-#include <limits>
+#include "core/kernel_level.h"
+#include "core/kernels/hash_head_isa.h"
 
-#include "core/gemm.h"
-#include "core/kernels/elementwise.h"
-#include "core/kernels/vec16.h"
-#include "core/parallel.h"
-#include "core/tensor.h"
-
-// The head is two steps: a GEMM into bucket scores (scores = z table^T, N x buckets,
-// 20x smaller than the dense N x V product), then a gather of h weighted scores per
-// token. The fused loss runs the gather, softmax and their backward on chunks of 16
-// rows, one row per SIMD lane: the chunk's scores are transposed into a
-// [buckets, 16] slab, so each (token, hash) pair costs one aligned 64-byte load and
-// one fused multiply-add for all 16 rows, and the slab (100 KB at 1600 buckets)
-// stays in L2 while the V tokens stream by.
+// The fused head runs the kernels of the level in use (hash_head_isa.cpp).
 
 namespace shamn {
 namespace {
 
-using vec16::F;
-constexpr int64_t kRows = vec16::kLanes;  // rows per chunk, one per lane
-constexpr int64_t kTokenBlock = 256;      // tokens whose logits a chunk keeps at once
-// Chunks per partial dimportance buffer in backward. Fixed, so the partials (and
-// their sum, taken in group order) do not depend on the thread count.
-constexpr int64_t kGroupChunks = 16;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// slab[b * 16 + r] = scores[n0 + r, b]; lanes r >= rows are zero.
-void load_slab(float* slab, const float* scores, int64_t n0, int64_t rows, int64_t buckets) {
-  if (rows < kRows) std::fill(slab, slab + buckets * kRows, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = scores + (n0 + r) * buckets;
-    for (int64_t b = 0; b < buckets; ++b) slab[b * kRows + r] = src[b];
-  }
-}
-
-// The inverse of load_slab for the first `rows` lanes.
-void store_slab(float* scores, const float* slab, int64_t n0, int64_t rows, int64_t buckets) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* dst = scores + (n0 + r) * buckets;
-    for (int64_t b = 0; b < buckets; ++b) dst[b] = slab[b * kRows + r];
-  }
-}
-
-// Token t's logit for the 16 rows of a slab.
-inline F slab_logit(const float* slab, const float* importance, const int32_t* bucket_index, int64_t t,
-                    int64_t h) {
-  const float* w = importance + t * h;
-  const int32_t* b = bucket_index + t * h;
-  F x = vec16::splat(w[0]) * vec16::load(slab + static_cast<int64_t>(b[0]) * kRows);
-  for (int64_t j = 1; j < h; ++j)
-    x = vec16::fmadd(vec16::splat(w[j]), vec16::load(slab + static_cast<int64_t>(b[j]) * kRows), x);
-  return x;
-}
-
-// Lanes r < rows take src[r], the others `fill`.
-F load_lanes(const float* src, int64_t rows, float fill) {
-  F v = vec16::splat(fill);
-  for (int64_t r = 0; r < rows; ++r) v[r] = src[r];
-  return v;
-}
-
-// logsumexp over all tokens of a chunk's logits, lane by lane. An online softmax over
-// blocks of tokens: the running sum is rescaled once per block, so each logit costs
-// one exp and only a block of logits is ever stored.
-F chunk_logsumexp(const float* slab, const float* importance, const int32_t* bucket_index, int64_t vocab,
-                  int64_t h) {
-  alignas(64) F block[kTokenBlock];
-  F m = vec16::splat(-std::numeric_limits<float>::infinity());
-  F sum = F{};
-  for (int64_t t0 = 0; t0 < vocab; t0 += kTokenBlock) {
-    const int64_t tn = std::min(kTokenBlock, vocab - t0);
-    F bm = m;
-    for (int64_t t = 0; t < tn; ++t) {
-      block[t] = slab_logit(slab, importance, bucket_index, t0 + t, h);
-      bm = vec16::max(bm, block[t]);
-    }
-    F acc0 = F{}, acc1 = F{};
-    int64_t t = 0;
-    for (; t + 1 < tn; t += 2) {
-      acc0 += vec16::exp(block[t] - bm);
-      acc1 += vec16::exp(block[t + 1] - bm);
-    }
-    if (t < tn) acc0 += vec16::exp(block[t] - bm);
-    sum = sum * vec16::exp(m - bm) + (acc0 + acc1);
-    m = bm;
-  }
-  F out;
-  for (int r = 0; r < kRows; ++r) out[r] = m[r] + std::log(sum[r]);
-  return out;
-}
-
-// For one chunk, with p = weight * exp(logit - row_lse) per token (lane = row):
-//   dslab[bucket_index[t, j]] += importance[t, j] * p      (dslab may be null)
-//   part[t * h + j]           += sum over lanes of p * slab[bucket_index[t, j]]
-// Each block of tokens gets its p first (independent exps the out-of-order core can
-// overlap), then the scatter. The lane sums of 16 consecutive (t, j) pairs are taken
-// together (vec16::sum16).
-void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
-                            const float* importance, const int32_t* bucket_index, int64_t vocab, int64_t h) {
-  alignas(64) F block[kTokenBlock];
-  alignas(64) F prod[kRows];
-  int pending = 0;
-  int64_t k0 = 0;  // first (t, j) pair of `prod`
-  for (int64_t t0 = 0; t0 < vocab; t0 += kTokenBlock) {
-    const int64_t tn = std::min(kTokenBlock, vocab - t0);
-    for (int64_t t = 0; t < tn; ++t) block[t] = slab_logit(slab, importance, bucket_index, t0 + t, h);
-    for (int64_t t = 0; t < tn; ++t) block[t] = vec16::exp(block[t] - row_lse) * weight;
-    for (int64_t t = 0; t < tn; ++t) {
-      const F p = block[t];
-      const float* w = importance + (t0 + t) * h;
-      const int32_t* b = bucket_index + (t0 + t) * h;
-      for (int64_t j = 0; j < h; ++j) {
-        const int64_t off = static_cast<int64_t>(b[j]) * kRows;
-        if (dslab) vec16::store(dslab + off, vec16::fmadd(vec16::splat(w[j]), p, vec16::load(dslab + off)));
-        if (part) {
-          prod[pending++] = p * vec16::load(slab + off);
-          if (pending == kRows) {
-            vec16::store(part + k0, vec16::load(part + k0) + vec16::sum16(prod));
-            k0 += kRows;
-            pending = 0;
-          }
-        }
-      }
-    }
-  }
-  for (int i = 0; i < pending; ++i) part[k0 + i] += vec16::sum(prod[i]);
-}
-
-void bucket_scores(float* scores, const float* z, const float* table, int64_t n, const HashDims& d) {
-  gemm(Trans::no, Trans::yes, n, d.buckets, d.dim, 1.0f, z, d.dim, table, d.dim, 0.0f, scores, d.buckets);
-}
-
-// dz += ds table, dtable += ds^T z   (ds: [N, buckets])
-void bucket_scores_backward(float* dz, float* dtable, const float* ds, const float* z, const float* table,
-                            int64_t n, const HashDims& d) {
-  if (dz) gemm(Trans::no, Trans::no, n, d.dim, d.buckets, 1.0f, ds, d.buckets, table, d.dim, 1.0f, dz, d.dim);
-  if (dtable)
-    gemm(Trans::yes, Trans::no, d.buckets, d.dim, n, 1.0f, ds, d.buckets, z, d.dim, 1.0f, dtable, d.dim);
-}
+const hash_head_isa::Kernels* const kLevels[] = {&hash_head_isa::kernels_scalar, &hash_head_isa::kernels_avx2,
+                                                 &hash_head_isa::kernels_avx512};
 
 }  // namespace
 
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
-                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& d) {
-  bucket_scores(scores, z, table, n, d);
-  const int64_t h = d.hashes;
-  parallel_for(0, n, row_grain(d.vocab * h), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* s = scores + r * d.buckets;
-      float* out = logits + r * d.vocab;
-      for (int64_t t = 0; t < d.vocab; ++t) {
-        float x = importance[t * h] * s[bucket_index[t * h]];
-        for (int64_t j = 1; j < h; ++j) x += importance[t * h + j] * s[bucket_index[t * h + j]];
-        out[t] = x;
-      }
-    }
-  });
+                       const float* importance, const int32_t* bucket_index, int64_t n,
+                       const HashDims& dims) {
+  for_kernel_level(kLevels).forward(logits, scores, z, table, importance, bucket_index, n, dims);
 }
 
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,
                         const float* scores, const float* z, const float* table, const float* importance,
-                        const int32_t* bucket_index, int64_t n, const HashDims& d) {
-  const int64_t h = d.hashes;
-  if (dimportance) {
-    // Each task owns a block of tokens and adds the rows in order.
-    constexpr int64_t kTokens = 512;
-    parallel_for(0, ceil_div(d.vocab, kTokens), 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t blk = lo; blk < hi; ++blk) {
-        const int64_t t0 = blk * kTokens, t1 = std::min(d.vocab, t0 + kTokens);
-        for (int64_t r = 0; r < n; ++r) {
-          const float* dl = dlogits + r * d.vocab;
-          const float* s = scores + r * d.buckets;
-          for (int64_t t = t0; t < t1; ++t)
-            for (int64_t j = 0; j < h; ++j) dimportance[t * h + j] += dl[t] * s[bucket_index[t * h + j]];
-        }
-      }
-    });
-  }
-  if (!dz && !dtable) return;
-  Tensor ds_buf = Tensor::zeros({n, d.buckets});
-  float* ds = ds_buf.data<float>();
-  parallel_for(0, n, row_grain(d.vocab * h), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* dl = dlogits + r * d.vocab;
-      float* dsr = ds + r * d.buckets;
-      for (int64_t t = 0; t < d.vocab; ++t)
-        for (int64_t j = 0; j < h; ++j) dsr[bucket_index[t * h + j]] += importance[t * h + j] * dl[t];
-    }
-  });
-  bucket_scores_backward(dz, dtable, ds, z, table, n, d);
+                        const int32_t* bucket_index, int64_t n, const HashDims& dims) {
+  for_kernel_level(kLevels).backward(dz, dtable, dimportance, dlogits, scores, z, table, importance,
+                                     bucket_index, n, dims);
 }
 
 double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
                                        const float* importance, const int32_t* bucket_index,
-                                       const int32_t* targets, int64_t n, const HashDims& d) {
-  bucket_scores(scores, z, table, n, d);
-  const int64_t h = d.hashes, chunks = ceil_div(n, kRows);
-  std::vector<double> row_loss(static_cast<size_t>(n));
-  parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-    Tensor slab_buf = Tensor::empty({d.buckets * kRows});
-    float* slab = slab_buf.data<float>();
-    for (int64_t c = lo; c < hi; ++c) {
-      const int64_t n0 = c * kRows, rows = std::min(kRows, n - n0);
-      load_slab(slab, scores, n0, rows, d.buckets);
-      const F row_lse = chunk_logsumexp(slab, importance, bucket_index, d.vocab, h);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t tgt = targets[n0 + r];
-        float x = 0.0f;
-        for (int64_t j = 0; j < h; ++j) {
-          const int64_t off = static_cast<int64_t>(bucket_index[tgt * h + j]) * kRows + r;
-          x += importance[tgt * h + j] * slab[off];
-        }
-        lse[n0 + r] = row_lse[r];
-        row_loss[static_cast<size_t>(n0 + r)] = static_cast<double>(lse[n0 + r]) - x;
-      }
-    }
-  });
-  double total = 0.0;  // in row order: the same for any thread count
-  for (double l : row_loss) total += l;
-  return total / static_cast<double>(n);
+                                       const int32_t* targets, int64_t n, const HashDims& dims) {
+  return for_kernel_level(kLevels).cross_entropy_forward(lse, scores, z, table, importance, bucket_index,
+                                                         targets, n, dims);
 }
 
 void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportance, float dloss,
                                       const float* lse, const float* scores, const float* z,
                                       const float* table, const float* importance,
                                       const int32_t* bucket_index, const int32_t* targets, int64_t n,
-                                      const HashDims& d) {
-  const bool want_ds = dz || dtable;
-  if (!want_ds && !dimportance) return;
-  const int64_t h = d.hashes, vh = d.vocab * h, chunks = ceil_div(n, kRows);
-  const int64_t groups = ceil_div(chunks, kGroupChunks);
-  const float g = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(n));
-  Tensor ds_buf = want_ds ? Tensor::empty({n, d.buckets}) : Tensor();
-  Tensor partial_buf = dimportance ? Tensor::zeros({groups, vh}) : Tensor();
-  float* ds = want_ds ? ds_buf.data<float>() : nullptr;
-
-  parallel_for(0, groups, 1, [&](int64_t glo, int64_t ghi) {
-    Tensor slab_buf = Tensor::empty({2, d.buckets * kRows});
-    float* slab = slab_buf.data<float>();
-    float* dslab = slab + d.buckets * kRows;
-    for (int64_t grp = glo; grp < ghi; ++grp) {
-      float* part = dimportance ? partial_buf.data<float>() + grp * vh : nullptr;
-      const int64_t c_end = std::min(chunks, (grp + 1) * kGroupChunks);
-      for (int64_t c = grp * kGroupChunks; c < c_end; ++c) {
-        const int64_t n0 = c * kRows, rows = std::min(kRows, n - n0);
-        load_slab(slab, scores, n0, rows, d.buckets);
-        if (want_ds) std::fill(dslab, dslab + d.buckets * kRows, 0.0f);
-        // Padding lanes get lse 0 and weight 0: their (zero) logits add nothing.
-        const F row_lse = load_lanes(lse + n0, rows, 0.0f);
-        F weight = vec16::splat(g);
-        for (int64_t r = rows; r < kRows; ++r) weight[r] = 0.0f;
-        // dlogit = g * softmax; the -g at each row's target is applied below.
-        chunk_softmax_backward(want_ds ? dslab : nullptr, part, slab, row_lse, weight, importance,
-                               bucket_index, d.vocab, h);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t tgt = targets[n0 + r];
-          for (int64_t j = 0; j < h; ++j) {
-            const int64_t off = static_cast<int64_t>(bucket_index[tgt * h + j]) * kRows + r;
-            if (want_ds) dslab[off] -= g * importance[tgt * h + j];
-            if (part) part[tgt * h + j] -= g * slab[off];
-          }
-        }
-        if (want_ds) store_slab(ds, dslab, n0, rows, d.buckets);
-      }
-    }
-  });
-
-  if (dimportance) {
-    const float* partial = partial_buf.data<float>();
-    parallel_for(0, vh, kElementGrain / 4, [&](int64_t lo, int64_t hi) {
-      for (int64_t grp = 0; grp < groups; ++grp)
-        for (int64_t k = lo; k < hi; ++k) dimportance[k] += partial[grp * vh + k];
-    });
-  }
-  if (want_ds) bucket_scores_backward(dz, dtable, ds, z, table, n, d);
+                                      const HashDims& dims) {
+  for_kernel_level(kLevels).cross_entropy_backward(dz, dtable, dimportance, dloss, lse, scores, z, table,
+                                                   importance, bucket_index, targets, n, dims);
 }
 
 }  // namespace shamn

@@ -151,4 +151,33 @@ void hash_head_cross_entropy_backward_naive(T* dz, T* dtable, T* dimportance, T 
   }
 }
 
+// f64 (gradient checks): the naive twins, so an op calls one name for both dtypes.
+// The cross-entropy pair recomputes the bucket scores instead of keeping them.
+inline void hash_head_forward(double* logits, double* scores, const double* z, const double* table,
+                              const double* importance, const int32_t* bucket_index, int64_t n,
+                              const HashDims& dims) {
+  hash_head_forward_naive(logits, scores, z, table, importance, bucket_index, n, dims);
+}
+inline void hash_head_backward(double* dz, double* dtable, double* dimportance, const double* dlogits,
+                               const double* scores, const double* z, const double* table,
+                               const double* importance, const int32_t* bucket_index, int64_t n,
+                               const HashDims& dims) {
+  hash_head_backward_naive(dz, dtable, dimportance, dlogits, scores, z, table, importance, bucket_index, n,
+                           dims);
+}
+inline double hash_head_cross_entropy_forward(double* lse, double* /*scores*/, const double* z,
+                                              const double* table, const double* importance,
+                                              const int32_t* bucket_index, const int32_t* targets, int64_t n,
+                                              const HashDims& dims) {
+  return hash_head_cross_entropy_forward_naive(lse, z, table, importance, bucket_index, targets, n, dims);
+}
+inline void hash_head_cross_entropy_backward(double* dz, double* dtable, double* dimportance, double dloss,
+                                             const double* lse, const double* /*scores*/, const double* z,
+                                             const double* table, const double* importance,
+                                             const int32_t* bucket_index, const int32_t* targets, int64_t n,
+                                             const HashDims& dims) {
+  hash_head_cross_entropy_backward_naive(dz, dtable, dimportance, dloss, lse, z, table, importance,
+                                         bucket_index, targets, n, dims);
+}
+
 }  // namespace shamn

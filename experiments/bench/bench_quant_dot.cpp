@@ -11,7 +11,7 @@
 //   rows:   the runtime's single-thread building block, W[rows, cols] . x in one
 //           call, on the CPU's best path: row-major blocks (dot_rows_q8/q4)
 //           vs row-interleaved tiles (dot_tiles) vs the runtime's f32 rows
-//           (vec16::dot). 32x64 is one block-sparse row block at the default
+//           (simd::dot). 32x64 is one block-sparse row block at the default
 //           config (2 active blocks), 512x512 the memory query, 1600x512 the
 //           tied head's bucket scores. Args: layout (0 rows, 1 tiles, 2 f32), q4.
 //
@@ -25,8 +25,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/kernels/vec16.h"
+#include "core/kernel_level.h"
 #include "core/parallel.h"
+#include "core/simd.h"
 #include "infer/quant_blocks.h"
 #include "infer/quant_dot.h"
 #include "infer/quant_tiles.h"
@@ -66,12 +67,12 @@ void set_counters(benchmark::State& state, int64_t rows, int64_t cols, double we
 // Returns false (and skips) when the CPU lacks the path.
 bool select_path(benchmark::State& state, int path) {
   if (path == kF32) return true;
-  const auto k = static_cast<shamn::QuantKernel>(path);
-  if (!shamn::quant_kernel_supported(k)) {
+  const auto k = static_cast<shamn::KernelLevel>(path);
+  if (!shamn::kernel_level_supported(k)) {
     state.SkipWithError("this CPU lacks the path");
     return false;
   }
-  shamn::set_quant_kernel(k);
+  shamn::set_kernel_level(k);
   return true;
 }
 
@@ -132,7 +133,7 @@ void BM_matvec(benchmark::State& state) {
                  double(rows * bpr) * (Q4 ? sizeof(shamn::BlockQ4) : sizeof(shamn::BlockQ8)));
   }
   shamn::set_num_threads(0);
-  shamn::set_quant_kernel(shamn::best_quant_kernel());
+  shamn::set_kernel_level(shamn::best_kernel_level());
 }
 
 void BM_dot_q8(benchmark::State& state) {
@@ -151,7 +152,7 @@ void BM_dot_q8(benchmark::State& state) {
     benchmark::DoNotOptimize(s);
   }
   set_counters(state, 1, cols, path == kF32 ? 4.0 * cols : double(blocks * sizeof(shamn::BlockQ8)));
-  shamn::set_quant_kernel(shamn::best_quant_kernel());
+  shamn::set_kernel_level(shamn::best_kernel_level());
 }
 
 const char* kLayoutNames[] = {"rows", "tiles", "f32"};
@@ -169,7 +170,7 @@ void BM_rows(benchmark::State& state) {
   std::vector<float> y(static_cast<size_t>(rows));
   for (auto _ : state) {
     if (layout == 2)
-      for (int64_t r = 0; r < rows; ++r) y[r] = shamn::vec16::dot(m.w.data() + r * cols, m.x.data(), cols);
+      for (int64_t r = 0; r < rows; ++r) y[r] = shamn::simd::dot(m.w.data() + r * cols, m.x.data(), cols);
     else if (layout == 1 && q4)
       shamn::dot_tiles(t4.data(), rows, bpr, m.xq.data(), y.data());
     else if (layout == 1)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "core/kernel_level.h"
 #include "core/model_config.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -136,8 +137,8 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct KernelGuard {
-  QuantKernel saved = quant_kernel();
-  ~KernelGuard() { set_quant_kernel(saved); }
+  KernelLevel saved = kernel_level();
+  ~KernelGuard() { set_kernel_level(saved); }
 };
 
 }  // namespace
@@ -277,14 +278,14 @@ TEST_CASE("runtime results do not depend on the kernel path or the thread count"
       const InferModel m = tm.runtime(q);
       const std::vector<int32_t> tokens = random_tokens(19, tm.config.vocab_size, 5);
       set_num_threads(1);
-      set_quant_kernel(QuantKernel::scalar);
+      set_kernel_level(KernelLevel::scalar);
       const std::vector<float> ref = prefill_logits(m, tokens);
-      for (QuantKernel k : {QuantKernel::avx2, QuantKernel::avx512}) {
-        if (!quant_kernel_supported(k)) continue;
-        set_quant_kernel(k);
+      for (KernelLevel k : {KernelLevel::avx2, KernelLevel::avx512}) {
+        if (!kernel_level_supported(k)) continue;
+        set_kernel_level(k);
         for (int t : {1, 2}) {
           set_num_threads(t);
-          INFO("kernel " << quant_kernel_name(k) << ", threads " << t);
+          INFO("kernel " << kernel_level_name(k) << ", threads " << t);
           CHECK(bitwise_equal(prefill_logits(m, tokens), ref));
         }
       }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/kernel_level.h"
 #include "core/parallel.h"
 #include "helpers.h"
 #include "infer/quant_blocks.h"
@@ -20,12 +21,12 @@ using namespace shamn;
 namespace {
 
 const int64_t kLengths[] = {1, 7, 31, 33, 127, 4096};
-const QuantKernel kAllKernels[] = {QuantKernel::scalar, QuantKernel::avx2, QuantKernel::avx512};
+const KernelLevel kAllKernels[] = {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512};
 
 // Puts the process-wide kernel back after a test changes it.
 struct KernelGuard {
-  QuantKernel saved = quant_kernel();
-  ~KernelGuard() { set_quant_kernel(saved); }
+  KernelLevel saved = kernel_level();
+  ~KernelGuard() { set_kernel_level(saved); }
 };
 
 enum class Fill { random, zeros, extremes, outlier };
@@ -148,11 +149,11 @@ TEST_CASE("q8 round trip is within half a step of every value", "[infer][quant]"
 TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ties away from zero",
           "[infer][quant]") {
   KernelGuard guard;
-  if (!quant_kernel_supported(QuantKernel::avx2)) {
+  if (!kernel_level_supported(KernelLevel::avx2)) {
     WARN("skipping: this CPU lacks AVX2");
     return;
   }
-  set_quant_kernel(QuantKernel::avx2);
+  set_kernel_level(KernelLevel::avx2);
   for (int64_t n : kLengths)
     for (Fill fill : {Fill::random, Fill::zeros, Fill::extremes, Fill::outlier}) {
       INFO("n = " << n << ", " << fill_name(fill));
@@ -170,11 +171,11 @@ TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ti
   ties[3] = 0.5f;
   ties[4] = -0.5f;
   ties[5] = 0.49999997f;
-  for (QuantKernel k : {QuantKernel::scalar, QuantKernel::avx2}) {
-    set_quant_kernel(k);
+  for (KernelLevel k : {KernelLevel::scalar, KernelLevel::avx2}) {
+    set_kernel_level(k);
     BlockQ8 b;
     quantize_row_q8(ties.data(), &b, kQuantBlock);
-    INFO("kernel " << quant_kernel_name(k));
+    INFO("kernel " << kernel_level_name(k));
     CHECK(b.d == 1.0f);
     CHECK(b.q[0] == 127);
     CHECK(b.q[1] == 3);
@@ -209,14 +210,14 @@ TEST_CASE("quantised rows zero-pad their last block and zero blocks have scale 0
 
 TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot closely", "[infer][quant]") {
   KernelGuard guard;
-  for (QuantKernel k : kAllKernels) {
-    if (!quant_kernel_supported(k)) {
-      WARN("skipping quant kernel " << quant_kernel_name(k) << ": this CPU lacks it");
+  for (KernelLevel k : kAllKernels) {
+    if (!kernel_level_supported(k)) {
+      WARN("skipping quant kernel " << kernel_level_name(k) << ": this CPU lacks it");
       continue;
     }
     for (int64_t n : kLengths) {
       for (Fill fill : {Fill::random, Fill::zeros, Fill::extremes, Fill::outlier}) {
-        INFO("kernel " << quant_kernel_name(k) << ", n = " << n << ", " << fill_name(fill));
+        INFO("kernel " << kernel_level_name(k) << ", n = " << n << ", " << fill_name(fill));
         const int64_t blocks = quant_blocks(n);
         const std::vector<float> a = make_row(n, fill, 21), b = make_row(n, Fill::random, 22);
         std::vector<BlockQ8> qa(blocks), qb(blocks);
@@ -228,12 +229,12 @@ TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot 
         const std::vector<BlockQ8> ra = raw_q8(blocks, 5), rb = raw_q8(blocks, 6);
         const std::vector<BlockQ4> rw = raw_q4(blocks, 7);
 
-        set_quant_kernel(QuantKernel::scalar);
+        set_kernel_level(KernelLevel::scalar);
         const float s_q8 = dot_q8_q8(qa.data(), qb.data(), blocks);
         const float s_q4 = dot_q4_q8(wa.data(), qb.data(), blocks);
         const float s_raw8 = dot_q8_q8(ra.data(), rb.data(), blocks);
         const float s_raw4 = dot_q4_q8(rw.data(), rb.data(), blocks);
-        set_quant_kernel(k);
+        set_kernel_level(k);
         CHECK(bits(dot_q8_q8(qa.data(), qb.data(), blocks)) == bits(s_q8));
         CHECK(bits(dot_q4_q8(wa.data(), qb.data(), blocks)) == bits(s_q4));
         CHECK(bits(dot_q8_q8(ra.data(), rb.data(), blocks)) == bits(s_raw8));
@@ -258,12 +259,12 @@ TEST_CASE("matvec and dot_rows equal the per-row scalar dot and do not depend on
   const int64_t rows = 101;
   // Short rows (fewer than 8 blocks, as block-sparse rows are) take a batched path.
   for (int64_t bpr : {1, 2, 3, 7, 8, 9, 17})
-    for (QuantKernel k : kAllKernels) {
-      if (!quant_kernel_supported(k)) continue;
-      INFO("kernel " << quant_kernel_name(k) << ", blocks per row " << bpr);
+    for (KernelLevel k : kAllKernels) {
+      if (!kernel_level_supported(k)) continue;
+      INFO("kernel " << kernel_level_name(k) << ", blocks per row " << bpr);
       const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 1), x = raw_q8(bpr, 2);
       const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 3);
-      set_quant_kernel(k);
+      set_kernel_level(k);
       std::vector<float> y8_1(rows), y8_2(rows), y4_1(rows), y4_2(rows);
       set_num_threads(1);
       matvec_q8(w8.data(), rows, bpr, x.data(), y8_1.data());
@@ -274,10 +275,10 @@ TEST_CASE("matvec and dot_rows equal the per-row scalar dot and do not depend on
       std::vector<float> rows8(rows), rows4(rows), scalar8(rows), scalar4(rows);
       dot_rows_q8(w8.data(), rows, bpr, x.data(), rows8.data());
       dot_rows_q4(w4.data(), rows, bpr, x.data(), rows4.data());
-      set_quant_kernel(QuantKernel::scalar);
+      set_kernel_level(KernelLevel::scalar);
       dot_rows_q8(w8.data(), rows, bpr, x.data(), scalar8.data());
       dot_rows_q4(w4.data(), rows, bpr, x.data(), scalar4.data());
-      set_quant_kernel(k);
+      set_kernel_level(k);
       for (int64_t r = 0; r < rows; ++r) {
         CHECK(bits(rows8[r]) == bits(scalar8[r]));
         CHECK(bits(rows4[r]) == bits(scalar4[r]));
@@ -314,14 +315,14 @@ TEST_CASE(
         }
       // Rows past the matrix are zero, so a padded tile adds nothing.
       if (rows % kTileRows) CHECK(t8.back().d[kTileRows - 1] == 0.0f);
-      for (QuantKernel k : kAllKernels) {
-        if (!quant_kernel_supported(k)) continue;
-        INFO("kernel " << quant_kernel_name(k) << ", rows " << rows << ", blocks per row " << bpr);
-        set_quant_kernel(k);
+      for (KernelLevel k : kAllKernels) {
+        if (!kernel_level_supported(k)) continue;
+        INFO("kernel " << kernel_level_name(k) << ", rows " << rows << ", blocks per row " << bpr);
+        set_kernel_level(k);
         std::vector<float> y8(rows + 1, -7.0f), y4(rows + 1, -7.0f);
         dot_tiles(t8.data(), rows, bpr, x.data(), y8.data());
         dot_tiles(t4.data(), rows, bpr, x.data(), y4.data());
-        set_quant_kernel(QuantKernel::scalar);
+        set_kernel_level(KernelLevel::scalar);
         for (int64_t r = 0; r < rows; ++r) {
           CHECK(bits(y8[r]) == bits(dot_q8_q8(w8.data() + r * bpr, x.data(), bpr)));
           CHECK(bits(y4[r]) == bits(dot_q4_q8(w4.data() + r * bpr, x.data(), bpr)));
@@ -334,17 +335,18 @@ TEST_CASE(
 
 TEST_CASE("quant kernel names are checked", "[infer][quant]") {
   KernelGuard guard;
-  CHECK(quant_kernel_from_string("scalar") == QuantKernel::scalar);
-  CHECK_THROWS_AS(quant_kernel_from_string("sse"), InputError);
-  CHECK_THROWS_WITH(quant_kernel_from_string("AVX2"), Catch::Contains("use scalar, avx2 or avx512"));
-  CHECK_THROWS_AS(quant_kernel_from_string(""), InputError);
-  for (QuantKernel k : kAllKernels) {
-    if (quant_kernel_supported(k)) {
-      CHECK(quant_kernel_from_string(quant_kernel_name(k)) == k);
+  CHECK(kernel_level_from_string("scalar", "--kernel") == KernelLevel::scalar);
+  CHECK_THROWS_AS(kernel_level_from_string("sse", "--kernel"), InputError);
+  CHECK_THROWS_WITH(kernel_level_from_string("AVX2", "--kernel"),
+                    Catch::Contains("use scalar, avx2 or avx512"));
+  CHECK_THROWS_AS(kernel_level_from_string("", "--kernel"), InputError);
+  for (KernelLevel k : kAllKernels) {
+    if (kernel_level_supported(k)) {
+      CHECK(kernel_level_from_string(kernel_level_name(k), "--kernel") == k);
     } else {
-      CHECK_THROWS_AS(quant_kernel_from_string(quant_kernel_name(k)), InputError);
-      CHECK_THROWS_AS(set_quant_kernel(k), InputError);
+      CHECK_THROWS_AS(kernel_level_from_string(kernel_level_name(k), "--kernel"), InputError);
+      CHECK_THROWS_AS(set_kernel_level(k), InputError);
     }
   }
-  CHECK(quant_kernel_supported(best_quant_kernel()));
+  CHECK(kernel_level_supported(best_kernel_level()));
 }

@@ -8,18 +8,18 @@
 #include <limits>
 #include <vector>
 
-#include "core/kernels/vec16.h"
+#include "core/simd.h"
 
 using namespace shamn;
 
-TEST_CASE("vec16::exp is within 2 ulp of exp over the softmax range", "[kernels][vec16]") {
+TEST_CASE("simd::exp is within 2 ulp of exp over the softmax range", "[kernels][simd]") {
   double worst = 0.0;
   for (int k = 0; k < 200000; ++k) {
-    vec16::F x;
-    for (int i = 0; i < vec16::kLanes; ++i)
-      x[i] = -86.0f + 174.0f * static_cast<float>(k * vec16::kLanes + i) / (200000.0f * 16.0f);
-    const vec16::F y = vec16::exp(x);
-    for (int i = 0; i < vec16::kLanes; ++i) {
+    simd::F x;
+    for (int i = 0; i < simd::kLanes; ++i)
+      x[i] = -86.0f + 174.0f * static_cast<float>(k * simd::kLanes + i) / (200000.0f * 16.0f);
+    const simd::F y = simd::exp(x);
+    for (int i = 0; i < simd::kLanes; ++i) {
       const double want = std::exp(static_cast<double>(x[i]));
       const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
       worst = std::max(worst, std::abs(y[i] - want) / ulp);
@@ -29,13 +29,13 @@ TEST_CASE("vec16::exp is within 2 ulp of exp over the softmax range", "[kernels]
   CHECK(worst <= 2.0);
 }
 
-TEST_CASE("vec16::exp underflows to zero, overflows to inf and propagates NaN", "[kernels][vec16]") {
-  vec16::F x = vec16::splat(0.0f);
+TEST_CASE("simd::exp underflows to zero, overflows to inf and propagates NaN", "[kernels][simd]") {
+  simd::F x = simd::splat(0.0f);
   x[0] = -105.0f;
   x[1] = -std::numeric_limits<float>::infinity();
   x[2] = std::numeric_limits<float>::quiet_NaN();
   x[3] = -1e30f;
-  const vec16::F y = vec16::exp(x);
+  const simd::F y = simd::exp(x);
   CHECK(y[0] == 0.0f);
   CHECK(y[1] == 0.0f);
   CHECK(std::isnan(y[2]));
@@ -44,25 +44,25 @@ TEST_CASE("vec16::exp underflows to zero, overflows to inf and propagates NaN", 
   x[5] = 89.0f;
   x[6] = std::numeric_limits<float>::infinity();
   x[7] = -87.5f;
-  const vec16::F z = vec16::exp(x);
+  const simd::F z = simd::exp(x);
   CHECK(std::isinf(z[5]));
   CHECK(std::isinf(z[6]));
   CHECK(z[7] >= 0.0f);
   CHECK(z[7] < 1.2e-38f);
 }
 
-TEST_CASE("vec16::sum16 sums each input into its own lane", "[kernels][vec16]") {
-  vec16::F v[vec16::kLanes];
-  for (int i = 0; i < vec16::kLanes; ++i)
-    for (int l = 0; l < vec16::kLanes; ++l) v[i][l] = static_cast<float>((i + 1) * 100 + l);
-  const vec16::F r = vec16::sum16(v);
-  for (int i = 0; i < vec16::kLanes; ++i) {
+TEST_CASE("simd::sum16 sums each input into its own lane", "[kernels][simd]") {
+  simd::F v[simd::kLanes];
+  for (int i = 0; i < simd::kLanes; ++i)
+    for (int l = 0; l < simd::kLanes; ++l) v[i][l] = static_cast<float>((i + 1) * 100 + l);
+  const simd::F r = simd::sum16(v);
+  for (int i = 0; i < simd::kLanes; ++i) {
     INFO("lane " << i);
     CHECK(r[i] == static_cast<float>(16 * (i + 1) * 100 + 120));
   }
 }
 
-TEST_CASE("vec16::dot covers the vector body and the scalar tail", "[kernels][vec16]") {
+TEST_CASE("simd::dot covers the vector body and the scalar tail", "[kernels][simd]") {
   for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{16}, int64_t{64}, int64_t{101}}) {
     std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
     double want = 0.0;
@@ -71,6 +71,6 @@ TEST_CASE("vec16::dot covers the vector body and the scalar tail", "[kernels][ve
       b[static_cast<size_t>(i)] = static_cast<float>(i % 5) * 0.5f;
       want += static_cast<double>(a[static_cast<size_t>(i)]) * b[static_cast<size_t>(i)];
     }
-    CHECK(vec16::dot(a.data(), b.data(), n) == static_cast<float>(want));
+    CHECK(simd::dot(a.data(), b.data(), n) == static_cast<float>(want));
   }
 }

@@ -1,0 +1,308 @@
+// The packed float GEMM, compiled once per SIMD level (core/isa.h); gemm() in
+// core/gemm.cpp picks the level's copy for products of more than a few rows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/gemm_isa.h"
+#include "core/parallel.h"
+#include "core/scratch.h"
+#include "core/simd.h"
+
+// GotoBLAS/BLIS-style single-precision GEMM.
+//
+// Loop nest (C row-major, vectors run along N):
+//   jc: N in NC columns   B panel [KC, NC] packed once per (jc, pc), shared by threads
+//   pc: K in KC           sequential: every C element sums its K blocks in this order
+//   ir: MR rows of C      parallel; each unit packs its A micro-panel [MR, KC] just
+//                         before use, so it sits in L1 for the whole jr sweep
+//   jr: NR columns        B micro-panels [KC, NR] stream from L2/L3
+//   micro-kernel: C[MR, NR] = alpha * A[MR, KC] * B[KC, NR] + beta' * C
+// There is no MC block: with the A micro-panel resident in L1 and the B panel read
+// sequentially, an L2-sized A block bought nothing in measurements.
+// Threads only ever split M (and N when M is short), never K, so each element of C is
+// produced by one kernel call per KC block in a fixed order: bit-identical results for
+// any thread count.
+
+SHAMN_ISA_BEGIN
+namespace {
+
+// Register tile MR x NR and cache blocks, chosen by measurement on Zen4 (2 cores,
+// 32 KiB L1d and 1 MiB L2 per core; experiments/matmul.md). 8x32 keeps C in 16 of the
+// 32 zmm registers. Per call it is as fast as 14x32, 12x32 or 6x64 (the FMA pipe, not
+// the loads, is the limit), but it cuts the model's M (512, 2048, 4096) into an even
+// number of panels, which keeps both threads busy to the end. KC = 512 makes every
+// K <= 512 product a single pass over C (C is stored once, never re-read); the A
+// micro-panel [8, 512] is 16 KiB and stays in L1 while B micro-panels stream past it
+// from L2/L3.
+#if SHAMN_ISA_SIMD == 2
+constexpr int MR = 8;
+constexpr int NR = 32;
+#elif SHAMN_ISA_SIMD == 1
+constexpr int MR = 6;  // 12 ymm accumulators + 2 for B + 1 broadcast = 15 of 16
+constexpr int NR = 16;
+#else
+constexpr int MR = 4;  // 8 accumulator registers even with 128-bit SSE2 (16 registers)
+constexpr int NR = 8;
+#endif
+constexpr int NV = NR / simd::kVec;  // vectors per row of the C tile
+constexpr int64_t KC = 512;
+constexpr int64_t NC = 1024 / NR * NR;  // B panel [KC, NC] = 2 MiB: shared via L3
+
+// Also split B's columns between threads when M has fewer micro-panels than this per
+// thread and they do not divide evenly (otherwise one thread would finish last by a
+// whole panel).
+constexpr int64_t kBalancePanels = 16;
+// Most A micro-panels per scheduling unit: big enough to amortise task overhead, small
+// enough for TBB to rebalance when a core is busy with something else.
+constexpr int64_t kUnitGrain = 4;
+
+// Fewer multiply-adds than this: single-threaded.
+constexpr int64_t kParallelWork = int64_t{1} << 21;
+
+// Packed panels live in per-thread scratch slots (core/scratch.h).
+thread_local ScratchSlot tls_apack;
+thread_local ScratchSlot tls_bpack;
+
+// Slack after each packed buffer, so that a stray full-vector access at a panel's end
+// can never leave the allocation.
+constexpr size_t kPackPad = 64;
+
+// ---------------------------------------------------------------------------------
+// Packing. Both packers turn any transpose case into the one layout the kernel
+// reads, so a single micro-kernel serves all four cases. Two of the cases are plain
+// row copies; the other two are transposes of a [rows, kc] slab.
+
+#if SHAMN_ISA_SIMD == 2
+
+// dst[k * stride + r] = src[r * ld + k] for k < kc and r < lanes (<= 16); source rows
+// at or beyond `rows` read as zero.
+void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst, int stride, int lanes) {
+  const __mmask16 store_mask = static_cast<__mmask16>((1u << lanes) - 1u);
+  __m512 r[16];
+  for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+    const int kn = static_cast<int>(std::min<int64_t>(16, kc - k0));
+    const __mmask16 load_mask = static_cast<__mmask16>((1u << kn) - 1u);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + k0) : _mm512_setzero_ps();
+    simd::transpose_16x16(r);
+    float* d = dst + k0 * stride;
+    if (kn == 16) {
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) _mm512_mask_storeu_ps(d + k * stride, store_mask, r[k]);
+    } else {
+      for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * stride, store_mask, r[k]);
+    }
+  }
+}
+
+// [rows, kc] slab of a row-major matrix -> kc groups of `width` floats (width = MR or NR).
+void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst, int width) {
+  for (int r0 = 0; r0 < width; r0 += 16) {
+    const int lanes = std::min(16, width - r0);
+    const int valid = std::clamp(rows - r0, 0, lanes);
+    pack_transposed(src + r0 * ld, ld, valid, kc, dst + r0, width, lanes);
+  }
+}
+
+#else
+
+void pack_slab_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst, int width) {
+  // k outer: the writes stay sequential and the `rows` read streams are few.
+  for (int64_t k = 0; k < kc; ++k) {
+    float* d = dst + k * width;
+    int r = 0;
+    for (; r < rows; ++r) d[r] = src[r * ld + k];
+    for (; r < width; ++r) d[r] = 0.0f;
+  }
+}
+
+#endif
+
+// [kc, cols] block of a row-major matrix -> kc groups of `width` floats, zero-padded.
+template <int W>
+void pack_slab_copy(const float* src, int64_t ld, int cols, int64_t kc, float* dst) {
+  if (cols == W) {
+    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    int j = 0;
+    for (; j < cols; ++j) dst[k * W + j] = src[k * ld + j];
+    for (; j < W; ++j) dst[k * W + j] = 0.0f;
+  }
+}
+
+// A micro-panel: dst[k * MR + i] = op(A)[i0 + i, k0 + k]; rows >= mr are zero, so the
+// kernel never needs a row-count branch inside its K loop.
+void pack_a_panel(Trans ta, const float* A, int64_t lda, int64_t i0, int mr, int64_t k0, int64_t kc,
+                  float* dst) {
+  if (ta == Trans::yes) {
+    pack_slab_copy<MR>(A + k0 * lda + i0, lda, mr, kc, dst);  // A stored [K, M]
+  } else {
+    pack_slab_transposed(A + i0 * lda + k0, lda, mr, kc, dst, MR);
+  }
+}
+
+// B micro-panel: dst[k * NR + j] = op(B)[k0 + k, j0 + j]; columns >= nr are zero.
+void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
+                  float* dst) {
+  if (tb == Trans::no) {
+    pack_slab_copy<NR>(B + k0 * ldb + j0, ldb, nr, kc, dst);
+  } else {
+    pack_slab_transposed(B + j0 * ldb + k0, ldb, nr, kc, dst, NR);  // B stored [N, K]
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// Micro-kernel:
+//   A micro-panel: [MR, kc] packed column-major (MR floats per k), 64-byte aligned
+//   B micro-panel: [kc, NR] packed row-major (NR floats per k), 64-byte aligned
+//   C tile: [mr, nr] row-major at c with stride ldc, mr <= MR, nr <= NR
+//   C = alpha * A*B + beta * C; beta == 0 never reads C.
+// C sits in MR x NV registers (AVX-512: 8 x 2 zmm; AVX2: 6 x 2 ymm). Each C element
+// is one FMA chain over k = 0..kc-1, so its value does not depend on the tile shape,
+// on where the tile sits or on which thread runs it: every level gives the same bits.
+
+inline simd::Vec combine(simd::Vec acc, const float* p, float alpha, float beta) {
+  const simd::Vec r = alpha == 1.0f ? acc : simd::vmul(simd::vsplat(alpha), acc);
+  if (beta == 0.0f) return r;
+  if (beta == 1.0f) return simd::vadd(simd::vloadu(p), r);
+  return simd::vfma(simd::vsplat(beta), simd::vloadu(p), r);
+}
+
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
+                  int64_t ldc, float alpha, float beta, int mr, int nr) {
+  using simd::kVec;
+  using simd::Vec;
+  Vec acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = simd::vzero();
+
+  // Pull the C tile toward L1 now: its rows are ldc apart, so no hardware prefetcher
+  // predicts them, and a miss at the end of the K loop would stall the whole tile.
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < NR; j += 16) __builtin_prefetch(c + i * ldc + j, 0, 3);
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    Vec bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = simd::vload(b + v * kVec);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const Vec ai = simd::vbroadcast(a + i);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = simd::vfma(ai, bv[v], acc[i][v]);
+    }
+    a += MR;
+    b += NR;
+  }
+
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + i * ldc + v * kVec;
+        simd::vstoreu(p, combine(acc[i][v], p, alpha, beta));
+      }
+    return;
+  }
+  // Edge tile: spill to a buffer and finish element by element, with the arithmetic
+  // of combine(), so edge and interior elements round alike.
+  alignas(64) float tile[MR][NR];
+  // Fully unrolled so acc is only ever indexed by constants and stays in registers
+  // (a runtime index here makes GCC keep all of acc in memory, in the K loop too).
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) simd::vstoreu(&tile[i][v * kVec], acc[i][v]);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      float r = alpha == 1.0f ? tile[i][j] : alpha * tile[i][j];
+      float& out = c[i * ldc + j];
+      if (beta == 1.0f) {
+        r = out + r;
+      } else if (beta != 0.0f) {
+        r = std::fma(beta, out, r);
+      }
+      out = r;
+    }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t kc_max = std::min(K, KC);
+  const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
+  ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
+  float* bp = bpack.get();
+
+  // Small products run on the calling thread: waking a TBB worker costs about as much
+  // as the whole product below ~128^3 (measured: no 2-thread speedup up to 192^3).
+  const bool serial = M * N * K < kParallelWork;
+  const int threads = serial ? 1 : num_threads();
+  const int64_t m_panels = ceil_div(M, MR);
+
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    const int64_t n_panels = ceil_div(nc, NR);
+    // Work unit = one A micro-panel against one column group of the B panel. Groups
+    // exist only to balance threads when M has few panels (or a remainder that would
+    // leave a thread idle); each group re-packs the A panels it uses.
+    int64_t n_groups = 1;
+    if (threads > 1 && m_panels % threads != 0 && m_panels < kBalancePanels * threads)
+      n_groups = std::min<int64_t>(n_panels, threads);
+    const int64_t group_panels = ceil_div(n_panels, n_groups);
+    n_groups = ceil_div(n_panels, group_panels);
+    const int64_t units = n_groups * m_panels;
+    const int64_t grain =
+        serial ? units : std::max<int64_t>(1, std::min<int64_t>(kUnitGrain, units / (4 * threads)));
+    const int64_t pack_grain = serial ? n_panels : 4;
+
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      const float beta_k = pc == 0 ? beta : 1.0f;
+
+      parallel_for(0, n_panels, pack_grain, [&](int64_t lo, int64_t hi) {
+        for (int64_t q = lo; q < hi; ++q) {
+          const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
+          pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);
+        }
+      });
+
+      // Units are numbered group-major, so a contiguous range of them (what one thread
+      // runs) touches one slice of the B panel: each core keeps its slice in its L2.
+      parallel_for(0, units, grain, [&](int64_t lo, int64_t hi) {
+        ScratchLease apack(tls_apack, static_cast<size_t>(MR * kc) + kPackPad);
+        float* ap = apack.get();
+        for (int64_t u = lo; u < hi; ++u) {
+          const int64_t g = u / m_panels;
+          const int64_t p = u % m_panels;
+          const int64_t q0 = g * group_panels;
+          const int64_t q1 = std::min(n_panels, q0 + group_panels);
+          const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
+          // Packed right before use, the A micro-panel is still in L1 for the kernels.
+          pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
+          float* crow = C + p * MR * ldc + jc;
+          for (int64_t q = q0; q < q1; ++q) {
+            const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
+            micro_kernel(kc, ap, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);
+          }
+        }
+      });
+    }
+  }
+}
+
+SHAMN_ISA_END
+
+namespace shamn::gemm_isa {
+SHAMN_ISA_TABLE(Kernels) = {&::shamn::SHAMN_ISA_NS::gemm_packed};
+}  // namespace shamn::gemm_isa

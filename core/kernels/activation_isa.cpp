@@ -1,0 +1,104 @@
+// The float activations, compiled once per SIMD level (core/isa.h).
+#include <algorithm>
+#include <cstring>
+
+#include "core/kernels/activation_isa.h"
+#include "core/parallel.h"
+#include "core/simd.h"
+
+SHAMN_ISA_BEGIN
+namespace {
+
+using simd::F;
+using simd::splat;
+
+inline F sigmoid16(F x) { return splat(1.0f) / (splat(1.0f) + simd::exp(-x)); }
+
+constexpr float kAlpha2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2/pi)
+constexpr float kBeta = 0.044715f;
+
+struct Gelu16 {
+  static F forward(F x) { return x * sigmoid16(splat(kAlpha2) * (x + splat(kBeta) * x * x * x)); }
+  // d/dx x s(2u) = s + x s (1 - s) 2u'(x),  2u' = 2 sqrt(2/pi) (1 + 3 beta x^2)
+  static F derivative(F x) {
+    const F s = sigmoid16(splat(kAlpha2) * (x + splat(kBeta) * x * x * x));
+    const F du = splat(kAlpha2) * (splat(1.0f) + splat(3.0f * kBeta) * x * x);
+    return s + x * s * (splat(1.0f) - s) * du;
+  }
+};
+
+struct Silu16 {
+  static F forward(F x) { return x * sigmoid16(x); }
+  static F derivative(F x) {
+    const F s = sigmoid16(x);
+    return s * (splat(1.0f) + x * (splat(1.0f) - s));
+  }
+};
+
+// Runs f(out16, in16...) over blocks of 16 elements, in parallel over blocks; the
+// last, partial block goes through a padded copy.
+template <class Block>
+void for_blocks(int64_t n, Block&& block) {
+  const int64_t blocks = (n + 15) / 16;
+  parallel_for(0, blocks, 1024, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) block(b * 16, std::min<int64_t>(16, n - b * 16));
+  });
+}
+
+inline F load_n(const float* p, int64_t count) {
+  if (count == 16) return simd::load(p);
+  float buf[16] = {};
+  std::memcpy(buf, p, sizeof(float) * static_cast<size_t>(count));
+  return simd::load(buf);
+}
+
+inline void store_n(float* p, F v, int64_t count) {
+  if (count == 16) return simd::store(p, v);
+  float buf[16];
+  simd::store(buf, v);
+  std::memcpy(p, buf, sizeof(float) * static_cast<size_t>(count));
+}
+
+template <class Fn>
+void map_forward16(float* y, const float* x, int64_t n) {
+  for_blocks(n, [&](int64_t i, int64_t c) { store_n(y + i, Fn::forward(load_n(x + i, c)), c); });
+}
+
+template <class Fn>
+void map_backward16(float* dx, const float* dy, const float* x, int64_t n) {
+  for_blocks(n, [&](int64_t i, int64_t c) {
+    const F g = load_n(dx + i, c) + load_n(dy + i, c) * Fn::derivative(load_n(x + i, c));
+    store_n(dx + i, g, c);
+  });
+}
+
+}  // namespace
+
+void gelu_forward(float* y, const float* x, int64_t n) { map_forward16<Gelu16>(y, x, n); }
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
+  map_backward16<Gelu16>(dx, dy, x, n);
+}
+void silu_forward(float* y, const float* x, int64_t n) { map_forward16<Silu16>(y, x, n); }
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n) {
+  map_backward16<Silu16>(dx, dy, x, n);
+}
+
+void sigmoid_forward(float* y, const float* x, int64_t n) {
+  for_blocks(n, [&](int64_t i, int64_t c) { store_n(y + i, sigmoid16(load_n(x + i, c)), c); });
+}
+
+void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {
+  for_blocks(n, [&](int64_t i, int64_t c) {
+    const F s = load_n(y + i, c);
+    store_n(dx + i, load_n(dx + i, c) + load_n(dy + i, c) * s * (splat(1.0f) - s), c);
+  });
+}
+
+SHAMN_ISA_END
+
+namespace shamn::activation_isa {
+SHAMN_ISA_TABLE(Kernels) = {
+    &::shamn::SHAMN_ISA_NS::gelu_forward,    &::shamn::SHAMN_ISA_NS::gelu_backward,
+    &::shamn::SHAMN_ISA_NS::silu_forward,    &::shamn::SHAMN_ISA_NS::silu_backward,
+    &::shamn::SHAMN_ISA_NS::sigmoid_forward, &::shamn::SHAMN_ISA_NS::sigmoid_backward};
+}  // namespace shamn::activation_isa

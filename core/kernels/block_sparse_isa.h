@@ -1,0 +1,21 @@
+#pragma once
+// Internal to core/kernels: the fast block-sparse products of one SIMD level
+// (block_sparse_isa.cpp, compiled per level; see core/isa.h). Arguments as in
+// core/kernels/block_sparse.h.
+#include <cstdint>
+
+#include "core/kernels/block_sparse.h"
+
+namespace shamn::bsr {
+
+struct Kernels {
+  void (*forward)(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
+                  int64_t n, const BlockSparseDims& dims);
+  void (*backward_input)(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
+                         const BlockSparseDims& dims);
+  void (*backward_values)(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
+                          int64_t n, const BlockSparseDims& dims);
+};
+extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
+
+}  // namespace shamn::bsr

@@ -1,0 +1,284 @@
+#pragma once
+// The one SIMD vocabulary of the kernels, compiled for the level of the source
+// that includes it (core/isa.h; the baseline's portable code elsewhere):
+//
+//   Vec    the widest float register the level has (16 lanes AVX-512, 8 AVX2,
+//          8 plain floats portable) for register-tiled micro-kernels, whose every
+//          output is one FMA chain: the same bits at any width.
+//   F      sixteen float lanes as one value (GCC vector extension: one zmm, two
+//          ymm, or what the baseline has) with fmadd, sum, sum16, dot and exp.
+//
+// Every operation gives bitwise the same result at every level, in a build
+// whose baseline has FMA (the default, x86-64-v3): the portable sums add in the
+// tree order of the AVX-512 instructions, the portable exp rounds and scales as
+// vrndscaleps / vscalefps do, every fused multiply-add is explicit, and the
+// compiler contracts the remaining a * b + c the same way at every level. A
+// build for plain x86-64 has no FMA instruction: its portable code (and all
+// other code) rounds those products twice, so its last bits differ.
+// tests/core/test_kernel_levels.cpp checks every kernel family.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+// GCC 12 warns falsely about _mm512_undefined_ps() inside its own intrinsics (GCC bug
+// 105593); the warning is attributed to the header, so silence it there.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "core/isa.h"
+
+SHAMN_ISA_PUSH
+namespace shamn::simd {
+inline namespace SHAMN_ISA_NS {
+
+// ---------------------------------------------------------------------------------
+// Vec: one register of the level.
+
+#if SHAMN_ISA_SIMD == 2
+using Vec = __m512;
+inline constexpr int kVec = 16;
+inline Vec vzero() { return _mm512_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
+inline Vec vloadu(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstoreu(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec vbroadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline Vec vsplat(float s) { return _mm512_set1_ps(s); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+#elif SHAMN_ISA_SIMD == 1
+using Vec = __m256;
+inline constexpr int kVec = 8;
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+inline Vec vloadu(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstoreu(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec vbroadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline Vec vsplat(float s) { return _mm256_set1_ps(s); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+#else
+// Eight plain floats the compiler may vectorise itself; vfma rounds once (std::fma,
+// one instruction where the baseline has FMA).
+struct Vec {
+  float f[8];
+};
+inline constexpr int kVec = 8;
+inline Vec vzero() { return Vec{}; }
+inline Vec vloadu(const float* p) {
+  Vec v;
+  std::memcpy(v.f, p, sizeof(v.f));
+  return v;
+}
+inline Vec vload(const float* p) { return vloadu(p); }
+inline void vstoreu(float* p, Vec v) { std::memcpy(p, v.f, sizeof(v.f)); }
+inline Vec vsplat(float s) {
+  Vec v;
+  for (float& x : v.f) x = s;
+  return v;
+}
+inline Vec vbroadcast(const float* p) { return vsplat(*p); }
+inline Vec vfma(Vec a, Vec b, Vec c) {
+  for (int l = 0; l < kVec; ++l) c.f[l] = std::fma(a.f[l], b.f[l], c.f[l]);
+  return c;
+}
+inline Vec vadd(Vec a, Vec b) {
+  for (int l = 0; l < kVec; ++l) a.f[l] += b.f[l];
+  return a;
+}
+inline Vec vmul(Vec a, Vec b) {
+  for (int l = 0; l < kVec; ++l) a.f[l] *= b.f[l];
+  return a;
+}
+#endif
+
+// ---------------------------------------------------------------------------------
+// F: sixteen lanes, for kernels that run the same arithmetic over 16 rows (or 16
+// features) at once.
+
+inline constexpr int kLanes = 16;
+typedef float F __attribute__((vector_size(64)));
+typedef int32_t I __attribute__((vector_size(64)));
+
+inline F splat(float s) { return F{} + s; }
+inline F load(const float* p) {
+  F v;
+  std::memcpy(&v, p, sizeof(F));
+  return v;
+}
+inline void store(float* p, F v) { std::memcpy(p, &v, sizeof(F)); }
+
+// a * b + c, rounded once: explicit at every level, because the compiler may keep
+// a * b + c apart where it accumulates in a loop (the build's avoid-fma-max-bits).
+inline F fmadd(F a, F b, F c) {
+#if SHAMN_ISA_SIMD == 2
+  return _mm512_fmadd_ps(a, b, c);
+#elif SHAMN_ISA_SIMD == 1
+  __m256 ah, al, bh, bl, ch, cl;
+  std::memcpy(&al, &a, 32), std::memcpy(&ah, reinterpret_cast<const char*>(&a) + 32, 32);
+  std::memcpy(&bl, &b, 32), std::memcpy(&bh, reinterpret_cast<const char*>(&b) + 32, 32);
+  std::memcpy(&cl, &c, 32), std::memcpy(&ch, reinterpret_cast<const char*>(&c) + 32, 32);
+  const __m256 rl = _mm256_fmadd_ps(al, bl, cl), rh = _mm256_fmadd_ps(ah, bh, ch);
+  F r;
+  std::memcpy(&r, &rl, 32), std::memcpy(reinterpret_cast<char*>(&r) + 32, &rh, 32);
+  return r;
+#else
+  for (int i = 0; i < 16; ++i) c[i] = std::fma(a[i], b[i], c[i]);
+  return c;
+#endif
+}
+
+inline F max(F a, F b) { return a > b ? a : b; }
+
+// The sum of the 16 lanes as vextractf64x4 / vextractf128 / shuffle halve them:
+// lanes i + 8, then i + 4, then i + 2, then the last two.
+inline float sum(F v) {
+#if SHAMN_ISA_SIMD == 2
+  return _mm512_reduce_add_ps(v);
+#else
+  float t[8], u[4];
+  for (int i = 0; i < 8; ++i) t[i] = v[i + 8] + v[i];
+  for (int i = 0; i < 4; ++i) u[i] = t[i + 4] + t[i];
+  return (u[0] + u[2]) + (u[1] + u[3]);
+#endif
+}
+
+// Sixteen horizontal sums at once: lane i of the result is the sum of v[i]'s lanes
+// (in the order of the transpose-and-add tree below, not that of sum()).
+inline F sum16(const F v[kLanes]) {
+#if SHAMN_ISA_SIMD == 2
+  // About 3 instructions per sum instead of 8 for sum() one at a time.
+  __m512 w[8], q[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    w[i] =
+        _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: the lane's partial sums of 4 inputs
+    q[i] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0xEE));
+  const __m512 f01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x44), _mm512_shuffle_f32x4(q[0], q[1], 0xEE));
+  const __m512 f23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x44), _mm512_shuffle_f32x4(q[2], q[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(f01, f23, 0x88), _mm512_shuffle_f32x4(f01, f23, 0xDD));
+#else
+  // The same tree: each 4-lane quarter q sums (e0 + e2) + (e1 + e3), then the
+  // quarters (q0 + q2) + (q1 + q3).
+  F r;
+  for (int i = 0; i < kLanes; ++i) {
+    const F& e = v[i];
+    float part[4];
+    for (int q = 0; q < 4; ++q) part[q] = (e[4 * q] + e[4 * q + 2]) + (e[4 * q + 1] + e[4 * q + 3]);
+    r[i] = (part[0] + part[2]) + (part[1] + part[3]);
+  }
+  return r;
+#endif
+}
+
+// sum_i a[i] * b[i] in a fixed order (four 16-lane partial sums, then the tail):
+// the compiler will not vectorise a float reduction on its own without -ffast-math.
+inline float dot(const float* a, const float* b, int64_t n) {
+  F acc[4] = {F{}, F{}, F{}, F{}};
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes)
+    for (int k = 0; k < 4; ++k) acc[k] = fmadd(load(a + i + k * kLanes), load(b + i + k * kLanes), acc[k]);
+  for (; i + kLanes <= n; i += kLanes) acc[0] = fmadd(load(a + i), load(b + i), acc[0]);
+  float s = sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// exp(r) for |r| <= ln(2)/2: the degree-5 polynomial of Cephes' expf.
+inline F exp_reduced(F r) {
+  F p = splat(1.9875691500e-4f);
+  p = fmadd(p, r, splat(1.3981999507e-3f));
+  p = fmadd(p, r, splat(8.3334519073e-3f));
+  p = fmadd(p, r, splat(4.1665795894e-2f));
+  p = fmadd(p, r, splat(1.6666665459e-1f));
+  p = fmadd(p, r, splat(5.0000001201e-1f));
+  return fmadd(p, r * r, r) + splat(1.0f);
+}
+
+// exp(x) lane by lane to within 2 ulp: x = n ln2 + r (Cody-Waite: ln 2 split in two
+// so that n * hi is exact), exp(x) = 2^n exp(r), rounded once. NaN gives NaN, lanes
+// above ln(FLT_MAX) give inf, lanes below -104 give 0, with denormals between.
+// std::exp does not vectorise without -ffast-math, and the softmax-heavy kernels
+// spend much of their time here.
+inline F exp(F x) {
+  const F log2e = splat(1.44269504088896341f);
+  const F ln2_hi = splat(-0.693359375f), ln2_lo = splat(2.12194440e-4f);
+#if SHAMN_ISA_SIMD == 2
+  // maxps and minps return their second operand when one is NaN, so NaN survives the
+  // clamp. The upper clamp keeps +inf out of vscalefps, whose answer for a NaN scaled
+  // by +inf is not the same on every CPU (Zen 4 gives +inf).
+  const F xc = _mm512_min_ps(splat(100.0f), _mm512_max_ps(splat(-104.0f), x));
+  const F n = _mm512_roundscale_ps(xc * log2e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const F r = fmadd(n, ln2_lo, fmadd(n, ln2_hi, xc));
+  return _mm512_scalef_ps(exp_reduced(r), n);
+#else
+  const F lo = splat(-104.0f), hi = splat(100.0f);
+  F xc = x < lo ? lo : x;  // NaN compares false and stays
+  xc = xc > hi ? hi : xc;
+  const F p = xc * log2e;
+  F n;
+  for (int i = 0; i < kLanes; ++i) n[i] = std::nearbyint(p[i]);  // to nearest even
+  const F y = exp_reduced(fmadd(n, ln2_lo, fmadd(n, ln2_hi, xc)));
+  // y * 2^n rounded once, as vscalefps does: in two exact halves 2^h and 2^(n-h)
+  // (each a normal float), so only the second product can round (to a denormal,
+  // or to inf). NaN lanes keep y's NaN (their n is replaced by -250 to convert it).
+  I h, rest;
+  for (int i = 0; i < kLanes; ++i) {
+    const float c = n[i] >= -250.0f && n[i] <= 250.0f ? n[i] : (n[i] > 0.0f ? 250.0f : -250.0f);
+    const int32_t k = static_cast<int32_t>(c);
+    h[i] = k >> 1;
+    rest[i] = k - (k >> 1);
+  }
+  const F scale_h = std::bit_cast<F>((h + 127) << 23);
+  const F scale_rest = std::bit_cast<F>((rest + 127) << 23);
+  return (y * scale_h) * scale_rest;
+#endif
+}
+
+#if SHAMN_ISA_SIMD == 2
+// Transposes 16 rows of 16 floats in registers: afterwards r[k] holds column k.
+inline void transpose_16x16(__m512 r[16]) {
+  __m512 t[16];
+  // Interleave row pairs: lane L of t[2p] = rows 2p, 2p+1 at columns 4L, 4L+1.
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+  }
+  // Interleave pairs of pairs: lane L of u[4g + j] = column 4L + j of rows 4g..4g+3.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  // Column 4L + j gathers lane L of u[j], u[4 + j], u[8 + j], u[12 + j].
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[8 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+#endif
+
+}  // namespace SHAMN_ISA_NS
+}  // namespace shamn::simd
+SHAMN_ISA_POP

@@ -1,0 +1,36 @@
+#include "infer/quant_kernels.h"
+
+#include "core/kernel_level.h"
+#include "infer/quant_dot_paths.h"
+
+namespace shamn {
+namespace {
+
+using namespace quant_detail;
+
+const QuantKernels kScalar = {
+    {dot_q8_q8_scalar, dot_rows_q8_q8_scalar, dot_tiles_q8_scalar},
+    {dot_q4_q8_scalar, dot_rows_q4_q8_scalar, dot_tiles_q4_scalar},
+    quantize_row_q8_scalar,
+};
+
+const QuantKernels kAvx2 = {
+    {dot_q8_q8_avx2, dot_rows_q8_q8_avx2, dot_tiles_q8_avx2},
+    {dot_q4_q8_avx2, dot_rows_q4_q8_avx2, dot_tiles_q4_avx2},
+    quantize_row_q8_avx2,
+};
+
+// Quantising activations gains nothing from AVX-512: it is a small share of a step.
+const QuantKernels kAvx512 = {
+    {dot_q8_q8_avx512, dot_rows_q8_q8_avx512, dot_tiles_q8_avx512},
+    {dot_q4_q8_avx512, dot_rows_q4_q8_avx512, dot_tiles_q4_avx512},
+    quantize_row_q8_avx2,
+};
+
+const QuantKernels* const kLevels[] = {&kScalar, &kAvx2, &kAvx512};
+
+}  // namespace
+
+const QuantKernels& quant_kernels() { return for_kernel_level(kLevels); }
+
+}  // namespace shamn

@@ -1,0 +1,34 @@
+#pragma once
+// Internal to infer/: what each quantisation type needs from the kernels, one
+// table per SIMD level (as ggml's type traits), picked for the level in use
+// (core/kernel_level.h). Adding a type adds a row here; adding a level adds a
+// table in quant_kernels.cpp.
+#include <cstdint>
+
+#include "infer/quant_blocks.h"
+#include "infer/quant_tiles.h"
+
+namespace shamn {
+
+// W: the weight block type, Tile: its row-interleaved tile (infer/quant_tiles.h).
+// Every entry gives bitwise the same floats at every level (infer/quant_dot.h).
+template <class W, class Tile>
+struct QuantTypeKernels {
+  // w, x: [blocks]
+  float (*dot)(const W* w, const BlockQ8* x, int64_t blocks);
+  // w: [rows, bpr]  x: [bpr]  y: [rows]
+  void (*dot_rows)(const W* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+  // w: [row_tiles(rows), bpr] tiles  x: [bpr]  y: [rows]
+  void (*dot_tiles)(const Tile* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+};
+
+struct QuantKernels {
+  QuantTypeKernels<BlockQ8, TileQ8> q8;
+  QuantTypeKernels<BlockQ4, TileQ4> q4;
+  // Activations are always quantised to Q8: x [n] -> out [quant_blocks(n)].
+  void (*quantize_row_q8)(const float* x, BlockQ8* out, int64_t n);
+};
+
+const QuantKernels& quant_kernels();
+
+}  // namespace shamn

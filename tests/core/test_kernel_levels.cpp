@@ -1,0 +1,186 @@
+// Every kernel family is compiled once per SIMD level (core/isa.h). Each level
+// must give bitwise the same results as the others, so a run's numbers do not
+// depend on the CPU it lands on (or on SHAMN_KERNEL). Shapes include edge tiles,
+// more than one K block, extreme exp arguments and every transpose case.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/gemm.h"
+#include "core/kernel_level.h"
+#include "core/kernels/activation.h"
+#include "core/kernels/block_sparse.h"
+#include "core/kernels/hash_embedding.h"
+#include "core/kernels/hash_head.h"
+
+using namespace shamn;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// The first index where the bits differ, or -1.
+int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return static_cast<int64_t>(i);
+  return -1;
+}
+
+// Runs `compute` at every level this CPU has and requires the bits of the scalar
+// level. The portable code contracts a * b + c to one FMA only where the baseline
+// has FMA (the default build); without it, only the SIMD levels must agree.
+void require_same_bits_at_every_level(const std::function<std::vector<float>()>& compute) {
+  std::vector<float> reference;
+  KernelLevel reference_level = KernelLevel::scalar;
+  for (KernelLevel level : {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) {
+      WARN("kernel level " << kernel_level_name(level) << " skipped: this CPU lacks it");
+      continue;
+    }
+#if !defined(__FMA__)
+    if (level == KernelLevel::scalar) continue;
+#endif
+    ScopedKernelLevel scoped(level);
+    std::vector<float> got = compute();
+    if (reference.empty()) {
+      reference = std::move(got);
+      reference_level = level;
+      continue;
+    }
+    const int64_t at = first_difference(got, reference);
+    INFO(kernel_level_name(level) << " against " << kernel_level_name(reference_level) << ": output " << at
+                                  << " is " << (at >= 0 ? got[static_cast<size_t>(at)] : 0.0f) << " against "
+                                  << (at >= 0 ? reference[static_cast<size_t>(at)] : 0.0f));
+    REQUIRE(at == -1);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm gives the same bits at every kernel level", "[kernels][levels]") {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (Shape s : {Shape{37, 45, 600}, Shape{64, 96, 128}, Shape{9, 33, 7}, Shape{130, 17, 1100}})
+    for (Trans ta : {Trans::no, Trans::yes})
+      for (Trans tb : {Trans::no, Trans::yes})
+        for (float beta : {0.0f, 1.0f, 0.7f}) {
+          const float alpha = beta == 0.7f ? 0.5f : 1.0f;
+          INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << (ta == Trans::yes)
+                    << " tb=" << (tb == Trans::yes) << " alpha=" << alpha << " beta=" << beta);
+          const std::vector<float> A = random_floats(static_cast<size_t>(s.M * s.K), 1);
+          const std::vector<float> B = random_floats(static_cast<size_t>(s.K * s.N), 2);
+          const std::vector<float> C0 = random_floats(static_cast<size_t>(s.M * s.N), 3);
+          require_same_bits_at_every_level([&] {
+            std::vector<float> C = C0;
+            gemm(ta, tb, s.M, s.N, s.K, alpha, A.data(), ta == Trans::yes ? s.M : s.K, B.data(),
+                 tb == Trans::yes ? s.K : s.N, beta, C.data(), s.N);
+            return C;
+          });
+        }
+}
+
+TEST_CASE("block-sparse kernels give the same bits at every kernel level", "[kernels][levels]") {
+  for (int64_t block : {16, 32, 48}) {
+    const BlockSparseDims d{.in = 6 * block, .out = 4 * block, .block = block, .active = 2};
+    std::vector<int32_t> col_index;
+    for (int64_t r = 0; r < d.row_blocks(); ++r) {
+      col_index.push_back(static_cast<int32_t>(r % 3));
+      col_index.push_back(static_cast<int32_t>(3 + r % 3));
+    }
+    const int64_t n = 301;  // not a multiple of any tile
+    const std::vector<float> x = random_floats(static_cast<size_t>(n * d.in), 4);
+    const std::vector<float> dy = random_floats(static_cast<size_t>(n * d.out), 5);
+    const std::vector<float> values =
+        random_floats(static_cast<size_t>(d.row_blocks() * 2 * block * block), 6);
+    const std::vector<float> bias = random_floats(static_cast<size_t>(d.out), 7);
+    INFO("block " << block);
+    require_same_bits_at_every_level([&] {
+      std::vector<float> y(static_cast<size_t>(n * d.out));
+      std::vector<float> dx = random_floats(static_cast<size_t>(n * d.in), 8);
+      std::vector<float> dv = random_floats(values.size(), 9);
+      block_sparse_forward(y.data(), x.data(), values.data(), col_index.data(), bias.data(), n, d);
+      block_sparse_backward_input(dx.data(), dy.data(), values.data(), col_index.data(), n, d);
+      block_sparse_backward_values(dv.data(), dy.data(), x.data(), col_index.data(), n, d);
+      y.insert(y.end(), dx.begin(), dx.end());
+      y.insert(y.end(), dv.begin(), dv.end());
+      return y;
+    });
+  }
+}
+
+TEST_CASE("activations give the same bits at every kernel level", "[kernels][levels]") {
+  // Past both ends of exp's range, so the clamps, denormals and inf lanes are covered.
+  std::vector<float> x = random_floats(4099, 10, -110.0f, 95.0f);
+  const std::vector<float> small = random_floats(1000, 11, -4.0f, 4.0f);
+  x.insert(x.end(), small.begin(), small.end());
+  x.push_back(INFINITY);
+  x.push_back(-INFINITY);
+  const std::vector<float> dy = random_floats(x.size(), 12);
+  require_same_bits_at_every_level([&] {
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<float> out;
+    for (int f = 0; f < 3; ++f) {
+      std::vector<float> y(x.size()), dx(x.size(), 0.25f);
+      if (f == 0) {
+        gelu_forward(y.data(), x.data(), n);
+        gelu_backward(dx.data(), dy.data(), x.data(), n);
+      } else if (f == 1) {
+        silu_forward(y.data(), x.data(), n);
+        silu_backward(dx.data(), dy.data(), x.data(), n);
+      } else {
+        sigmoid_forward(y.data(), x.data(), n);
+        sigmoid_backward(dx.data(), dy.data(), y.data(), n);
+      }
+      out.insert(out.end(), y.begin(), y.end());
+      out.insert(out.end(), dx.begin(), dx.end());
+    }
+    return out;
+  });
+}
+
+TEST_CASE("the hash head gives the same bits at every kernel level", "[kernels][levels]") {
+  const HashDims d{.vocab = 1000, .hashes = 2, .buckets = 97, .dim = 64};
+  const int64_t n = 53;
+  std::vector<int32_t> bucket_index(static_cast<size_t>(d.vocab * d.hashes));
+  hash_bucket_index_fill(bucket_index.data(), d.vocab, d.hashes, d.buckets);
+  const std::vector<float> z = random_floats(static_cast<size_t>(n * d.dim), 13, -3.0f, 3.0f);
+  const std::vector<float> table = random_floats(static_cast<size_t>(d.buckets * d.dim), 14);
+  const std::vector<float> importance = random_floats(static_cast<size_t>(d.vocab * d.hashes), 15);
+  const std::vector<float> dlogits = random_floats(static_cast<size_t>(n * d.vocab), 16);
+  std::vector<int32_t> targets(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37) % d.vocab);
+  require_same_bits_at_every_level([&] {
+    std::vector<float> logits(static_cast<size_t>(n * d.vocab)), scores(static_cast<size_t>(n * d.buckets));
+    std::vector<float> dz(z.size()), dtable(table.size()), dimp(importance.size()),
+        lse(static_cast<size_t>(n));
+    hash_head_forward(logits.data(), scores.data(), z.data(), table.data(), importance.data(),
+                      bucket_index.data(), n, d);
+    hash_head_backward(dz.data(), dtable.data(), dimp.data(), dlogits.data(), scores.data(), z.data(),
+                       table.data(), importance.data(), bucket_index.data(), n, d);
+    const double loss =
+        hash_head_cross_entropy_forward(lse.data(), scores.data(), z.data(), table.data(), importance.data(),
+                                        bucket_index.data(), targets.data(), n, d);
+    hash_head_cross_entropy_backward(dz.data(), dtable.data(), dimp.data(), 1.5f, lse.data(), scores.data(),
+                                     z.data(), table.data(), importance.data(), bucket_index.data(),
+                                     targets.data(), n, d);
+    std::vector<float> out = logits;
+    for (const std::vector<float>* v : {&scores, &dz, &dtable, &dimp, &lse})
+      out.insert(out.end(), v->begin(), v->end());
+    out.push_back(static_cast<float>(loss));
+    out.push_back(static_cast<float>(loss - static_cast<float>(loss)));
+    return out;
+  });
+}
