@@ -55,25 +55,12 @@ Var moe_gates(const Var& P, const Tensor& experts) {
 MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts) {
   const ProfileScope profile("plan_dispatch", ProfileCategory::forward);
   const int64_t n = experts.size(0), k = experts.size(1);
-  const int32_t* e = experts.data<int32_t>();
   MoeDispatch plan;
-  plan.offsets.assign(static_cast<size_t>(num_experts) + 1, 0);
-  for (int64_t s = 0; s < n * k; ++s) {
-    SHAMN_CHECK(e[s] >= 0 && e[s] < num_experts, "expert id ", e[s], " out of range");
-    ++plan.offsets[static_cast<size_t>(e[s]) + 1];
-  }
-  for (int64_t x = 0; x < num_experts; ++x) plan.offsets[x + 1] += plan.offsets[x];
+  plan.offsets.resize(static_cast<size_t>(num_experts) + 1);
   plan.order = Tensor::empty({n * k}, DType::i32);
   plan.row = Tensor::empty({n, k}, DType::i32);
-  int32_t* order = plan.order.data<int32_t>();
-  int32_t* row = plan.row.data<int32_t>();
-  std::vector<int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < k; ++i) {
-      const int64_t r = next[e[t * k + i]]++;
-      row[t * k + i] = static_cast<int32_t>(r);
-      order[r] = static_cast<int32_t>(t);
-    }
+  moe_dispatch_plan(plan.order.data<int32_t>(), plan.row.data<int32_t>(), plan.offsets.data(),
+                    experts.data<int32_t>(), n, k, num_experts);
   return plan;
 }
 
@@ -87,23 +74,10 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
   SHAMN_CHECK(expert_rows.dtype() == gates.dtype(), "moe_combine: operand dtypes differ");
   const int64_t dim = expert_rows.size(1);
   Tensor out = Tensor::empty({n, dim}, gates.dtype());
-  const int32_t* row = plan.row.data<int32_t>();
   dispatch_floating(gates.dtype(), "moe_combine", [&](auto zero) {
     using T = decltype(zero);
-    const T* g = gates.value().data<T>();
-    const T* ys = expert_rows.value().data<T>();
-    T* o = out.data<T>();
-    parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) {
-        T* ot = o + t * dim;
-        for (int64_t d = 0; d < dim; ++d) ot[d] = 0;
-        for (int64_t i = 0; i < k; ++i) {
-          const T* y = ys + static_cast<int64_t>(row[t * k + i]) * dim;
-          const T gi = g[t * k + i];
-          for (int64_t d = 0; d < dim; ++d) ot[d] += gi * y[d];
-        }
-      }
-    });
+    moe_combine_forward(out.data<T>(), gates.value().data<T>(), expert_rows.value().data<T>(),
+                        plan.row.data<int32_t>(), n, k, dim, /*accumulate=*/false);
   });
   const Tensor gv = gates.value(), yv = expert_rows.value();
   // Keep the index tensor alive with the node (the caller's plan may not outlive it).

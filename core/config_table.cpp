@@ -1,5 +1,7 @@
 #include "core/config_table.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -54,8 +56,6 @@ void ConfigTable::type_error(const std::string& key, const void* node, const cha
   throw InputError(location(key, node) + ": key '" + key + "' must be " + expected + ", got " + type_name(n) +
                    hint);
 }
-
-namespace {}  // namespace
 
 ConfigTable ConfigTable::parse(const std::string& text, const std::string& origin) {
   ConfigTable t;
@@ -131,6 +131,70 @@ std::optional<std::vector<int64_t>> ConfigTable::get_int_array(const std::string
 std::string ConfigTable::where(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   return n ? location(key, n) : impl_->origin;
+}
+
+namespace {
+
+// The entries of a table in file order (toml++ keeps them sorted by key).
+std::vector<std::pair<std::string, const toml::node*>> in_file_order(const toml::table& table) {
+  std::vector<std::pair<std::string, const toml::node*>> entries;
+  for (const auto& [k, v] : table) entries.emplace_back(std::string(k.str()), &v);
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto sa = a.second->source().begin, sb = b.second->source().begin;
+    return sa.line != sb.line ? sa.line < sb.line : sa.column < sb.column;
+  });
+  return entries;
+}
+
+std::string literal(const toml::node& node) {
+  if (const auto* f = node.as_floating_point()) {
+    char buf[64];
+    const auto end = std::to_chars(buf, buf + sizeof buf, f->get()).ptr;
+    std::string text(buf, end);
+    if (text.find_first_of(".eninf") == std::string::npos) text += ".0";
+    return text;
+  }
+  std::ostringstream out;
+  node.visit([&out](const auto& v) { out << v; });
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::string> ConfigTable::children(const std::string& table) const {
+  const toml::node* n = table.empty() ? &impl_->root : find(impl_->root, table);
+  if (!n) return {};
+  if (!n->is_table()) type_error(table, n, "a table", "");
+  std::vector<std::string> names;
+  for (const auto& [k, v] : in_file_order(*n->as_table())) names.push_back(k);
+  return names;
+}
+
+std::vector<ConfigTable::Leaf> ConfigTable::leaves(const std::string& table) const {
+  const toml::node* n = find(impl_->root, table);
+  if (!n) return {};
+  if (!n->is_table()) type_error(table, n, "a table", "");
+  std::vector<Leaf> out;
+  auto walk = [&](const auto& self, const toml::table& t, const std::string& prefix) -> void {
+    for (const auto& [k, v] : in_file_order(t)) {
+      if (v->is_table()) {
+        self(self, *v->as_table(), prefix + k + ".");
+        continue;
+      }
+      Leaf leaf;
+      leaf.key = prefix + k;
+      leaf.where = impl_->origin + ":" + std::to_string(v->source().begin.line);
+      leaf.literal = literal(*v);
+      if (const toml::array* a = v->as_array()) {
+        leaf.is_array = true;
+        leaf.mixed_types = !a->empty() && !a->is_homogeneous();
+        for (const toml::node& e : *a) leaf.elements.push_back(literal(e));
+      }
+      out.push_back(std::move(leaf));
+    }
+  };
+  walk(walk, *n->as_table(), "");
+  return out;
 }
 
 void ConfigTable::reject_unknown(const std::string& table, const std::set<std::string>& known) const {

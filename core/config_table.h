@@ -26,6 +26,24 @@ class ConfigTable {
   std::optional<std::string> get_string(const std::string& key) const;
   std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
 
+  // The names of the direct children of `table` ("" = the root) in file order;
+  // none when it is absent, an error naming the key when it is not a table.
+  std::vector<std::string> children(const std::string& table) const;
+
+  // A value under a table, for files that hold config keys as data (a sweep's
+  // [sweep.set] and [sweep.axes]).
+  struct Leaf {
+    std::string key;      // dotted, below the table: nested tables and quoted dotted keys alike
+    std::string where;    // "origin:line"
+    std::string literal;  // as TOML text; a float in its shortest exact form with a point ("0.1", "1e-05")
+    bool is_array = false;
+    bool mixed_types = false;           // an array whose elements are not all of one type
+    std::vector<std::string> elements;  // an array's element literals
+  };
+  // The leaves below `table` in file order (tables are walked, arrays are leaves);
+  // none when it is absent, an error naming the key when it is not a table.
+  std::vector<Leaf> leaves(const std::string& table) const;
+
   // "origin:line" of the key, or just the origin when the key is absent.
   std::string where(const std::string& key) const;
 

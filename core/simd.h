@@ -118,7 +118,9 @@ inline void store(float* p, F v) { std::memcpy(p, &v, sizeof(F)); }
 inline F fmadd(F a, F b, F c) {
 #if SHAMN_ISA_SIMD == 2
   return _mm512_fmadd_ps(a, b, c);
-#elif SHAMN_ISA_SIMD == 1
+#elif SHAMN_ISA_SIMD == 1 || (SHAMN_ISA_LEVEL < 0 && defined(__AVX2__) && defined(__FMA__))
+  // (Also the baseline's own sources when it has AVX2 and FMA, as x86-64-v3 does:
+  // std::fma lane by lane compiles to sixteen scalar instructions.)
   __m256 ah, al, bh, bl, ch, cl;
   std::memcpy(&al, &a, 32), std::memcpy(&ah, reinterpret_cast<const char*>(&a) + 32, 32);
   std::memcpy(&bl, &b, 32), std::memcpy(&bh, reinterpret_cast<const char*>(&b) + 32, 32);
@@ -133,7 +135,37 @@ inline F fmadd(F a, F b, F c) {
 #endif
 }
 
-inline F max(F a, F b) { return a > b ? a : b; }
+// Eight lanes, half an F: the widest vector an x86-64-v3 baseline compares in one
+// instruction. GCC lowers a compare of 64-byte vectors element by element (a
+// scalar compare and branch per lane) wherever the registers are narrower, so
+// below the AVX-512 level every compare goes through these halves.
+typedef float F8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+// a > b ? x : y lane by lane, for x and y of type F or I. NaN compares false.
+template <class T>
+inline T select_gt(F a, F b, T x, T y) {
+  static_assert(sizeof(T) == sizeof(F));
+#if SHAMN_ISA_SIMD == 2
+  return a > b ? x : y;
+#else
+  T r;
+  for (int h = 0; h < 2; ++h) {
+    F8 ah, bh;
+    I8 xh, yh;
+    std::memcpy(&ah, reinterpret_cast<const char*>(&a) + 32 * h, 32);
+    std::memcpy(&bh, reinterpret_cast<const char*>(&b) + 32 * h, 32);
+    std::memcpy(&xh, reinterpret_cast<const char*>(&x) + 32 * h, 32);
+    std::memcpy(&yh, reinterpret_cast<const char*>(&y) + 32 * h, 32);
+    const I8 m = ah > bh;
+    const I8 rh = (xh & m) | (yh & ~m);
+    std::memcpy(reinterpret_cast<char*>(&r) + 32 * h, &rh, 32);
+  }
+  return r;
+#endif
+}
+
+inline F max(F a, F b) { return select_gt(a, b, a, b); }
 
 // The sum of the 16 lanes as vextractf64x4 / vextractf128 / shuffle halve them:
 // lanes i + 8, then i + 4, then i + 2, then the last two.
@@ -182,12 +214,46 @@ inline F sum16(const F v[kLanes]) {
 // sum_i a[i] * b[i] in a fixed order (four 16-lane partial sums, then the tail):
 // the compiler will not vectorise a float reduction on its own without -ffast-math.
 inline float dot(const float* a, const float* b, int64_t n) {
+#if SHAMN_ISA_SIMD == 2
   F acc[4] = {F{}, F{}, F{}, F{}};
   int64_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes)
     for (int k = 0; k < 4; ++k) acc[k] = fmadd(load(a + i + k * kLanes), load(b + i + k * kLanes), acc[k]);
   for (; i + kLanes <= n; i += kLanes) acc[0] = fmadd(load(a + i), load(b + i), acc[0]);
   float s = sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+#else
+  // The same sums with each F as two halves of eight lanes held in registers (a
+  // 64-byte F lives on the stack where registers are narrower): lo[k] and hi[k]
+  // are acc[k]'s lanes 0-7 and 8-15, and the end adds as sum() does.
+  F8 lo[4] = {F8{}, F8{}, F8{}, F8{}}, hi[4] = {F8{}, F8{}, F8{}, F8{}};
+  auto load8 = [](const float* p) {
+    F8 v;
+    std::memcpy(&v, p, sizeof(F8));
+    return v;
+  };
+  auto fma8 = [](F8 x, F8 y, F8 z) {
+#if SHAMN_ISA_SIMD == 1 || (SHAMN_ISA_LEVEL < 0 && defined(__AVX2__) && defined(__FMA__))
+    return F8(_mm256_fmadd_ps(x, y, z));
+#else
+    for (int l = 0; l < 8; ++l) z[l] = std::fma(x[l], y[l], z[l]);
+    return z;
+#endif
+  };
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes)
+    for (int k = 0; k < 4; ++k) {
+      lo[k] = fma8(load8(a + i + k * kLanes), load8(b + i + k * kLanes), lo[k]);
+      hi[k] = fma8(load8(a + i + k * kLanes + 8), load8(b + i + k * kLanes + 8), hi[k]);
+    }
+  for (; i + kLanes <= n; i += kLanes) {
+    lo[0] = fma8(load8(a + i), load8(b + i), lo[0]);
+    hi[0] = fma8(load8(a + i + 8), load8(b + i + 8), hi[0]);
+  }
+  const F8 t = ((hi[0] + hi[1]) + (hi[2] + hi[3])) + ((lo[0] + lo[1]) + (lo[2] + lo[3]));
+  float u[4];
+  for (int l = 0; l < 4; ++l) u[l] = t[l + 4] + t[l];
+  float s = (u[0] + u[2]) + (u[1] + u[3]);
+#endif
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
@@ -221,8 +287,8 @@ inline F exp(F x) {
   return _mm512_scalef_ps(exp_reduced(r), n);
 #else
   const F lo = splat(-104.0f), hi = splat(100.0f);
-  F xc = x < lo ? lo : x;  // NaN compares false and stays
-  xc = xc > hi ? hi : xc;
+  F xc = select_gt(lo, x, lo, x);  // NaN compares false and stays
+  xc = select_gt(xc, hi, hi, xc);
   const F p = xc * log2e;
   F n;
   for (int i = 0; i < kLanes; ++i) n[i] = std::nearbyint(p[i]);  // to nearest even

@@ -6,6 +6,8 @@
 
 #include "core/check.h"
 #include "core/kernels/activation.h"
+#include "core/kernels/causal_conv.h"
+#include "core/kernels/hash_head.h"
 #include "core/kernels/moe_routing.h"
 #include "core/kernels/product_key.h"
 #include "core/kernels/rms_norm.h"
@@ -49,7 +51,7 @@ struct Expert {
 
 struct Layer {
   const float* mix_gain = nullptr;
-  std::vector<float> conv_by_tap;  // the file's conv [D, K] transposed to [K, D], so taps vectorise over d
+  const float* conv = nullptr;  // [D, K]
   BlockSparse mixer_out;
   bool has_memory = false;
   const float* mem_gain = nullptr;
@@ -260,27 +262,8 @@ void InferModel::Impl::embed(const int32_t* tokens, int64_t n, float* x) const {
 void InferModel::Impl::mixer(const Layer& L, float* x, int64_t n, std::vector<float>& history) const {
   std::vector<float> u(static_cast<size_t>(n * D)), c(static_cast<size_t>(n * D));
   rms_norm(x, L.mix_gain, n, D, u.data());
-  // c[t, d] = sum_i conv[d, i] * u[t - i, d]; u before this call comes from the history.
-  const int64_t H = K - 1;
-  auto u_at = [&](int64_t t) -> const float* {
-    return t >= 0 ? u.data() + t * D : history.data() + (H + t) * D;
-  };
-  parallel_for(0, n, grain_for(D * K), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      float* __restrict ct = c.data() + t * D;
-      std::fill_n(ct, D, 0.0f);
-      for (int64_t i = 0; i < K; ++i) {
-        const float* __restrict w = L.conv_by_tap.data() + i * D;
-        const float* __restrict ui = u_at(t - i);
-        for (int64_t d = 0; d < D; ++d) ct[d] += w[d] * ui[d];
-      }
-    }
-  });
-  // The new history: the last K-1 inputs, taking older ones from the old history.
-  std::vector<float> next(static_cast<size_t>(H * D));
-  for (int64_t j = 0; j < H; ++j) std::copy_n(u_at(n - H + j), D, next.data() + j * D);
-  history.swap(next);
-
+  // The inputs before this call's first token come from the history.
+  causal_conv_forward_streaming(c.data(), u.data(), history.data(), L.conv, CausalConvDims{1, n, D, K});
   silu_forward(c.data(), c.data(), n * D);
   block_sparse_forward(L.mixer_out, c.data(), n, u.data());
   for (int64_t i = 0; i < n * D; ++i) x[i] += u[i];
@@ -324,35 +307,23 @@ void InferModel::Impl::moe_block(const Layer& L, float* x, int64_t n) const {
   std::vector<float> gates(static_cast<size_t>(n * k));
   moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
 
-  // Each expert runs once over the tokens that chose it; outputs land in
-  // out[t, slot] and are summed per token in slot order (thread-count independent).
-  std::vector<float> out(static_cast<size_t>(n * k * D));
+  // Each expert runs once over the rows of the tokens that chose it, in plan
+  // order; a token's outputs are added to x in slot order (thread-count independent).
+  std::vector<int32_t> order(static_cast<size_t>(n * k)), row(static_cast<size_t>(n * k));
+  std::vector<int64_t> offsets(static_cast<size_t>(X + 1));
+  moe_dispatch_plan(order.data(), row.data(), offsets.data(), chosen.data(), n, k, X);
   const int64_t H = L.experts.front().up.out;
-  std::vector<int64_t> picks;  // t * k + slot
-  std::vector<float> xe, h, ye;
+  std::vector<float> xs(static_cast<size_t>(n * k * D)), ys(static_cast<size_t>(n * k * D)), h;
+  for (int64_t r = 0; r < n * k; ++r) std::copy_n(u.data() + order[r] * D, D, xs.data() + r * D);
   for (int64_t e = 0; e < X; ++e) {
-    picks.clear();
-    for (int64_t i = 0; i < n * k; ++i)
-      if (chosen[i] == e) picks.push_back(i);
-    if (picks.empty()) continue;
-    const int64_t m = static_cast<int64_t>(picks.size());
-    xe.resize(static_cast<size_t>(m * D));
+    const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+    if (m == 0) continue;
     h.resize(static_cast<size_t>(m * H));
-    ye.resize(static_cast<size_t>(m * D));
-    for (int64_t i = 0; i < m; ++i) std::copy_n(u.data() + picks[i] / k * D, D, xe.data() + i * D);
-    block_sparse_forward(L.experts[e].up, xe.data(), m, h.data());
+    block_sparse_forward(L.experts[e].up, xs.data() + r0 * D, m, h.data());
     gelu_forward(h.data(), h.data(), m * H);
-    block_sparse_forward(L.experts[e].down, h.data(), m, ye.data());
-    for (int64_t i = 0; i < m; ++i) std::copy_n(ye.data() + i * D, D, out.data() + picks[i] * D);
+    block_sparse_forward(L.experts[e].down, h.data(), m, ys.data() + r0 * D);
   }
-  parallel_for(0, n, grain_for(k * D), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      for (int64_t s = 0; s < k; ++s) {
-        const float g = gates[t * k + s];
-        const float* o = out.data() + (t * k + s) * D;
-        for (int64_t d = 0; d < D; ++d) x[t * D + d] += g * o[d];
-      }
-  });
+  moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);
 }
 
 void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
@@ -362,23 +333,7 @@ void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
   }
   std::vector<float> s(static_cast<size_t>(n * buckets));
   dense_forward(Dense{table, nullptr}, z, n, s.data());
-  // logit[t, v] = sum_j importance[v, j] * s[t, bucket_index[v, j]]
-  parallel_for(0, V, grain_for(n * hashes * 8), [&](int64_t lo, int64_t hi) {
-    const float* __restrict imp = importance;
-    const int32_t* __restrict idx = bucket_index;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* __restrict st = s.data() + t * buckets;
-      float* __restrict ot = out + t * V;
-      if (hashes == 2) {  // the default: one pass, gathers vectorise
-        for (int64_t v = lo; v < hi; ++v)
-          ot[v] = imp[2 * v] * st[idx[2 * v]] + imp[2 * v + 1] * st[idx[2 * v + 1]];
-        continue;
-      }
-      for (int64_t v = lo; v < hi; ++v) ot[v] = 0.0f;
-      for (int64_t j = 0; j < hashes; ++j)
-        for (int64_t v = lo; v < hi; ++v) ot[v] += imp[v * hashes + j] * st[idx[v * hashes + j]];
-    }
-  });
+  hash_head_gather(out, s.data(), importance, bucket_index, n, HashDims{V, hashes, buckets, D});
 }
 
 InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_unique<Impl>()) {
@@ -409,10 +364,7 @@ InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_u
     L.memory_scope = profile_intern(p + "memory");
     L.moe_scope = profile_intern(p + "moe");
     L.mix_gain = bind.f32(p + "mix_norm.gain", {m.D});
-    const float* conv = bind.f32(p + "mixer.conv", {m.D, m.K});
-    L.conv_by_tap.resize(static_cast<size_t>(m.K * m.D));
-    for (int64_t d = 0; d < m.D; ++d)
-      for (int64_t i = 0; i < m.K; ++i) L.conv_by_tap[i * m.D + d] = conv[d * m.K + i];
+    L.conv = bind.f32(p + "mixer.conv", {m.D, m.K});
     L.mixer_out = bind.block_sparse(p + "mixer.out", mx.out);
     L.has_memory = c.has_memory(l);
     if (L.has_memory) {

@@ -1,14 +1,11 @@
 #include "sweep/sweep_spec.h"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
-
-#include <toml++/toml.h>
 
 #include "core/check.h"
 #include "core/config_table.h"
@@ -17,49 +14,12 @@ namespace shamn {
 
 namespace {
 
-// The value as TOML text; floats in their shortest round-tripping form with a
-// decimal point ("0.1", "0.0", "1e-05"), so point names stay readable.
-std::string literal(const toml::node& node) {
-  if (const auto* f = node.as_floating_point()) {
-    char buf[64];
-    const auto end = std::to_chars(buf, buf + sizeof buf, f->get()).ptr;
-    std::string text(buf, end);
-    if (text.find_first_of(".eninf") == std::string::npos) text += ".0";
-    return text;
-  }
-  std::ostringstream out;
-  node.visit([&out](const auto& v) { out << v; });
-  return out.str();
-}
-
 // Integer settings of [sweep] that must be at least `min`.
-int64_t positive(const toml::table& sweep, const std::string& path, const char* key, int64_t fallback,
-                 int64_t min) {
-  const toml::node* node = sweep.get(key);
-  if (!node) return fallback;
-  SHAMN_INPUT_CHECK(node->is_integer(), path, ": sweep.", key, " must be an integer");
-  const int64_t v = node->as_integer()->get();
-  SHAMN_INPUT_CHECK(v >= min, path, ": sweep.", key, " must be >= ", min, ", got ", v);
+int64_t at_least(const ConfigTable& file, const char* key, int64_t fallback, int64_t min) {
+  const std::string name = std::string("sweep.") + key;
+  const int64_t v = file.get_int(name).value_or(fallback);
+  SHAMN_INPUT_CHECK(v >= min, file.where(name), ": ", name, " must be >= ", min, ", got ", v);
   return v;
-}
-
-// Collects the dotted leaves of [sweep.set] / [sweep.axes] (nested tables or
-// quoted dotted keys alike) in file order.
-void leaves(const toml::table& table, const std::string& prefix,
-            std::vector<std::pair<std::string, const toml::node*>>& out) {
-  std::vector<std::pair<std::string, const toml::node*>> here;
-  for (const auto& [k, v] : table) here.emplace_back(prefix + std::string(k.str()), &v);
-  // toml++ keeps keys sorted; the file order is the source position.
-  std::stable_sort(here.begin(), here.end(), [](const auto& a, const auto& b) {
-    const auto sa = a.second->source().begin, sb = b.second->source().begin;
-    return sa.line != sb.line ? sa.line < sb.line : sa.column < sb.column;
-  });
-  for (const auto& [k, v] : here) {
-    if (v->is_table())
-      leaves(*v->as_table(), k + ".", out);
-    else
-      out.emplace_back(k, v);
-  }
 }
 
 void check_known(const SweepSpec& spec, const char* table, const std::string& key) {
@@ -71,79 +31,57 @@ void check_known(const SweepSpec& spec, const char* table, const std::string& ke
 }  // namespace
 
 SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw InputError(path + ":" + std::to_string(e.source().begin.line) + ": " +
-                     std::string(e.description()));
-  }
-  for (const auto& [k, v] : root)
-    SHAMN_INPUT_CHECK(k.str() == "sweep", path, ": unknown top-level key '", k.str(),
+  const ConfigTable file = ConfigTable::parse(text, path);
+  for (const std::string& k : file.children(""))
+    SHAMN_INPUT_CHECK(k == "sweep", file.where(k), ": unknown top-level key '", k,
                       "' (a sweep file has one [sweep] table; base config keys go in [sweep.set])");
-  const toml::table* sweep = root["sweep"].as_table();
-  SHAMN_INPUT_CHECK(sweep, path, ": no [sweep] table");
+  SHAMN_INPUT_CHECK(file.has("sweep"), path, ": no [sweep] table");
   static const std::set<std::string> known = {"base",         "out_dir", "seeds", "jobs", "threads_per_job",
                                               "eval_windows", "set",     "axes"};
-  for (const auto& [k, v] : *sweep)
-    SHAMN_INPUT_CHECK(known.count(std::string(k.str())), path, ":", v.source().begin.line,
-                      ": unknown key sweep.", k.str(),
+  for (const std::string& k : file.children("sweep"))
+    SHAMN_INPUT_CHECK(known.count(k), file.where("sweep." + k), ": unknown key sweep.", k,
                       " (known: base, out_dir, seeds, jobs, threads_per_job, eval_windows, set, axes)");
 
   SweepSpec s;
   s.path = path;
-  const auto base = (*sweep)["base"].value<std::string>();
+  const auto base = file.get_string("sweep.base");
   SHAMN_INPUT_CHECK(base && !base->empty(), path, ": sweep.base (the base run config, a string) is required");
   const std::filesystem::path base_path(*base);
   s.base = base_path.is_absolute()
                ? *base
                : (std::filesystem::path(path).parent_path() / base_path).lexically_normal().string();
-  const auto out_dir = (*sweep)["out_dir"].value<std::string>();
+  const auto out_dir = file.get_string("sweep.out_dir");
   SHAMN_INPUT_CHECK(out_dir && !out_dir->empty(), path, ": sweep.out_dir (a string) is required");
   s.out_dir = *out_dir;
-  s.jobs = positive(*sweep, path, "jobs", 1, 1);
-  s.threads_per_job = positive(*sweep, path, "threads_per_job", 0, 0);
-  s.eval_windows = positive(*sweep, path, "eval_windows", 64, 1);
+  s.jobs = at_least(file, "jobs", 1, 1);
+  s.threads_per_job = at_least(file, "threads_per_job", 0, 0);
+  s.eval_windows = at_least(file, "eval_windows", 64, 1);
 
-  if (const toml::node* seeds = sweep->get("seeds")) {
-    const toml::array* a = seeds->as_array();
-    SHAMN_INPUT_CHECK(a && !a->empty(), path, ": sweep.seeds must be a non-empty array of integers");
+  if (const auto seeds = file.get_int_array("sweep.seeds")) {
+    SHAMN_INPUT_CHECK(!seeds->empty(), file.where("sweep.seeds"), ": sweep.seeds must be a non-empty array");
     std::set<int64_t> seen;
-    for (const toml::node& v : *a) {
-      SHAMN_INPUT_CHECK(v.is_integer(), path, ": sweep.seeds must hold integers, got ", literal(v));
-      const int64_t seed = v.as_integer()->get();
+    for (const int64_t seed : *seeds) {
       SHAMN_INPUT_CHECK(seen.insert(seed).second, path, ": sweep.seeds lists ", seed, " twice");
       s.seeds.push_back(seed);
     }
   }
-  if (const toml::node* set = sweep->get("set")) {
-    SHAMN_INPUT_CHECK(set->is_table(), path, ": sweep.set must be a table of config keys");
-    std::vector<std::pair<std::string, const toml::node*>> kv;
-    leaves(*set->as_table(), "", kv);
-    for (const auto& [k, v] : kv) s.set.push_back(k + "=" + literal(*v));
-  }
-  if (const toml::node* axes = sweep->get("axes")) {
-    SHAMN_INPUT_CHECK(axes->is_table(), path, ": sweep.axes must be a table of config keys -> arrays");
-    std::vector<std::pair<std::string, const toml::node*>> kv;
-    leaves(*axes->as_table(), "", kv);
-    for (const auto& [k, v] : kv) {
-      const toml::array* a = v->as_array();
-      SHAMN_INPUT_CHECK(a && !a->empty(), path, ":", v->source().begin.line, ": sweep.axes.", k,
-                        " must be a non-empty array of values");
-      SHAMN_INPUT_CHECK(a->is_homogeneous(), path, ":", v->source().begin.line, ": sweep.axes.", k,
-                        " mixes value types");
-      SHAMN_INPUT_CHECK(k != "train.seed", path, ": sweep.axes.train.seed: list seeds in sweep.seeds");
-      SHAMN_INPUT_CHECK(k != "train.out_dir", path,
-                        ": sweep.axes.train.out_dir: the sweep sets each point's run directory");
-      SweepAxis axis{k, {}};
-      std::set<std::string> seen;
-      for (const toml::node& e : *a) {
-        axis.values.push_back(literal(e));
-        SHAMN_INPUT_CHECK(seen.insert(axis.values.back()).second, path, ": sweep.axes.", k, " lists ",
-                          axis.values.back(), " twice");
-      }
-      s.axes.push_back(std::move(axis));
+  for (const ConfigTable::Leaf& leaf : file.leaves("sweep.set"))
+    s.set.push_back(leaf.key + "=" + leaf.literal);
+  for (const ConfigTable::Leaf& leaf : file.leaves("sweep.axes")) {
+    const std::string& k = leaf.key;
+    SHAMN_INPUT_CHECK(leaf.is_array && !leaf.elements.empty(), leaf.where, ": sweep.axes.", k,
+                      " must be a non-empty array of values");
+    SHAMN_INPUT_CHECK(!leaf.mixed_types, leaf.where, ": sweep.axes.", k, " mixes value types");
+    SHAMN_INPUT_CHECK(k != "train.seed", path, ": sweep.axes.train.seed: list seeds in sweep.seeds");
+    SHAMN_INPUT_CHECK(k != "train.out_dir", path,
+                      ": sweep.axes.train.out_dir: the sweep sets each point's run directory");
+    SweepAxis axis{k, {}};
+    std::set<std::string> seen;
+    for (const std::string& value : leaf.elements) {
+      SHAMN_INPUT_CHECK(seen.insert(value).second, path, ": sweep.axes.", k, " lists ", value, " twice");
+      axis.values.push_back(value);
     }
+    s.axes.push_back(std::move(axis));
   }
   // Multiplied step by step so that a huge product stops at the limit instead of overflowing.
   int64_t points = std::max<int64_t>(1, static_cast<int64_t>(s.seeds.size()));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/check.h"
 #include "core/kernels/elementwise.h"
 #include "core/parallel.h"
 
@@ -19,6 +20,19 @@ std::vector<float> transpose_kernel(const float* conv, const CausalConvDims& s) 
   return w;
 }
 
+// out[d] = sum_{i < taps} w[i, d] * input(i)[d], tap 0 (the current token) first.
+// w: [K, D]; input(i) is the row i tokens back.
+template <class InputAt>
+void conv_row(float* __restrict out, const float* w, int64_t D, int64_t taps, InputAt input) {
+  const float* __restrict x = input(0);
+  for (int64_t d = 0; d < D; ++d) out[d] = w[d] * x[d];
+  for (int64_t i = 1; i < taps; ++i) {
+    const float* __restrict wi = w + i * D;
+    const float* __restrict xi = input(i);
+    for (int64_t d = 0; d < D; ++d) out[d] += wi[d] * xi[d];
+  }
+}
+
 }  // namespace
 
 void causal_conv_forward(float* c, const float* u, const float* conv, const CausalConvDims& s) {
@@ -27,16 +41,26 @@ void causal_conv_forward(float* c, const float* u, const float* conv, const Caus
   parallel_for(0, s.batch * s.time, row_grain(D * s.kernel), [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) {
       const int64_t t = row % s.time;
-      float* out = c + row * D;
-      const float* x = u + row * D;
-      for (int64_t d = 0; d < D; ++d) out[d] = w[d] * x[d];
-      for (int64_t i = 1; i < s.kernel && i <= t; ++i) {
-        const float* wi = w.data() + i * D;
-        const float* xi = x - i * D;
-        for (int64_t d = 0; d < D; ++d) out[d] += wi[d] * xi[d];
-      }
+      conv_row(c + row * D, w.data(), D, std::min(s.kernel, t + 1),
+               [&](int64_t i) { return u + (row - i) * D; });
     }
   });
+}
+
+void causal_conv_forward_streaming(float* c, const float* u, float* history, const float* conv,
+                                   const CausalConvDims& s) {
+  SHAMN_CHECK(s.batch == 1, "causal_conv_forward_streaming: one sequence, not ", s.batch);
+  const std::vector<float> w = transpose_kernel(conv, s);
+  const int64_t D = s.dim, H = s.kernel - 1, n = s.time;
+  auto input_at = [&](int64_t t) { return t >= 0 ? u + t * D : history + (H + t) * D; };
+  parallel_for(0, n, row_grain(D * s.kernel), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t)
+      conv_row(c + t * D, w.data(), D, s.kernel, [&](int64_t i) { return input_at(t - i); });
+  });
+  // The new history, oldest first: rows n-H .. n-1 of history and u joined.
+  std::vector<float> next(static_cast<size_t>(H * D));
+  for (int64_t j = 0; j < H; ++j) std::copy_n(input_at(n - H + j), D, next.data() + j * D);
+  std::copy(next.begin(), next.end(), history);
 }
 
 void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& s) {

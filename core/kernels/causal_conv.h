@@ -18,6 +18,12 @@ struct CausalConvDims {
 };
 
 void causal_conv_forward(float* c, const float* u, const float* conv, const CausalConvDims& dims);
+// Decoding, one sequence (dims.batch == 1) continued from an earlier call: the K-1
+// inputs before u[0] come from history [K-1, D] (oldest first) instead of vanishing,
+// and history then holds the last K-1 inputs. The same bits as causal_conv_forward
+// over history and u joined (the rows after the history).
+void causal_conv_forward_streaming(float* c, const float* u, float* history, const float* conv,
+                                   const CausalConvDims& dims);
 void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& dims);
 void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, const CausalConvDims& dims);
 

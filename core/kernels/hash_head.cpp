@@ -1,7 +1,11 @@
 #include "core/kernels/hash_head.h"
 
+#include <algorithm>
+
 #include "core/kernel_level.h"
+#include "core/kernels/elementwise.h"
 #include "core/kernels/hash_head_isa.h"
+#include "core/parallel.h"
 
 // The fused head runs the kernels of the level in use (hash_head_isa.cpp).
 
@@ -11,7 +15,37 @@ namespace {
 const hash_head_isa::Kernels* const kLevels[] = {&hash_head_isa::kernels_scalar, &hash_head_isa::kernels_avx2,
                                                  &hash_head_isa::kernels_avx512};
 
+// Tokens per gather task: a decode step (one row) still spreads over the threads.
+constexpr int64_t kGatherTokens = 2048;
+
 }  // namespace
+
+// Scalar code at the baseline: the loads are gathers, which wider registers do not
+// speed up.
+void hash_head_gather(float* logits, const float* scores, const float* importance,
+                      const int32_t* bucket_index, int64_t n, const HashDims& d) {
+  const int64_t h = d.hashes, blocks = (d.vocab + kGatherTokens - 1) / kGatherTokens;
+  parallel_for(0, n * blocks, row_grain(kGatherTokens * h), [&](int64_t lo, int64_t hi) {
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t r = task / blocks, t0 = task % blocks * kGatherTokens;
+      const int64_t t1 = std::min(d.vocab, t0 + kGatherTokens);
+      const float* __restrict s = scores + r * d.buckets;
+      float* __restrict out = logits + r * d.vocab;
+      if (h == 2) {  // the default: a loop of known trip count, which vectorises with gathers
+        for (int64_t t = t0; t < t1; ++t) {
+          const float x = importance[2 * t] * s[bucket_index[2 * t]];
+          out[t] = x + importance[2 * t + 1] * s[bucket_index[2 * t + 1]];
+        }
+        continue;
+      }
+      for (int64_t t = t0; t < t1; ++t) {
+        float x = importance[t * h] * s[bucket_index[t * h]];
+        for (int64_t j = 1; j < h; ++j) x += importance[t * h + j] * s[bucket_index[t * h + j]];
+        out[t] = x;
+      }
+    }
+  });
+}
 
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
                        const float* importance, const int32_t* bucket_index, int64_t n,

@@ -25,6 +25,11 @@ void hash_head_forward(float* logits, float* scores, const float* z, const float
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,
                         const float* scores, const float* z, const float* table, const float* importance,
                         const int32_t* bucket_index, int64_t n, const HashDims& dims);
+// The second step alone, from scores already computed (the inference runtime scores
+// with its quantised table): logits[n, t] = sum_j importance[t, j] * scores[n, b_j],
+// j in order. hash_head_forward gathers with it.
+void hash_head_gather(float* logits, const float* scores, const float* importance,
+                      const int32_t* bucket_index, int64_t n, const HashDims& dims);
 
 // Returns the mean loss over the n rows; writes lse and the bucket scores (kept for
 // backward). Works on 16 rows at a time, so it holds [16, V] logits at most.

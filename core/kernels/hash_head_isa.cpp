@@ -150,18 +150,7 @@ void bucket_scores_backward(float* dz, float* dtable, const float* ds, const flo
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
                        const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& d) {
   bucket_scores(scores, z, table, n, d);
-  const int64_t h = d.hashes;
-  parallel_for(0, n, row_grain(d.vocab * h), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* s = scores + r * d.buckets;
-      float* out = logits + r * d.vocab;
-      for (int64_t t = 0; t < d.vocab; ++t) {
-        float x = importance[t * h] * s[bucket_index[t * h]];
-        for (int64_t j = 1; j < h; ++j) x += importance[t * h + j] * s[bucket_index[t * h + j]];
-        out[t] = x;
-      }
-    }
-  });
+  ::shamn::hash_head_gather(logits, scores, importance, bucket_index, n, d);
 }
 
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,

@@ -3,6 +3,13 @@
 //   rg: [N, G] group logits   re: [N, G*E] expert logits
 //   pg = softmax(rg)   pe = softmax of re within each group   P[n, g*E+j] = pg[g] * pe[g*E+j]
 //   experts, gates: [N, k] (selected expert ids, int32; normalised gates)
+// The dispatch plan puts each expert's (token, slot) pairs side by side, so an
+// expert runs once over a contiguous block of rows (training and the inference
+// runtime both run experts this way):
+//   order: [N*k] token ids, by expert, ascending within one
+//   offsets: [X+1] expert e's rows are [offsets[e], offsets[e+1])
+//   row: [N, k] the plan row of (token t, slot i)
+//   ys: [N*k, D] the experts' outputs in plan order
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -125,6 +132,29 @@ void moe_gates_backward(T* dP, const T* dgates, const T* gates, const T* P, cons
         dot += dgates[t * k + i] * gates[t * k + i];
       }
       for (int64_t i = 0; i < k; ++i) dP[t * X + experts[t * k + i]] += (dgates[t * k + i] - dot) / sum;
+    }
+  });
+}
+
+// Fills order [N*k], row [N*k] and offsets [X+1]; checks every id is below X.
+void moe_dispatch_plan(int32_t* order, int32_t* row, int64_t* offsets, const int32_t* experts, int64_t n,
+                       int64_t k, int64_t X);
+
+// out[t] = sum_i gates[t, i] * ys[row[t, i]], slots in order; with accumulate the
+// sum is added to out[t] term by term instead (a residual stream).
+template <class T>
+void moe_combine_forward(T* out, const T* gates, const T* ys, const int32_t* row, int64_t n, int64_t k,
+                         int64_t dim, bool accumulate) {
+  parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      T* ot = out + t * dim;
+      if (!accumulate)
+        for (int64_t d = 0; d < dim; ++d) ot[d] = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const T* y = ys + static_cast<int64_t>(row[t * k + i]) * dim;
+        const T gi = gates[t * k + i];
+        for (int64_t d = 0; d < dim; ++d) ot[d] += gi * y[d];
+      }
     }
   });
 }

@@ -1,6 +1,7 @@
 // The Mixer's causal depthwise convolution (SPEC 1.4): orientation, gradient checks,
 // fast kernels against the naive oracle, thread-count determinism, errors.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "autograd/ops.h"
@@ -55,6 +56,36 @@ TEST_CASE("causal_conv kernels: fast float kernels match the naive oracle", "[co
       CHECK(max_abs_diff(dw, dw64) < 1e-4);
     }
   }
+}
+
+TEST_CASE("causal_conv streaming: chunks continued from a history give the bits of one pass",
+          "[conv][kernels]") {
+  // One sequence of T tokens after H = K-1 earlier ones: the earlier ones as the
+  // first call's history, the rest in uneven chunks (one shorter than the history).
+  const int64_t K = 4, H = K - 1, T = 23, D = 19;
+  const Tensor joined = random_tensor({1, H + T, D}, 50, DType::f32);
+  const Tensor w = random_tensor({D, K}, 51, DType::f32);
+  Tensor full = Tensor::empty(joined.shape());
+  causal_conv_forward(full.data<float>(), joined.data<float>(), w.data<float>(), {1, H + T, D, K});
+
+  std::vector<float> history(joined.data<float>(), joined.data<float>() + H * D);
+  std::vector<float> c(static_cast<size_t>(T * D));
+  int64_t t0 = 0;
+  for (int64_t chunk : {int64_t{5}, int64_t{1}, int64_t{2}, int64_t{15}}) {
+    causal_conv_forward_streaming(c.data() + t0 * D, joined.data<float>() + (H + t0) * D, history.data(),
+                                  w.data<float>(), {1, chunk, D, K});
+    t0 += chunk;
+    // The history is the last H inputs so far, oldest first.
+    for (int64_t i = 0; i < H * D; ++i) REQUIRE(history[i] == joined.data<float>()[t0 * D + i]);
+  }
+  REQUIRE(t0 == T);
+  for (int64_t i = 0; i < T * D; ++i) {
+    INFO("element " << i);
+    REQUIRE(std::bit_cast<uint32_t>(c[i]) == std::bit_cast<uint32_t>(full.data<float>()[H * D + i]));
+  }
+  CHECK_THROWS_WITH(causal_conv_forward_streaming(c.data(), joined.data<float>(), history.data(),
+                                                  w.data<float>(), {2, 1, D, K}),
+                    Catch::Contains("one sequence"));
 }
 
 TEST_CASE("causal_conv gives the same bits with 1 and 2 threads", "[conv][determinism]") {

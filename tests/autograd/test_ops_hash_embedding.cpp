@@ -232,6 +232,27 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
   }
 }
 
+TEST_CASE("hash_head_gather: logits from given scores, over several token blocks", "[hash][head][kernels]") {
+  // The inference runtime's path: scores computed elsewhere, one row (decode) and three.
+  const HashDims d{.vocab = 5000, .hashes = 3, .buckets = 41, .dim = 1};
+  const Tensor imp = random_tensor({d.vocab, d.hashes}, 60, DType::f32);
+  std::vector<int32_t> bi(static_cast<size_t>(d.vocab * d.hashes));
+  for (size_t i = 0; i < bi.size(); ++i) bi[i] = static_cast<int32_t>((i * 7919) % d.buckets);
+  for (int64_t n : {int64_t{1}, int64_t{3}}) {
+    const Tensor s = random_tensor({n, d.buckets}, 61, DType::f32);
+    Tensor logits = Tensor::full({n, d.vocab}, 99.0f);
+    hash_head_gather(logits.data<float>(), s.data<float>(), imp.data<float>(), bi.data(), n, d);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t t = 0; t < d.vocab; ++t) {
+        double want = 0;
+        for (int64_t j = 0; j < d.hashes; ++j)
+          want += static_cast<double>(imp.data<float>()[t * d.hashes + j]) *
+                  s.data<float>()[r * d.buckets + bi[t * d.hashes + j]];
+        REQUIRE(std::abs(logits.data<float>()[r * d.vocab + t] - want) < 1e-5);
+      }
+  }
+}
+
 TEST_CASE("hash ops give the same bits with 1 and 2 threads", "[hash][determinism]") {
   test::ThreadCountGuard guard;
   const HeadProblem p = head_problem(300, 1000, 97, 64, 2, 50, DType::f32);

@@ -110,3 +110,39 @@ TEST_CASE("config overrides (--set) replace or add keys", "[core][config]") {
   CHECK_THROWS_WITH(t.set_from_text("model.dim"), Catch::Contains("section.key=value"));
   CHECK_THROWS_WITH(t.set_from_text("model.name=abc"), Catch::Contains("not valid TOML"));
 }
+
+TEST_CASE("config tables list children and leaves in file order, with TOML literals", "[core][config]") {
+  const ConfigTable t = ConfigTable::parse(
+      "top = 1\n[s]\nz = 2\n[s.set]\nmodel.dim = 64\n\"train.lr\" = 0.1\n[s.set.optim]\nwd = 1e-5\n"
+      "[s.axes]\nb = [1.0, 0.5]\nc = [1, \"x\"]\nd = []\n",
+      "sweep.toml");
+  CHECK(t.children("") == std::vector<std::string>{"top", "s"});
+  CHECK(t.children("s") == std::vector<std::string>{"z", "set", "axes"});
+  CHECK(t.children("nowhere").empty());
+  CHECK_THROWS_WITH(t.children("top"), Catch::Contains("sweep.toml:1: key 'top' must be a table"));
+
+  const std::vector<ConfigTable::Leaf> set = t.leaves("s.set");
+  REQUIRE(set.size() == 3);
+  // Nested tables and a quoted dotted key alike; floats keep a decimal point.
+  CHECK(set[0].key == "model.dim");
+  CHECK(set[0].literal == "64");
+  CHECK(set[0].where == "sweep.toml:5");
+  CHECK(set[1].key == "train.lr");
+  CHECK(set[1].literal == "0.1");
+  CHECK(set[2].key == "optim.wd");
+  CHECK(set[2].literal == "1e-05");
+  CHECK(!set[0].is_array);
+
+  const std::vector<ConfigTable::Leaf> axes = t.leaves("s.axes");
+  REQUIRE(axes.size() == 3);
+  CHECK(axes[0].is_array);
+  CHECK(axes[0].elements == std::vector<std::string>{"1.0", "0.5"});
+  CHECK(!axes[0].mixed_types);
+  CHECK(axes[1].mixed_types);
+  CHECK(axes[1].elements == std::vector<std::string>{"1", "'x'"});
+  CHECK(axes[2].is_array);
+  CHECK(axes[2].elements.empty());
+  CHECK(!axes[2].mixed_types);
+  CHECK(t.leaves("s.nowhere").empty());
+  CHECK_THROWS_WITH(t.leaves("s.z"), Catch::Contains("key 's.z' must be a table"));
+}

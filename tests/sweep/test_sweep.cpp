@@ -110,7 +110,7 @@ TEST_CASE("bad sweep files are errors naming the sweep file and the key", "[swee
       {head + "[sweep.axes]\nmodel.sparse.sparsity = [0.1, 0.1]\n", "lists 0.1 twice"},
       {head + "[sweep.axes]\nmodel.sparse.sparsity = [0.5, 1.5]\n", "point sparse.sparsity=1.5"},
       {head + "[sweep.axes]\ntrain.seed = [1, 2]\n", "sweep.seeds"},
-      {head + "seeds = [1, \"2\"]\n", "sweep.seeds must hold integers"},
+      {head + "seeds = [1, \"2\"]\n", "key 'sweep.seeds' must be an array of integers"},
       {head + "jobs = 0\n", "sweep.jobs must be >= 1"},
       {head + "[sweep.set]\ndata.val_path = \"\"\n", "data.val_path"},
       // buckets is set, so the embedding sparsity changes nothing.
