@@ -40,7 +40,8 @@ void EmbedOptions::validate() const {
 }
 
 int64_t BlockSparseOptions::active_blocks() const {
-  return std::max<int64_t>(1, round_half_away((1.0 - sparsity) * static_cast<double>(in / block)));
+  const int64_t input_blocks = in / block;
+  return std::max<int64_t>(1, round_half_away((1.0 - sparsity) * static_cast<double>(input_blocks)));
 }
 
 void BlockSparseOptions::validate() const {

@@ -101,7 +101,10 @@ void quantize_row_q4_fitted(const float* x, BlockQ4* out, int64_t n) {
 }
 
 void dequantize_row_q8(const BlockQ8* in, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = in[i / kQuantBlock].d * in[i / kQuantBlock].q[i % kQuantBlock];
+  for (int64_t i = 0; i < n; ++i) {
+    const BlockQ8& block = in[i / kQuantBlock];
+    y[i] = block.d * block.q[i % kQuantBlock];
+  }
 }
 
 void dequantize_row_q4(const BlockQ4* in, float* y, int64_t n) {

@@ -17,7 +17,8 @@ MemoryBank::MemoryBank(const MemoryOptions& o) : options_(o) {
 }
 
 void MemoryBank::init_own(uint64_t seed, const std::string& prefix) {
-  const double key_std = 1.0 / std::sqrt(static_cast<double>(options_.key_dim / 2));
+  const int64_t half_key_dim = options_.key_dim / 2;  // each key set's width
+  const double key_std = 1.0 / std::sqrt(static_cast<double>(half_key_dim));
   Tensor k1 = keys1_.value(), k2 = keys2_.value(), v = values_.value();
   init_normal(k1, seed, prefix + "keys1", key_std);
   init_normal(k2, seed, prefix + "keys2", key_std);

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cinttypes>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -24,10 +23,10 @@ MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t resume_step
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line)) {
-      long long step = 0;
       // A run killed mid-append leaves a torn last line: only whole records count.
-      const bool whole = !line.empty() && line.back() == '}';
-      if (whole && std::sscanf(line.c_str(), "{\"step\":%lld", &step) == 1 && step <= resume_step)
+      const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+          record["step"].get<int64_t>() <= resume_step)
         kept += line + "\n";
     }
     // Rewritten atomically: a crash here cannot lose the history.

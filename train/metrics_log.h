@@ -20,7 +20,7 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  // Numbers are written with 9 significant digits (a float round-trips).
+  // Numbers are written in the shortest form that reads back as the same double.
   void write(int64_t step, const std::vector<std::pair<std::string, double>>& fields);
 
  private:

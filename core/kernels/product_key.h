@@ -43,7 +43,7 @@ void check_product_key_dims(const ProductKeyDims& d);
 
 template <class T>
 inline T product_key_rank_score(T s) {
-  return s == s ? s : -std::numeric_limits<T>::infinity();
+  return std::isnan(s) ? -std::numeric_limits<T>::infinity() : s;
 }
 
 // ---------------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config_table.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -80,13 +82,18 @@ int main(int argc, char** argv) {
         upd.push_back(t_upd);
       }
       const double step = median(total);
-      std::printf(
-          "{\"impl\":\"shamn\",\"threads\":%d,\"batch\":%lld,\"seq\":%lld,\"steps\":%lld,"
-          "\"tokens_per_s\":%.1f,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,"
-          "\"optimizer_s\":%.4f,\"parameters\":%lld}\n",
-          nt, static_cast<long long>(batch), static_cast<long long>(seq), static_cast<long long>(steps),
-          batch * seq / step, step, median(fwd), median(bwd), median(upd),
-          static_cast<long long>(model.parameter_count()));
+      const nlohmann::ordered_json record = {{"impl", "shamn"},
+                                             {"threads", nt},
+                                             {"batch", batch},
+                                             {"seq", seq},
+                                             {"steps", steps},
+                                             {"tokens_per_s", static_cast<double>(batch * seq) / step},
+                                             {"step_s", step},
+                                             {"forward_s", median(fwd)},
+                                             {"backward_s", median(bwd)},
+                                             {"optimizer_s", median(upd)},
+                                             {"parameters", model.parameter_count()}};
+      std::printf("%s\n", record.dump().c_str());
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {
