@@ -11,6 +11,7 @@
 #include "core/fault.h"
 #include "core/kernel_level.h"
 #include "core/parallel.h"
+#include "train/communicator.h"
 
 namespace {
 
@@ -61,10 +62,12 @@ int main(int argc, char** argv) {
   } catch (const shamn::Error& e) {
     std::fflush(stdout);
     std::cerr << "shamn: error: " << e.what() << "\n";
+    shamn::abort_all_ranks_on_error(1);
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::cerr << "shamn: unexpected error: " << e.what() << "\n";
+    shamn::abort_all_ranks_on_error(2);
     return 2;
   }
   return 0;

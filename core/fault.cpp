@@ -18,7 +18,7 @@ namespace {
 constexpr std::string_view kHdf5Kinds[] = {"checkpoint", "model", "grads"};
 constexpr std::string_view kByteKinds[] = {"tokens", "tokenizer", "shq", "result", "text", "metrics"};
 constexpr std::string_view kCommitStages[] = {"fsync", "rename", "dirsync"};
-constexpr std::string_view kOtherSites[] = {"metrics.append", "best.link"};
+constexpr std::string_view kOtherSites[] = {"metrics.append", "best.link", "train.exchange"};
 
 template <size_t N>
 bool one_of(std::string_view s, const std::string_view (&list)[N]) {
@@ -27,7 +27,7 @@ bool one_of(std::string_view s, const std::string_view (&list)[N]) {
   return false;
 }
 
-enum class Action { kill, enospc, eio };
+enum class Action { kill, enospc, eio, stall };
 
 struct Fault {
   std::string site;
@@ -78,7 +78,7 @@ std::vector<Fault> parse(std::string_view spec) {
   for (std::string_view item : split(spec, ',')) {
     const std::vector<std::string_view> parts = split(item, ':');
     SHAMN_INPUT_CHECK(parts.size() == 2 || parts.size() == 3, "SHAMN_FAULT: '", item,
-                      "' is not <site>:<n>[:kill|enospc|eio]");
+                      "' is not <site>:<n>[:kill|enospc|eio|stall]");
     Fault f;
     f.site = std::string(parts[0]);
     SHAMN_INPUT_CHECK(known_site(f.site), "SHAMN_FAULT: unknown site '", f.site,
@@ -96,9 +96,11 @@ std::vector<Fault> parse(std::string_view spec) {
       f.action = Action::enospc;
     else if (action == "eio")
       f.action = Action::eio;
+    else if (action == "stall")
+      f.action = Action::stall;
     else
       SHAMN_INPUT_CHECK(false, "SHAMN_FAULT: '", item, "': unknown action '", action,
-                        "' (want kill, enospc or eio)");
+                        "' (want kill, enospc, eio or stall)");
     out.push_back(std::move(f));
   }
   return out;
@@ -125,6 +127,9 @@ int act(Fault& f) {
       return ENOSPC;
     case Action::eio:
       return EIO;
+    case Action::stall:
+      ::raise(SIGSTOP);
+      return 0;
   }
   return 0;
 }

@@ -8,7 +8,8 @@
 // (the default) sends the process SIGKILL, so nothing after it runs, as after a
 // power cut or the OOM killer; `enospc` or `eio` makes the operation at the site
 // fail with that errno, through the same error path a real full disk or I/O
-// error takes. For a `.bytes` site n is a byte offset instead: the fault strikes
+// error takes; `stall` stops the process (SIGSTOP) as a hung machine would. For
+// a `.bytes` site n is a byte offset instead: the fault strikes
 // once n bytes of that file have been written (the first n bytes reach the disk).
 //
 // Sites are <kind>.<stage> for every file written atomically (core/atomic_file.h):
@@ -22,9 +23,11 @@
 // grads (`shamn loss --grads`), tokens (token files), tokenizer, shq (exported
 // models), result (a sweep point's result.json), text (other small files: a
 // run's config.toml, sweep reports, traces), metrics (the metrics file rewritten
-// on resume). And two more sites:
+// on resume). And three more sites:
 //   metrics.append  the n-th record appended to metrics.jsonl (kill: after half the line)
 //   best.link       best.h5's new name made, before it replaces the old best.h5
+//   train.exchange  the n-th step's gradient exchange, once every rank has reached it
+//                   (data-parallel runs only)
 //
 // Unset, each site costs a load and a branch on one global flag.
 #include <cstddef>

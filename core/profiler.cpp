@@ -90,8 +90,8 @@ void clear_events_locked() {
 }  // namespace
 
 const char* profile_category_name(ProfileCategory c) {
-  static const char* const names[kProfileCategories] = {"forward", "backward", "optimizer", "data",
-                                                        "eval",    "infer",    "step",      "io"};
+  static const char* const names[kProfileCategories] = {"forward", "backward", "optimizer", "data", "eval",
+                                                        "infer",   "step",     "io",        "comm"};
   return names[static_cast<int>(c)];
 }
 

@@ -21,8 +21,9 @@
 
 namespace shamn {
 
-enum class ProfileCategory : uint8_t { forward, backward, optimizer, data, eval, infer, step, io };
-constexpr int kProfileCategories = 8;
+// comm: waiting for and exchanging data with the other ranks of a data-parallel run.
+enum class ProfileCategory : uint8_t { forward, backward, optimizer, data, eval, infer, step, io, comm };
+constexpr int kProfileCategories = 9;
 const char* profile_category_name(ProfileCategory c);
 
 namespace detail {

@@ -144,7 +144,7 @@ Batch BatchLoader::next() {
   } else {
     batch = build(position_);
   }
-  ++position_;
+  position_ = shared_position(position_ + 1);
   if (prefetch_) request(position_);
   return batch;
 }
@@ -155,8 +155,26 @@ bool BatchLoader::prefetched() const {
 }
 
 void BatchLoader::seek(uint64_t position) {
-  position_ = position;
+  position_ = shared_position(position);
   if (prefetch_) request(position_);
+}
+
+void BatchLoader::share(uint64_t base, uint64_t period, uint64_t first, uint64_t count) {
+  SHAMN_CHECK(period >= 1 && count >= 1 && first + count <= period, "BatchLoader::share: batches [", first,
+              ", ", first + count, ") of every ", period);
+  share_base_ = base;
+  share_period_ = period;
+  share_first_ = first;
+  share_count_ = count;
+  seek(position_);
+}
+
+uint64_t BatchLoader::shared_position(uint64_t position) const {
+  if (position < share_base_) position = share_base_;
+  const uint64_t offset = (position - share_base_) % share_period_;
+  if (offset < share_first_) return position + (share_first_ - offset);
+  if (offset >= share_first_ + share_count_) return position + (share_period_ - offset) + share_first_;
+  return position;
 }
 
 int64_t sequential_batch_count(const TokenFile& file, int64_t batch, int64_t seq) {

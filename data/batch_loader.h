@@ -49,6 +49,10 @@ class BatchLoader {
   Batch next();
   uint64_t position() const { return position_; }  // batches handed out so far
   void seek(uint64_t position);                    // the next batch is number `position`
+  // Data-parallel training: of every `period` consecutive batches counted from
+  // `base`, this loader hands out only those at offsets [first, first + count),
+  // skipping the others' (position() then jumps over them). The default is every batch.
+  void share(uint64_t base, uint64_t period, uint64_t first, uint64_t count);
   // True once the prefetch thread has finished batch position() (or hit its error).
   bool prefetched() const;
 
@@ -64,6 +68,8 @@ class BatchLoader {
   uint64_t seed_;
   bool prefetch_;
   uint64_t position_ = 0;
+  uint64_t share_base_ = 0, share_period_ = 1, share_first_ = 0, share_count_ = 1;
+  uint64_t shared_position(uint64_t position) const;  // the first position this loader hands out
 
   // Prefetch state, guarded by mutex_: at most one request and one finished batch.
   struct Slot {

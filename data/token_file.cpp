@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/checksum.h"
 
 namespace shamn {
 namespace {
@@ -133,6 +134,8 @@ void TokenFile::read_u16_size() {
   token_bytes_ = 2;
   count_ = file_bytes_ / 2;
 }
+
+uint32_t TokenFile::checksum() const { return crc32_bytes(map_.data, map_.bytes); }
 
 uint32_t TokenFile::token(int64_t i) const {
   const uint8_t* p = map_.data + byte_offset(i);

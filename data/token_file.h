@@ -36,6 +36,8 @@ class TokenFile {
   int bytes_per_token() const { return token_bytes_; }
   int64_t byte_offset(int64_t i) const { return header_bytes_ + i * token_bytes_; }
   uint32_t token(int64_t i) const;
+  // CRC-32 of the whole file, header included (data-parallel ranks compare it).
+  uint32_t checksum() const;
 
   // Copies tokens [begin, begin + n) into out as int32 and returns the index of the
   // first token >= vocab, or -1. It does not throw so that parallel callers can report

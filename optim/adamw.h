@@ -34,6 +34,8 @@ class AdamW {
   void zero_grad();
 
   int64_t step_count() const { return step_; }
+  // For a copy of another optimizer's state (data-parallel ranks): its step count.
+  void set_step_count(int64_t step) { step_ = step; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
   const AdamWOptions& options() const { return options_; }
 

@@ -23,6 +23,9 @@
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_schedule.h"
+#include "train/communicator.h"
+#include "train/grad_exchange.h"
+#include "train/grad_tree.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
 #include "train/progress.h"
@@ -56,17 +59,25 @@ std::string fmt(const char* format, double a, double b = 0, double c = 0) {
   return buf;
 }
 
-// Mean cross-entropy over the first eval_batches consecutive batches of the val file.
-double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c) {
+// Mean cross-entropy over the first eval_batches consecutive batches of the val
+// file. The ranks take consecutive shares of the batches; the per-batch losses are
+// then added in batch order, so the mean is the same at any rank count.
+double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c, Communicator& comm) {
   const int64_t B = c.train.batch_size, T = c.train.seq_len;
   const int64_t n = std::min(c.train.eval_batches, sequential_batch_count(val, B, T));
+  const int64_t share = (n + comm.size() - 1) / comm.size();
   const ProfileScope profile("evaluate", ProfileCategory::eval);
   NoGradGuard no_grad;
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  std::vector<double> mine(static_cast<size_t>(share), 0.0);
+  for (int64_t j = 0; j < share; ++j) {
+    const int64_t i = comm.rank() * share + j;
+    if (i >= n) break;
     const Batch batch = sequential_batch(val, c.model.vocab_size, B, T, i);
-    total += model.loss(batch.inputs, batch.targets).ce.value().item();
+    mine[static_cast<size_t>(j)] = model.loss(batch.inputs, batch.targets).ce.value().item();
   }
+  const std::vector<double> losses = comm.all_gather(mine);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += losses[static_cast<size_t>(i)];
   return total / static_cast<double>(n);
 }
 
@@ -162,6 +173,43 @@ DataFiles open_data(const RunConfig& c) {
   return files;
 }
 
+// Data parallelism splits each step's grad_accum micro-batches evenly, and the
+// ranks' partial sums meet in a binary tree (Communicator::sum_tree).
+void check_rank_count(const RunConfig& c, int ranks) {
+  SHAMN_INPUT_CHECK((ranks & (ranks - 1)) == 0,
+                    "shamn train runs on 1, 2, 4, 8, ... ranks (a power of two, so "
+                    "that any rank count gives bitwise the same run); mpirun started ",
+                    ranks);
+  SHAMN_INPUT_CHECK(c.train.grad_accum % ranks == 0, "train.grad_accum = ", c.train.grad_accum,
+                    " micro-batches per step cannot be shared evenly by ", ranks,
+                    " ranks; use a multiple of ", ranks, " (e.g. --set train.grad_accum=", ranks,
+                    " with train.batch_size divided by ", ranks, " keeps the step's size)");
+}
+
+// Every rank must run the same code on the same config and data; a rank that
+// differs is named before any work is done.
+void check_ranks_agree(Communicator& comm, const RunConfig& c, const DataFiles& data) {
+  if (comm.size() == 1) return;
+  char files[128];
+  std::snprintf(files, sizeof(files), "%08x %08x", data.train->checksum(),
+                data.val ? data.val->checksum() : 0u);
+  const std::vector<std::string> what = {SHAMN_VERSION, c.to_toml(), files};
+  const char* names[] = {"shamn version", "resolved config", "data files (CRC-32 of train, val)"};
+  std::string problems;
+  for (size_t k = 0; k < what.size(); ++k) {
+    const std::vector<std::string> all = all_gather_strings(comm, what[k]);
+    for (int r = 1; r < comm.size(); ++r) {
+      if (all[static_cast<size_t>(r)] == all[0]) continue;
+      problems += "\n  rank " + std::to_string(r) + ": its " + names[k] + " does not match rank 0's";
+      if (k != 1) problems += " ('" + all[static_cast<size_t>(r)] + "' vs '" + all[0] + "')";
+    }
+  }
+  SHAMN_INPUT_CHECK(problems.empty(),
+                    "the ranks of this run disagree; every rank needs the same shamn, config "
+                    "and files at the same paths:",
+                    problems);
+}
+
 // The starting weights: the resumed checkpoint, train.init_from, or a fresh init.
 void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming, Shamn& model,
                   AdamW& optimizer, TrainState& state, Console& console) {
@@ -192,55 +240,84 @@ struct StepStats {
 // and run directory, and the step / evaluate / checkpoint cycle over them.
 class Run {
  public:
-  Run(const RunConfig& c, const TrainOptions& options, DataFiles data, Console& console)
+  Run(const RunConfig& c, const TrainOptions& options, DataFiles data, Console& console, Communicator& comm)
       : c_(c),
         options_(options),
         console_(console),
+        comm_(comm),
         run_dir_(c.train.out_dir),
         data_(std::move(data)),
         model_(c.model),
         optimizer_(split_weight_decay(model_.named_parameters(), c.optim.weight_decay),
                    {c.optim.beta1, c.optim.beta2, c.optim.eps}),
         named_(model_.named_parameters()),
-        schedule_{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.max_steps} {}
+        schedule_{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.max_steps},
+        tree_(named_),
+        exchange_(named_) {}
 
   // Weights in place, the run directory and its config written, the logs open.
+  // Rank 0 alone reads and writes the run directory; the other ranks receive its
+  // starting state (they need no copy of the run directory).
   void start(bool resuming) {
-    load_or_init(c_, run_dir_, resuming, model_, optimizer_, state_, console_);
+    if (comm_.is_root()) load_or_init(c_, run_dir_, resuming, model_, optimizer_, state_, console_);
+    share_starting_state();
     resolved_ = c_.to_toml();
-    fs::create_directories(run_dir_);  // only once every input checked out: no empty run left behind
-    write_file_atomically((fs::path(run_dir_) / "config.toml").string(), resolved_);
-    if (!options_.quiet)
+    if (comm_.is_root()) {
+      fs::create_directories(run_dir_);  // only once every input checked out: no empty run left behind
+      write_file_atomically((fs::path(run_dir_) / "config.toml").string(), resolved_);
+    }
+    if (!console_.quiet) {
       std::printf("# resolved config (saved in %s/config.toml)\n%s\n", run_dir_.c_str(), resolved_.c_str());
-    if (!options_.quiet) console_.progress.emplace(c_.log.progress, c_.train.max_steps, c_.log.every);
+      console_.progress.emplace(c_.log.progress, c_.train.max_steps, c_.log.every);
+    }
+    if (comm_.size() > 1)
+      console_.say("data parallel: " + std::to_string(comm_.size()) + " ranks, " +
+                   std::to_string(c_.train.grad_accum / comm_.size()) + " micro-batch(es) of " +
+                   std::to_string(c_.train.batch_size) + " windows each per step");
     const double params = static_cast<double>(model_.parameter_count());
     console_.say(fmt("model: %.0f parameters (%.1f MiB f32); %.0f tokens per step", params,
                      params * 4 / (1 << 20), double(c_.tokens_per_step())));
-    metrics_.emplace((fs::path(run_dir_) / "metrics.jsonl").string(), resuming, state_.step);
+    if (comm_.is_root())
+      metrics_.emplace((fs::path(run_dir_) / "metrics.jsonl").string(), resuming, state_.step);
     loader_.emplace(data_.train, c_.model.vocab_size, c_.train.batch_size, c_.train.seq_len, state_.data_seed,
                     c_.train.prefetch);
+    // Each step draws grad_accum batches; rank r trains on its consecutive share.
+    const int64_t per_rank = c_.train.grad_accum / comm_.size();
+    loader_->share(state_.data_position, static_cast<uint64_t>(c_.train.grad_accum),
+                   static_cast<uint64_t>(comm_.rank() * per_rank), static_cast<uint64_t>(per_rank));
     loader_->seek(state_.data_position);
   }
 
   bool finished() const { return state_.step >= c_.train.max_steps; }
 
   // grad_accum micro-batches, clipping, and the AdamW update unless the step is not finite.
+  // The micro-batches' gradients are summed as a tree (train/grad_tree.h), this
+  // rank's block of them here and the ranks' blocks across ranks.
   StepStats step() {
     const Stopwatch clock;
     StepStats s;
     s.lr = schedule_.at(state_.step);
-    profiled("zero_grad", ProfileCategory::optimizer, [&] { optimizer_.zero_grad(); });
-    for (int64_t micro = 0; micro < c_.train.grad_accum; ++micro) {
+    const int64_t per_rank = c_.train.grad_accum / comm_.size();
+    const int64_t first = comm_.rank() * per_rank;
+    std::vector<double> losses;  // loss, ce, aux of each of this rank's micro-batches
+    tree_.run(first, first + per_rank, [&](int64_t) {
       const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader_->next(); });
       const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
                                         [&] { return model_.loss(batch.inputs, batch.targets); });
-      s.loss += loss.loss.value().item();
-      s.ce += loss.ce.value().item();
-      s.aux += loss.aux.value().item();
+      losses.insert(losses.end(),
+                    {loss.loss.value().item(), loss.ce.value().item(), loss.aux.value().item()});
       const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c_.train.grad_accum));
       profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
+    });
+    profiled("grad_exchange", ProfileCategory::comm, [&] { exchange_.sum_over_ranks(comm_); });
+    // Every micro-batch's losses, added in micro-batch order as one process does.
+    const std::vector<double> all = comm_.all_gather(losses);
+    for (size_t i = 0; i < all.size(); i += 3) {
+      s.loss += all[i];
+      s.ce += all[i + 1];
+      s.aux += all[i + 2];
     }
-    state_.data_position = loader_->position();
+    state_.data_position += static_cast<uint64_t>(c_.train.grad_accum);
     const double n_micro = static_cast<double>(c_.train.grad_accum);
     s.loss /= n_micro;
     s.ce /= n_micro;
@@ -272,14 +349,15 @@ class Run {
     for (double t : recent_seconds_) window += t;
     const double rate = static_cast<double>(c_.tokens_per_step()) / s.seconds;
     rates_.push_back(rate);
-    metrics_->write(state_.step, {{"loss", s.loss},
-                                  {"ce", s.ce},
-                                  {"aux", s.aux},
-                                  {"lr", s.lr},
-                                  {"grad_norm", s.grad_norm},
-                                  {"tokens_per_s", rate},
-                                  {"elapsed_s", state_.elapsed_s},
-                                  {"skipped", s.skipped ? 1.0 : 0.0}});
+    if (metrics_)
+      metrics_->write(state_.step, {{"loss", s.loss},
+                                    {"ce", s.ce},
+                                    {"aux", s.aux},
+                                    {"lr", s.lr},
+                                    {"grad_norm", s.grad_norm},
+                                    {"tokens_per_s", rate},
+                                    {"elapsed_s", state_.elapsed_s},
+                                    {"skipped", s.skipped ? 1.0 : 0.0}});
     if (console_.progress) {
       const double mean_step = window / static_cast<double>(recent_seconds_.size());
       console_.progress->step({state_.step, s.loss, s.lr, s.grad_norm,
@@ -298,16 +376,21 @@ class Run {
 
   // Evaluates and checkpoints when the schedule, the end of the run or a stop
   // request says so. Returns false when a stop request ends the run here.
+  // A stop request on any rank stops every rank after the same step.
   bool evaluate_and_checkpoint(const StopSignal& stop, TrainResult& result) {
+    std::vector<uint8_t> signal{
+        static_cast<uint8_t>(stop.requested() ? std::max(1, stop.signal_number()) : 0)};
+    comm_.max_flags(signal);
+    const bool stopping = signal[0] != 0;
     const bool last = finished();
     const bool eval_now = last || (c_.train.eval_every > 0 && state_.step % c_.train.eval_every == 0);
     const bool best = eval_now && run_eval(result);
-    const bool save_now = last || stop.requested() || best ||
+    const bool save_now = last || stopping || best ||
                           (c_.train.checkpoint_every > 0 && state_.step % c_.train.checkpoint_every == 0);
-    if (save_now) checkpoint(best, result);
-    if (!stop.requested() || last) return true;
+    if (save_now && comm_.is_root()) checkpoint(best, result);
+    if (!stopping || last) return true;
     result.interrupted = true;
-    console_.say("stopped by signal " + std::to_string(stop.signal_number()) + " at step " +
+    console_.say("stopped by signal " + std::to_string(signal[0]) + " at step " +
                  std::to_string(state_.step) + "; resume with: shamn train --resume " + run_dir_);
     return false;
   }
@@ -320,9 +403,9 @@ class Run {
   // True when this is the best val loss so far.
   bool run_eval(TrainResult& result) {
     if (!data_.val) return false;
-    const double loss = evaluate(model_, *data_.val, c_);
+    const double loss = evaluate(model_, *data_.val, c_, comm_);
     result.last_val_loss = loss;
-    metrics_->write(state_.step, {{"val_loss", loss}, {"val_ppl", std::exp(loss)}});
+    if (metrics_) metrics_->write(state_.step, {{"val_loss", loss}, {"val_ppl", std::exp(loss)}});
     const bool best = loss < state_.best_val_loss;
     if (best) state_.best_val_loss = loss;
     console_.say(fmt("eval: val loss %.4f | val ppl %.2f", loss, std::exp(loss)) + (best ? " (best)" : ""));
@@ -338,15 +421,34 @@ class Run {
     result.last_checkpoint = path;
   }
 
+  // Rank 0's weights, AdamW moments and training state, copied to every rank.
+  void share_starting_state() {
+    if (comm_.size() == 1) return;
+    const ProfileScope profile("share_starting_state", ProfileCategory::comm);
+    for (const NamedVar& p : named_) comm_.broadcast(p.var.value().raw_data(), p.var.value().nbytes());
+    for (const NamedTensor& b : model_.named_buffers())
+      comm_.broadcast(b.tensor.raw_data(), b.tensor.nbytes());
+    for (const NamedTensor& t : optimizer_.state_tensors())
+      comm_.broadcast(t.tensor.raw_data(), t.tensor.nbytes());
+    std::vector<uint8_t> bytes(sizeof(TrainState));
+    std::memcpy(bytes.data(), &state_, sizeof(TrainState));
+    comm_.broadcast(bytes);
+    std::memcpy(&state_, bytes.data(), sizeof(TrainState));
+    optimizer_.set_step_count(state_.optim_step);
+  }
+
   const RunConfig& c_;
   const TrainOptions& options_;
   Console& console_;
+  Communicator& comm_;
   const std::string run_dir_;
   DataFiles data_;
   Shamn model_;
   AdamW optimizer_;
   const std::vector<NamedVar> named_;
   const LrSchedule schedule_;
+  GradientTree tree_;
+  GradientExchange exchange_;
   TrainState state_;
   std::string resolved_;
   std::optional<MetricsLog> metrics_;
@@ -374,9 +476,13 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   const bool resuming = !options.resume_dir.empty();
   if (resuming) config.train.out_dir = options.resume_dir;
   const RunConfig& c = config;
-  Console console{options.quiet, std::nullopt};
-  check_run_dir(c.train.out_dir, resuming, console);
-  Run run(c, options, open_data(c), console);
+  Communicator& comm = world();
+  check_rank_count(c, comm.size());
+  Console console{options.quiet || !comm.is_root(), std::nullopt};
+  if (comm.is_root()) check_run_dir(c.train.out_dir, resuming, console);
+  DataFiles data = open_data(c);
+  check_ranks_agree(comm, c, data);
+  Run run(c, options, std::move(data), console, comm);
   run.start(resuming);
 
   if (run.finished())

@@ -104,6 +104,32 @@ TEST_CASE("seek(k) then next() gives the k-th batch of a fresh loader", "[data][
   }
 }
 
+TEST_CASE("share() hands a rank its consecutive block of every period", "[data][batch_loader]") {
+  const auto file = make_file("share", 5000, scrambled);
+  BatchLoader fresh(file, 5000, 4, 32, 3, false);
+  const std::vector<Batch> expected = take(fresh, 20);
+  for (bool prefetch : {false, true}) {
+    INFO("prefetch " << prefetch);
+    // Rank 1 of 2 with 4 micro-batches per step, resumed after the step at batch 6:
+    // of [6, 10) it takes 8 and 9, of [10, 14) 12 and 13, ...
+    BatchLoader rank1(file, 5000, 4, 32, 3, prefetch);
+    rank1.share(6, 4, 2, 2);
+    rank1.seek(6);
+    CHECK(rank1.position() == 8);
+    for (int64_t want : {8, 9, 12, 13, 16, 17}) {
+      INFO("batch " << want);
+      CHECK(same(rank1.next(), expected[static_cast<size_t>(want)]));
+    }
+    CHECK(rank1.position() == 20);
+    // Rank 0 of 4 with 4 micro-batches from the start: 0, 4, 8, ...
+    BatchLoader rank0(file, 5000, 4, 32, 3, prefetch);
+    rank0.share(0, 4, 0, 1);
+    for (int64_t want : {0, 4, 8}) CHECK(same(rank0.next(), expected[static_cast<size_t>(want)]));
+  }
+  BatchLoader bad(file, 5000, 4, 32, 3, false);
+  CHECK_THROWS(bad.share(0, 4, 3, 2));
+}
+
 TEST_CASE("window starts reach every position, the last valid one included", "[data][batch_loader]") {
   const int64_t size = 40, T = 8;
   const auto file = make_file("coverage", size, [](int64_t i) { return static_cast<uint32_t>(i); });

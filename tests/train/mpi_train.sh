@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun (train/communicator.h), on the tiny config
+# with 4 micro-batches per step:
+#   - 1, 2 and 4 ranks end with bitwise the same weights, AdamW moments, state and
+#     metrics (evaluations included);
+#   - a 4-rank run whose ranks 1-3 are killed (SIGKILL, at a named point: no
+#     timing) ends with an error and no hang; --resume on 2 ranks then finishes
+#     bitwise equal to the uninterrupted run;
+#   - a rank that stalls (SIGSTOP) makes rank 0 stop with an error naming it;
+#   - ranks whose data files differ, 3 ranks, or 4 ranks for 2 micro-batches are
+#     refused before any step.
+# Usage: mpi_train.sh SHAMN_BINARY CONFIG WORKDIR
+set -euo pipefail
+shamn=$(realpath "$1") config=$(realpath "$2") work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+# Open MPI refuses root without these; CI runs as root on 2 cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun --oversubscribe --bind-to none)
+"$shamn" synthetic --out "$work/data" --vocab 64 --successors 4 --tokens 60000 > /dev/null
+
+sets=(--set "data.train_path=\"$work/data/train.bin\"" --set "data.val_path=\"$work/data/val.bin\""
+      --set model.vocab_size=64 --set model.embed.buckets=32 --set train.max_steps=4
+      --set train.grad_accum=4 --set train.batch_size=2 --set train.checkpoint_every=2
+      --set train.eval_every=2 --set train.eval_batches=3 --set optim.warmup_steps=1
+      --set 'log.progress="never"')
+digest() { "$shamn" info "$1" --tensors | sed -n '/^# tensors/,$p'; }
+metrics() { sed -E 's/,"(tokens_per_s|elapsed_s)":[^,}]*//g' "$1"; }
+
+for n in 1 2 4; do
+  "${mpi[@]}" -np $n "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$work/n$n\"" \
+    > "$work/n$n.log" 2>&1 || { cat "$work/n$n.log"; fail "the $n-rank run failed"; }
+done
+grep -q "data parallel: 4 ranks, 1 micro-batch" "$work/n4.log" || fail "the 4-rank run did not say it had 4 ranks"
+ref_digest=$(digest "$work/n1/ckpt_00000004.h5")
+ref_metrics=$(metrics "$work/n1/metrics.jsonl")
+[ "$(echo "$ref_digest" | grep -c -E '^(model|optim)\.')" -gt 10 ] || fail "the reference lists too few tensors"
+[ "$(grep -c val_loss "$work/n1/metrics.jsonl")" = 2 ] || fail "the reference has no evaluations"
+for n in 2 4; do
+  [ "$(digest "$work/n$n/ckpt_00000004.h5")" = "$ref_digest" ] ||
+    fail "$n ranks: the weights, moments or state differ from 1 rank"
+  [ "$(metrics "$work/n$n/metrics.jsonl")" = "$ref_metrics" ] ||
+    { diff <(metrics "$work/n$n/metrics.jsonl") <(echo "$ref_metrics") || true; fail "$n ranks: metrics differ"; }
+done
+echo "1, 2 and 4 ranks: bitwise equal"
+
+# Ranks 1-3 die at step 3's exchange, after the step-2 checkpoint.
+killed=$work/killed
+if "${mpi[@]}" -np 1 "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$killed\"" : \
+     -np 3 env SHAMN_FAULT=train.exchange:3 "$shamn" --threads 1 train "$config" "${sets[@]}" \
+     --set "train.out_dir=\"$killed\"" > "$killed.log" 2>&1; then
+  fail "the run with killed ranks exited 0"
+fi
+grep -q "rank 1\|rank 2\|rank 3" "$killed.log" || { cat "$killed.log"; fail "the error does not name a dead rank"; }
+[ -f "$killed/ckpt_00000002.h5" ] || fail "the step-2 checkpoint is missing after the crash"
+"${mpi[@]}" -np 2 "$shamn" --threads 1 train --resume "$killed" > "$killed.resume.log" 2>&1 ||
+  { cat "$killed.resume.log"; fail "--resume on 2 ranks failed"; }
+[ "$(digest "$killed/ckpt_00000004.h5")" = "$ref_digest" ] ||
+  fail "killed at 4 ranks, resumed at 2: the final state differs from the uninterrupted run"
+[ "$(metrics "$killed/metrics.jsonl")" = "$ref_metrics" ] || fail "killed and resumed: metrics differ"
+echo "killed at 4 ranks, resumed at 2: bitwise equal"
+
+# Rank 1 stops answering at step 2; rank 0 gives up after SHAMN_COMM_TIMEOUT.
+stalled=$work/stalled
+if SHAMN_COMM_TIMEOUT=2 "${mpi[@]}" -x SHAMN_COMM_TIMEOUT -np 1 "$shamn" --threads 1 train "$config" "${sets[@]}" \
+     --set "train.out_dir=\"$stalled\"" : -np 1 env SHAMN_FAULT=train.exchange:2:stall "$shamn" --threads 1 \
+     train "$config" "${sets[@]}" --set "train.out_dir=\"$stalled\"" > "$stalled.log" 2>&1; then
+  fail "the run with a stalled rank exited 0"
+fi
+grep -qE "rank 0 waited 2 s for [a-z -]+ from rank 1, which died or stalled" "$stalled.log" ||
+  { cat "$stalled.log"; fail "the stall was not reported naming rank 1"; }
+echo "a stalled rank: stopped with an error naming it"
+
+# Refusals, each before the first step.
+refused() {  # refused WHAT NEEDLE LOG
+  grep -q "$2" "$3" || { cat "$3"; fail "$1: no error saying '$2'"; }
+  ! grep -q "^step\|ckpt_" "$3" || fail "$1: the run started"
+}
+mkdir -p "$work/a" "$work/b"
+cp "$work/data/train.bin" "$work/a/train.bin"
+"$shamn" synthetic --out "$work/b" --vocab 64 --successors 4 --tokens 60000 --seed 7 > /dev/null
+rel=(--set 'data.train_path="train.bin"' --set 'data.val_path=""' --set 'train.out_dir="run"')
+if "${mpi[@]}" -np 1 -wdir "$work/a" "$shamn" train "$config" "${sets[@]}" "${rel[@]}" : \
+     -np 1 -wdir "$work/b" "$shamn" train "$config" "${sets[@]}" "${rel[@]}" > "$work/mismatch.log" 2>&1; then
+  fail "ranks with different data files were not refused"
+fi
+refused "different data" "rank 1: its data files (CRC-32 of train, val) does not match rank 0's" "$work/mismatch.log"
+if "${mpi[@]}" -np 3 "$shamn" train "$config" "${sets[@]}" --set "train.out_dir=\"$work/n3\"" \
+     > "$work/n3.log" 2>&1; then
+  fail "3 ranks were not refused"
+fi
+refused "3 ranks" "a power of two" "$work/n3.log"
+if "${mpi[@]}" -np 4 "$shamn" train "$config" "${sets[@]}" --set train.grad_accum=2 \
+     --set "train.out_dir=\"$work/uneven\"" > "$work/uneven.log" 2>&1; then
+  fail "4 ranks for 2 micro-batches were not refused"
+fi
+refused "uneven" "cannot be shared evenly by 4 ranks" "$work/uneven.log"
+echo "mismatched data, 3 ranks and an uneven share: refused"
+echo "PASS"
