@@ -12,6 +12,7 @@
 #include "core/hdf5_file.h"
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
+#include "train/communicator.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
 #include "train/train_checkpoint.h"
@@ -41,7 +42,9 @@ void run_train(const TrainArgs& a) {
   const std::string run_dir = a.resume.empty() ? config.train.out_dir : a.resume;
   begin_profile(a.profile);
   train(config, options);
-  end_profile(a.profile, (std::filesystem::path(run_dir) / "profile.json").string(), stdout);
+  // Rank 0 speaks for a data-parallel run: its profile is the one printed and kept.
+  if (world().is_root())
+    end_profile(a.profile, (std::filesystem::path(run_dir) / "profile.json").string(), stdout);
 }
 
 // Every tensor's CRC-32 and the exact training state: two checkpoints are bitwise
