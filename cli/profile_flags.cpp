@@ -1,5 +1,7 @@
 #include "cli/profile_flags.h"
 
+#include <filesystem>
+
 #include "core/profile_report.h"
 #include "core/profiler.h"
 
@@ -45,6 +47,15 @@ void end_profile(const ProfileFlags& flags, const std::string& default_trace, st
     std::fprintf(table_out, "profile trace: %lld events past the per-thread limit were left out\n",
                  static_cast<long long>(report.dropped_events));
   std::fflush(table_out);
+}
+
+void end_rank_profile(const ProfileFlags& flags, const std::string& default_trace, int rank) {
+  if (!flags.on) return;
+  stop_profiling();
+  std::filesystem::path path = flags.trace.empty() ? default_trace : flags.trace;
+  path.replace_filename(path.stem().string() + ".rank" + std::to_string(rank) + path.extension().string());
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  write_chrome_trace(profile_report(), path.string());
 }
 
 }  // namespace shamn::cli

@@ -23,5 +23,9 @@ void begin_profile(const ProfileFlags& flags);
 // With --profile: prints the table to `table_out`, writes the trace (to
 // --profile-trace, else `default_trace`) and says where it went.
 void end_profile(const ProfileFlags& flags, const std::string& default_trace, std::FILE* table_out);
+// For rank R > 0 of a data-parallel run: no table (rank 0 prints the run's), and
+// the trace beside rank 0's as NAME.rankR.json, so the ranks' timelines can be
+// laid side by side to see which one the others wait for.
+void end_rank_profile(const ProfileFlags& flags, const std::string& default_trace, int rank);
 
 }  // namespace shamn::cli

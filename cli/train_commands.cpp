@@ -42,9 +42,12 @@ void run_train(const TrainArgs& a) {
   const std::string run_dir = a.resume.empty() ? config.train.out_dir : a.resume;
   begin_profile(a.profile);
   train(config, options);
-  // Rank 0 speaks for a data-parallel run: its profile is the one printed and kept.
+  // Rank 0 speaks for a data-parallel run: its table is the one printed.
+  const std::string trace = (std::filesystem::path(run_dir) / "profile.json").string();
   if (world().is_root())
-    end_profile(a.profile, (std::filesystem::path(run_dir) / "profile.json").string(), stdout);
+    end_profile(a.profile, trace, stdout);
+  else
+    end_rank_profile(a.profile, trace, world().rank());
 }
 
 // Every tensor's CRC-32 and the exact training state: two checkpoints are bitwise

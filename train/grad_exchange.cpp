@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/fault.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
@@ -19,11 +20,16 @@ GradientExchange::GradientExchange(const std::vector<NamedVar>& params, size_t b
 void GradientExchange::sum_over_ranks(Communicator& comm) {
   bytes_ = 0;
   if (comm.size() == 1) return;
-  comm.check_in("the gradient exchange");
-  fault::pass("train.exchange");
   std::vector<uint8_t> has(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) has[i] = params_[i].grad().defined() ? 1 : 0;
-  comm.max_flags(has);
+  {
+    // Time spent here is the slowest rank's lead, not transfer: kept apart in --profile.
+    const ProfileScope waiting("wait_for_ranks", ProfileCategory::comm);
+    comm.check_in("the gradient exchange");
+    fault::pass("train.exchange");
+    for (size_t i = 0; i < params_.size(); ++i) has[i] = params_[i].grad().defined() ? 1 : 0;
+    comm.max_flags(has);
+  }
+  const ProfileScope summing("sum_gradients", ProfileCategory::comm);
   std::vector<Var> pending;
   size_t pending_floats = 0;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -194,7 +194,7 @@ void check_ranks_agree(Communicator& comm, const RunConfig& c, const DataFiles& 
   std::snprintf(files, sizeof(files), "%08x %08x", data.train->checksum(),
                 data.val ? data.val->checksum() : 0u);
   const std::vector<std::string> what = {SHAMN_VERSION, c.to_toml(), files};
-  const char* names[] = {"shamn version", "resolved config", "data files (CRC-32 of train, val)"};
+  const char* names[] = {"shamn version", "resolved config", "data checksum (CRC-32 of train, val)"};
   std::string problems;
   for (size_t k = 0; k < what.size(); ++k) {
     const std::vector<std::string> all = all_gather_strings(comm, what[k]);

@@ -28,8 +28,10 @@ digest() { "$shamn" info "$1" --tensors | sed -n '/^# tensors/,$p'; }
 metrics() { sed -E 's/,"(tokens_per_s|elapsed_s)":[^,}]*//g' "$1"; }
 
 for n in 1 2 4; do
+  profile=()
+  [ $n = 2 ] && profile=(--profile)  # must not change a bit
   "${mpi[@]}" -np $n "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$work/n$n\"" \
-    > "$work/n$n.log" 2>&1 || { cat "$work/n$n.log"; fail "the $n-rank run failed"; }
+    "${profile[@]}" > "$work/n$n.log" 2>&1 || { cat "$work/n$n.log"; fail "the $n-rank run failed"; }
 done
 grep -q "data parallel: 4 ranks, 1 micro-batch" "$work/n4.log" || fail "the 4-rank run did not say it had 4 ranks"
 ref_digest=$(digest "$work/n1/ckpt_00000004.h5")
@@ -43,6 +45,11 @@ for n in 2 4; do
     { diff <(metrics "$work/n$n/metrics.jsonl") <(echo "$ref_metrics") || true; fail "$n ranks: metrics differ"; }
 done
 echo "1, 2 and 4 ranks: bitwise equal"
+# --profile on 2 ranks: rank 0 prints one table, with the exchange split into
+# waiting and summing; rank 1 writes its trace beside rank 0's.
+[ "$(grep -c "^profile: " "$work/n2.log")" = 1 ] || fail "2 ranks: not exactly one profile table"
+grep -q "^sum_gradients  *comm" "$work/n2.log" || fail "2 ranks: no sum_gradients row in the profile"
+grep -q '"sum_gradients"' "$work/n2/profile.rank1.json" || fail "2 ranks: rank 1 wrote no trace"
 
 # Ranks 1-3 die at step 3's exchange, after the step-2 checkpoint.
 killed=$work/killed
@@ -84,7 +91,7 @@ if "${mpi[@]}" -np 1 -wdir "$work/a" "$shamn" train "$config" "${sets[@]}" "${re
      -np 1 -wdir "$work/b" "$shamn" train "$config" "${sets[@]}" "${rel[@]}" > "$work/mismatch.log" 2>&1; then
   fail "ranks with different data files were not refused"
 fi
-refused "different data" "rank 1: its data files (CRC-32 of train, val) does not match rank 0's" "$work/mismatch.log"
+refused "different data" "rank 1: its data checksum (CRC-32 of train, val) does not match rank 0's" "$work/mismatch.log"
 if "${mpi[@]}" -np 3 "$shamn" train "$config" "${sets[@]}" --set "train.out_dir=\"$work/n3\"" \
      > "$work/n3.log" 2>&1; then
   fail "3 ranks were not refused"
