@@ -187,7 +187,7 @@ void run_eval(const EvalArgs& a) {
 
 struct BenchArgs {
   std::string model, kernel;
-  int64_t prompt_tokens = 128, decode_tokens = 128, repeats = 5;
+  int64_t prompt_tokens = 128, decode_tokens = 128, repeats = 5, streams = 1;
   uint64_t seed = 1;
   bool json = false;
   ProfileFlags profile;
@@ -195,36 +195,53 @@ struct BenchArgs {
 
 void run_bench(const BenchArgs& a) {
   apply_kernel_flag(a.kernel);
-  SHAMN_INPUT_CHECK(a.prompt_tokens >= 1 && a.decode_tokens >= 1 && a.repeats >= 1,
-                    "--prompt-tokens, --decode-tokens and --repeats must be >= 1");
+  SHAMN_INPUT_CHECK(a.prompt_tokens >= 1 && a.decode_tokens >= 1 && a.repeats >= 1 && a.streams >= 1,
+                    "--prompt-tokens, --decode-tokens, --repeats and --streams must be >= 1");
   const ModelSource model = open_model_source(a.model);
-  const int64_t V = model.config.vocab_size;
+  SHAMN_INPUT_CHECK(a.streams == 1 || model.runtime,
+                    "--streams needs a model file (.shq): the autograd "
+                    "forward decodes one sequence");
+  const int64_t V = model.config.vocab_size, B = a.streams;
   Rng rng(a.seed);
-  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
+  // One random prompt per stream.
+  std::vector<int32_t> prompt(static_cast<size_t>(B * a.prompt_tokens));
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
   auto argmax = [V](const float* l) { return argmax_logit(l, V); };
 
-  std::vector<double> prefill, decode;
+  std::vector<double> prefill, decode, step_ms;
   begin_profile(a.profile);
   if (model.runtime) {
     const InferModel& m = *model.runtime;
-    std::vector<float> logits(static_cast<size_t>(V));
+    std::vector<float> logits(static_cast<size_t>(B * V));
+    std::vector<int32_t> next(static_cast<size_t>(B));
     for (int64_t r = 0; r < a.repeats; ++r) {
       profile_begin_step(r + 1);
-      DecodeState state = m.new_state();
+      std::vector<DecodeState> states;
+      for (int64_t b = 0; b < B; ++b) states.push_back(m.new_state());
       Stopwatch t0;
       {
         const ProfileScope scope("prefill", ProfileCategory::step);
-        m.forward(prompt.data(), a.prompt_tokens, state, logits.data(), false);
+        if (B == 1) {
+          m.forward(prompt.data(), a.prompt_tokens, states[0], logits.data(), false);
+        } else {  // every stream's prompt in one pass
+          std::vector<StreamStep> steps;
+          for (int64_t b = 0; b < B; ++b)
+            steps.push_back({&states[b], prompt.data() + b * a.prompt_tokens, a.prompt_tokens, false});
+          m.forward(steps, logits.data());
+        }
       }
-      prefill.push_back(a.prompt_tokens / t0.seconds());
+      prefill.push_back(B * a.prompt_tokens / t0.seconds());
       t0.restart();
+      std::vector<StreamStep> steps;
+      for (int64_t b = 0; b < B; ++b) steps.push_back({&states[b], &next[b], 1, false});
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
         const ProfileScope scope("decode_token", ProfileCategory::step);
-        const int32_t next = argmax(logits.data());
-        m.forward(&next, 1, state, logits.data(), false);
+        for (int64_t b = 0; b < B; ++b) next[b] = argmax(logits.data() + b * V);
+        m.forward(steps, logits.data());
       }
-      decode.push_back(a.decode_tokens / t0.seconds());
+      const double s = t0.seconds();
+      decode.push_back(B * a.decode_tokens / s);
+      step_ms.push_back(1e3 * s / a.decode_tokens);
     }
   } else {
     // The autograd model has no decode state: each new token reruns the model
@@ -253,10 +270,11 @@ void run_bench(const BenchArgs& a) {
         next = argmax(logits.data() + (w - 1) * V);
       }
       decode.push_back(a.decode_tokens / t0.seconds());
+      step_ms.push_back(1e3 / decode.back());
     }
   }
   stop_profiling();  // the report below is not part of the profile
-  const double pre = median(prefill), dec = median(decode);
+  const double pre = median(prefill), dec = median(decode), latency = median(step_ms);
   const uint64_t file_bytes = std::filesystem::file_size(a.model);
   const uint64_t per_token = model.runtime ? model.runtime->weight_bytes_per_token() : 0;
   const double rss_mib = peak_rss_bytes() / 1048576.0;
@@ -269,8 +287,10 @@ void run_bench(const BenchArgs& a) {
                                         {"prompt_tokens", a.prompt_tokens},
                                         {"decode_tokens", a.decode_tokens},
                                         {"repeats", a.repeats},
+                                        {"streams", B},
                                         {"prefill_tok_s", pre},
                                         {"decode_tok_s", dec},
+                                        {"decode_step_ms", latency},
                                         {"weight_bytes_per_token", per_token},
                                         {"file_bytes", file_bytes},
                                         {"peak_rss_mib", rss_mib}};
@@ -282,8 +302,9 @@ void run_bench(const BenchArgs& a) {
               num_threads());
   std::printf("prefill    %.1f tok/s (median of %" PRId64 ", %" PRId64 "-token prompt)\n", pre, a.repeats,
               a.prompt_tokens);
-  std::printf("decode     %.1f tok/s (median of %" PRId64 ", %" PRId64 " tokens, batch 1)\n", dec, a.repeats,
-              a.decode_tokens);
+  std::printf("decode     %.1f tok/s (median of %" PRId64 ", %" PRId64 " tokens, %" PRId64
+              " streams; %.3f ms per step, each stream's per-token latency)\n",
+              dec, a.repeats, a.decode_tokens, B, latency);
   if (per_token > 0) std::printf("weights    %.3f MiB read per decoded token\n", per_token / 1048576.0);
   std::printf("file       %.2f MiB\n", file_bytes / 1048576.0);
   std::printf("peak RSS   %.1f MiB\n", rss_mib);
@@ -352,7 +373,10 @@ void register_infer_commands(CLI::App& app) {
   bc->add_option("--prompt-tokens", be->prompt_tokens, "prefill length")->capture_default_str();
   bc->add_option("--decode-tokens", be->decode_tokens, "tokens decoded per repeat")->capture_default_str();
   bc->add_option("--repeats", be->repeats, "repeats (the median is reported)")->capture_default_str();
-  bc->add_option("--seed", be->seed, "seed of the random prompt")->capture_default_str();
+  bc->add_option("--seed", be->seed, "seed of the random prompts")->capture_default_str();
+  bc->add_option("--streams", be->streams,
+                 "independent sequences decoded together (each has its own prompt and state)")
+      ->capture_default_str();
   bc->add_option("--kernel", be->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
   bc->add_flag("--json", be->json, "one JSON line instead of text");
   add_profile_flags(bc, be->profile, kBenchTrace);

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/check.h"
+#include "core/kernels/activation.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 
@@ -37,7 +39,7 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   if (max_windows > 0) windows = std::min(windows, max_windows);
 
   EvalResult r;
-  std::vector<float> logits(static_cast<size_t>(T * vocab)), ref(reference ? logits.size() : 0);
+  Buffer<float> logits(T * vocab), ref(reference ? T * vocab : 0);
   std::vector<int32_t> inputs(static_cast<size_t>(T));
   // Per position: loss, ref loss, KL, agreement; summed in position order at the end.
   std::vector<double> loss(static_cast<size_t>(T)), ref_loss(loss.size()), kl(loss.size()),
@@ -61,9 +63,15 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
     parallel_for(0, T, 8, [&](int64_t lo, int64_t hi) {
       std::vector<double> lp, lq;
       for (int64_t t = lo; t < hi; ++t) {
-        const int64_t top = log_softmax_row(logits.data() + t * vocab, vocab, lp);
+        const float* row = logits.data() + t * vocab;
+        if (!reference) {
+          // The loss alone needs only the row's logsumexp: vectorised float exps
+          // (a double exp per vocabulary entry was half of an evaluation).
+          loss[t] = logsumexp(row, vocab) - row[tok[t + 1]];
+          continue;
+        }
+        const int64_t top = log_softmax_row(row, vocab, lp);
         loss[t] = -lp[tok[t + 1]];
-        if (!reference) continue;
         const int64_t ref_top = log_softmax_row(ref.data() + t * vocab, vocab, lq);
         ref_loss[t] = -lq[tok[t + 1]];
         double k = 0.0;

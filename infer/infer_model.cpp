@@ -4,13 +4,13 @@
 #include <cmath>
 #include <set>
 
+#include "core/buffer.h"
 #include "core/check.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/causal_conv.h"
 #include "core/kernels/hash_head.h"
 #include "core/kernels/moe_routing.h"
 #include "core/kernels/product_key.h"
-#include "core/kernels/rms_norm.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 #include "infer/quant_tiles.h"
@@ -20,6 +20,10 @@ namespace shamn {
 namespace {
 
 constexpr float kNormEps = 1e-5f;
+
+// Tokens per pass of a long single-stream forward (prefill, evaluation):
+// their activations stay in the L2 cache.
+constexpr int64_t kForwardChunk = 128;
 
 // Multiply-adds per parallel task: below this a loop runs on the calling
 // thread, so a decode step's small matrices do not pay for task dispatch.
@@ -162,7 +166,8 @@ struct InferModel::Impl {
   uint64_t bytes_per_token = 0;
 
   void embed(const int32_t* tokens, int64_t n, float* x) const;
-  void mixer(const Layer& L, float* x, int64_t n, std::vector<float>& history) const;
+  // Layer l's mixer over the rows of every stream, each after its own history.
+  void mixer(const Layer& L, size_t l, float* x, int64_t n, std::span<const StreamStep> steps) const;
   void memory(const Layer& L, float* x, int64_t n) const;
   void moe_block(const Layer& L, float* x, int64_t n) const;
   void logits(const float* z, int64_t n, float* out) const;
@@ -170,76 +175,124 @@ struct InferModel::Impl {
 
 namespace {
 
-// y[t] = W x[t] + bias for t < n. x: [n, in]  y: [n, out]. Activations are
-// quantised once per token; tasks take tiles of weight rows and run every
-// token over them, so a tile is read from memory once per call.
-void dense_forward(const Dense& L, const float* x, int64_t n, float* y) {
+// Activation rows quantised for the products: q [n, blocks per row] and each
+// block's sum of values (Q8Rows::sums), computed once instead of per weight tile.
+struct QuantRows {
+  Buffer<BlockQ8> q;
+  Buffer<int32_t> sums;
+  const BlockQ8* data() const { return q.data(); }
+};
+
+// x: [n, in] -> [n, quant_blocks per row]: each row quantised in segments of
+// `segment` values (0 = whole rows), the blocking of the matrices that read it.
+QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) {
+  const int64_t seg = segment > 0 ? segment : in, bpr = in / seg * quant_blocks(seg);
+  QuantRows xq{Buffer<BlockQ8>(n * bpr), Buffer<int32_t>(n * bpr)};
+  parallel_for(0, n, grain_for(in), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      BlockQ8* row = xq.q.data() + t * bpr;
+      // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
+      if (seg % kQuantBlock == 0) {
+        quantize_row_q8(x + t * in, row, in);
+      } else {
+        for (int64_t s = 0; s < in / seg; ++s)
+          quantize_row_q8(x + t * in + s * seg, row + s * quant_blocks(seg), seg);
+      }
+      for (int64_t j = 0; j < bpr; ++j) {
+        int32_t sum = 0;
+        for (int i = 0; i < kQuantBlock; ++i) sum += row[j].q[i];
+        xq.sums[t * bpr + j] = sum;
+      }
+    }
+  });
+  return xq;
+}
+
+// y[t] = W x[t] + bias for t < n. x: [n, in]  xq: x quantised (quantize_rows
+// with segment 0; read only when W is quantised)  y: [n, out]. Tasks take
+// tiles of 16 weight rows and multiply every token by them at once, so a tile
+// is read from memory once per call.
+void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t n, float* y) {
   const WeightMatrix& W = L.w;
   const int64_t in = W.cols, out = W.rows, bpr = W.blocks_per_row();
-  std::vector<BlockQ8> xq(W.quantized() ? static_cast<size_t>(n * bpr) : 0);
-  if (W.quantized())
-    parallel_for(0, n, grain_for(in), [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) quantize_row_q8(x + t * in, xq.data() + t * bpr, in);
-    });
-  const int64_t tile = 16;
-  const int64_t tiles = (out + tile - 1) / tile;
-  parallel_for(0, tiles, grain_for(tile * in * n), [&](int64_t lo, int64_t hi) {
+  parallel_for(0, row_tiles(out), grain_for(kTileRows * in * n), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
-      const int64_t r0 = c * tile, rn = std::min(tile, out - r0);
-      for (int64_t t = 0; t < n; ++t) {
-        const InputRow row{x + t * in, W.quantized() ? xq.data() + t * bpr : nullptr};
-        float* yt = y + t * out + r0;
-        W.dot_rows(r0, rn, row, yt);
-        if (L.bias)
-          for (int64_t i = 0; i < rn; ++i) yt[i] += L.bias[r0 + i];
-      }
+      const int64_t r0 = c * kTileRows, rn = std::min(kTileRows, out - r0);
+      if (W.quantized())
+        W.dot_rows_batch(r0, rn, Q8Rows{xq->q.data(), n, bpr, nullptr, nullptr, xq->sums.data()}, y + r0,
+                         out);
+      else
+        for (int64_t t = 0; t < n; ++t) W.dot_rows(r0, rn, InputRow{x + t * in, nullptr}, y + t * out + r0);
+      if (L.bias)
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t i = 0; i < rn; ++i) y[t * out + r0 + i] += L.bias[r0 + i];
     }
   });
 }
 
-// y[t] = W x[t] + bias for a block-sparse W. x: [n, in]  y: [n, out].
-void block_sparse_forward(const BlockSparse& L, const float* x, int64_t n, float* y) {
+void dense_forward(const Dense& L, const float* x, int64_t n, float* y) {
+  const QuantRows xq = L.w.quantized() ? quantize_rows(x, n, L.w.cols, 0) : QuantRows();
+  dense_product(L, x, &xq, n, y);
+}
+
+// y[t] = W x[t] + bias for a block-sparse W, t < n. Quantised W: x row t is
+// xq row rows[t] (or t), quantised per b-value segment (quantize_rows with
+// segment b). f32 W: x [n, in]. y: [n, out].
+void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows* xq, const int32_t* rows,
+                          int64_t n, float* y) {
   const WeightMatrix& W = L.values;
   const int64_t b = L.block, a = L.active, nib = L.in / b, nob = L.out / b, sb = L.segment_blocks();
-  const bool q = W.quantized();
-  // Activations quantised per b-value segment, like the weights: [n, nib * sb].
-  std::vector<BlockQ8> xq(q ? static_cast<size_t>(n * nib * sb) : 0);
-  if (q)
-    parallel_for(0, n, grain_for(L.in), [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) {
-        // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
-        if (b % kQuantBlock == 0) {
-          quantize_row_q8(x + t * L.in, xq.data() + t * nib * sb, L.in);
-          continue;
-        }
-        for (int64_t s = 0; s < nib; ++s)
-          quantize_row_q8(x + t * L.in + s * b, xq.data() + (t * nib + s) * sb, b);
-      }
-    });
   parallel_for(0, nob, grain_for(b * a * b * n), [&](int64_t lo, int64_t hi) {
-    std::vector<float> gf(q ? 0 : static_cast<size_t>(a * b));
-    std::vector<BlockQ8> gq(q ? static_cast<size_t>(a * sb) : 0);
+    std::vector<int32_t> index(static_cast<size_t>(a * sb));
+    std::vector<float> gf(W.quantized() ? 0 : static_cast<size_t>(a * b));
     for (int64_t r = lo; r < hi; ++r) {
       const int32_t* cols = L.col_index + r * a;
-      for (int64_t t = 0; t < n; ++t) {
-        // The a input segments row block r reads, gathered side by side.
-        for (int64_t m = 0; m < a; ++m) {
-          if (q)
-            std::copy_n(xq.data() + (t * nib + cols[m]) * sb, sb, gq.data() + m * sb);
-          else
-            std::copy_n(x + t * L.in + cols[m] * b, b, gf.data() + m * b);
+      if (W.quantized()) {
+        // Row block r multiplies its a input segments where they lie (Q8Rows' index).
+        for (int64_t m = 0; m < a; ++m)
+          for (int64_t s = 0; s < sb; ++s) index[m * sb + s] = static_cast<int32_t>(cols[m] * sb + s);
+        W.dot_rows_batch(r * b, b, Q8Rows{xq->q.data(), n, nib * sb, index.data(), rows, xq->sums.data()},
+                         y + r * b, L.out);
+      } else {
+        for (int64_t t = 0; t < n; ++t) {
+          // The a input segments row block r reads, gathered side by side.
+          for (int64_t m = 0; m < a; ++m) std::copy_n(x + t * L.in + cols[m] * b, b, gf.data() + m * b);
+          W.dot_rows(r * b, b, InputRow{gf.data(), nullptr}, y + t * L.out + r * b);
         }
-        float* yt = y + t * L.out + r * b;
-        W.dot_rows(r * b, b, InputRow{gf.data(), gq.data()}, yt);
-        if (L.bias)
-          for (int64_t i = 0; i < b; ++i) yt[i] += L.bias[r * b + i];
       }
+      if (L.bias)
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t i = 0; i < b; ++i) y[t * L.out + r * b + i] += L.bias[r * b + i];
     }
   });
 }
 
+void block_sparse_forward(const BlockSparse& L, const float* x, int64_t n, float* y) {
+  const QuantRows xq = L.values.quantized() ? quantize_rows(x, n, L.in, L.block) : QuantRows();
+  block_sparse_product(L, x, &xq, nullptr, n, y);
+}
+
+// RMSNorm (SPEC 1.1) with the sum of squares in 16 fixed lanes, summed left
+// to right at the end: the training kernel's one serial chain of D adds was a
+// fifth of a batched prefill. The order is fixed, so the result does not depend
+// on the thread count or kernel level; it differs from training's in the last
+// bits only (the f32 runtime is checked against autograd with a tolerance).
 void rms_norm(const float* x, const float* gain, int64_t n, int64_t D, float* y) {
-  rms_norm_forward<float>(y, nullptr, x, gain, n, D, kNormEps);
+  constexpr int64_t kNormLanes = 16;
+  parallel_for(0, n, grain_for(2 * D), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const float* xt = x + t * D;
+      float lanes[kNormLanes] = {};
+      int64_t i = 0;
+      for (; i + kNormLanes <= D; i += kNormLanes)
+        for (int64_t l = 0; l < kNormLanes; ++l) lanes[l] += xt[i + l] * xt[i + l];
+      for (; i < D; ++i) lanes[i % kNormLanes] += xt[i] * xt[i];
+      float ss = lanes[0];
+      for (int64_t l = 1; l < kNormLanes; ++l) ss += lanes[l];
+      const float s = 1.0f / std::sqrt(ss / static_cast<float>(D) + kNormEps);
+      for (int64_t j = 0; j < D; ++j) y[t * D + j] = xt[j] * s * gain[j];
+    }
+  });
 }
 
 }  // namespace
@@ -259,11 +312,17 @@ void InferModel::Impl::embed(const int32_t* tokens, int64_t n, float* x) const {
   });
 }
 
-void InferModel::Impl::mixer(const Layer& L, float* x, int64_t n, std::vector<float>& history) const {
-  std::vector<float> u(static_cast<size_t>(n * D)), c(static_cast<size_t>(n * D));
+void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n,
+                             std::span<const StreamStep> steps) const {
+  Buffer<float> u(n * D), c(n * D);
   rms_norm(x, L.mix_gain, n, D, u.data());
-  // The inputs before this call's first token come from the history.
-  causal_conv_forward_streaming(c.data(), u.data(), history.data(), L.conv, CausalConvDims{1, n, D, K});
+  // Each stream's rows continue its own history: the one place streams differ.
+  int64_t r0 = 0;
+  for (const StreamStep& s : steps) {
+    causal_conv_forward_streaming(c.data() + r0 * D, u.data() + r0 * D, s.state->history[l].data(), L.conv,
+                                  CausalConvDims{1, s.n, D, K});
+    r0 += s.n;
+  }
   silu_forward(c.data(), c.data(), n * D);
   block_sparse_forward(L.mixer_out, c.data(), n, u.data());
   for (int64_t i = 0; i < n * D; ++i) x[i] += u[i];
@@ -271,55 +330,74 @@ void InferModel::Impl::mixer(const Layer& L, float* x, int64_t n, std::vector<fl
 
 void InferModel::Impl::memory(const Layer& L, float* x, int64_t n) const {
   const int64_t dh = pk.dh, nk = pk.n, k = pk.k;
-  std::vector<float> u(static_cast<size_t>(n * D)), q(static_cast<size_t>(n * 2 * dh));
+  Buffer<float> u(n * D), q(n * 2 * dh);
   rms_norm(x, L.mem_gain, n, D, u.data());
   dense_forward(L.query, u.data(), n, q.data());
   // Split q into its halves, then score them against the two key sets.
-  std::vector<float> q1(static_cast<size_t>(n * dh)), q2(static_cast<size_t>(n * dh));
+  Buffer<float> q1(n * dh), q2(n * dh);
   for (int64_t t = 0; t < n; ++t) {
     std::copy_n(q.data() + t * 2 * dh, dh, q1.data() + t * dh);
     std::copy_n(q.data() + t * 2 * dh + dh, dh, q2.data() + t * dh);
   }
-  std::vector<float> s1(static_cast<size_t>(n * nk)), s2(static_cast<size_t>(n * nk));
+  Buffer<float> s1(n * nk), s2(n * nk);
   dense_forward(Dense{L.keys1, nullptr}, q1.data(), n, s1.data());
   dense_forward(Dense{L.keys2, nullptr}, q2.data(), n, s2.data());
-  std::vector<int32_t> slots(static_cast<size_t>(n * k));
-  std::vector<float> w(static_cast<size_t>(n * k));
+  Buffer<int32_t> slots(n * k);
+  Buffer<float> w(n * k);
   product_key_select(slots.data(), w.data(), s1.data(), s2.data(), n, pk);
   parallel_for(0, n, grain_for(k * D), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
+    for (int64_t m = 0; m < k; ++m) L.mem_values.prefetch_row(slots[lo * k + m]);
+    for (int64_t t = lo; t < hi; ++t) {
+      // The next token's rows load while this token's are added.
+      if (t + 1 < hi)
+        for (int64_t m = 0; m < k; ++m) L.mem_values.prefetch_row(slots[(t + 1) * k + m]);
       for (int64_t m = 0; m < k; ++m) L.mem_values.add_row(slots[t * k + m], w[t * k + m], x + t * D);
+    }
   });
 }
 
 void InferModel::Impl::moe_block(const Layer& L, float* x, int64_t n) const {
   const int64_t G = moe.groups, X = moe.experts(), k = moe.k;
-  std::vector<float> u(static_cast<size_t>(n * D));
+  Buffer<float> u(n * D);
   rms_norm(x, L.moe_gain, n, D, u.data());
-  std::vector<float> rg(static_cast<size_t>(n * G)), re(static_cast<size_t>(n * X));
-  dense_forward(Dense{L.router_group, nullptr}, u.data(), n, rg.data());
-  dense_forward(Dense{L.router_expert, nullptr}, u.data(), n, re.data());
-  std::vector<float> P(static_cast<size_t>(n * X)), pg(static_cast<size_t>(n * G)),
-      pe(static_cast<size_t>(n * X));
+  Buffer<float> rg(n * G), re(n * X);
+  // Both routers read u whole-row quantised: quantised once.
+  const bool routers_q = L.router_group.quantized() || L.router_expert.quantized();
+  const QuantRows uq = routers_q ? quantize_rows(u.data(), n, D, 0) : QuantRows();
+  dense_product(Dense{L.router_group, nullptr}, u.data(), &uq, n, rg.data());
+  dense_product(Dense{L.router_expert, nullptr}, u.data(), &uq, n, re.data());
+  Buffer<float> P(n * X), pg(n * G), pe(n * X);
   router_probs_forward<float>(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, moe);
-  std::vector<int32_t> chosen(static_cast<size_t>(n * k));
+  Buffer<int32_t> chosen(n * k);
   select_experts<float>(chosen.data(), pg.data(), P.data(), n, moe);
-  std::vector<float> gates(static_cast<size_t>(n * k));
+  Buffer<float> gates(n * k);
   moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
 
   // Each expert runs once over the rows of the tokens that chose it, in plan
   // order; a token's outputs are added to x in slot order (thread-count independent).
-  std::vector<int32_t> order(static_cast<size_t>(n * k)), row(static_cast<size_t>(n * k));
-  std::vector<int64_t> offsets(static_cast<size_t>(X + 1));
+  Buffer<int32_t> order(n * k), row(n * k);
+  Buffer<int64_t> offsets(X + 1);
   moe_dispatch_plan(order.data(), row.data(), offsets.data(), chosen.data(), n, k, X);
   const int64_t H = L.experts.front().up.out;
-  std::vector<float> xs(static_cast<size_t>(n * k * D)), ys(static_cast<size_t>(n * k * D)), h;
-  for (int64_t r = 0; r < n * k; ++r) std::copy_n(u.data() + order[r] * D, D, xs.data() + r * D);
+  Buffer<float> ys(n * k * D), h(n * k * H);
+  // Quantised experts read their tokens' rows of u in place, quantised once
+  // per token; f32 ones get them gathered.
+  const BlockSparse& up0 = L.experts.front().up;
+  // Segments of whole quantisation blocks quantise to the routers' bytes.
+  const bool reuse = routers_q && up0.block % kQuantBlock == 0;
+  const QuantRows uq_up =
+      up0.values.quantized() && !reuse ? quantize_rows(u.data(), n, D, up0.block) : QuantRows();
+  const QuantRows* uq_experts = reuse ? &uq : &uq_up;
+  Buffer<float> xs(up0.values.quantized() ? 0 : n * k * D);
+  for (int64_t r = 0; r < xs.size() / D; ++r) std::copy_n(u.data() + order[r] * D, D, xs.data() + r * D);
   for (int64_t e = 0; e < X; ++e) {
     const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
     if (m == 0) continue;
-    h.resize(static_cast<size_t>(m * H));
-    block_sparse_forward(L.experts[e].up, xs.data() + r0 * D, m, h.data());
+    const BlockSparse& up = L.experts[e].up;
+    SHAMN_CHECK(up.values.quantized() == up0.values.quantized() && up.block == up0.block,
+                "every expert's up projection has the same type and block");
+    block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, order.data() + r0, m,
+                         h.data());
     gelu_forward(h.data(), h.data(), m * H);
     block_sparse_forward(L.experts[e].down, h.data(), m, ys.data() + r0 * D);
   }
@@ -331,7 +409,7 @@ void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
     dense_forward(Dense{head, nullptr}, z, n, out);
     return;
   }
-  std::vector<float> s(static_cast<size_t>(n * buckets));
+  Buffer<float> s(n * buckets);
   dense_forward(Dense{table, nullptr}, z, n, s.data());
   hash_head_gather(out, s.data(), importance, bucket_index, n, HashDims{V, hashes, buckets, D});
 }
@@ -422,19 +500,49 @@ DecodeState InferModel::new_state() const {
 
 void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits,
                          bool all_logits) const {
-  const Impl& m = *impl_;
   SHAMN_CHECK(n >= 1, "forward needs at least one token");
-  SHAMN_CHECK(state.history.size() == m.layers.size(), "decode state is for another model");
-  std::vector<float> x(static_cast<size_t>(n * m.D));
+  // Long inputs run in chunks whose activations stay in the L2 cache; the
+  // state carries the convolution history across, so chunking is exact.
+  for (int64_t t0 = 0; t0 < n; t0 += kForwardChunk) {
+    const int64_t c = std::min(kForwardChunk, n - t0);
+    const StreamStep step{&state, tokens + t0, c, all_logits};
+    if (!all_logits && t0 + c < n)
+      forward(std::span(&step, 1), nullptr);
+    else
+      forward(std::span(&step, 1), all_logits ? logits + t0 * impl_->V : logits);
+  }
+}
+
+void InferModel::forward(std::span<const StreamStep> steps, float* logits) const {
+  const Impl& m = *impl_;
+  SHAMN_CHECK(!steps.empty(), "forward needs at least one stream");
+  int64_t n = 0, wanted = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StreamStep& s = steps[i];
+    SHAMN_CHECK(s.n >= 1, "stream ", i, " has no tokens");
+    SHAMN_CHECK(s.state != nullptr && s.state->history.size() == m.layers.size(), "stream ", i,
+                "'s decode state is for another model");
+    for (size_t j = 0; j < i; ++j)
+      SHAMN_CHECK(steps[j].state != s.state, "streams ", j, " and ", i, " share one decode state");
+    n += s.n;
+    wanted += s.all_logits ? s.n : 1;
+  }
+  Buffer<int32_t> tokens(n);
+  Buffer<float> x(n * m.D);
   {
     const ProfileScope scope("embed", ProfileCategory::infer);
-    m.embed(tokens, n, x.data());
+    int64_t r = 0;
+    for (const StreamStep& s : steps) {
+      std::copy_n(s.tokens, s.n, tokens.data() + r);
+      r += s.n;
+    }
+    m.embed(tokens.data(), n, x.data());
   }
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const Layer& L = m.layers[l];
     {
       const ProfileScope scope(L.mixer_scope, ProfileCategory::infer);
-      m.mixer(L, x.data(), n, state.history[l]);
+      m.mixer(L, l, x.data(), n, steps);
     }
     if (L.has_memory) {
       const ProfileScope scope(L.memory_scope, ProfileCategory::infer);
@@ -443,13 +551,19 @@ void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, f
     const ProfileScope scope(L.moe_scope, ProfileCategory::infer);
     m.moe_block(L, x.data(), n);
   }
-  state.position += n;
+  for (const StreamStep& s : steps) s.state->position += s.n;
+  if (logits == nullptr) return;
   const ProfileScope scope("head", ProfileCategory::infer);
   // Only the rows whose logits are wanted go through the final norm and head.
-  const int64_t first = all_logits ? 0 : n - 1;
-  std::vector<float> z(static_cast<size_t>((n - first) * m.D));
-  rms_norm(x.data() + first * m.D, m.final_gain, n - first, m.D, z.data());
-  m.logits(z.data(), n - first, logits);
+  Buffer<float> z(wanted * m.D);
+  int64_t r0 = 0, w = 0;
+  for (const StreamStep& s : steps) {
+    const int64_t first = s.all_logits ? 0 : s.n - 1;
+    rms_norm(x.data() + (r0 + first) * m.D, m.final_gain, s.n - first, m.D, z.data() + w * m.D);
+    w += s.n - first;
+    r0 += s.n;
+  }
+  m.logits(z.data(), wanted, logits);
 }
 
 uint64_t InferModel::weight_bytes_per_token() const { return impl_->bytes_per_token; }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,14 @@ struct DecodeState {
   // zeros before the sequence starts (the SPEC's zero padding).
   std::vector<std::vector<float>> history;
   int64_t position = 0;  // tokens seen so far
+};
+
+// One sequence's part of a batched forward: n new tokens after `state`.
+struct StreamStep {
+  DecodeState* state = nullptr;
+  const int32_t* tokens = nullptr;  // [n]
+  int64_t n = 0;
+  bool all_logits = false;  // logits for every token, else for the last one only
 };
 
 class InferModel {
@@ -48,6 +57,12 @@ class InferModel {
   // tokens: [n] ids < vocab_size. Runs them after `state`'s history and advances it.
   // logits: [n, V] when all_logits, else [V] for the last token only.
   void forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits, bool all_logits) const;
+  // Many sequences in one pass over the weights: every step's tokens after its
+  // own state (states distinct). Each stream gets bitwise the logits it would
+  // get alone: apart from the mixer's convolution over its own history, every
+  // row is computed independently of the others. logits: the rows the steps
+  // ask for, step by step, [sum of (all_logits ? n : 1), V]; null runs no head.
+  void forward(std::span<const StreamStep> steps, float* logits) const;
 
   // Bytes of weights one decoded token reads: every matrix it touches (the
   // routed experts only, the k selected memory value rows), its biases, gains

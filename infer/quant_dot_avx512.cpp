@@ -41,4 +41,47 @@ SHAMN_TARGET_AVX512 void dot_rows_q4_q8_avx512(const BlockQ4* w, int64_t rows, i
   dot_rows_blocks(w, rows, blocks_per_row, x, y, q4_pair);
 }
 
+// Two zmm registers per block; the steps and the rounding are the AVX2 path's.
+SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), margin = _mm512_set1_ps(kHalfMargin);
+  const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  float buf[kQuantBlock];
+  for (int64_t b = 0; b < quant_blocks(n); ++b) {
+    const float* src = x + b * kQuantBlock;
+    if (n - b * kQuantBlock < kQuantBlock) {  // the zero-padded last block
+      const int64_t len = n - b * kQuantBlock;
+      for (int64_t i = 0; i < kQuantBlock; ++i) buf[i] = i < len ? src[i] : 0.0f;
+      src = buf;
+    }
+    const __m512 v[2] = {_mm512_loadu_ps(src), _mm512_loadu_ps(src + 16)};
+    const float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1]))) / 127.0f;
+    out[b].d = d;
+    if (d == 0.0f) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), _mm256_setzero_si256());
+      continue;
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / d);
+    __m512 s[2];
+    __mmask16 near_half = 0;
+    for (int k = 0; k < 2; ++k) {
+      s[k] = _mm512_mul_ps(v[k], inv);
+      const __m512 a = _mm512_abs_ps(s[k]);
+      const __m512 frac = _mm512_sub_ps(a, _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+      near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(frac, half)), margin, _CMP_NGE_UQ);
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (near_half) s[k] = _mm512_div_ps(v[k], _mm512_set1_ps(d));
+      __m512 r = _mm512_roundscale_ps(s[k], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __mmask16 away = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s[k], r)), half, _CMP_GE_OQ);
+      // copysign(1, s), in integer ops (and_ps/or_ps would need AVX512DQ).
+      const __m512 step = _mm512_castsi512_ps(
+          _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(s[k]), sign), _mm512_castps_si512(one)));
+      r = _mm512_mask_add_ps(r, away, r, step);
+      const __m512i q = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16 * k), _mm512_cvtepi32_epi8(q));
+    }
+  }
+}
+
 }  // namespace shamn::quant_detail

@@ -3,6 +3,7 @@
 // so every path scales and sums blocks in exactly the same order.
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "infer/quant_blocks.h"
 #include "infer/quant_tiles.h"
@@ -52,6 +53,14 @@ float dot_q4_q8_avx2(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 float dot_q8_q8_avx512(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8_avx512(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n);
+void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n);
+
+// The SIMD quantisers scale by x * (1 / d), which is within 2.3e-5 of the exact
+// x / d for |x / d| <= 127 (two roundings of 2^-24 each, plus x / d's own), so
+// it rounds to the same integer unless a half lies within that distance. A
+// block with a value that close to a half (or a non-finite 1 / d) takes the
+// exact division, so the bytes stay those of the scalar path.
+inline constexpr float kHalfMargin = 4e-5f;
 
 // y[r] = dot(w[r], x), r < rows: one dispatch for many short rows.
 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
@@ -66,5 +75,39 @@ void dot_tiles_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8
 void dot_tiles_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
 void dot_tiles_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
 void dot_tiles_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
+
+// The same over n rows of x (infer/quant_tiles.h, dot_tiles_batch).
+void dot_tiles_batch_q8_scalar(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                               int64_t y_stride);
+void dot_tiles_batch_q4_scalar(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                               int64_t y_stride);
+void dot_tiles_batch_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                             int64_t y_stride);
+void dot_tiles_batch_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                             int64_t y_stride);
+void dot_tiles_batch_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                               int64_t y_stride);
+void dot_tiles_batch_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                               int64_t y_stride);
+
+// The batched product as one dot_tiles call per row of x (its blocks gathered
+// first when x has an index): the scalar and AVX2 paths, whose per-row kernels
+// gain little from sharing tile loads.
+template <class Tile>
+void dot_tiles_batch_by_row(void (*dot)(const Tile*, int64_t, int64_t, const BlockQ8*, float*), const Tile* w,
+                            int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride) {
+  constexpr int64_t kStack = 64;
+  BlockQ8 stack[kStack];
+  std::vector<BlockQ8> heap(x.index && bpr > kStack ? static_cast<size_t>(bpr) : 0);
+  BlockQ8* gathered = bpr > kStack ? heap.data() : stack;
+  for (int64_t t = 0; t < x.n; ++t) {
+    const BlockQ8* row = x.row(t);
+    if (x.index) {
+      for (int64_t j = 0; j < bpr; ++j) gathered[j] = x.block(t, j);
+      row = gathered;
+    }
+    dot(w, rows, bpr, row, y + t * y_stride);
+  }
+}
 
 }  // namespace shamn::quant_detail

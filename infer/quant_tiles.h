@@ -58,4 +58,31 @@ BlockQ4 tile_block(const TileQ4* tiles, int64_t bpr, int64_t r, int64_t j);
 void dot_tiles(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
 void dot_tiles(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
 
+// n rows of quantised activations, the right-hand side of the batched product:
+// row t's block j is x[row(t) * stride + (index ? index[j] : j)], row(t) =
+// rows ? rows[t] : t. The index lets a block-sparse row block read its active
+// input segments where they lie; rows lets an expert read its routed tokens.
+// sums, when given, holds each block's sum of values at the block's offset in
+// x (what the VNNI path needs to undo its unsigned offset; computed per call
+// when null).
+struct Q8Rows {
+  const BlockQ8* x = nullptr;
+  int64_t n = 0, stride = 0;
+  const int32_t* index = nullptr;  // [bpr] or null
+  const int32_t* rows = nullptr;   // [n] or null
+  const int32_t* sums = nullptr;   // like x, or null
+  int64_t offset(int64_t t, int64_t j) const {
+    return (rows ? rows[t] : t) * stride + (index ? index[j] : j);
+  }
+  const BlockQ8* row(int64_t t) const { return x + (rows ? rows[t] : t) * stride; }
+  const BlockQ8& block(int64_t t, int64_t j) const { return x[offset(t, j)]; }
+};
+
+// w: [row_tiles(rows), bpr] tiles  x: n rows of bpr blocks  y: [n, y_stride]
+// y[t * y_stride + r] = dot(row r, x row t): the matrix-matrix form of
+// prefill and evaluation. Bitwise dot_tiles row by row of x, but the fast path
+// loads each tile once for a group of x rows instead of once per row.
+void dot_tiles_batch(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride);
+void dot_tiles_batch(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride);
+
 }  // namespace shamn

@@ -4,6 +4,7 @@
 // fma'd into accumulator j % 8, and the eight accumulators are summed left to
 // right, so the results are bitwise those of the scalar path.
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "infer/quant_dot_simd.h"
@@ -95,6 +96,115 @@ SHAMN_TARGET_AVX512 void dot_tiles_avx512(const Tile* w, int64_t rows, int64_t b
   }
 }
 
+// ---- AVX-512 VNNI over many rows of x. A tile's weights sit in registers,
+// ready for vpdpbusd, while a group of up to kGroup rows of x is multiplied by
+// them; per row the integer sums and the float order are those of
+// dot_tiles_avx512 above, so the results are bitwise equal.
+
+// One TileQ8 as unsigned bytes (w + 128), one register per group of 4 values.
+struct TileRegsQ8 {
+  __m512i q[kQuantBlock / 4];
+  SHAMN_TARGET_AVX512 explicit TileRegsQ8(const TileQ8& w) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int g = 0; g < kQuantBlock / 4; ++g) q[g] = _mm512_xor_si512(_mm512_loadu_si512(w.q[g]), flip);
+  }
+  SHAMN_TARGET_AVX512 __m512i isums(const BlockQ8& x, int32_t xsum) const {
+    __m512i acc[2] = {_mm512_set1_epi32(-128 * xsum), _mm512_setzero_si512()};
+    for (int g = 0; g < kQuantBlock / 4; ++g)
+      acc[g % 2] = _mm512_dpbusd_epi32(acc[g % 2], q[g], _mm512_set1_epi32(load_group(x.q + 4 * g)));
+    return _mm512_add_epi32(acc[0], acc[1]);
+  }
+};
+
+// One TileQ4 as its low and high nibbles (w + 8).
+struct TileRegsQ4 {
+  __m512i lo[kQuantBlock / 8], hi[kQuantBlock / 8];
+  SHAMN_TARGET_AVX512 explicit TileRegsQ4(const TileQ4& w) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int g = 0; g < kQuantBlock / 8; ++g) {
+      const __m512i v = _mm512_loadu_si512(w.q[g]);
+      lo[g] = _mm512_and_si512(v, low);
+      hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+  }
+  SHAMN_TARGET_AVX512 __m512i isums(const BlockQ8& x, int32_t xsum) const {
+    __m512i acc[2] = {_mm512_set1_epi32(-8 * xsum), _mm512_setzero_si512()};
+    for (int g = 0; g < kQuantBlock / 8; ++g) {
+      acc[0] = _mm512_dpbusd_epi32(acc[0], lo[g], _mm512_set1_epi32(load_group(x.q + 4 * g)));
+      acc[1] = _mm512_dpbusd_epi32(acc[1], hi[g], _mm512_set1_epi32(load_group(x.q + 16 + 4 * g)));
+    }
+    return _mm512_add_epi32(acc[0], acc[1]);
+  }
+};
+
+template <class Tile>
+using TileRegs = std::conditional_t<std::is_same_v<Tile, TileQ8>, TileRegsQ8, TileRegsQ4>;
+
+constexpr int kGroup = 4;
+
+// G rows of x against every tile. xb: [G, bpr] block pointers, xs: [G, bpr]
+// their value sums, y: [G] output rows. Blocks go lane by lane (j = k, k + 8,
+// ...): lane k is finished before it is added to the sum, which is the
+// canonical left-to-right sum of the eight lanes with far fewer live registers.
+template <class Tile, int G>
+SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, int64_t bpr,
+                                                  const BlockQ8* const* xb, const int32_t* xs,
+                                                  float* const* y) {
+  for (int64_t t = 0; t * kTileRows < rows; ++t) {
+    const Tile* wt = w + t * bpr;
+    __m512 sum[G];
+    for (int k = 0; k < kLanes; ++k) {
+      __m512 lane[G];
+      for (int u = 0; u < G; ++u) lane[u] = _mm512_setzero_ps();
+      for (int64_t j = k; j < bpr; j += kLanes) {
+        const TileRegs<Tile> regs(wt[j]);
+        const __m512 wd = _mm512_loadu_ps(wt[j].d);
+        for (int u = 0; u < G; ++u) {
+          const BlockQ8& xj = *xb[u * bpr + j];
+          const __m512 scale = _mm512_mul_ps(wd, _mm512_set1_ps(xj.d));
+          lane[u] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(regs.isums(xj, xs[u * bpr + j])), lane[u]);
+        }
+      }
+      for (int u = 0; u < G; ++u) sum[u] = k == 0 ? lane[u] : _mm512_add_ps(sum[u], lane[u]);
+    }
+    const int64_t n = std::min<int64_t>(kTileRows, rows - t * kTileRows);
+    for (int u = 0; u < G; ++u)
+      _mm512_mask_storeu_ps(y[u] + t * kTileRows, static_cast<__mmask16>((1u << n) - 1), sum[u]);
+  }
+}
+
+template <class Tile>
+SHAMN_TARGET_AVX512 void dot_tiles_batch_avx512(const Tile* w, int64_t rows, int64_t bpr, const Q8Rows& x,
+                                                float* y, int64_t y_stride) {
+  std::vector<const BlockQ8*> xb(static_cast<size_t>(kGroup * bpr));
+  std::vector<int32_t> xs(static_cast<size_t>(kGroup * bpr));
+  float* yg[kGroup];
+  for (int64_t t0 = 0; t0 < x.n; t0 += kGroup) {
+    const int g = static_cast<int>(std::min<int64_t>(kGroup, x.n - t0));
+    for (int u = 0; u < g; ++u) {
+      yg[u] = y + (t0 + u) * y_stride;
+      for (int64_t j = 0; j < bpr; ++j) {
+        const int64_t o = x.offset(t0 + u, j);
+        xb[u * bpr + j] = x.x + o;
+        xs[u * bpr + j] = x.sums ? x.sums[o] : block_value_sum(x.x[o]);
+      }
+    }
+    switch (g) {
+      case 4:
+        tiles_times_group_avx512<Tile, 4>(w, rows, bpr, xb.data(), xs.data(), yg);
+        break;
+      case 3:
+        tiles_times_group_avx512<Tile, 3>(w, rows, bpr, xb.data(), xs.data(), yg);
+        break;
+      case 2:
+        tiles_times_group_avx512<Tile, 2>(w, rows, bpr, xb.data(), xs.data(), yg);
+        break;
+      default:
+        tiles_times_group_avx512<Tile, 1>(w, rows, bpr, xb.data(), xs.data(), yg);
+    }
+  }
+}
+
 // ---- AVX2: a tile's 16 rows in two ymm halves of 8. Q8 uses the sign trick
 // (|w| times x with w's sign; pairs of products stay within int16); Q4 nibbles
 // are unsigned already and 8 * sum(x) is subtracted.
@@ -156,6 +266,23 @@ SHAMN_TARGET_AVX2 void dot_tiles_avx2(const Tile* w, int64_t rows, int64_t bpr, 
 }
 
 }  // namespace
+
+SHAMN_TARGET_AVX512 void dot_tiles_batch_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr,
+                                                   const Q8Rows& x, float* y, int64_t y_stride) {
+  dot_tiles_batch_avx512(w, rows, bpr, x, y, y_stride);
+}
+SHAMN_TARGET_AVX512 void dot_tiles_batch_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr,
+                                                   const Q8Rows& x, float* y, int64_t y_stride) {
+  dot_tiles_batch_avx512(w, rows, bpr, x, y, y_stride);
+}
+void dot_tiles_batch_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                             int64_t y_stride) {
+  dot_tiles_batch_by_row(dot_tiles_q8_avx2, w, rows, bpr, x, y, y_stride);
+}
+void dot_tiles_batch_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
+                             int64_t y_stride) {
+  dot_tiles_batch_by_row(dot_tiles_q4_avx2, w, rows, bpr, x, y, y_stride);
+}
 
 SHAMN_TARGET_AVX512 void dot_tiles_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x,
                                              float* y) {

@@ -1,6 +1,7 @@
 #include "infer/weight_matrix.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/check.h"
 #include "core/simd.h"
@@ -66,6 +67,31 @@ void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
       dot_rows_q4(static_cast<const BlockQ4*>(data) + r0 * blocks_per_row(), n, blocks_per_row(), x.q, y);
       return;
   }
+}
+
+void WeightMatrix::dot_rows_batch(int64_t r0, int64_t n, const Q8Rows& x, float* y, int64_t y_stride) const {
+  SHAMN_CHECK(quantized(), "dot_rows_batch takes quantised weights");
+  const int64_t bpr = blocks_per_row();
+  if (tiled) {
+    SHAMN_CHECK(r0 % kTileRows == 0, "tiled rows start on a tile, got row ", r0);
+    if (type == WeightType::q8)
+      dot_tiles_batch(static_cast<const TileQ8*>(data) + r0 / kTileRows * bpr, n, bpr, x, y, y_stride);
+    else
+      dot_tiles_batch(static_cast<const TileQ4*>(data) + r0 / kTileRows * bpr, n, bpr, x, y, y_stride);
+    return;
+  }
+  std::vector<BlockQ8> row(static_cast<size_t>(bpr));
+  for (int64_t t = 0; t < x.n; ++t) {
+    for (int64_t j = 0; j < bpr; ++j) row[j] = x.block(t, j);
+    dot_rows(r0, n, InputRow{nullptr, row.data()}, y + t * y_stride);
+  }
+}
+
+void WeightMatrix::prefetch_row(int64_t r) const {
+  if (tiled) return;
+  const size_t n = row_bytes();
+  const char* row = static_cast<const char*>(data) + static_cast<size_t>(r) * n;
+  for (size_t b = 0; b < n; b += 64) __builtin_prefetch(row + b);
 }
 
 void WeightMatrix::add_row(int64_t r, float w, float* acc) const {

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "infer/quant_blocks.h"
+#include "infer/quant_tiles.h"
 
 namespace shamn {
 
@@ -46,6 +47,13 @@ struct WeightMatrix {
   // y[i] = W[r0 + i] . x for i < n, on the calling thread. A tiled matrix
   // needs r0 to be a multiple of 16 (kTileRows).
   void dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const;
+  // Quantised only. y[t * y_stride + i] = W[r0 + i] . (x row t) for i < n,
+  // t < x.n: the matrix-matrix product of batched prefill and evaluation,
+  // bitwise dot_rows row by row. A tiled matrix needs r0 % kTileRows == 0.
+  void dot_rows_batch(int64_t r0, int64_t n, const Q8Rows& x, float* y, int64_t y_stride) const;
+  // Asks the CPU to start loading row r (row-major layouts; a no-op for tiled
+  // ones): random rows are read from DRAM, and naming them early overlaps the misses.
+  void prefetch_row(int64_t r) const;
   // acc[c] += w * W[r, c] for c < cols (dequantised).
   void add_row(int64_t r, float w, float* acc) const;
 };

@@ -25,6 +25,7 @@ void sigmoid_forward(float* y, const float* x, int64_t n) { kernels().sigmoid_fo
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {
   kernels().sigmoid_backward(dx, dy, y, n);
 }
+double logsumexp(const float* x, int64_t n) { return kernels().logsumexp(x, n); }
 
 void gelu_forward(double* y, const double* x, int64_t n) {
   map_forward(y, x, n, [](double v) { return Gelu<double>::forward(v); });

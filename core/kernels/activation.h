@@ -17,6 +17,11 @@ void silu_backward(float* dx, const float* dy, const float* x, int64_t n);
 void sigmoid_forward(float* y, const float* x, int64_t n);
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n);  // y: the output
 
+// log(sum_i exp(x[i])) of one row x [n], stable (max subtracted first), on the
+// calling thread; the exps are float (within 2 ulp), the log double. The same
+// bits at every kernel level. +-inf or NaN maximum: returned as it is.
+double logsumexp(const float* x, int64_t n);
+
 // f64 (gradient checks): the obvious scalar formulas of core/kernels/elementwise.h
 // element by element, the naive twins, under the same names.
 void gelu_forward(double* y, const double* x, int64_t n);

@@ -1,6 +1,8 @@
 // The float activations, compiled once per SIMD level (core/isa.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/kernels/activation_isa.h"
 #include "core/parallel.h"
@@ -94,11 +96,43 @@ void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {
   });
 }
 
+// Two passes over 16 lanes on the calling thread (one row; callers split rows
+// over threads): the maximum, then two accumulators of exp(x - max), summed in
+// simd::sum's order. Padding lanes of the last block are zeroed after the exp.
+double logsumexp(const float* x, int64_t n) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  F m = splat(neg_inf);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) m = simd::max(simd::load(x + i), m);
+  float tail[16];
+  std::fill_n(tail, 16, neg_inf);
+  std::memcpy(tail, x + i, sizeof(float) * static_cast<size_t>(n - i));
+  m = simd::max(simd::load(tail), m);
+  float lanes[16];
+  simd::store(lanes, m);
+  const float mx = *std::max_element(lanes, lanes + 16);
+  if (!std::isfinite(mx)) return mx;
+  F acc[2] = {splat(0.0f), splat(0.0f)};
+  i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc[0] += simd::exp(simd::load(x + i) - splat(mx));
+    acc[1] += simd::exp(simd::load(x + i + 16) - splat(mx));
+  }
+  for (; i + 16 <= n; i += 16) acc[0] += simd::exp(simd::load(x + i) - splat(mx));
+  if (i < n) {
+    float keep[16] = {};
+    std::fill_n(keep, n - i, 1.0f);
+    std::memcpy(tail, x + i, sizeof(float) * static_cast<size_t>(n - i));
+    acc[1] += simd::exp(simd::load(tail) - splat(mx)) * simd::load(keep);
+  }
+  return static_cast<double>(mx) + std::log(static_cast<double>(simd::sum(acc[0] + acc[1])));
+}
+
 SHAMN_ISA_END
 
 namespace shamn::activation_isa {
-SHAMN_ISA_TABLE(Kernels) = {
-    &::shamn::SHAMN_ISA_NS::gelu_forward,    &::shamn::SHAMN_ISA_NS::gelu_backward,
-    &::shamn::SHAMN_ISA_NS::silu_forward,    &::shamn::SHAMN_ISA_NS::silu_backward,
-    &::shamn::SHAMN_ISA_NS::sigmoid_forward, &::shamn::SHAMN_ISA_NS::sigmoid_backward};
+SHAMN_ISA_TABLE(Kernels) = {&::shamn::SHAMN_ISA_NS::gelu_forward,    &::shamn::SHAMN_ISA_NS::gelu_backward,
+                            &::shamn::SHAMN_ISA_NS::silu_forward,    &::shamn::SHAMN_ISA_NS::silu_backward,
+                            &::shamn::SHAMN_ISA_NS::sigmoid_forward, &::shamn::SHAMN_ISA_NS::sigmoid_backward,
+                            &::shamn::SHAMN_ISA_NS::logsumexp};
 }  // namespace shamn::activation_isa

@@ -15,6 +15,11 @@
 //           config (2 active blocks), 512x512 the memory query, 1600x512 the
 //           tied head's bucket scores. Args: layout (0 rows, 1 tiles, 2 f32), q4.
 //
+//   batch:  W[rows, cols] (tiles, q8) times n activation rows, on the CPU's
+//           best path: n dot_tiles calls (one per row) vs one dot_tiles_batch
+//           (each tile loaded once per group of rows), the prefill's product.
+//           Args: batched (0/1), rows, cols, n.
+//
 //   bench_quant_dot --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -185,6 +190,29 @@ void BM_rows(benchmark::State& state) {
   set_counters(state, rows, cols, layout == 2 ? 4.0 * rows * cols : double(rows * bpr) * block_bytes);
 }
 
+void BM_batch(benchmark::State& state) {
+  const bool batched = state.range(0) != 0;
+  const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3),
+                bpr = shamn::quant_blocks(cols);
+  state.SetLabel(batched ? "dot_tiles_batch" : "dot_tiles per row");
+  const Matrix& m = matrix(rows, cols);
+  std::vector<shamn::TileQ8> t8(static_cast<size_t>(shamn::row_tiles(rows) * bpr));
+  shamn::pack_tiles(m.w8.data(), rows, bpr, t8.data());
+  std::vector<shamn::BlockQ8> xq(static_cast<size_t>(n * bpr));
+  const std::vector<float> x = random_floats(n * cols, 3);
+  for (int64_t t = 0; t < n; ++t) shamn::quantize_row_q8(x.data() + t * cols, xq.data() + t * bpr, cols);
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  for (auto _ : state) {
+    if (batched)
+      shamn::dot_tiles_batch(t8.data(), rows, bpr, shamn::Q8Rows{xq.data(), n, bpr}, y.data(), rows);
+    else
+      for (int64_t t = 0; t < n; ++t)
+        shamn::dot_tiles(t8.data(), rows, bpr, xq.data() + t * bpr, y.data() + t * rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_counters(state, rows * n, cols, double(rows * bpr) * sizeof(shamn::BlockQ8));
+}
+
 // q8 also runs the f32 baseline (path 3); q4 runs the quantised paths only.
 template <int LastPath>
 void matvec_args(benchmark::internal::Benchmark* b) {
@@ -204,5 +232,10 @@ BENCHMARK(BM_rows)
     ->ArgsProduct({{0, 1, 2}, {0, 1}, {32}, {64}})
     ->ArgsProduct({{0, 1, 2}, {0, 1}, {512, 1600}, {512}})
     ->ArgNames({"layout", "q4", "rows", "cols"});
+
+BENCHMARK(BM_batch)
+    ->ArgsProduct({{0, 1}, {32}, {64}, {1, 4, 16, 128}})
+    ->ArgsProduct({{0, 1}, {512, 1600}, {512}, {1, 4, 16, 128}})
+    ->ArgNames({"batched", "rows", "cols", "n"});
 
 BENCHMARK_MAIN();

@@ -151,6 +151,27 @@ TEST_CASE("activations give the same bits at every kernel level", "[kernels][lev
   });
 }
 
+TEST_CASE("logsumexp gives the same bits at every kernel level and the f64 value closely",
+          "[kernels][levels]") {
+  // Lengths around the 16- and 32-lane steps, and a vocabulary-sized row.
+  const int64_t lengths[] = {1, 15, 16, 17, 31, 32, 33, 47, 32000};
+  std::vector<float> x = random_floats(32000, 13, -30.0f, 20.0f);
+  require_same_bits_at_every_level([&] {
+    std::vector<float> out;
+    for (int64_t n : lengths) out.push_back(static_cast<float>(logsumexp(x.data(), n)));
+    return out;
+  });
+  for (int64_t n : lengths) {
+    double m = x[0], s = 0.0;
+    for (int64_t i = 0; i < n; ++i) m = std::max<double>(m, x[i]);
+    for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
+    INFO("n = " << n);
+    CHECK(logsumexp(x.data(), n) == Approx(m + std::log(s)).epsilon(1e-6));
+  }
+  const float inf_row[3] = {1.0f, INFINITY, 2.0f};
+  CHECK(logsumexp(inf_row, 3) == INFINITY);
+}
+
 TEST_CASE("the hash head gives the same bits at every kernel level", "[kernels][levels]") {
   const HashDims d{.vocab = 1000, .hashes = 2, .buckets = 97, .dim = 64};
   const int64_t n = 53;

@@ -184,6 +184,88 @@ TEST_CASE("decoding token by token gives the prefill's logits bit for bit", "[in
   }
 }
 
+TEST_CASE("a long prefill runs in chunks and still equals decoding token by token", "[infer][runtime]") {
+  const TestModel tm(model_toml(), "chunks");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  // Past two chunk boundaries (kForwardChunk = 128 in infer_model.cpp).
+  const std::vector<int32_t> tokens = random_tokens(300, tm.config.vocab_size, 8);
+  CHECK(bitwise_equal(prefill_logits(m, tokens), decode_logits(m, tokens)));
+}
+
+TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[infer][runtime]") {
+  const TestModel tm(model_toml(), "streams");
+  for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8, ShqQuant::int4}) {
+    INFO("quant " << shq_quant_name(q));
+    const InferModel m = tm.runtime(q);
+    const int64_t V = m.vocab_size();
+    const std::vector<int64_t> prompt_lengths = {1, 4, 7, 12, 20};
+    const size_t B = prompt_lengths.size();
+    const int64_t steps = 6;
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t b = 0; b < B; ++b) prompts.push_back(random_tokens(prompt_lengths[b], V, 20 + b));
+    // Alone: each stream's prompt, then greedy steps; every logit row kept.
+    std::vector<std::vector<float>> alone(B);
+    for (size_t b = 0; b < B; ++b) {
+      DecodeState s = m.new_state();
+      std::vector<float> l(static_cast<size_t>(V));
+      m.forward(prompts[b].data(), prompt_lengths[b], s, l.data(), false);
+      alone[b] = l;
+      for (int64_t i = 0; i < steps; ++i) {
+        const int32_t next = argmax_logit(l.data(), V);
+        m.forward(&next, 1, s, l.data(), false);
+        alone[b].insert(alone[b].end(), l.begin(), l.end());
+      }
+    }
+    // Together: all prompts in one ragged pass (stream 2 asks for every row),
+    // then every decode step as one batch of B tokens.
+    std::vector<DecodeState> states;
+    for (size_t b = 0; b < B; ++b) states.push_back(m.new_state());
+    std::vector<StreamStep> first;
+    int64_t rows = 0;
+    for (size_t b = 0; b < B; ++b) {
+      first.push_back({&states[b], prompts[b].data(), prompt_lengths[b], b == 2});
+      rows += b == 2 ? prompt_lengths[b] : 1;
+    }
+    std::vector<float> out(static_cast<size_t>(rows * V));
+    m.forward(first, out.data());
+    std::vector<std::vector<float>> together(B);
+    std::vector<int32_t> next(B);
+    int64_t r = 0;
+    for (size_t b = 0; b < B; ++b) {
+      r += b == 2 ? prompt_lengths[b] - 1 : 0;  // stream 2's last row is the one decoding continues from
+      together[b].assign(out.begin() + r * V, out.begin() + (r + 1) * V);
+      next[b] = argmax_logit(out.data() + r * V, V);
+      ++r;
+    }
+    // Stream 2's earlier rows are its prefill's.
+    {
+      DecodeState s = m.new_state();
+      std::vector<float> all(static_cast<size_t>(prompt_lengths[2] * V));
+      m.forward(prompts[2].data(), prompt_lengths[2], s, all.data(), true);
+      const int64_t r2 = 2;  // rows of streams 0 and 1 come first
+      CHECK(std::memcmp(all.data(), out.data() + r2 * V, all.size() * sizeof(float)) == 0);
+    }
+    out.resize(B * V);
+    for (int64_t i = 0; i < steps; ++i) {
+      std::vector<StreamStep> batch;
+      for (size_t b = 0; b < B; ++b) batch.push_back({&states[b], &next[b], 1, false});
+      m.forward(batch, out.data());
+      for (size_t b = 0; b < B; ++b) {
+        together[b].insert(together[b].end(), out.begin() + b * V, out.begin() + (b + 1) * V);
+        next[b] = argmax_logit(out.data() + b * V, V);
+      }
+    }
+    for (size_t b = 0; b < B; ++b) {
+      INFO("stream " << b);
+      CHECK(bitwise_equal(together[b], alone[b]));
+      CHECK(states[b].position == prompt_lengths[b] + steps);
+    }
+    // One state in two streams of a batch is refused.
+    StreamStep twice[2] = {{&states[0], next.data(), 1, false}, {&states[0], next.data(), 1, false}};
+    CHECK_THROWS_WITH(m.forward(twice, out.data()), Catch::Contains("share one decode state"));
+  }
+}
+
 TEST_CASE("a token's logits depend only on the receptive field, so decode is O(1) in context",
           "[infer][runtime]") {
   const TestModel tm(model_toml(), "field");

@@ -153,16 +153,19 @@ TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ti
     WARN("skipping: this CPU lacks AVX2");
     return;
   }
-  set_kernel_level(KernelLevel::avx2);
-  for (int64_t n : kLengths)
-    for (Fill fill : {Fill::random, Fill::zeros, Fill::extremes, Fill::outlier}) {
-      INFO("n = " << n << ", " << fill_name(fill));
-      const std::vector<float> x = make_row(n, fill, 31);
-      std::vector<BlockQ8> simd(quant_blocks(n)), scalar(quant_blocks(n));
-      quantize_row_q8(x.data(), simd.data(), n);
-      quantize_row_q8_scalar(x.data(), scalar.data(), n);
-      CHECK(std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(BlockQ8)) == 0);
-    }
+  for (KernelLevel level : {KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) continue;
+    set_kernel_level(level);
+    for (int64_t n : kLengths)
+      for (Fill fill : {Fill::random, Fill::zeros, Fill::extremes, Fill::outlier}) {
+        INFO("kernel " << kernel_level_name(level) << ", n = " << n << ", " << fill_name(fill));
+        const std::vector<float> x = make_row(n, fill, 31);
+        std::vector<BlockQ8> simd(quant_blocks(n)), scalar(quant_blocks(n));
+        quantize_row_q8(x.data(), simd.data(), n);
+        quantize_row_q8_scalar(x.data(), scalar.data(), n);
+        CHECK(std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(BlockQ8)) == 0);
+      }
+  }
   // amax 127 makes d = 1, so k + 0.5 is an exact tie: it rounds away from zero.
   std::vector<float> ties(kQuantBlock, 0.0f);
   ties[0] = 127.0f;
@@ -171,7 +174,8 @@ TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ti
   ties[3] = 0.5f;
   ties[4] = -0.5f;
   ties[5] = 0.49999997f;
-  for (KernelLevel k : {KernelLevel::scalar, KernelLevel::avx2}) {
+  for (KernelLevel k : kAllKernels) {
+    if (!kernel_level_supported(k)) continue;
     set_kernel_level(k);
     BlockQ8 b;
     quantize_row_q8(ties.data(), &b, kQuantBlock);
@@ -183,6 +187,43 @@ TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ti
     CHECK(b.q[3] == 1);
     CHECK(b.q[4] == -1);
     CHECK(b.q[5] == 0);
+  }
+}
+
+TEST_CASE("q8 quantisation by reciprocal matches exact division on values near halves and at every scale",
+          "[infer][quant]") {
+  KernelGuard guard;
+  if (!kernel_level_supported(KernelLevel::avx2)) {
+    WARN("skipping: this CPU lacks AVX2");
+    return;
+  }
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 120), step(-127, 126);
+  const int64_t blocks = 20000;
+  std::vector<float> x(static_cast<size_t>(blocks * kQuantBlock));
+  for (int64_t b = 0; b < blocks; ++b) {
+    // Not a power of two: then x * (1 / d) and x / d round differently now and then.
+    const float scale = std::ldexp(1.0f + 0.75f * std::abs(unit(gen)), exponent(gen));
+    float* xb = x.data() + b * kQuantBlock;
+    xb[0] = 127.0f * scale;  // amax: d is scale, up to rounding
+    for (int i = 1; i < kQuantBlock; ++i) {
+      // Half the blocks put values within a few ulps of k + 1/2 steps.
+      const float v = b % 2 ? (static_cast<float>(step(gen)) + 0.5f) * scale : unit(gen) * 127.0f * scale;
+      xb[i] = b % 2 && i % 3 ? std::nextafter(v, i % 3 == 1 ? -INFINITY : INFINITY) : v;
+    }
+  }
+  std::vector<BlockQ8> simd(static_cast<size_t>(blocks)), scalar(simd.size());
+  quantize_row_q8_scalar(x.data(), scalar.data(), blocks * kQuantBlock);
+  for (KernelLevel level : {KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) continue;
+    set_kernel_level(level);
+    quantize_row_q8(x.data(), simd.data(), blocks * kQuantBlock);
+    for (int64_t b = 0; b < blocks; ++b) {
+      INFO("kernel " << kernel_level_name(level) << ", block " << b << ", first value "
+                     << x[b * kQuantBlock]);
+      REQUIRE(std::memcmp(&simd[b], &scalar[b], sizeof(BlockQ8)) == 0);
+    }
   }
 }
 
@@ -331,6 +372,57 @@ TEST_CASE(
         CHECK(y4[rows] == -7.0f);
       }
     }
+}
+
+TEST_CASE("the batched tile product equals dot_tiles row by row of x, on every path, with gathered blocks",
+          "[infer][quant]") {
+  KernelGuard guard;
+  for (int64_t rows : {16, 17, 40})
+    for (int64_t bpr : {1, 2, 8, 9, 17})
+      for (int64_t n : {1, 3, 4, 5, 9})
+        for (bool indexed : {false, true}) {
+          std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 41);
+          w8[0].q[0] = -128;
+          const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 42);
+          std::vector<TileQ8> t8(static_cast<size_t>(row_tiles(rows) * bpr));
+          std::vector<TileQ4> t4(t8.size());
+          pack_tiles(w8.data(), rows, bpr, t8.data());
+          pack_tiles(w4.data(), rows, bpr, t4.data());
+          // x rows hold 2 * bpr + 1 blocks; an index picks bpr of them out of order.
+          const int64_t stride = 2 * bpr + 1;
+          const std::vector<BlockQ8> x = raw_q8(n * stride, 43);
+          std::vector<int32_t> index(static_cast<size_t>(bpr));
+          for (int64_t j = 0; j < bpr; ++j) index[j] = static_cast<int32_t>((2 * bpr - 2 * j + 1) % stride);
+          const Q8Rows rows_x{x.data(), n, stride, indexed ? index.data() : nullptr};
+          // The reference: each x row's blocks laid out in order, through the scalar dot_tiles.
+          set_kernel_level(KernelLevel::scalar);
+          std::vector<float> want8(static_cast<size_t>(n * rows)), want4(want8.size());
+          for (int64_t t = 0; t < n; ++t) {
+            std::vector<BlockQ8> row(static_cast<size_t>(bpr));
+            for (int64_t j = 0; j < bpr; ++j) row[j] = rows_x.block(t, j);
+            dot_tiles(t8.data(), rows, bpr, row.data(), want8.data() + t * rows);
+            dot_tiles(t4.data(), rows, bpr, row.data(), want4.data() + t * rows);
+          }
+          for (KernelLevel k : kAllKernels) {
+            if (!kernel_level_supported(k)) continue;
+            INFO("kernel " << kernel_level_name(k) << ", rows " << rows << ", bpr " << bpr << ", n " << n
+                           << (indexed ? ", indexed" : ""));
+            set_kernel_level(k);
+            // y rows are rows + 3 wide: the 3 past each row must stay untouched.
+            const int64_t ys = rows + 3;
+            std::vector<float> y8(static_cast<size_t>(n * ys), -7.0f), y4(y8.size(), -7.0f);
+            dot_tiles_batch(t8.data(), rows, bpr, rows_x, y8.data(), ys);
+            dot_tiles_batch(t4.data(), rows, bpr, rows_x, y4.data(), ys);
+            for (int64_t t = 0; t < n; ++t) {
+              for (int64_t r = 0; r < rows; ++r) {
+                REQUIRE(bits(y8[t * ys + r]) == bits(want8[t * rows + r]));
+                REQUIRE(bits(y4[t * ys + r]) == bits(want4[t * rows + r]));
+              }
+              for (int64_t r = rows; r < ys; ++r)
+                REQUIRE((y8[t * ys + r] == -7.0f && y4[t * ys + r] == -7.0f));
+            }
+          }
+        }
 }
 
 TEST_CASE("quant kernel names are checked", "[infer][quant]") {
