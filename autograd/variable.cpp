@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace shamn {
@@ -112,7 +113,15 @@ void Var::backward() const {
   backward(Tensor::full(shape(), 1.0, dtype()));
 }
 
-void Var::backward(const Tensor& seed) const {
+void Var::backward(const Tensor& seed) const { backward_impl(seed, nullptr); }
+
+void Var::backward(const BackwardHooks& hooks) const {
+  SHAMN_CHECK(defined(), "backward() on an undefined Var");
+  SHAMN_CHECK(numel() == 1, "backward() needs a scalar, got ", value().str());
+  backward_impl(Tensor::full(shape(), 1.0, dtype()), &hooks);
+}
+
+void Var::backward_impl(const Tensor& seed, const BackwardHooks* hooks) const {
   SHAMN_CHECK(defined(), "backward() on an undefined Var");
   SHAMN_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): seed ", seed.str(),
               " does not match ", value().str());
@@ -126,6 +135,7 @@ void Var::backward(const Tensor& seed) const {
       using T = decltype(zero);
       impl_->grad.vector<T>() += seed.vector<T>();
     });
+    if (hooks && hooks->leaf_done) hooks->leaf_done(*this);
     return;
   }
 
@@ -154,12 +164,31 @@ void Var::backward(const Tensor& seed) const {
   std::sort(order.begin(), order.end(),
             [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
 
+  // done_after[k]: the leaves whose last consumer is order[k].
+  std::vector<std::vector<Var>> done_after;
+  if (hooks && hooks->leaf_done) {
+    std::unordered_map<VarImpl*, size_t> last;
+    for (size_t k = 0; k < order.size(); ++k)
+      for (const Var& in : order[k]->inputs)
+        if (in.defined() && in.is_leaf() && in.requires_grad()) last[in.impl()] = k;
+    done_after.resize(order.size());
+    for (size_t k = 0; k < order.size(); ++k)
+      for (const Var& in : order[k]->inputs) {
+        auto it = last.find(in.impl());
+        if (it != last.end() && it->second == k) {
+          done_after[k].push_back(in);
+          last.erase(it);  // an input listed twice by one node is reported once
+        }
+      }
+  }
+
   impl_->grad_fn->out_grad = seed.clone();
   // With --profile, each run of nodes recorded in one layer is timed as that
   // layer's backward (the tape keeps a layer's nodes together), each node as its op.
   std::optional<ProfileScope> layer_scope;
   const char* layer = nullptr;
-  for (const auto& node : order) {
+  for (size_t k = 0; k < order.size(); ++k) {
+    Node* node = order[k].get();
     if (profiling() && node->layer != layer) {
       layer_scope.reset();
       layer = node->layer;
@@ -170,6 +199,11 @@ void Var::backward(const Tensor& seed) const {
       node->backward_fn(*node);
     }
     node->out_grad = Tensor();  // free each intermediate gradient as soon as it is used
+    if (hooks) {
+      if (!done_after.empty())
+        for (const Var& leaf : done_after[k]) hooks->leaf_done(leaf);
+      if (hooks->after_node) hooks->after_node();
+    }
   }
   layer_scope.reset();
   for (const auto& node : order) node->release();

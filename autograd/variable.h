@@ -26,6 +26,7 @@
 namespace shamn {
 
 class Node;
+struct BackwardHooks;
 
 struct VarImpl {
   Tensor value;
@@ -66,6 +67,8 @@ class Var {
   void backward() const;
   // Vector-Jacobian product: backpropagates `seed` (dL/d this, same shape and dtype).
   void backward(const Tensor& seed) const;
+  // backward() that reports its progress (see BackwardHooks).
+  void backward(const BackwardHooks& hooks) const;
 
   // A leaf sharing this value, cut from the graph.
   Var detach() const { return Var(impl_->value, false); }
@@ -75,6 +78,7 @@ class Var {
 
  private:
   friend Var record(const char*, Tensor, std::vector<Var>, std::function<void(Node&)>);
+  void backward_impl(const Tensor& seed, const BackwardHooks* hooks) const;
   std::shared_ptr<VarImpl> impl_;
 };
 
@@ -98,6 +102,17 @@ class Node {
   Tensor& input_grad(size_t i);
   // Drops saved tensors and edges (after backward, or on destruction).
   void release();
+};
+
+// What a backward pass tells its caller while it runs, so work that waits for
+// gradients can start before the whole pass ends (data-parallel training sends
+// each gradient as soon as it is complete).
+struct BackwardHooks {
+  // A leaf's .grad() is final for this pass: no node still to run has it as an
+  // input. Called once per leaf on the graph, in the order the leaves complete.
+  std::function<void(const Var& leaf)> leaf_done;
+  // After each node's backward: a point to poll other work.
+  std::function<void()> after_node;
 };
 
 // A parameter (or buffer) with its dotted name, e.g. "layers.3.mixer.out.values".

@@ -26,7 +26,7 @@
 // on resume). And three more sites:
 //   metrics.append  the n-th record appended to metrics.jsonl (kill: after half the line)
 //   best.link       best.h5's new name made, before it replaces the old best.h5
-//   train.exchange  the n-th step's gradient exchange, once every rank has reached it
+//   train.exchange  the n-th step's gradient exchange, once every rank has sent its part
 //                   (data-parallel runs only)
 //
 // Unset, each site costs a load and a branch on one global flag.

@@ -51,12 +51,7 @@ SHAMN_TARGET_AVX2 void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_
   const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
   float buf[kQuantBlock];
   for (int64_t b = 0; b < quant_blocks(n); ++b) {
-    const float* src = x + b * kQuantBlock;
-    if (n - b * kQuantBlock < kQuantBlock) {  // the zero-padded last block
-      const int64_t len = n - b * kQuantBlock;
-      for (int64_t i = 0; i < kQuantBlock; ++i) buf[i] = i < len ? src[i] : 0.0f;
-      src = buf;
-    }
+    const float* src = q8_source_block(x, n, b, buf);
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
     for (int k = 0; k < 4; ++k) {

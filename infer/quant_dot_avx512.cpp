@@ -48,12 +48,7 @@ SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, in
   const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
   float buf[kQuantBlock];
   for (int64_t b = 0; b < quant_blocks(n); ++b) {
-    const float* src = x + b * kQuantBlock;
-    if (n - b * kQuantBlock < kQuantBlock) {  // the zero-padded last block
-      const int64_t len = n - b * kQuantBlock;
-      for (int64_t i = 0; i < kQuantBlock; ++i) buf[i] = i < len ? src[i] : 0.0f;
-      src = buf;
-    }
+    const float* src = q8_source_block(x, n, b, buf);
     const __m512 v[2] = {_mm512_loadu_ps(src), _mm512_loadu_ps(src + 16)};
     const float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1]))) / 127.0f;
     out[b].d = d;

@@ -62,6 +62,15 @@ void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n);
 // exact division, so the bytes stay those of the scalar path.
 inline constexpr float kHalfMargin = 4e-5f;
 
+// Block b of an n-value row: in place, or the zero-padded last block copied to buf.
+inline const float* q8_source_block(const float* x, int64_t n, int64_t b, float* buf) {
+  const float* src = x + b * kQuantBlock;
+  if (n - b * kQuantBlock >= kQuantBlock) return src;
+  const int64_t len = n - b * kQuantBlock;
+  for (int64_t i = 0; i < kQuantBlock; ++i) buf[i] = i < len ? src[i] : 0.0f;
+  return buf;
+}
+
 // y[r] = dot(w[r], x), r < rows: one dispatch for many short rows.
 void dot_rows_q8_q8_avx2(const BlockQ8* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);
 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64_t blocks_per_row, const BlockQ8* x, float* y);

@@ -10,13 +10,21 @@ namespace shamn {
 
 namespace {
 
+class DoneSum final : public PendingSum {
+ public:
+  bool progress() override { return true; }
+  void wait() override {}
+};
+
 // The world of one: every collective is the identity.
 class SingleProcess final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void check_in(const char*) override {}
-  void sum_tree(float*, size_t) override {}
+  std::unique_ptr<PendingSum> start_sum_tree(float*, size_t, int) override {
+    return std::make_unique<DoneSum>();
+  }
   std::vector<double> all_gather(const std::vector<double>& mine) override { return mine; }
   std::vector<uint8_t> all_gather_bytes(const std::vector<uint8_t>& mine) override { return mine; }
   void max_flags(std::vector<uint8_t>&) override {}

@@ -14,6 +14,18 @@
 
 namespace shamn {
 
+// A Communicator::sum_tree in flight.
+class PendingSum {
+ public:
+  virtual ~PendingSum() = default;
+  // Moves the transfers on and does the additions whose halves have arrived,
+  // without waiting. True once the sum is complete.
+  virtual bool progress() = 0;
+  // Returns when the sum is complete; a partner that does not answer within the
+  // communicator's deadline is named in the error.
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -29,7 +41,11 @@ class Communicator {
   // balanced binary tree over the ranks in rank order: for 4 ranks
   // (r0 + r1) + (r2 + r3), for 8 ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)).
   // Rank counts that are powers of two only (checked by the trainer).
-  virtual void sum_tree(float* data, size_t n) = 0;
+  void sum_tree(float* data, size_t n) { start_sum_tree(data, n, 0)->wait(); }
+  // The same sum, started and left in flight: `data` stays the caller's, untouched
+  // until the sum completes. Sums in flight at once need distinct tags (0 to 4095);
+  // every rank starts the same sums with the same tags, in any order.
+  virtual std::unique_ptr<PendingSum> start_sum_tree(float* data, size_t n, int tag) = 0;
   // Every rank's `mine` (the same length on every rank), concatenated in rank order.
   virtual std::vector<double> all_gather(const std::vector<double>& mine) = 0;
   virtual std::vector<uint8_t> all_gather_bytes(const std::vector<uint8_t>& mine) = 0;

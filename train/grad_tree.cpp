@@ -25,22 +25,45 @@ GradientTree::GradientTree(const std::vector<NamedVar>& params) {
   for (const NamedVar& p : params) params_.push_back(p.var);
 }
 
-void GradientTree::run(int64_t first, int64_t end, const std::function<void(int64_t)>& micro) {
+void GradientTree::run(int64_t first, int64_t end, const Micro& micro) {
   SHAMN_CHECK(first < end, "GradientTree: empty micro-batch range [", first, ", ", end, ")");
   // One level per halving; sized before the recursion holds references into it.
   size_t depth = 0;
   for (int64_t n = end - first; n > 1; n = n - n / 2) ++depth;
   if (levels_.size() < depth) levels_.resize(depth);
+  end_ = end;
+  spine_depth_ = 0;
+  finalized_.assign(params_.size(), 0);
   sum(first, end, 0, micro);
+  const ProfileScope profile("grad_tree_add", ProfileCategory::optimizer);
+  for (size_t i = 0; i < params_.size(); ++i) finalize(i);
 }
 
-void GradientTree::sum(int64_t lo, int64_t hi, size_t level, const std::function<void(int64_t)>& micro) {
+void GradientTree::finalize(size_t i) {
+  if (finalized_[i]) return;
+  finalized_[i] = 1;
+  for (size_t level = spine_depth_; level-- > 0;) add_left(levels_[level], i);
+}
+
+void GradientTree::add_left(const Level& l, size_t i) {
+  if (!l.has_left[i]) return;
+  const Var& p = params_[i];
+  // right + left; IEEE addition commutes, so this is left + right bit for bit.
+  if (p.grad().dtype() == DType::f64)
+    add_into<double>(p.grad(), l.left[i]);
+  else
+    add_into<float>(p.grad(), l.left[i]);
+}
+
+void GradientTree::sum(int64_t lo, int64_t hi, size_t level, const Micro& micro) {
   if (hi - lo == 1) {
     {
       const ProfileScope profile("zero_grad", ProfileCategory::optimizer);
       for (const Var& p : params_) p.zero_grad();
     }
-    micro(lo);
+    const bool last = hi == end_;
+    if (last) spine_depth_ = level;
+    micro(lo, last);
     return;
   }
   Level& l = levels_[level];
@@ -60,16 +83,9 @@ void GradientTree::sum(int64_t lo, int64_t hi, size_t level, const std::function
     l.left[i] = std::move(left);
   }
   sum(mid, hi, level + 1, micro);
+  if (hi == end_) return;  // on the last micro-batch's path: finalize() adds
   const ProfileScope profile("grad_tree_add", ProfileCategory::optimizer);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!l.has_left[i]) continue;
-    const Var& p = params_[i];
-    // right + left; IEEE addition commutes, so this is left + right bit for bit.
-    if (p.grad().dtype() == DType::f64)
-      add_into<double>(p.grad(), l.left[i]);
-    else
-      add_into<float>(p.grad(), l.left[i]);
-  }
+  for (size_t i = 0; i < params_.size(); ++i) add_left(l, i);
 }
 
 }  // namespace shamn

@@ -30,10 +30,18 @@ class GradientTree {
   // Runs micro-batches [first, end) through `micro`, which must add micro-batch
   // m's gradients to the parameters' .grad() (a backward pass does), and leaves
   // their tree sum in .grad(). [first, end) is the root or a subtree of the tree.
-  void run(int64_t first, int64_t end, const std::function<void(int64_t)>& micro);
+  // `last` is true for the last micro-batch (end - 1): during its backward pass,
+  // finalize(i) may be called for a parameter whose gradient it has completed.
+  using Micro = std::function<void(int64_t m, bool last)>;
+  void run(int64_t first, int64_t end, const Micro& micro);
+
+  // Adds parameter i's left partial sums into its gradient now, instead of after
+  // the last micro-batch: the additions that run() leaves until then, in the same
+  // order, so that the gradient can be used before the backward pass ends.
+  void finalize(size_t i);
 
  private:
-  void sum(int64_t lo, int64_t hi, size_t level, const std::function<void(int64_t)>& micro);
+  void sum(int64_t lo, int64_t hi, size_t level, const Micro& micro);
 
   std::vector<Var> params_;
   // Per tree level: each parameter's left partial sum while its right one is built.
@@ -41,7 +49,14 @@ class GradientTree {
     std::vector<Tensor> left;
     std::vector<uint8_t> has_left;
   };
+  void add_left(const Level& l, size_t i);
+
   std::vector<Level> levels_;
+  int64_t end_ = 0;
+  // Levels whose right subtree holds the last micro-batch: their additions wait
+  // for finalize(). The last micro-batch sits that deep.
+  size_t spine_depth_ = 0;
+  std::vector<uint8_t> finalized_;
 };
 
 }  // namespace shamn

@@ -51,6 +51,44 @@ void check_mpi(int status, const char* what) {
 
 // Messages larger than INT_MAX elements go in pieces.
 constexpr size_t kMaxPiece = size_t{1} << 30;
+// Tags: 1 and 2 for the small collectives through rank 0, from 16 up for sums.
+constexpr int kSumTagBase = 16;
+
+class MpiWorld;
+
+// Recursive halving (reduce-scatter) then recursive doubling (all-gather), as in
+// Rabenseifner's allreduce, as a state machine that progress() moves on without
+// blocking. Round `bit` of the halving pairs rank r with r ^ bit and adds their
+// halves, so the ranks are combined lowest bit first: (r0 + r1) + (r2 + r3). Each
+// addition is a + b of two partial sums, and a + b == b + a in IEEE arithmetic,
+// so it does not matter which partner does it.
+class TreeSum final : public PendingSum {
+ public:
+  TreeSum(MpiWorld& world, float* data, size_t n, int tag);
+  ~TreeSum() override;
+  bool progress() override;
+  void wait() override;
+
+ private:
+  struct Segment {
+    size_t lo, hi;
+  };
+  void post_round();
+  // Sends give[0, n_give) to `partner` while receiving n_take floats from it.
+  void post_exchange(const float* give, size_t n_give, float* take, size_t n_take);
+
+  MpiWorld& world_;
+  float* data_;
+  int tag_;
+  int rank_, size_;
+  int bit_ = 1;          // the current round's partner is rank ^ bit
+  bool halving_ = true;  // else doubling
+  bool done_ = false;
+  size_t lo_ = 0, hi_;         // the segment this rank holds
+  std::vector<Segment> path_;  // the segment held before each halving
+  std::vector<float> incoming_;
+  std::vector<MPI_Request> requests_;
+};
 
 class MpiWorld final : public Communicator {
  public:
@@ -70,44 +108,9 @@ class MpiWorld final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  // Recursive halving (reduce-scatter) then recursive doubling (all-gather), as in
-  // Rabenseifner's allreduce. Step `bit` pairs rank r with r ^ bit and adds their
-  // halves, so the ranks are combined lowest bit first: (r0 + r1) + (r2 + r3). Each
-  // addition is a + b of two partial sums, and a + b == b + a in IEEE arithmetic,
-  // so it does not matter which partner does it.
-  void sum_tree(float* data, size_t n) override {
-    if (size_ == 1) return;
-    struct Segment {
-      size_t lo, hi;
-    };
-    std::vector<Segment> path;  // the segment this rank held before each halving
-    size_t lo = 0, hi = n;
-    std::vector<float> incoming;
-    for (int bit = 1; bit < size_; bit <<= 1) {
-      path.push_back({lo, hi});
-      const size_t mid = lo + (hi - lo) / 2;
-      const bool lower = (rank_ & bit) == 0;
-      const size_t keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
-      const size_t give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
-      incoming.resize(keep_hi - keep_lo);
-      exchange(data + give_lo, give_hi - give_lo, incoming.data(), incoming.size(), rank_ ^ bit);
-      float* mine = data + keep_lo;
-      parallel_for(0, static_cast<int64_t>(incoming.size()), 1 << 16, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) mine[i] += incoming[static_cast<size_t>(i)];
-      });
-      lo = keep_lo;
-      hi = keep_hi;
-    }
-    for (int bit = size_ >> 1; bit >= 1; bit >>= 1) {
-      const Segment parent = path.back();
-      path.pop_back();
-      const bool lower = (rank_ & bit) == 0;  // held the lower half of parent
-      const size_t other_lo = lower ? hi : parent.lo;
-      const size_t other_hi = lower ? parent.hi : lo;
-      exchange(data + lo, hi - lo, data + other_lo, other_hi - other_lo, rank_ ^ bit);
-      lo = parent.lo;
-      hi = parent.hi;
-    }
+  std::unique_ptr<PendingSum> start_sum_tree(float* data, size_t n, int tag) override {
+    SHAMN_CHECK(tag >= 0 && tag < 4096, "start_sum_tree: tag ", tag, " outside 0..4095");
+    return std::make_unique<TreeSum>(*this, data, n, kSumTagBase + tag);
   }
 
   // A rendezvous: returns once every rank has called it.
@@ -193,19 +196,6 @@ class MpiWorld final : public Communicator {
     return all;
   }
 
-  // Sends give[0, n_give) to `partner` while receiving n_take floats from it.
-  void exchange(const float* give, size_t n_give, float* take, size_t n_take, int partner) {
-    for (size_t at = 0; at < std::max(n_give, n_take); at += kMaxPiece) {
-      MPI_Request requests[2];
-      const int g = static_cast<int>(n_give > at ? std::min(kMaxPiece, n_give - at) : 0);
-      const int t = static_cast<int>(n_take > at ? std::min(kMaxPiece, n_take - at) : 0);
-      check_mpi(MPI_Irecv(take + at, t, MPI_FLOAT, partner, 0, MPI_COMM_WORLD, &requests[0]), "MPI_Irecv");
-      check_mpi(MPI_Isend(give + at, g, MPI_FLOAT, partner, 0, MPI_COMM_WORLD, &requests[1]), "MPI_Isend");
-      wait(&requests[0], "gradients", partner);
-      wait(&requests[1], "gradients", partner);
-    }
-  }
-
   // Polls until the request completes or the deadline passes. `partner` < 0 means
   // a collective over all ranks.
   void wait(MPI_Request* request, const char* what, int partner) {
@@ -216,18 +206,38 @@ class MpiWorld final : public Communicator {
 
   // The same for several requests, request i answered by rank from[i].
   void wait_all(std::vector<MPI_Request>& requests, const char* what, const std::vector<int>& from) {
-    const auto start = std::chrono::steady_clock::now();
     std::vector<uint8_t> done(requests.size(), 0);
+    poll_until(
+        [&] {
+          bool all = true;
+          for (size_t i = 0; i < requests.size(); ++i) {
+            if (done[i]) continue;
+            int finished = 0;
+            check_mpi(MPI_Test(&requests[i], &finished, MPI_STATUS_IGNORE), "MPI_Test");
+            done[i] = finished ? 1 : 0;
+            all = all && finished;
+          }
+          return all;
+        },
+        [&] {
+          std::string who;
+          for (size_t i = 0; i < requests.size(); ++i) {
+            if (done[i]) continue;
+            if (!who.empty()) who += ", ";
+            who += from[i] >= 0 ? "rank " + std::to_string(from[i]) : std::string("at least one other rank");
+          }
+          return std::string(what) + " from " + who;
+        });
+  }
+
+ public:
+  // Calls `done` until it returns true; past the deadline, fails naming
+  // `waiting_for()` ("gradients from rank 3").
+  template <class Done, class Describe>
+  void poll_until(Done done, Describe waiting_for) {
+    const auto start = std::chrono::steady_clock::now();
     for (int polls = 0;; ++polls) {
-      bool all = true;
-      for (size_t i = 0; i < requests.size(); ++i) {
-        if (done[i]) continue;
-        int finished = 0;
-        check_mpi(MPI_Test(&requests[i], &finished, MPI_STATUS_IGNORE), "MPI_Test");
-        done[i] = finished ? 1 : 0;
-        all = all && finished;
-      }
-      if (all) return;
+      if (done()) return;
       // Yield at first (a partner on another core answers within microseconds),
       // then sleep briefly so an oversubscribed rank leaves its core to the others.
       if (polls < 1000) {
@@ -235,23 +245,106 @@ class MpiWorld final : public Communicator {
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (waited > timeout_s_) {
-          std::string who;
-          for (size_t i = 0; i < requests.size(); ++i) {
-            if (done[i]) continue;
-            if (!who.empty()) who += ", ";
-            who += from[i] >= 0 ? "rank " + std::to_string(from[i]) : std::string("at least one other rank");
-          }
-          SHAMN_CHECK(false, "rank ", rank_, " waited ", timeout_s_, " s for ", what, " from ", who,
-                      ", which died or stalled (SHAMN_COMM_TIMEOUT sets the limit)");
-        }
+        SHAMN_CHECK(waited <= timeout_s_, "rank ", rank_, " waited ", timeout_s_, " s for ", waiting_for(),
+                    ", which died or stalled (SHAMN_COMM_TIMEOUT sets the limit)");
       }
     }
   }
 
+ private:
   int rank_ = 0, size_ = 1;
   double timeout_s_;
 };
+
+TreeSum::TreeSum(MpiWorld& world, float* data, size_t n, int tag)
+    : world_(world), data_(data), tag_(tag), rank_(world.rank()), size_(world.size()), hi_(n) {
+  done_ = size_ == 1;
+  if (!done_) post_round();
+}
+
+TreeSum::~TreeSum() {
+  // An abandoned sum (an error elsewhere) must not leave MPI writing into freed memory.
+  for (MPI_Request& r : requests_)
+    if (r != MPI_REQUEST_NULL) {
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+}
+
+void TreeSum::post_round() {
+  requests_.clear();
+  if (halving_) {
+    path_.push_back({lo_, hi_});
+    const size_t mid = lo_ + (hi_ - lo_) / 2;
+    const bool lower = (rank_ & bit_) == 0;
+    const size_t keep_lo = lower ? lo_ : mid, keep_hi = lower ? mid : hi_;
+    const size_t give_lo = lower ? mid : lo_, give_hi = lower ? hi_ : mid;
+    incoming_.resize(keep_hi - keep_lo);
+    post_exchange(data_ + give_lo, give_hi - give_lo, incoming_.data(), incoming_.size());
+    lo_ = keep_lo;
+    hi_ = keep_hi;
+  } else {
+    const Segment parent = path_.back();
+    const bool lower = (rank_ & bit_) == 0;  // held the lower half of parent
+    const size_t other_lo = lower ? hi_ : parent.lo;
+    const size_t other_hi = lower ? parent.hi : lo_;
+    post_exchange(data_ + lo_, hi_ - lo_, data_ + other_lo, other_hi - other_lo);
+  }
+}
+
+void TreeSum::post_exchange(const float* give, size_t n_give, float* take, size_t n_take) {
+  const int partner = rank_ ^ bit_;
+  for (size_t at = 0; at < std::max(n_give, n_take); at += kMaxPiece) {
+    const int g = static_cast<int>(n_give > at ? std::min(kMaxPiece, n_give - at) : 0);
+    const int t = static_cast<int>(n_take > at ? std::min(kMaxPiece, n_take - at) : 0);
+    requests_.emplace_back();
+    check_mpi(MPI_Irecv(take + at, t, MPI_FLOAT, partner, tag_, MPI_COMM_WORLD, &requests_.back()),
+              "MPI_Irecv");
+    requests_.emplace_back();
+    check_mpi(MPI_Isend(give + at, g, MPI_FLOAT, partner, tag_, MPI_COMM_WORLD, &requests_.back()),
+              "MPI_Isend");
+  }
+}
+
+bool TreeSum::progress() {
+  while (!done_) {
+    int finished = 0;
+    check_mpi(
+        MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &finished, MPI_STATUSES_IGNORE),
+        "MPI_Testall");
+    if (!finished) return false;
+    if (halving_) {
+      float* mine = data_ + lo_;
+      const float* in = incoming_.data();
+      parallel_for(0, static_cast<int64_t>(incoming_.size()), 1 << 16, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) mine[i] += in[i];
+      });
+      bit_ <<= 1;
+      if (bit_ >= size_) {
+        halving_ = false;
+        bit_ = size_ >> 1;
+        incoming_ = {};
+      }
+    } else {
+      lo_ = path_.back().lo;
+      hi_ = path_.back().hi;
+      path_.pop_back();
+      bit_ >>= 1;
+      if (bit_ == 0) {
+        done_ = true;
+        requests_.clear();
+        return true;
+      }
+    }
+    post_round();
+  }
+  return true;
+}
+
+void TreeSum::wait() {
+  world_.poll_until([this] { return progress(); },
+                    [this] { return "gradients from rank " + std::to_string(rank_ ^ bit_); });
+}
 
 MpiWorld* g_world = nullptr;
 

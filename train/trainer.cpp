@@ -253,7 +253,7 @@ class Run {
         named_(model_.named_parameters()),
         schedule_{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.max_steps},
         tree_(named_),
-        exchange_(named_) {}
+        exchange_(named_, static_cast<size_t>(c.train.bucket_mib * (1 << 20)) / sizeof(float)) {}
 
   // Weights in place, the run directory and its config written, the logs open.
   // Rank 0 alone reads and writes the run directory; the other ranks receive its
@@ -300,16 +300,25 @@ class Run {
     const int64_t per_rank = c_.train.grad_accum / comm_.size();
     const int64_t first = comm_.rank() * per_rank;
     std::vector<double> losses;  // loss, ce, aux of each of this rank's micro-batches
-    tree_.run(first, first + per_rank, [&](int64_t) {
+    const bool overlap = comm_.size() > 1 && c_.train.overlap_exchange;
+    tree_.run(first, first + per_rank, [&](int64_t, bool last) {
       const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader_->next(); });
       const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
                                         [&] { return model_.loss(batch.inputs, batch.targets); });
       losses.insert(losses.end(),
                     {loss.loss.value().item(), loss.ce.value().item(), loss.aux.value().item()});
       const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c_.train.grad_accum));
-      profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
+      if (overlap && last) {
+        exchange_.begin(comm_);
+        profiled("backward", ProfileCategory::backward, [&] { scaled.backward(exchange_hooks()); });
+      } else {
+        profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
+      }
     });
-    profiled("grad_exchange", ProfileCategory::comm, [&] { exchange_.sum_over_ranks(comm_); });
+    if (overlap)
+      profiled("grad_exchange", ProfileCategory::comm, [&] { exchange_.finish(); });
+    else
+      profiled("grad_exchange", ProfileCategory::comm, [&] { exchange_.sum_over_ranks(comm_); });
     // Every micro-batch's losses, added in micro-batch order as one process does.
     const std::vector<double> all = comm_.all_gather(losses);
     for (size_t i = 0; i < all.size(); i += 3) {
@@ -419,6 +428,21 @@ class Run {
     if (also_best) link_best_checkpoint(path, best_checkpoint_file(run_dir_));
     prune_checkpoints(run_dir_, c_.train.keep_last);
     result.last_checkpoint = path;
+  }
+
+  // The last backward pass of a step hands each parameter's gradient to the
+  // exchange as soon as it is complete (after this rank's micro-batch tree adds
+  // its other micro-batches in), and moves the sums in flight on between nodes.
+  BackwardHooks exchange_hooks() {
+    BackwardHooks hooks;
+    hooks.leaf_done = [this](const Var& leaf) {
+      if (const auto i = exchange_.index_of(leaf)) {
+        tree_.finalize(*i);
+        exchange_.ready(*i);
+      }
+    };
+    hooks.after_node = [this] { exchange_.poll(); };
+    return hooks;
   }
 
   // Rank 0's weights, AdamW moments and training state, copied to every rank.

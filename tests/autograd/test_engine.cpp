@@ -1,4 +1,7 @@
 // The tape: when nodes are recorded, how gradients accumulate, graph lifetime.
+#include <string>
+#include <vector>
+
 #include "autograd/ops.h"
 #include "helpers.h"
 
@@ -87,4 +90,37 @@ TEST_CASE("backward with a seed computes a vector-Jacobian product", "[autograd]
   Var y = mul(x, x);
   y.backward(Tensor::from_data<double>({3}, {1, 0, -1}));
   CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 0, -6});
+}
+
+TEST_CASE("backward hooks report each leaf once, when no node left to run touches it", "[autograd][engine]") {
+  // h = x * w1, loss = sum(h * w2 + h * w1): w1 is used by the first node and a late one.
+  Var x(Tensor::from_data<float>({2}, {1, 2}), true);
+  Var w1(Tensor::from_data<float>({2}, {3, -1}), true);
+  Var w2(Tensor::from_data<float>({2}, {0.5f, 4}), true);
+  Var unused(Tensor::from_data<float>({1}, {9}), true);
+  Var h = mul(x, w1);
+  Var loss = sum(add(mul(h, w2), mul(h, w1)));
+
+  std::vector<std::string> order;
+  std::vector<std::vector<float>> grad_when_done;
+  int nodes = 0;
+  BackwardHooks hooks;
+  hooks.leaf_done = [&](const Var& leaf) {
+    order.push_back(leaf.impl() == x.impl() ? "x" : leaf.impl() == w1.impl() ? "w1" : "w2");
+    grad_when_done.push_back(leaf.grad().to_vector<float>());
+  };
+  hooks.after_node = [&] { ++nodes; };
+  loss.backward(hooks);
+
+  CHECK(nodes == 5);  // three muls, add, sum
+  // w2 completes at mul(h, w2); w1's last consumer is the first node, h = x * w1,
+  // which runs last and completes x and w1 (in its input order). `unused` is not
+  // on the graph.
+  CHECK(order == std::vector<std::string>{"w2", "x", "w1"});
+  // What each leaf held when reported is its final gradient.
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Var& v = order[i] == "x" ? x : order[i] == "w1" ? w1 : w2;
+    CHECK(grad_when_done[i] == v.grad().to_vector<float>());
+  }
+  CHECK_FALSE(unused.grad().defined());
 }

@@ -2,7 +2,8 @@
 # Data-parallel training under mpirun (train/communicator.h), on the tiny config
 # with 4 micro-batches per step:
 #   - 1, 2 and 4 ranks end with bitwise the same weights, AdamW moments, state and
-#     metrics (evaluations included);
+#     metrics (evaluations included), with the exchange overlapped with the
+#     backward pass or not, in big or tiny buckets;
 #   - a 4-rank run whose ranks 1-3 are killed (SIGKILL, at a named point: no
 #     timing) ends with an error and no hang; --resume on 2 ranks then finishes
 #     bitwise equal to the uninterrupted run;
@@ -27,24 +28,32 @@ sets=(--set "data.train_path=\"$work/data/train.bin\"" --set "data.val_path=\"$w
 digest() { "$shamn" info "$1" --tensors | sed -n '/^# tensors/,$p'; }
 metrics() { sed -E 's/,"(tokens_per_s|elapsed_s)":[^,}]*//g' "$1"; }
 
-for n in 1 2 4; do
-  profile=()
-  [ $n = 2 ] && profile=(--profile)  # must not change a bit
-  "${mpi[@]}" -np $n "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$work/n$n\"" \
-    "${profile[@]}" > "$work/n$n.log" 2>&1 || { cat "$work/n$n.log"; fail "the $n-rank run failed"; }
+# n2 runs with --profile, n2plain exchanges after the backward pass instead of
+# during it, n4small in buckets of 1 KiB (dozens in flight at once): none of
+# these may change a bit.
+for run in 1:n1 2:n2 4:n4 2:n2plain 4:n4small; do
+  n=${run%%:*} name=${run#*:}
+  extra=()
+  case $name in
+    n2) extra=(--profile) ;;
+    n2plain) extra=(--set train.overlap_exchange=false) ;;
+    n4small) extra=(--set train.bucket_mib=0.001) ;;
+  esac
+  "${mpi[@]}" -np $n "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$work/$name\"" \
+    "${extra[@]}" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "the $n-rank run $name failed"; }
 done
 grep -q "data parallel: 4 ranks, 1 micro-batch" "$work/n4.log" || fail "the 4-rank run did not say it had 4 ranks"
 ref_digest=$(digest "$work/n1/ckpt_00000004.h5")
 ref_metrics=$(metrics "$work/n1/metrics.jsonl")
 [ "$(echo "$ref_digest" | grep -c -E '^(model|optim)\.')" -gt 10 ] || fail "the reference lists too few tensors"
 [ "$(grep -c val_loss "$work/n1/metrics.jsonl")" = 2 ] || fail "the reference has no evaluations"
-for n in 2 4; do
-  [ "$(digest "$work/n$n/ckpt_00000004.h5")" = "$ref_digest" ] ||
-    fail "$n ranks: the weights, moments or state differ from 1 rank"
-  [ "$(metrics "$work/n$n/metrics.jsonl")" = "$ref_metrics" ] ||
-    { diff <(metrics "$work/n$n/metrics.jsonl") <(echo "$ref_metrics") || true; fail "$n ranks: metrics differ"; }
+for name in n2 n4 n2plain n4small; do
+  [ "$(digest "$work/$name/ckpt_00000004.h5")" = "$ref_digest" ] ||
+    fail "$name: the weights, moments or state differ from 1 rank"
+  [ "$(metrics "$work/$name/metrics.jsonl")" = "$ref_metrics" ] ||
+    { diff <(metrics "$work/$name/metrics.jsonl") <(echo "$ref_metrics") || true; fail "$name: metrics differ"; }
 done
-echo "1, 2 and 4 ranks: bitwise equal"
+echo "1, 2 and 4 ranks, overlapped or not, any bucket size: bitwise equal"
 # --profile on 2 ranks: rank 0 prints one table, with the exchange split into
 # waiting and summing; rank 1 writes its trace beside rank 0's.
 [ "$(grep -c "^profile: " "$work/n2.log")" = 1 ] || fail "2 ranks: not exactly one profile table"
