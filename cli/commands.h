@@ -7,6 +7,7 @@ namespace shamn::cli {
 void register_commands(CLI::App& app);
 
 void register_infer_commands(CLI::App& app);
+void register_serve_command(CLI::App& app);
 void register_model_commands(CLI::App& app);
 void register_train_commands(CLI::App& app);
 void register_synthetic_command(CLI::App& app);

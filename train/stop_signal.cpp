@@ -4,25 +4,30 @@
 
 #include <signal.h>
 #include <atomic>
+#include <cstddef>
 
 namespace shamn {
 
 namespace {
+constexpr const char kTrainingNotice[] =
+    "\nshamn: stopping after this step and writing a checkpoint (signal again to kill)\n";
 std::atomic<int> g_signal{0};
+std::atomic<const char*> g_notice{kTrainingNotice};
+std::atomic<size_t> g_notice_length{sizeof(kTrainingNotice) - 1};
 struct sigaction g_previous_int {
 }, g_previous_term{};
 
 void on_signal(int sig) {
   // Only async-signal-safe calls here: an atomic store and write().
   g_signal.store(sig);
-  static const char message[] =
-      "\nshamn: stopping after this step and writing a checkpoint (signal again to kill)\n";
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_notice.load(), g_notice_length.load());
 }
 }  // namespace
 
-StopSignal::StopSignal() {
+StopSignal::StopSignal(std::string_view notice) {
   g_signal.store(0);
+  g_notice.store(notice.empty() ? kTrainingNotice : notice.data());
+  g_notice_length.store(notice.empty() ? sizeof(kTrainingNotice) - 1 : notice.size());
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);

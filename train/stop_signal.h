@@ -2,11 +2,15 @@
 // SIGINT / SIGTERM as a request to stop: the trainer finishes its step, writes a
 // checkpoint and exits cleanly. A second signal while stopping falls back to the
 // default action (kill), which is safe because checkpoints are written atomically.
+#include <string_view>
+
 namespace shamn {
 
 class StopSignal {
  public:
-  StopSignal();   // installs the handlers
+  // Installs the handlers; `notice` (static text) is what a signal prints on
+  // stderr, by default the trainer's "stopping after this step ...".
+  explicit StopSignal(std::string_view notice = {});
   ~StopSignal();  // restores the previous ones
   StopSignal(const StopSignal&) = delete;
   StopSignal& operator=(const StopSignal&) = delete;

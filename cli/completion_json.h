@@ -1,0 +1,58 @@
+#pragma once
+// The OpenAI-style text completion API (POST /v1/completions) as JSON: the
+// request body read into a CompletionRequest, and the responses written back.
+// Anything a client can send is either read or refused with a RequestError
+// whose message names the field; nothing here trusts the body.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "infer/completion_scheduler.h"
+
+namespace shamn::cli {
+
+// A body the server answers with HTTP 400.
+class RequestError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ServeLimits {
+  int64_t max_tokens = 4096;  // the largest max_tokens a request may ask for
+  int64_t max_prompt_tokens = 8192;
+  double time_limit_s = 600;  // every request's limit (0 = none)
+};
+
+struct ParsedCompletion {
+  CompletionRequest request;
+  bool stream = false;
+};
+
+// Fields: prompt (string, required), max_tokens (16), temperature (0.8), top_k
+// (40), top_p (0.95), seed (random when absent), stop (a string or up to 4),
+// stream (false); n, echo, logprobs and best_of only at their defaults. The
+// sampling defaults are `shamn generate`'s. Other fields (model, user, ...) are
+// ignored, as OpenAI's server does.
+ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
+                                          const ServeLimits& limits);
+
+// What identifies one completion in its responses.
+struct CompletionId {
+  std::string id;       // "cmpl-<n>"
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// The whole response of a non-streaming request.
+std::string completion_json(const CompletionId& id, const std::string& text, FinishReason finish,
+                            int64_t prompt_tokens, int64_t completion_tokens);
+// One server-sent event's data: a piece of text, and the finish reason on the last.
+std::string completion_chunk_json(const CompletionId& id, const std::string& text, FinishReason finish);
+// {"error": {"message": ..., "type": ...}}
+std::string error_json(const std::string& message, const std::string& type);
+
+// OpenAI's finish_reason: "length", "stop", or ours: "cancelled", "time_limit", "error".
+const char* finish_reason_field(FinishReason r);
+
+}  // namespace shamn::cli

@@ -1,0 +1,282 @@
+// `shamn serve`: an HTTP server (cpp-httplib) for a model file, with the
+// OpenAI-style POST /v1/completions (streamed as server-sent events on request),
+// GET /health and GET /metrics (Prometheus text). Requests are decoded together
+// by a CompletionScheduler (continuous batching); HTTP threads only parse,
+// queue, and copy text out.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/completion_json.h"
+#include "cli/model_source.h"
+#include "core/check.h"
+#include "core/kernel_level.h"
+#include "core/parallel.h"
+#include "infer/completion_scheduler.h"
+#include "infer/infer_model.h"
+#include "train/stop_signal.h"
+
+// Last: it pulls in <resolv.h>, whose `_res` macro breaks Eigen's headers.
+#include <httplib.h>
+
+namespace shamn::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", kernel;
+  int port = 8080;
+  CompletionScheduler::Options batching;
+  ServeLimits limits;
+};
+
+using namespace std::chrono_literals;
+
+// How often a waiting response writes to its client: a write to a client that
+// went away fails, and that is how a disconnect is noticed and the request cancelled.
+constexpr auto kHeartbeat = 500ms;
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class Server {
+ public:
+  Server(const ServeArgs& a, const InferModel& model)
+      : args_(a), model_(model), scheduler_(model, a.batching), name_(model_name(a.model)) {
+    // Every client waits in a thread of its own while its request runs: enough
+    // threads for a full batch, a full queue and a few refused or probing clients.
+    const size_t threads = static_cast<size_t>(a.batching.max_batch + a.batching.max_queue + 8);
+    http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http_.set_payload_max_length(1 << 20);
+    http_.set_read_timeout(30, 0);
+    http_.set_write_timeout(30, 0);
+    http_.Post("/v1/completions",
+               [this](const httplib::Request& req, httplib::Response& res) { complete(req, res); });
+    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
+    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+    http_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string message = res.status == 404   ? "no such endpoint"
+                                  : res.status == 413 ? "the body is larger than 1 MiB"
+                                                      : "bad request";
+      res.set_content(error_json(message, "invalid_request_error"), "application/json");
+    });
+    http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+      res.status = 500;
+      res.set_content(error_json("internal error", "server_error"), "application/json");
+    });
+  }
+
+  // Binds, prints the address, and serves until SIGINT or SIGTERM.
+  void run() {
+    const int port = args_.port == 0 ? http_.bind_to_any_port(args_.host)
+                                     : (http_.bind_to_port(args_.host, args_.port) ? args_.port : -1);
+    SHAMN_INPUT_CHECK(port > 0, "cannot listen on ", args_.host, ":", args_.port,
+                      " (in use, or not an address of this machine)");
+    std::printf(
+        "shamn serve: listening on http://%s:%d (model %s, batch %lld, queue %lld, %d threads, kernel %s)\n",
+        args_.host.c_str(), port, name_.c_str(), static_cast<long long>(args_.batching.max_batch),
+        static_cast<long long>(args_.batching.max_queue), num_threads(), kernel_level_name(kernel_level()));
+    std::fflush(stdout);
+    const StopSignal stop("\nshamn serve: stopping: open requests end as cancelled (signal again to kill)\n");
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done.load() && !stop.requested()) std::this_thread::sleep_for(50ms);
+      // Every request ends first (as cancelled), so no connection holds the server open.
+      scheduler_.shutdown();
+      http_.stop();
+    });
+    http_.listen_after_bind();
+    done = true;
+    watcher.join();
+    const CompletionScheduler::Stats s = scheduler_.stats();
+    std::printf("shamn serve: stopped (%lld requests, %lld tokens generated)\n",
+                static_cast<long long>(s.submitted), static_cast<long long>(s.generated_tokens));
+    std::fflush(stdout);
+  }
+
+ private:
+  static std::string model_name(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+  }
+
+  void complete(const httplib::Request& req, httplib::Response& res) {
+    ParsedCompletion parsed;
+    try {
+      parsed = parse_completion_request(req.body, *model_.tokenizer(), args_.limits);
+    } catch (const RequestError& e) {
+      res.status = 400;
+      res.set_content(error_json(e.what(), "invalid_request_error"), "application/json");
+      return;
+    }
+    std::shared_ptr<Completion> completion = scheduler_.submit(std::move(parsed.request));
+    if (!completion) {
+      res.status = 429;
+      res.set_content(error_json("the server is busy: every batch slot and queue place is taken; retry later",
+                                 "server_busy"),
+                      "application/json");
+      return;
+    }
+    const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(), name_};
+    if (parsed.stream)
+      stream(res, completion, id);
+    else
+      respond_whole(res, completion, id);
+  }
+
+  // Server-sent events: one per piece of text, the last with the finish reason,
+  // then "[DONE]". A comment line keeps a waiting client's connection tested.
+  static void stream(httplib::Response& res, const std::shared_ptr<Completion>& completion, CompletionId id) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [completion, id](size_t, httplib::DataSink& sink) {
+          const Completion::Chunk c = completion->take(kHeartbeat);
+          std::string out;
+          if (!c.text.empty() || c.finished != FinishReason::none)
+            out = "data: " + completion_chunk_json(id, c.text, c.finished) + "\n\n";
+          else
+            out = ": waiting\n\n";
+          if (c.finished != FinishReason::none) out += "data: [DONE]\n\n";
+          if (!sink.write(out.data(), out.size())) {
+            completion->cancel();
+            return false;
+          }
+          if (c.finished != FinishReason::none) sink.done();
+          return true;
+        },
+        [completion](bool) { completion->cancel(); });  // a no-op once finished
+  }
+
+  // One JSON body at the end. Until then the body is leading white space (valid
+  // JSON) written every heartbeat: a client that went away fails the write.
+  static void respond_whole(httplib::Response& res, const std::shared_ptr<Completion>& completion,
+                            CompletionId id) {
+    auto text = std::make_shared<std::string>();
+    res.set_chunked_content_provider(
+        "application/json",
+        [completion, id, text](size_t, httplib::DataSink& sink) {
+          const Completion::Chunk c = completion->take(kHeartbeat);
+          *text += c.text;
+          if (c.finished == FinishReason::none) {
+            if (!sink.write(" ", 1)) {
+              completion->cancel();
+              return false;
+            }
+            return true;
+          }
+          const std::string body = completion_json(id, *text, c.finished, completion->prompt_tokens(),
+                                                   completion->completion_tokens()) +
+                                   "\n";
+          if (!sink.write(body.data(), body.size())) return false;
+          sink.done();
+          return true;
+        },
+        [completion](bool) { completion->cancel(); });
+  }
+
+  void health(httplib::Response& res) {
+    const CompletionScheduler::Stats s = scheduler_.stats();
+    res.set_content("{\"status\":\"ok\",\"model\":\"" + name_ + "\",\"running\":" +
+                        std::to_string(s.running) + ",\"queued\":" + std::to_string(s.queued) + "}",
+                    "application/json");
+  }
+
+  // Prometheus' text format.
+  void metrics(httplib::Response& res) {
+    const CompletionScheduler::Stats s = scheduler_.stats();
+    std::string out;
+    auto line = [&out](const std::string& name, const std::string& help, const char* type, double value,
+                       const std::string& labels = "") {
+      if (labels.empty() || labels.find("quantile=\"0.5\"") != std::string::npos ||
+          labels.find("reason=\"length\"") != std::string::npos)
+        out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+      char value_text[64];
+      std::snprintf(value_text, sizeof(value_text), "%.9g", value);
+      out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + value_text + "\n";
+    };
+    const auto d = [](int64_t v) { return static_cast<double>(v); };
+    line("shamn_requests_total", "completion requests accepted", "counter", d(s.submitted));
+    line("shamn_requests_rejected_total", "requests refused with 429 (batch and queue full)", "counter",
+         d(s.rejected));
+    const std::string finished = "requests ended, by finish reason";
+    line("shamn_requests_finished_total", finished, "counter", d(s.finished_length), "reason=\"length\"");
+    line("shamn_requests_finished_total", finished, "counter", d(s.finished_stop), "reason=\"stop\"");
+    line("shamn_requests_finished_total", finished, "counter", d(s.cancelled), "reason=\"cancelled\"");
+    line("shamn_requests_finished_total", finished, "counter", d(s.timed_out), "reason=\"time_limit\"");
+    line("shamn_requests_finished_total", finished, "counter", d(s.failed), "reason=\"error\"");
+    line("shamn_prompt_tokens_total", "prompt tokens run through the model", "counter", d(s.prompt_tokens));
+    line("shamn_generated_tokens_total", "tokens generated", "counter", d(s.generated_tokens));
+    line("shamn_batch_steps_total", "forward passes of the running batch", "counter", d(s.steps));
+    line("shamn_queue_depth", "requests waiting for a batch slot", "gauge", d(s.queued));
+    line("shamn_running_streams", "requests in the running batch", "gauge", d(s.running));
+    const std::string latency = "seconds from a request's arrival to its end (last 1000 finished)";
+    line("shamn_request_latency_seconds", latency, "summary", s.latency_p50, "quantile=\"0.5\"");
+    line("shamn_request_latency_seconds", latency, "summary", s.latency_p99, "quantile=\"0.99\"");
+    const std::string first = "seconds from a request's arrival to its first token (last 1000 finished)";
+    line("shamn_first_token_seconds", first, "summary", s.first_token_p50, "quantile=\"0.5\"");
+    line("shamn_first_token_seconds", first, "summary", s.first_token_p99, "quantile=\"0.99\"");
+    res.set_content(out, "text/plain; version=0.0.4");
+  }
+
+  const ServeArgs& args_;
+  const InferModel& model_;
+  CompletionScheduler scheduler_;
+  const std::string name_;
+  std::atomic<int64_t> next_id_{1};
+  httplib::Server http_;
+};
+
+void run_serve(const ServeArgs& a) {
+  apply_kernel_flag(a.kernel);
+  SHAMN_INPUT_CHECK(a.port >= 0 && a.port <= 65535, "--port ", a.port,
+                    " must lie in [0, 65535] (0: any free port)");
+  SHAMN_INPUT_CHECK(a.batching.max_batch >= 1 && a.batching.max_batch <= 1024, "--max-batch ",
+                    a.batching.max_batch, " must lie in [1, 1024]");
+  SHAMN_INPUT_CHECK(a.batching.max_queue >= 0 && a.batching.max_queue <= 4096, "--max-queue ",
+                    a.batching.max_queue, " must lie in [0, 4096]");
+  SHAMN_INPUT_CHECK(a.batching.prefill_chunk >= 1, "--prefill-chunk must be >= 1");
+  SHAMN_INPUT_CHECK(a.limits.max_tokens >= 0, "--max-tokens-limit must be >= 0");
+  SHAMN_INPUT_CHECK(a.limits.max_prompt_tokens >= 1, "--max-prompt-tokens must be >= 1");
+  SHAMN_INPUT_CHECK(a.limits.time_limit_s >= 0, "--time-limit must be >= 0 (0: none)");
+  const InferModel model(ShqFile::open(a.model));
+  SHAMN_INPUT_CHECK(model.tokenizer().has_value(), "model file '", a.model,
+                    "' has no tokenizer: re-export it with --tokenizer PATH");
+  Server server(a, model);
+  server.run();
+}
+
+}  // namespace
+
+void register_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* c = app.add_subcommand("serve", "serve a model over HTTP (OpenAI-style /v1/completions)");
+  c->add_option("model", a->model, "model file (.shq, with a tokenizer)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c->add_option("--host", a->host, "address to listen on (loopback by default)")->capture_default_str();
+  c->add_option("--port", a->port, "port (0: any free one, printed at start)")->capture_default_str();
+  c->add_option("--max-batch", a->batching.max_batch, "requests decoded together")->capture_default_str();
+  c->add_option("--max-queue", a->batching.max_queue, "requests waiting beyond the batch; more get 429")
+      ->capture_default_str();
+  c->add_option("--prefill-chunk", a->batching.prefill_chunk, "prompt tokens per request and step")
+      ->capture_default_str();
+  c->add_option("--max-tokens-limit", a->limits.max_tokens, "the largest max_tokens a request may ask for")
+      ->capture_default_str();
+  c->add_option("--max-prompt-tokens", a->limits.max_prompt_tokens, "the longest prompt, in tokens")
+      ->capture_default_str();
+  c->add_option("--time-limit", a->limits.time_limit_s,
+                "seconds a request may take, queue included (0: none)")
+      ->capture_default_str();
+  c->add_option("--kernel", a->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  c->callback([a] { run_serve(*a); });
+}
+
+}  // namespace shamn::cli

@@ -1,0 +1,351 @@
+#include "infer/completion_scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/check.h"
+
+namespace shamn {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The end of text[0, end) moved back so that it does not split a UTF-8
+// character: a client shown the text piece by piece never sees half of one.
+size_t whole_characters(const std::string& text, size_t end) {
+  for (size_t k = 1; k <= 4 && k <= end; ++k) {
+    const auto c = static_cast<unsigned char>(text[end - k]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return length > k ? end - k : end;
+  }
+  return end;  // not UTF-8 here: nothing to keep together
+}
+
+// Nearest-rank quantile of the last finished requests.
+double quantile(std::deque<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
+  return values[rank];
+}
+
+void remember(std::deque<double>& window, double value) {
+  window.push_back(value);
+  if (window.size() > 1000) window.pop_front();
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::none:
+      return "none";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::time_limit:
+      return "time_limit";
+    case FinishReason::error:
+      return "error";
+  }
+  return "?";
+}
+
+// ---- Completion ----
+
+Completion::Chunk Completion::take(std::chrono::milliseconds wait) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, wait, [&] { return taken_ < released_ || finished_ != FinishReason::none; });
+  Chunk c;
+  c.text = text_.substr(taken_, released_ - taken_);
+  taken_ = released_;
+  if (taken_ == text_.size()) {
+    c.finished = finished_;
+    c.error = error_;
+  }
+  return c;
+}
+
+void Completion::cancel() {
+  const std::lock_guard lock(mutex_);
+  cancel_ = true;
+}
+
+bool Completion::cancelled() const {
+  const std::lock_guard lock(mutex_);
+  return cancel_;
+}
+
+int64_t Completion::completion_tokens() const {
+  const std::lock_guard lock(mutex_);
+  return tokens_;
+}
+
+bool Completion::append(const std::string& piece, const std::vector<std::string>& stop) {
+  const std::lock_guard lock(mutex_);
+  const size_t before = text_.size();
+  text_ += piece;
+  ++tokens_;
+  size_t longest = 0;
+  for (const std::string& s : stop) longest = std::max(longest, s.size());
+  // A stop string ending in the new piece starts at most longest - 1 bytes before it.
+  const size_t from = before >= longest ? before - longest + 1 : 0;
+  size_t cut = std::string::npos;
+  for (const std::string& s : stop)
+    if (!s.empty()) cut = std::min(cut, text_.find(s, from));
+  if (cut != std::string::npos) {
+    text_.resize(cut);
+    return true;  // finish() releases the rest
+  }
+  // Held back: the last longest - 1 bytes, which may be the start of a stop string.
+  const size_t safe = text_.size() - std::min(text_.size(), longest > 0 ? longest - 1 : 0);
+  released_ = std::max(released_, whole_characters(text_, safe));
+  changed_.notify_all();
+  return false;
+}
+
+void Completion::finish(FinishReason reason, std::string error) {
+  const std::lock_guard lock(mutex_);
+  if (finished_ == FinishReason::none) {
+    finished_ = reason;
+    error_ = std::move(error);
+  }
+  released_ = text_.size();
+  changed_.notify_all();
+}
+
+// ---- CompletionScheduler ----
+
+struct CompletionScheduler::Stream {
+  CompletionRequest request;
+  std::shared_ptr<Completion> completion = std::make_shared<Completion>();
+  DecodeState state;
+  Sampler sampler;
+  int64_t prefilled = 0;  // prompt tokens through the model so far
+  int32_t next = 0;       // the last sampled token, fed at the next step
+  Clock::time_point submitted = Clock::now();
+  double first_token_s = -1;
+  bool done = false;
+
+  Stream(CompletionRequest r, DecodeState s)
+      : request(std::move(r)), state(std::move(s)), sampler(request.sampling) {}
+
+  bool expired(Clock::time_point now) const {
+    return request.time_limit_s > 0 && seconds_between(submitted, now) > request.time_limit_s;
+  }
+};
+
+CompletionScheduler::CompletionScheduler(const InferModel& model, Options options)
+    : model_(model), options_(options) {
+  SHAMN_INPUT_CHECK(model.tokenizer().has_value(),
+                    "the model file has no tokenizer: re-export it with --tokenizer PATH");
+  SHAMN_INPUT_CHECK(options.max_batch >= 1 && options.max_queue >= 0 && options.prefill_chunk >= 1,
+                    "the batch and the prefill chunk must hold at least one, the queue zero or more");
+  worker_ = std::thread([this] { run(); });
+}
+
+void CompletionScheduler::shutdown() {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+CompletionScheduler::~CompletionScheduler() { shutdown(); }
+
+std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest request) {
+  SHAMN_INPUT_CHECK(!request.prompt.empty(), "the prompt is empty: the model needs a token to continue");
+  for (const int32_t t : request.prompt)
+    SHAMN_INPUT_CHECK(t >= 0 && t < model_.vocab_size(), "prompt token ", t,
+                      " is outside the vocabulary [0, ", model_.vocab_size(), ")");
+  SHAMN_INPUT_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0");
+  SHAMN_INPUT_CHECK(request.time_limit_s >= 0, "the time limit must be >= 0");
+  request.sampling.validate();
+  auto stream = std::make_unique<Stream>(std::move(request), model_.new_state());
+  std::shared_ptr<Completion> completion = stream->completion;
+  completion->prompt_tokens_ = static_cast<int64_t>(stream->request.prompt.size());
+  {
+    const std::lock_guard lock(mutex_);
+    const int64_t free_slots = options_.max_batch - running_count_;
+    if (stopping_ ||
+        static_cast<int64_t>(queue_.size()) >= options_.max_queue + std::max<int64_t>(free_slots, 0)) {
+      ++counts_.rejected;
+      return nullptr;
+    }
+    ++counts_.submitted;
+    queue_.push_back(std::move(stream));
+  }
+  work_.notify_all();
+  return completion;
+}
+
+CompletionScheduler::Stats CompletionScheduler::stats() const {
+  const std::lock_guard lock(mutex_);
+  Stats s = counts_;
+  s.queued = static_cast<int64_t>(queue_.size());
+  s.running = running_count_;
+  s.latency_p50 = quantile(latencies_, 0.5);
+  s.latency_p99 = quantile(latencies_, 0.99);
+  s.first_token_p50 = quantile(first_tokens_, 0.5);
+  s.first_token_p99 = quantile(first_tokens_, 0.99);
+  return s;
+}
+
+void CompletionScheduler::run() {
+  for (;;) {
+    std::vector<std::unique_ptr<Stream>> ended;
+    {
+      std::unique_lock lock(mutex_);
+      work_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+      if (stopping_) break;
+      ended = admit_locked();
+    }
+    for (auto& s : ended)
+      retire(*s, s->completion->cancelled() ? FinishReason::cancelled : FinishReason::time_limit);
+    step();
+  }
+  for (auto& s : running_) retire(*s, FinishReason::cancelled);
+  std::deque<std::unique_ptr<Stream>> waiting;
+  {
+    const std::lock_guard lock(mutex_);
+    waiting.swap(queue_);
+  }
+  for (auto& s : waiting) retire(*s, FinishReason::cancelled);
+}
+
+// Under mutex_: the waiting requests fill the batch in arrival order. Those
+// cancelled or out of time are returned, to end outside the lock.
+std::vector<std::unique_ptr<CompletionScheduler::Stream>> CompletionScheduler::admit_locked() {
+  const Clock::time_point now = Clock::now();
+  std::deque<std::unique_ptr<Stream>> kept;
+  std::vector<std::unique_ptr<Stream>> ended;
+  for (auto& s : queue_) {
+    if (s->completion->cancelled() || s->expired(now))
+      ended.push_back(std::move(s));
+    else
+      kept.push_back(std::move(s));
+  }
+  queue_.swap(kept);
+  while (!queue_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
+    running_.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  running_count_ = static_cast<int64_t>(running_.size());
+  return ended;
+}
+
+void CompletionScheduler::step() {
+  const Clock::time_point now = Clock::now();
+  for (auto& s : running_) {
+    if (s->done) continue;
+    if (s->completion->cancelled())
+      retire(*s, FinishReason::cancelled);
+    else if (s->expired(now))
+      retire(*s, FinishReason::time_limit);
+    else if (s->request.max_tokens == 0)
+      retire(*s, FinishReason::length);
+  }
+  // One step per live stream: its next prompt chunk, or its last sampled token.
+  std::vector<StreamStep> steps;
+  std::vector<Stream*> owners;
+  std::vector<uint8_t> samples;  // whether the step's logits give a new token
+  for (auto& s : running_) {
+    if (s->done) continue;
+    const auto prompt_n = static_cast<int64_t>(s->request.prompt.size());
+    if (s->prefilled < prompt_n) {
+      const int64_t n = std::min(options_.prefill_chunk, prompt_n - s->prefilled);
+      steps.push_back({&s->state, s->request.prompt.data() + s->prefilled, n, false});
+      s->prefilled += n;
+      samples.push_back(s->prefilled == prompt_n);
+    } else {
+      steps.push_back({&s->state, &s->next, 1, false});
+      samples.push_back(1);
+    }
+    owners.push_back(s.get());
+  }
+  int64_t generated = 0, prompt_tokens = 0;
+  std::vector<std::pair<Stream*, FinishReason>> ending;
+  if (!steps.empty()) {
+    const int64_t V = model_.vocab_size();
+    std::vector<float> logits(steps.size() * static_cast<size_t>(V));
+    try {
+      model_.forward(steps, logits.data());
+    } catch (const std::exception& e) {
+      for (Stream* s : owners) retire(*s, FinishReason::error, e.what());
+      owners.clear();
+    }
+    const Tokenizer& tok = *model_.tokenizer();
+    for (size_t i = 0; i < owners.size(); ++i) {
+      Stream& s = *owners[i];
+      if (steps[i].tokens != &s.next) prompt_tokens += steps[i].n;
+      if (!samples[i]) continue;
+      s.next = s.sampler.sample(logits.data() + i * static_cast<size_t>(V), V);
+      ++generated;
+      if (s.first_token_s < 0) s.first_token_s = seconds_between(s.submitted, Clock::now());
+      // Ids past the tokenizer (a model vocabulary larger than the tokenizer's) add no text.
+      static const std::string kNothing;
+      const std::string& piece =
+          s.next < tok.vocab_size() ? tok.token_bytes(static_cast<uint32_t>(s.next)) : kNothing;
+      if (s.completion->append(piece, s.request.stop))
+        ending.emplace_back(&s, FinishReason::stop);
+      else if (s.completion->completion_tokens() >= s.request.max_tokens)
+        ending.emplace_back(&s, FinishReason::length);
+    }
+  }
+  {
+    const std::lock_guard lock(mutex_);
+    counts_.generated_tokens += generated;
+    counts_.prompt_tokens += prompt_tokens;
+    if (!steps.empty()) ++counts_.steps;
+  }
+  // After the counts: a reader that sees its completion end sees its tokens counted.
+  for (const auto& [s, reason] : ending) retire(*s, reason);
+  std::erase_if(running_, [](const std::unique_ptr<Stream>& s) { return s->done; });
+  const std::lock_guard lock(mutex_);
+  running_count_ = static_cast<int64_t>(running_.size());
+}
+
+void CompletionScheduler::retire(Stream& s, FinishReason reason, std::string error) {
+  if (s.done) return;
+  s.done = true;
+  {
+    // Counted before the completion ends, so a reader that sees it end sees it counted.
+    const std::lock_guard lock(mutex_);
+    switch (reason) {
+      case FinishReason::length:
+        ++counts_.finished_length;
+        break;
+      case FinishReason::stop:
+        ++counts_.finished_stop;
+        break;
+      case FinishReason::cancelled:
+        ++counts_.cancelled;
+        break;
+      case FinishReason::time_limit:
+        ++counts_.timed_out;
+        break;
+      case FinishReason::error:
+      case FinishReason::none:
+        ++counts_.failed;
+        break;
+    }
+    if (reason == FinishReason::length || reason == FinishReason::stop) {
+      remember(latencies_, seconds_between(s.submitted, Clock::now()));
+      if (s.first_token_s >= 0) remember(first_tokens_, s.first_token_s);
+    }
+  }
+  s.completion->finish(reason, std::move(error));
+}
+
+}  // namespace shamn

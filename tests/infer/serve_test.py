@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""`shamn serve` end to end, on loopback ports the server picks itself:
+
+- concurrent clients (plain and streaming, greedy and sampled) get exactly the
+  text `shamn generate` prints for the same prompt, seed and sampling;
+- a stop string ends the text before it; /health and /metrics answer;
+- malformed requests get HTTP 400 (404, 413) with a JSON error, raw garbage and
+  half-sent requests are survived;
+- a client that disconnects (streaming or not) cancels its request;
+- a full batch and queue answer 429; a request past the time limit ends with
+  finish_reason "time_limit";
+- SIGTERM stops the server with status 0.
+
+Nothing waits on a timer to decide an outcome: where the test must observe the
+server's state (a request queued, a cancellation counted) it polls /metrics
+until the state is reached, with a generous deadline only against a hang.
+
+Usage: serve_test.py SHAMN_BINARY CONFIG WORKDIR
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+shamn, config, work = sys.argv[1], sys.argv[2], sys.argv[3]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+DEADLINE = 120  # seconds: only a hung server takes this long
+START = time.monotonic()
+
+
+def say(message):
+    print(f"[{time.monotonic() - START:6.1f} s] {message}", flush=True)
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+def run(*args):
+    return subprocess.run([shamn, *args], check=True, capture_output=True).stdout
+
+
+# A tiny model with a tokenizer, as tests/infer/cli_infer.sh builds it.
+with open(f"{work}/text.txt", "w") as f:
+    for i in range(1, 201):
+        f.write(f"Story {i}: the cat sat on the mat and the dog ran {i * 7} times.\n\n")
+run("tokenizer", "train", "--input", f"{work}/text.txt", "--vocab", "320", "-o", f"{work}/tok.bpe")
+# The model's vocabulary is the tokenizer's, so every sampled id is text.
+with open(config) as f, open(f"{work}/model.toml", "w") as out:
+    out.write("".join("vocab_size = 320\n" if line.startswith("vocab_size") else line for line in f))
+run("init", f"{work}/model.toml", "-o", f"{work}/model.h5", "--seed", "3")
+run("export", f"{work}/model.h5", "--quant", "int8", "--tokenizer", f"{work}/tok.bpe", "-o", f"{work}/m.shq")
+model = f"{work}/m.shq"
+
+
+def generate(prompt, max_tokens, temperature, top_k, top_p, seed):
+    out = run("--threads", "1", "generate", model, "--prompt", prompt, "--max-tokens", str(max_tokens),
+              "--temperature", str(temperature), "--top-k", str(top_k), "--top-p", str(top_p),
+              "--seed", str(seed))
+    assert out.startswith(prompt.encode()) and out.endswith(b"\n"), out
+    return out[len(prompt.encode()):-1].decode("utf-8", errors="replace")
+
+
+class Server:
+    def __init__(self, *flags):
+        self.proc = subprocess.Popen([shamn, "--threads", "2", "serve", model, "--port", "0", *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on http://127.0.0.1:" not in line:
+            fail(f"the server did not start: {line!r} {self.proc.stderr.read()}")
+        self.port = int(line.split("127.0.0.1:")[1].split()[0])
+
+    def request(self, method, path, body=None, raw=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=DEADLINE)
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        payload = r.read().decode("utf-8", errors="replace")
+        c.close()
+        return r.status, payload
+
+    def complete(self, body):
+        status, payload = self.request("POST", "/v1/completions", body)
+        if status != 200:
+            fail(f"{body}: HTTP {status} {payload}")
+        return json.loads(payload)
+
+    def stream(self, body):
+        """The text of every event, the last event's finish reason, and whether [DONE] came."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=DEADLINE)
+        c.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}))
+        r = c.getresponse()
+        if r.status != 200 or not r.getheader("Content-Type", "").startswith("text/event-stream"):
+            fail(f"stream: HTTP {r.status} {r.getheader('Content-Type')}")
+        text, finish, done = "", None, False
+        for raw in r:
+            line = raw.decode().rstrip("\n")
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                break
+            event = json.loads(line[6:])
+            text += event["choices"][0]["text"]
+            finish = event["choices"][0]["finish_reason"] or finish
+        c.close()
+        return text, finish, done
+
+    def metric(self, name):
+        _, payload = self.request("GET", "/metrics")
+        for line in payload.splitlines():
+            if line.split(" ")[0] == name:
+                return float(line.split(" ")[-1])
+        fail(f"no metric {name} in {payload}")
+
+    def wait_for(self, name, at_least):
+        end = time.time() + DEADLINE
+        while self.metric(name) < at_least:
+            if time.time() > end:
+                fail(f"{name} never reached {at_least}")
+            time.sleep(0.02)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = self.proc.communicate(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            fail("the server did not stop on SIGTERM")
+        if self.proc.returncode != 0 or "stopped" not in out:
+            fail(f"the server exited {self.proc.returncode}: {out} {err}")
+
+
+server = Server("--max-batch", "4", "--max-queue", "16", "--max-tokens-limit", "100000000")
+
+# ---- health and the same text as generate, from concurrent clients ----
+status, payload = server.request("GET", "/health")
+if status != 200 or json.loads(payload)["status"] != "ok":
+    fail(f"/health: {status} {payload}")
+
+cases = [("the cat", 40, 0.8, 40, 0.95, seed) for seed in range(1, 7)] + [
+    ("the dog ran", 30, 0, 40, 0.95, 1), ("Story 3:", 50, 1.2, 0, 0.9, 11), ("mat", 1, 0.8, 40, 0.95, 2),
+    ("the", 0, 0.8, 40, 0.95, 2)]
+expected = [generate(*c) for c in cases]
+results = [None] * (2 * len(cases))
+
+
+def client(i):
+    prompt, n, temp, k, p, seed = cases[i % len(cases)]
+    body = {"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p, "seed": seed}
+    if i < len(cases):
+        r = server.complete(body)
+        results[i] = (r["choices"][0]["text"], r["choices"][0]["finish_reason"], r["usage"]["completion_tokens"])
+    else:
+        text, finish, done = server.stream(body)
+        results[i] = (text, finish, n if done else -1)
+
+
+threads = [threading.Thread(target=client, args=(i,)) for i in range(len(results))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for i, (text, finish, tokens) in enumerate(results):
+    c = cases[i % len(cases)]
+    kind = "plain" if i < len(cases) else "streamed"
+    if text != expected[i % len(cases)]:
+        fail(f"{kind} {c}: {text!r} differs from generate's {expected[i % len(cases)]!r}")
+    if finish != "length" or tokens != c[1]:
+        fail(f"{kind} {c}: finish {finish}, {tokens} tokens")
+say(f"{len(results)} concurrent clients, plain and streamed: the text of shamn generate")
+
+# ---- stop strings ----
+# The longest text of the cases above, cut at a piece of its second half.
+case = max(range(len(cases)), key=lambda i: len(expected[i]))
+full, (prompt, n, temp, k, p, seed) = expected[case], cases[case]
+if len(full) < 8:
+    fail(f"the model generates too little text to test stop strings: {full!r}")
+stop = full[len(full) // 2:len(full) // 2 + 3]
+body = {"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p, "seed": seed}
+r = server.complete({**body, "stop": ["\u2603", stop]})
+cut = full[:full.index(stop)]
+if r["choices"][0]["text"] != cut or r["choices"][0]["finish_reason"] != "stop":
+    fail(f"stop {stop!r}: {r['choices'][0]} (expected {cut!r})")
+text, finish, done = server.stream({**body, "stop": stop})
+if text != cut or finish != "stop" or not done:
+    fail(f"streamed stop {stop!r}: {text!r} {finish}")
+say("stop strings: the text ends before the first one")
+
+# ---- malformed requests ----
+bad = [
+    (b"{", 400), (b"", 400), (b"[]", 400), (b'"prompt"', 400), (b"\xff\xfe", 400),
+    (json.dumps({}), 400), (json.dumps({"prompt": 5}), 400), (json.dumps({"prompt": ""}), 400),
+    (json.dumps({"prompt": "a", "max_tokens": -1}), 400), (json.dumps({"prompt": "a", "max_tokens": 1e9}), 400),
+    (json.dumps({"prompt": "a", "max_tokens": "5"}), 400), (json.dumps({"prompt": "a", "max_tokens": 10**30}), 400),
+    (json.dumps({"prompt": "a", "temperature": -1}), 400), (json.dumps({"prompt": "a", "temperature": "hot"}), 400),
+    (json.dumps({"prompt": "a", "top_p": 0}), 400), (json.dumps({"prompt": "a", "top_p": 1.5}), 400),
+    (json.dumps({"prompt": "a", "top_k": -3}), 400), (json.dumps({"prompt": "a", "seed": -1}), 400),
+    (json.dumps({"prompt": "a", "stop": 5}), 400), (json.dumps({"prompt": "a", "stop": ["a"] * 5}), 400),
+    (json.dumps({"prompt": "a", "stop": [""]}), 400), (json.dumps({"prompt": "a", "stream": "yes"}), 400),
+    (json.dumps({"prompt": "a", "n": 2}), 400), (json.dumps({"prompt": "a", "logprobs": 3}), 400),
+    (json.dumps({"prompt": "a", "echo": True}), 400), (json.dumps({"prompt": "a" * 100000}), 400),
+]
+for body, want in bad:
+    status, payload = server.request("POST", "/v1/completions", raw=body)
+    try:
+        message = json.loads(payload)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        fail(f"{body[:60]!r}: not a JSON error: {payload[:200]!r}")
+    if status != want or not message:
+        fail(f"{body[:60]!r}: HTTP {status} {payload[:200]} (expected {want})")
+# A body over 1 MiB.
+s = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE)
+size = (1 << 20) + 1
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size)
+answer = b""
+while b"}" not in answer:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    answer += chunk
+s.close()
+if not answer.startswith(b"HTTP/1.1 413") or b'"error"' not in answer:
+    fail(f"a body over 1 MiB: {answer[:300]!r}")
+status, payload = server.request("GET", "/v1/nothing")
+if status != 404 or "error" not in json.loads(payload):
+    fail(f"unknown endpoint: {status} {payload}")
+for junk in (b"\x00\x01\x02garbage\r\n\r\n", b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro",
+             b"GET / HTTP/1.1\r\n" + b"X: " + b"y" * 100000 + b"\r\n\r\n"):
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE)
+    s.sendall(junk)
+    s.close()
+if server.request("GET", "/health")[0] != 200:
+    fail("the server did not survive malformed input")
+say(f"{len(bad) + 2} malformed requests refused with a JSON error; raw garbage survived")
+
+# ---- a client that disconnects cancels its request ----
+cancelled = server.metric('shamn_requests_finished_total{reason="cancelled"}')
+s = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE)
+body = json.dumps({"prompt": "the cat", "max_tokens": 100000000, "stream": True}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+          + str(len(body)).encode() + b"\r\n\r\n" + body)
+got = b""
+while got.count(b"data: ") < 2:
+    chunk = s.recv(4096)
+    if not chunk:
+        fail("the stream ended early")
+    got += chunk
+s.close()
+server.wait_for('shamn_requests_finished_total{reason="cancelled"}', cancelled + 1)
+s = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE)
+body = json.dumps({"prompt": "the dog", "max_tokens": 100000000}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
+          + b"\r\n\r\n" + body)
+server.wait_for("shamn_running_streams", 1)
+s.close()
+server.wait_for('shamn_requests_finished_total{reason="cancelled"}', cancelled + 2)
+say("disconnected clients (streaming and not): their requests cancelled")
+server.stop()
+
+# ---- a full batch and queue: 429; the time limit ----
+busy = Server("--max-batch", "1", "--max-queue", "1", "--max-tokens-limit", "100000000", "--time-limit", "3")
+first = socket.create_connection(("127.0.0.1", busy.port), timeout=DEADLINE)
+body = json.dumps({"prompt": "the cat", "max_tokens": 100000000, "stream": True}).encode()
+first.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
+              + b"\r\n\r\n" + body)
+busy.wait_for("shamn_running_streams", 1)
+second = {}
+waiter = threading.Thread(target=lambda: second.update(
+    r=busy.request("POST", "/v1/completions", {"prompt": "the dog", "max_tokens": 100000000})))
+waiter.start()
+busy.wait_for("shamn_queue_depth", 1)
+status, payload = busy.request("POST", "/v1/completions", {"prompt": "the", "max_tokens": 5})
+if status != 429 or "busy" not in json.loads(payload)["error"]["message"]:
+    fail(f"a full server answered {status} {payload}")
+first.close()
+waiter.join()
+status, payload = second["r"]
+if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "time_limit":
+    fail(f"a request past the time limit: {status} {payload[:300]}")
+if busy.metric("shamn_requests_rejected_total") != 1:
+    fail("the refusal was not counted")
+busy.stop()
+say("a full server answers 429; a request past --time-limit ends with finish_reason time_limit")
+say("SIGTERM: both servers stopped with status 0")

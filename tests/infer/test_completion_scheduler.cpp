@@ -1,0 +1,208 @@
+// Continuous batching (infer/completion_scheduler.h): requests decoded together,
+// admitted from a queue, prompts in chunks, each getting exactly the text of
+// decoding it alone; stop strings, cancellation and a full queue.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+#include "infer/completion_scheduler.h"
+#include "infer/export_model.h"
+#include "infer/infer_model.h"
+#include "infer/sampler.h"
+#include "layers/shamn_model.h"
+#include "train/model_checkpoint.h"
+
+namespace shamn {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* kText = "the cat sat on the mat. the dog ran to the cat. a cat and a dog sat. ";
+
+// A tiny model with a tokenizer trained on kText, as a .shq image in memory.
+InferModel tiny_model() {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("shamn_sched_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const ModelConfig config = ModelConfig::from_toml(R"([model]
+vocab_size = 300
+dim = 32
+n_layers = 2
+[model.embed]
+buckets = 40
+[model.sparse]
+block = 16
+sparsity = 0.5
+[model.memory]
+size = 64
+topk = 4
+key_dim = 16
+[model.moe]
+groups = 2
+experts_per_group = 2
+k = 2
+)",
+                                                    "tiny");
+  Shamn model(config);
+  model.init(3);
+  save_model_checkpoint(dir + "/m.h5", model, config.to_toml(), 1);
+  ExportOptions o;
+  o.quant = ShqQuant::int8;
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += kText;
+  o.tokenizer_text = Tokenizer::train(text, 300).to_text();
+  const std::vector<uint8_t> image = export_model_image(dir + "/m.h5", o);
+  std::filesystem::remove_all(dir);
+  return InferModel(ShqFile::from_bytes(image.data(), image.size(), "tiny"));
+}
+
+std::vector<int32_t> encode(const InferModel& m, const std::string& text) {
+  const std::vector<uint32_t> ids = m.tokenizer()->encode(text);
+  return {ids.begin(), ids.end()};
+}
+
+// What `shamn generate` prints after the prompt, cut before the first stop string.
+std::string alone(const InferModel& m, const CompletionRequest& r) {
+  const int64_t V = m.vocab_size();
+  std::vector<float> logits(static_cast<size_t>(V));
+  DecodeState state = m.new_state();
+  Sampler sampler(r.sampling);
+  m.forward(r.prompt.data(), static_cast<int64_t>(r.prompt.size()), state, logits.data(), false);
+  std::string text;
+  for (int64_t i = 0; i < r.max_tokens; ++i) {
+    const int32_t next = sampler.sample(logits.data(), V);
+    if (next < m.tokenizer()->vocab_size()) text += m.tokenizer()->token_bytes(static_cast<uint32_t>(next));
+    if (i + 1 < r.max_tokens) m.forward(&next, 1, state, logits.data(), false);
+  }
+  size_t cut = std::string::npos;
+  for (const std::string& s : r.stop) cut = std::min(cut, text.find(s));
+  return cut == std::string::npos ? text : text.substr(0, cut);
+}
+
+// Reads a completion to its end.
+std::string drain(Completion& c, FinishReason& finish) {
+  std::string text;
+  for (;;) {
+    Completion::Chunk chunk = c.take(1000ms);
+    text += chunk.text;
+    if (chunk.finished != FinishReason::none) {
+      finish = chunk.finished;
+      return text;
+    }
+  }
+}
+
+CompletionRequest request(const InferModel& m, const std::string& prompt, int64_t max_tokens,
+                          double temperature, uint64_t seed) {
+  CompletionRequest r;
+  r.prompt = encode(m, prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("batched completions give each request the text it gets alone", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  std::vector<CompletionRequest> requests;
+  const char* prompts[] = {"the cat", "a dog sat on the mat. the", "the", "cat and"};
+  for (int i = 0; i < 8; ++i)
+    requests.push_back(request(m, prompts[i % 4], 5 + 7 * i, i % 3 == 0 ? 0.0 : 0.9, 100 + i));
+  requests.push_back(request(m, "the mat", 0, 0.8, 1));  // nothing to generate
+  // A batch smaller than the requests (some wait in the queue) and prompts
+  // split in chunks of 3 tokens, interleaved with other streams' decode steps.
+  for (const int64_t chunk : {int64_t{512}, int64_t{3}}) {
+    CompletionScheduler scheduler(m, {3, 16, chunk});
+    std::vector<std::shared_ptr<Completion>> running;
+    for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      REQUIRE(running[i] != nullptr);
+      FinishReason finish = FinishReason::none;
+      INFO("request " << i << ", prefill chunk " << chunk);
+      CHECK(drain(*running[i], finish) == alone(m, requests[i]));
+      CHECK(finish == FinishReason::length);
+      CHECK(running[i]->completion_tokens() == requests[i].max_tokens);
+    }
+    const CompletionScheduler::Stats s = scheduler.stats();
+    CHECK(s.submitted == 9);
+    CHECK(s.finished_length == 9);
+    int64_t generated = 0;
+    for (const CompletionRequest& r : requests) generated += r.max_tokens;
+    CHECK(s.generated_tokens == generated);
+  }
+}
+
+TEST_CASE("a stop string ends the text before it, and no piece shows part of it", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  CompletionRequest r = request(m, "the cat", 60, 0.0, 1);
+  const std::string full = alone(m, r);
+  REQUIRE(full.size() > 20);
+  r.stop = {"\x01never", full.substr(12, 3)};
+  CompletionScheduler scheduler(m, {});
+  std::shared_ptr<Completion> c = scheduler.submit(r);
+  std::string text;
+  FinishReason finish = FinishReason::none;
+  for (;;) {
+    const Completion::Chunk chunk = c->take(1000ms);
+    text += chunk.text;
+    // Until the end, what was shown is a prefix of the final text.
+    CHECK(full.compare(0, text.size(), text) == 0);
+    if (chunk.finished != FinishReason::none) {
+      finish = chunk.finished;
+      break;
+    }
+  }
+  CHECK(text == alone(m, r));
+  CHECK(text.size() <= 12);
+  CHECK(finish == FinishReason::stop);
+  CHECK(scheduler.stats().finished_stop == 1);
+}
+
+TEST_CASE("a cancelled completion ends at the next step, and a full queue refuses", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  CompletionScheduler scheduler(m, {1, 1, 512});
+  std::shared_ptr<Completion> first = scheduler.submit(request(m, "the cat", 100000000, 0.8, 1));
+  std::shared_ptr<Completion> second = scheduler.submit(request(m, "the dog", 100000000, 0.8, 2));
+  REQUIRE(first != nullptr);
+  REQUIRE(second != nullptr);
+  // One running, one waiting, whichever the worker has admitted yet: no room left.
+  CHECK(scheduler.submit(request(m, "the", 5, 0.8, 3)) == nullptr);
+  CHECK(scheduler.stats().rejected == 1);
+  first->cancel();
+  second->cancel();
+  FinishReason finish = FinishReason::none;
+  drain(*first, finish);
+  CHECK(finish == FinishReason::cancelled);
+  drain(*second, finish);
+  CHECK(finish == FinishReason::cancelled);
+  CHECK(scheduler.stats().cancelled == 2);
+}
+
+TEST_CASE("requests are checked, and shutdown cancels what runs and refuses more", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  CompletionScheduler scheduler(m, {});
+  CompletionRequest empty = request(m, "the", 5, 0.8, 1);
+  empty.prompt.clear();
+  CHECK_THROWS_WITH(scheduler.submit(empty), Catch::Contains("prompt is empty"));
+  CompletionRequest out_of_range = request(m, "the", 5, 0.8, 1);
+  out_of_range.prompt[0] = 300;
+  CHECK_THROWS_WITH(scheduler.submit(out_of_range), Catch::Contains("outside the vocabulary"));
+  CompletionRequest bad_p = request(m, "the", 5, 0.8, 1);
+  bad_p.sampling.top_p = 0;
+  CHECK_THROWS(scheduler.submit(bad_p));
+  std::shared_ptr<Completion> running = scheduler.submit(request(m, "the cat", 100000000, 0.8, 1));
+  scheduler.shutdown();
+  FinishReason finish = FinishReason::none;
+  drain(*running, finish);
+  CHECK(finish == FinishReason::cancelled);
+  CHECK(scheduler.submit(request(m, "the", 5, 0.8, 1)) == nullptr);
+}
+
+}  // namespace shamn
