@@ -1,17 +1,21 @@
 #pragma once
 // An uninitialised, 64-byte-aligned array for a kernel's intermediate values.
-// std::vector zero-fills (a memset the kernel then overwrites), and its large
-// blocks come fresh from the OS on every call; a Buffer takes its memory from
-// aligned_alloc_bytes, whose cache hands the same large blocks back call after
-// call, so a forward pass neither clears nor page-faults its activations.
+// std::vector zero-fills (a memset the kernel then overwrites) and goes to the
+// C library on every call. A Buffer takes large blocks from aligned_alloc_bytes,
+// whose cache hands the same blocks back call after call (no page faults), and
+// small ones from a per-thread pool of recently freed blocks: a decode step
+// makes dozens of small scratch arrays, and aligned_alloc for each was 4% of
+// its instructions.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
-#include "core/aligned.h"
-
 namespace shamn {
+
+// The storage behind Buffer (core/buffer.cpp). `bytes` must be the same in both calls.
+void* buffer_alloc(size_t bytes);
+void buffer_free(void* ptr, size_t bytes) noexcept;
 
 template <class T>
 class Buffer {
@@ -29,15 +33,15 @@ class Buffer {
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { aligned_free(data_, bytes()); }
+  ~Buffer() { buffer_free(data_, bytes()); }
 
   // Contents are unspecified afterwards (not kept, not cleared).
   void resize(int64_t n) {
     if (n == size_) return;
-    aligned_free(data_, bytes());
+    buffer_free(data_, bytes());
     data_ = nullptr;
     size_ = 0;
-    data_ = static_cast<T*>(aligned_alloc_bytes(static_cast<size_t>(n) * sizeof(T)));
+    data_ = static_cast<T*>(buffer_alloc(static_cast<size_t>(n) * sizeof(T)));
     size_ = n;
   }
 

@@ -243,7 +243,11 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
   const WeightMatrix& W = L.values;
   const int64_t b = L.block, a = L.active, nib = L.in / b, nob = L.out / b, sb = L.segment_blocks();
   parallel_for(0, nob, grain_for(b * a * b * n), [&](int64_t lo, int64_t hi) {
-    std::vector<int32_t> index(static_cast<size_t>(a * sb));
+    // On the stack for the usual few active blocks: this runs once per call in a decode step.
+    constexpr int64_t kStackIndex = 64;
+    int32_t index_stack[kStackIndex];
+    std::vector<int32_t> index_heap(a * sb > kStackIndex ? static_cast<size_t>(a * sb) : 0);
+    int32_t* index = a * sb > kStackIndex ? index_heap.data() : index_stack;
     std::vector<float> gf(W.quantized() ? 0 : static_cast<size_t>(a * b));
     for (int64_t r = lo; r < hi; ++r) {
       const int32_t* cols = L.col_index + r * a;
@@ -251,8 +255,8 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
         // Row block r multiplies its a input segments where they lie (Q8Rows' index).
         for (int64_t m = 0; m < a; ++m)
           for (int64_t s = 0; s < sb; ++s) index[m * sb + s] = static_cast<int32_t>(cols[m] * sb + s);
-        W.dot_rows_batch(r * b, b, Q8Rows{xq->q.data(), n, nib * sb, index.data(), rows, xq->sums.data()},
-                         y + r * b, L.out);
+        W.dot_rows_batch(r * b, b, Q8Rows{xq->q.data(), n, nib * sb, index, rows, xq->sums.data()}, y + r * b,
+                         L.out);
       } else {
         for (int64_t t = 0; t < n; ++t) {
           // The a input segments row block r reads, gathered side by side.

@@ -176,8 +176,16 @@ SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, i
 template <class Tile>
 SHAMN_TARGET_AVX512 void dot_tiles_batch_avx512(const Tile* w, int64_t rows, int64_t bpr, const Q8Rows& x,
                                                 float* y, int64_t y_stride) {
-  std::vector<const BlockQ8*> xb(static_cast<size_t>(kGroup * bpr));
-  std::vector<int32_t> xs(static_cast<size_t>(kGroup * bpr));
+  // A decode step calls this for every row block of every matrix: short rows
+  // keep their block pointers on the stack (a heap allocation per call cost a
+  // fifth of a decoded token).
+  constexpr int64_t kStackBlocks = 128;
+  const BlockQ8* xb_stack[kGroup * kStackBlocks];
+  int32_t xs_stack[kGroup * kStackBlocks];
+  std::vector<const BlockQ8*> xb_heap(bpr > kStackBlocks ? static_cast<size_t>(kGroup * bpr) : 0);
+  std::vector<int32_t> xs_heap(xb_heap.size());
+  const BlockQ8** xb = bpr > kStackBlocks ? xb_heap.data() : xb_stack;
+  int32_t* xs = bpr > kStackBlocks ? xs_heap.data() : xs_stack;
   float* yg[kGroup];
   for (int64_t t0 = 0; t0 < x.n; t0 += kGroup) {
     const int g = static_cast<int>(std::min<int64_t>(kGroup, x.n - t0));
@@ -191,16 +199,16 @@ SHAMN_TARGET_AVX512 void dot_tiles_batch_avx512(const Tile* w, int64_t rows, int
     }
     switch (g) {
       case 4:
-        tiles_times_group_avx512<Tile, 4>(w, rows, bpr, xb.data(), xs.data(), yg);
+        tiles_times_group_avx512<Tile, 4>(w, rows, bpr, xb, xs, yg);
         break;
       case 3:
-        tiles_times_group_avx512<Tile, 3>(w, rows, bpr, xb.data(), xs.data(), yg);
+        tiles_times_group_avx512<Tile, 3>(w, rows, bpr, xb, xs, yg);
         break;
       case 2:
-        tiles_times_group_avx512<Tile, 2>(w, rows, bpr, xb.data(), xs.data(), yg);
+        tiles_times_group_avx512<Tile, 2>(w, rows, bpr, xb, xs, yg);
         break;
       default:
-        tiles_times_group_avx512<Tile, 1>(w, rows, bpr, xb.data(), xs.data(), yg);
+        tiles_times_group_avx512<Tile, 1>(w, rows, bpr, xb, xs, yg);
     }
   }
 }
