@@ -2,7 +2,7 @@
 # those scripts take. Target NAME is the executable fuzz_NAME, its committed
 # seeds are tests/fuzz/NAME/seeds/, its dictionary tests/fuzz/NAME.dict and the
 # inputs of its fixed findings tests/fuzz/regressions/NAME/.
-fuzz_targets=(shq_loader token_file tokenizer_file run_config sweep_spec checkpoint)
+fuzz_targets=(shq_loader token_file tokenizer_file run_config sweep_spec checkpoint completion_request)
 
 # "shq" was the only target's name before there were others.
 fuzz_target_name() {

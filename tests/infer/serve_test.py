@@ -17,6 +17,7 @@ until the state is reached, with a generous deadline only against a hang.
 
 Usage: serve_test.py SHAMN_BINARY CONFIG WORKDIR
 """
+import atexit
 import http.client
 import json
 import os
@@ -73,6 +74,7 @@ class Server:
     def __init__(self, *flags):
         self.proc = subprocess.Popen([shamn, "--threads", "2", "serve", model, "--port", "0", *flags],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        atexit.register(self.proc.kill)  # a failed check must not leave a server behind
         line = self.proc.stdout.readline()
         if "listening on http://127.0.0.1:" not in line:
             fail(f"the server did not start: {line!r} {self.proc.stderr.read()}")
