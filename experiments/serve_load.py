@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Load on `shamn serve`: C concurrent clients, each sending streamed
+completions back to back for a fixed time, for each C in a list. Per C it
+reports generated tokens/s over the whole server, requests/s, and the p50/p99
+of each request's latency (arrival to last token) and time to first token.
+
+The server runs with --max-batch at least the largest C, so every client is
+in the running batch (no queueing); its figures are then comparable with
+`shamn bench --streams C` (the same decode steps without HTTP), which the
+script also runs, in the same session, for the ratio server / bench.
+
+Usage: serve_load.py SHAMN MODEL.shq [--clients 1,4,16,64] [--seconds 20]
+       [--max-tokens 64] [--threads 2]
+"""
+import argparse
+import http.client
+import json
+import statistics
+import subprocess
+import threading
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("shamn")
+parser.add_argument("model")
+parser.add_argument("--clients", default="1,4,16,64")
+parser.add_argument("--seconds", type=float, default=20)
+parser.add_argument("--max-tokens", type=int, default=64)
+parser.add_argument("--threads", type=int, default=2)
+args = parser.parse_args()
+clients = [int(c) for c in args.clients.split(",")]
+PROMPTS = ["The jury said", "It was a cold", "In the morning the", "He asked whether", "The committee"]
+
+
+def quantile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))] if values else float("nan")
+
+
+def one_request(port, i):
+    """(latency s, first token s, tokens) of one streamed completion."""
+    body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": args.max_tokens, "temperature": 0.8,
+            "seed": i, "stream": True}
+    start = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", "/v1/completions", body=json.dumps(body))
+    r = c.getresponse()
+    first = None
+    for raw in r:
+        if raw.startswith(b"data: ") and first is None and not raw.startswith(b"data: [DONE]"):
+            first = time.monotonic() - start
+    c.close()
+    return time.monotonic() - start, first, args.max_tokens
+
+
+def load(port, n_clients):
+    results, lock = [], threading.Lock()
+    stop_at = time.monotonic() + args.seconds
+
+    def client(k):
+        i = k
+        while time.monotonic() < stop_at:
+            r = one_request(port, i)
+            with lock:
+                results.append(r)
+            i += n_clients
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - start
+    tokens = sum(r[2] for r in results)
+    return {"clients": n_clients, "requests": len(results), "tok_s": tokens / wall, "req_s": len(results) / wall,
+            "latency_p50": quantile([r[0] for r in results], 0.5), "latency_p99": quantile([r[0] for r in results], 0.99),
+            "first_p50": quantile([r[1] for r in results], 0.5), "first_p99": quantile([r[1] for r in results], 0.99)}
+
+
+def bench(streams):
+    out = subprocess.run([args.shamn, "--threads", str(args.threads), "bench", args.model, "--prompt-tokens", "4",
+                          "--decode-tokens", str(args.max_tokens), "--repeats", "3", "--streams", str(streams),
+                          "--json"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["decode_tok_s"]
+
+
+server = subprocess.Popen([args.shamn, "--threads", str(args.threads), "serve", args.model, "--port", "0",
+                           "--max-batch", str(max(clients)), "--max-queue", str(max(clients))],
+                          stdout=subprocess.PIPE, text=True)
+port = int(server.stdout.readline().split("127.0.0.1:")[1].split()[0])
+print(f"| clients | requests | server tok/s | bench --streams tok/s | server / bench | req/s | latency p50 | p99 | first token p50 | p99 |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+try:
+    for c in clients:
+        r = load(port, c)
+        b = bench(c)
+        print(f"| {c} | {r['requests']} | {r['tok_s']:,.0f} | {b:,.0f} | {r['tok_s'] / b:.2f} | {r['req_s']:.1f} | "
+              f"{r['latency_p50'] * 1e3:.0f} ms | {r['latency_p99'] * 1e3:.0f} ms | "
+              f"{r['first_p50'] * 1e3:.1f} ms | {r['first_p99'] * 1e3:.1f} ms |", flush=True)
+finally:
+    server.terminate()
+    server.wait()
