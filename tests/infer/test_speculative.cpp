@@ -132,6 +132,24 @@ TEST_CASE("greedy speculative decoding gives plain greedy decoding's tokens", "[
         if (draft.model == &small) CHECK(d.accepted() > 0);  // and partial prefixes are kept
       }
     }
+    // The draft's state after rewinds is right: each round keeps exactly the
+    // drafts on which the draft's own greedy continuation of the text so far
+    // agrees with the target's (a stale draft state would propose other tokens).
+    for (int64_t k : {2, 4, 8}) {
+      INFO("draft state, K " << k);
+      SpeculativeDecoder d(target, small, greedy, k);
+      d.start(prompt);
+      std::vector<int32_t> context = prompt;
+      while (static_cast<int64_t>(context.size() - prompt.size()) < n) {
+        const std::vector<int32_t> drafted = plain_greedy(small, context, k);
+        const std::vector<int32_t> verified = plain_greedy(target, context, k);
+        int64_t agree = 0;
+        while (agree < k && drafted[agree] == verified[agree]) ++agree;
+        const SpeculativeRound r = d.next(k);
+        CHECK(r.accepted == agree);
+        context.insert(context.end(), r.tokens.begin(), r.tokens.end());
+      }
+    }
     // Rounds capped to the budget (as generate runs them) stop at exactly n tokens.
     SpeculativeDecoder capped(target, other, greedy, 4);
     capped.start(prompt);
