@@ -23,6 +23,7 @@
 #include "data/token_file.h"
 #include "infer/export_model.h"
 #include "infer/sampler.h"
+#include "infer/speculative.h"
 
 namespace shamn::cli {
 
@@ -90,15 +91,63 @@ void run_export(const ExportArgs& a) {
 // ---- generate ----
 
 struct GenerateArgs {
-  std::string model, prompt, kernel;
-  int64_t max_tokens = 128;
+  std::string model, prompt, kernel, draft;
+  int64_t max_tokens = 128, draft_tokens = 4;
   SamplingOptions sampling;
 };
+
+// Writes a token's bytes to stdout at once; ids past the tokenizer (a model
+// vocab larger than the tokenizer's) print nothing.
+void print_token(const Tokenizer& tok, int32_t id) {
+  if (id >= tok.vocab_size()) return;
+  const std::string& piece = tok.token_bytes(static_cast<uint32_t>(id));
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+}
+
+void print_stats(size_t prompt_tokens, double prefill_s, int64_t produced, double decode_s,
+                 const std::string& extra) {
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(
+      stderr, "[%zu prompt tokens: %.1f tok/s prefill; %" PRId64 " tokens: %.1f tok/s decode;%s kernel %s]\n",
+      prompt_tokens, prompt_tokens / prefill_s, produced, produced / std::max(decode_s, 1e-9), extra.c_str(),
+      kernel_level_name(kernel_level()));
+}
+
+// The target's text, drafted by a second model and verified in batches (infer/speculative.h).
+void generate_speculative(const GenerateArgs& a, const InferModel& model,
+                          const std::vector<int32_t>& prompt) {
+  const InferModel draft(ShqFile::open(a.draft));
+  check_draft_compatible(model, a.model, draft, a.draft);
+  SpeculativeDecoder decoder(model, draft, a.sampling, a.draft_tokens);
+  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  std::fflush(stdout);
+  const Stopwatch t0;
+  decoder.start(prompt);
+  const double prefill_s = t0.seconds();
+  const Stopwatch t1;
+  int64_t produced = 0;
+  while (produced < a.max_tokens) {
+    // At most as many drafts as leave room for the target's own token.
+    const SpeculativeRound round = decoder.next(a.max_tokens - produced - 1);
+    for (int32_t id : round.tokens) print_token(*model.tokenizer(), id);
+    produced += static_cast<int64_t>(round.tokens.size());
+  }
+  const double decode_s = t1.seconds();
+  char extra[128];
+  std::snprintf(extra, sizeof extra, " draft acceptance %.3f (%" PRId64 " of %" PRId64 ", K %" PRId64 ");",
+                decoder.drafted() > 0 ? static_cast<double>(decoder.accepted()) / decoder.drafted() : 0.0,
+                decoder.accepted(), decoder.drafted(), a.draft_tokens);
+  print_stats(prompt.size(), prefill_s, produced, decode_s, extra);
+}
 
 void run_generate(const GenerateArgs& a) {
   apply_kernel_flag(a.kernel);
   a.sampling.validate();
   SHAMN_INPUT_CHECK(a.max_tokens >= 0, "--max-tokens must be >= 0");
+  SHAMN_INPUT_CHECK(a.draft_tokens >= 1 && a.draft_tokens <= kMaxDraftTokens, "--draft-tokens ",
+                    a.draft_tokens, " must be in [1, ", kMaxDraftTokens, "]");
   const InferModel model(ShqFile::open(a.model));
   SHAMN_INPUT_CHECK(model.tokenizer().has_value(), "model file '", a.model,
                     "' has no tokenizer: re-export it with --tokenizer PATH");
@@ -106,6 +155,7 @@ void run_generate(const GenerateArgs& a) {
   const std::vector<uint32_t> ids = tok.encode(a.prompt);
   SHAMN_INPUT_CHECK(!ids.empty(), "--prompt is empty: the model needs at least one token to continue");
   std::vector<int32_t> prompt(ids.begin(), ids.end());
+  if (!a.draft.empty()) return generate_speculative(a, model, prompt);
 
   const int64_t V = model.vocab_size();
   std::vector<float> logits(static_cast<size_t>(V));
@@ -121,21 +171,10 @@ void run_generate(const GenerateArgs& a) {
   int64_t produced = 0;
   for (; produced < a.max_tokens; ++produced) {
     const int32_t next = sampler.sample(logits.data(), V);
-    // Ids past the tokenizer (a model vocab larger than the tokenizer's) print nothing.
-    if (next < tok.vocab_size()) {
-      const std::string& piece = tok.token_bytes(static_cast<uint32_t>(next));
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
+    print_token(tok, next);
     if (produced + 1 < a.max_tokens) model.forward(&next, 1, state, logits.data(), false);
   }
-  const double decode_s = t1.seconds();
-  std::printf("\n");
-  std::fflush(stdout);
-  std::fprintf(stderr,
-               "[%zu prompt tokens: %.1f tok/s prefill; %" PRId64 " tokens: %.1f tok/s decode; kernel %s]\n",
-               prompt.size(), prompt.size() / prefill_s, produced, produced / std::max(decode_s, 1e-9),
-               kernel_level_name(kernel_level()));
+  print_stats(prompt.size(), prefill_s, produced, t1.seconds(), "");
 }
 
 // ---- eval ----
@@ -340,6 +379,12 @@ void register_infer_commands(CLI::App& app) {
   gc->add_option("--seed", gen->sampling.seed, "sampling seed: the same seed gives the same text")
       ->capture_default_str();
   gc->add_option("--kernel", gen->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  gc->add_option("--draft", gen->draft,
+                 "speculative decoding: a smaller model file (.shq) with the same vocabulary drafts "
+                 "tokens that the model verifies in batches; the same output distribution")
+      ->check(CLI::ExistingFile);
+  gc->add_option("--draft-tokens", gen->draft_tokens, "with --draft: tokens drafted per verification (K)")
+      ->capture_default_str();
   gc->callback([gen] { run_generate(*gen); });
 
   auto ev = std::make_shared<EvalArgs>();

@@ -323,6 +323,10 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n,
   // Each stream's rows continue its own history: the one place streams differ.
   int64_t r0 = 0;
   for (const StreamStep& s : steps) {
+    if (s.record != nullptr) {
+      std::vector<float>& rows = s.record->layers[l];
+      rows.insert(rows.end(), u.data() + r0 * D, u.data() + (r0 + s.n) * D);
+    }
     causal_conv_forward_streaming(c.data() + r0 * D, u.data() + r0 * D, s.state->history[l].data(), L.conv,
                                   CausalConvDims{1, s.n, D, K});
     r0 += s.n;
@@ -502,6 +506,28 @@ DecodeState InferModel::new_state() const {
   return s;
 }
 
+void InferModel::rewind(DecodeState& state, const DecodeState& before, const MixerInputs& inputs,
+                        int64_t keep) const {
+  const int64_t D = impl_->D, H = impl_->K - 1;  // H history rows per layer
+  const size_t L = impl_->layers.size();
+  SHAMN_CHECK(before.history.size() == L && inputs.layers.size() == L && keep >= 0,
+              "rewind: state or inputs are for another model");
+  state.history.resize(L);
+  for (size_t l = 0; l < L; ++l) {
+    const std::vector<float>& rows = inputs.layers[l];
+    SHAMN_CHECK(keep * D <= static_cast<int64_t>(rows.size()), "rewind: ", keep, " tokens kept of ",
+                rows.size() / D, " recorded");
+    // The last H rows of [before's H rows, the first `keep` recorded rows].
+    const int64_t from_before = std::max<int64_t>(H - keep, 0);
+    std::vector<float>& h = state.history[l];
+    h.resize(static_cast<size_t>(H * D));
+    std::copy_n(before.history[l].data() + (H - from_before) * D, from_before * D, h.data());
+    std::copy_n(rows.data() + (keep - (H - from_before)) * D, (H - from_before) * D,
+                h.data() + from_before * D);
+  }
+  state.position = before.position + keep;
+}
+
 void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits,
                          bool all_logits) const {
   SHAMN_CHECK(n >= 1, "forward needs at least one token");
@@ -528,6 +554,7 @@ void InferModel::forward(std::span<const StreamStep> steps, float* logits) const
                 "'s decode state is for another model");
     for (size_t j = 0; j < i; ++j)
       SHAMN_CHECK(steps[j].state != s.state, "streams ", j, " and ", i, " share one decode state");
+    if (s.record != nullptr) s.record->layers.resize(m.layers.size());
     n += s.n;
     wanted += s.all_logits ? s.n : 1;
   }

@@ -30,12 +30,24 @@ struct DecodeState {
   int64_t position = 0;  // tokens seen so far
 };
 
+// The normalised mixer inputs of the tokens a stream ran since `clear()`, per
+// layer [tokens, D]: with the state from before those tokens they give the
+// state after any prefix of them (InferModel::rewind), which is how a
+// speculative decoder drops the tokens its target rejected.
+struct MixerInputs {
+  std::vector<std::vector<float>> layers;
+  void clear() {
+    for (std::vector<float>& rows : layers) rows.clear();
+  }
+};
+
 // One sequence's part of a batched forward: n new tokens after `state`.
 struct StreamStep {
   DecodeState* state = nullptr;
   const int32_t* tokens = nullptr;  // [n]
   int64_t n = 0;
-  bool all_logits = false;  // logits for every token, else for the last one only
+  bool all_logits = false;        // logits for every token, else for the last one only
+  MixerInputs* record = nullptr;  // if set, the n tokens' mixer inputs are appended to it
 };
 
 class InferModel {
@@ -63,6 +75,12 @@ class InferModel {
   // row is computed independently of the others. logits: the rows the steps
   // ask for, step by step, [sum of (all_logits ? n : 1), V]; null runs no head.
   void forward(std::span<const StreamStep> steps, float* logits) const;
+  // `state` becomes the state after the first `keep` of the tokens recorded in
+  // `inputs` by forwards that started from `before`: per layer the last K-1
+  // rows of before's history followed by those tokens' rows. Exact (the rows
+  // are the ones the forward computed), and it copies (K-1) x D floats per
+  // layer instead of running any token again.
+  void rewind(DecodeState& state, const DecodeState& before, const MixerInputs& inputs, int64_t keep) const;
 
   // Bytes of weights one decoded token reads: every matrix it touches (the
   // routed experts only, the k selected memory value rows), its biases, gains

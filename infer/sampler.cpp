@@ -72,41 +72,59 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(optio
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
   // Greedy: the first maximum (a NaN logit never wins).
   if (options_.temperature == 0.0) return argmax_logit(logits, vocab);
-  order_.resize(static_cast<size_t>(vocab));
-  std::iota(order_.begin(), order_.end(), 0);
+  distribution(logits, vocab, scratch_);
+  return draw(scratch_);
+}
+
+void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution& out) const {
+  std::vector<int32_t>& order = out.tokens;
+  std::vector<double>& probs = out.weights;
+  if (options_.temperature == 0.0) {
+    order.assign(1, argmax_logit(logits, vocab));
+    probs.assign(1, 1.0);
+    out.total = 1.0;
+    return;
+  }
+  order.resize(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
   const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
   // Candidates by logit, descending; ties by lower id so the order is total.
   auto before = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), before);
-  order_.resize(static_cast<size_t>(k));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+  order.resize(static_cast<size_t>(k));
 
-  probs_.resize(order_.size());
-  const double top = logits[order_[0]];
+  probs.resize(order.size());
+  const double top = logits[order[0]];
   double sum = 0.0;
-  for (size_t i = 0; i < order_.size(); ++i)
-    sum += probs_[i] = std::exp((static_cast<double>(logits[order_[i]]) - top) / options_.temperature);
+  for (size_t i = 0; i < order.size(); ++i)
+    sum += probs[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / options_.temperature);
   // Nucleus: the smallest prefix whose mass reaches top_p (at least one token).
-  size_t keep = order_.size();
+  size_t keep = order.size();
   if (options_.top_p < 1.0) {
     double mass = 0.0;
-    for (size_t i = 0; i < order_.size(); ++i) {
-      mass += probs_[i] / sum;
+    for (size_t i = 0; i < order.size(); ++i) {
+      mass += probs[i] / sum;
       if (mass >= options_.top_p) {
         keep = i + 1;
         break;
       }
     }
   }
-  double kept = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept += probs_[i];
-  double u = rng_.uniform() * kept;
-  for (size_t i = 0; i < keep; ++i) {
-    u -= probs_[i];
-    if (u < 0.0) return order_[i];
+  order.resize(keep);
+  probs.resize(keep);
+  out.total = 0.0;
+  for (size_t i = 0; i < keep; ++i) out.total += probs[i];
+}
+
+int32_t Sampler::draw(const TokenDistribution& d) {
+  double u = rng_.uniform() * d.total;
+  for (size_t i = 0; i < d.tokens.size(); ++i) {
+    u -= d.weights[i];
+    if (u < 0.0) return d.tokens[i];
   }
-  return order_[keep - 1];
+  return d.tokens.back();
 }
 
 }  // namespace shamn

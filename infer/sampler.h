@@ -23,17 +23,34 @@ struct SamplingOptions {
   void validate() const;  // InputError naming the flag
 };
 
+// The distribution a Sampler draws from, after temperature, top-k and top-p:
+// the tokens that can be drawn, likeliest first, and their weights. Token
+// tokens[i] has probability weights[i] / total; every other token 0. The
+// weights stay unnormalised so that a draw makes exactly the float operations
+// Sampler::sample always made (the same seed gives the same text).
+struct TokenDistribution {
+  std::vector<int32_t> tokens;
+  std::vector<double> weights;
+  double total = 0.0;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingOptions& options);
-  // logits: [vocab]
+  const SamplingOptions& options() const { return options_; }
+  // logits: [vocab]. distribution() then draw(); greedy takes the argmax and no draw.
   int32_t sample(const float* logits, int64_t vocab);
+  // The final sampling distribution of logits [vocab]; greedy: the argmax alone.
+  void distribution(const float* logits, int64_t vocab, TokenDistribution& out) const;
+  // A token drawn from `d` with one uniform draw.
+  int32_t draw(const TokenDistribution& d);
+  // The next uniform draw in [0, 1) of the same seeded stream.
+  double uniform() { return rng_.uniform(); }
 
  private:
   SamplingOptions options_;
   Rng rng_;
-  std::vector<int32_t> order_;
-  std::vector<double> probs_;
+  TokenDistribution scratch_;
 };
 
 }  // namespace shamn

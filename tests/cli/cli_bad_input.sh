@@ -13,7 +13,7 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
 # Fixtures: a text, a tokenizer of 300 tokens, a model of vocab 300 (checkpoint and
-# .shq with the tokenizer), its token files, token files of a 1000-token vocabulary,
+# .shq with the tokenizer), one of vocab 400 (a draft that does not fit), its token files, token files of a 1000-token vocabulary,
 # a tokenizer too large for the model, a finished short run, and odd files.
 for i in $(seq 1 200); do printf 'Paragraph %d: the jury said %d times.\n\n' "$i" $((i * 37)); done > text.txt
 "$shamn" tokenizer train --input text.txt --vocab 300 -o tok.bpe > /dev/null
@@ -40,6 +40,9 @@ hidden = 32
 EOF
 "$shamn" init model.toml -o model.h5 --seed 1 > /dev/null
 "$shamn" export model.h5 --tokenizer tok.bpe -o model.shq > /dev/null
+sed 's/^vocab_size = 300$/vocab_size = 400/' model.toml > model400.toml
+"$shamn" init model400.toml -o model400.h5 --seed 1 > /dev/null
+"$shamn" export model400.h5 --tokenizer tok400.bpe -o model400.shq > /dev/null
 cat model.toml > run.toml
 cat >> run.toml <<'EOF'
 [data]
@@ -145,6 +148,11 @@ bad "--temperature" generate model.shq --prompt "The jury" --temperature -1
 bad "--top-p" generate model.shq --prompt "The jury" --top-p 1.5
 bad "--max-tokens" generate model.shq --prompt "The jury" --max-tokens -5
 bad "--kernel" generate model.shq --prompt "The jury" --kernel avx9
+bad "--draft 'model400.shq' has vocab_size 400 but the model 'model.shq' has 300" generate model.shq --prompt "The jury" --draft model400.shq
+bad "File does not exist: missing.shq" generate model.shq --prompt "The jury" --draft missing.shq
+bad "model.h5" generate model.shq --prompt "The jury" --draft model.h5
+bad "--draft-tokens 0 must be in [1, 64]" generate model.shq --prompt "The jury" --draft model.shq --draft-tokens 0
+bad "--draft-tokens 65 must be in [1, 64]" generate model.shq --prompt "The jury" --draft model.shq --draft-tokens 65
 # A bad SHAMN_KERNEL is refused at start, naming the variable, whatever the command.
 SHAMN_KERNEL=avx9 bad "SHAMN_KERNEL='avx9' is unknown" info model.h5
 bad "text.txt" eval text.txt --data data/val.bin

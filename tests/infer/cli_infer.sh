@@ -36,6 +36,17 @@ cmp "$work/a.txt" "$work/b.txt"
 head -c 7 "$work/a.txt" | grep -qx "the cat"
 grep -q "tok/s decode" "$work/a.err"
 "$shamn" generate "$work/int4.shq" --prompt "the dog" --max-tokens 5 --temperature 0 --kernel scalar > /dev/null 2>&1
+# generate --draft: greedy speculative text is plain greedy text, whatever K; the stats line reports acceptance.
+"$shamn" generate "$work/int8.shq" --prompt "the cat" --max-tokens 30 --temperature 0 > "$work/greedy.txt" 2> /dev/null
+for k in 1 3 8; do
+  "$shamn" generate "$work/int8.shq" --prompt "the cat" --max-tokens 30 --temperature 0 --draft "$work/int4.shq" \
+    --draft-tokens $k > "$work/spec.txt" 2> "$work/spec.err"
+  cmp "$work/greedy.txt" "$work/spec.txt"
+  grep -q "30 tokens: .* tok/s decode; draft acceptance" "$work/spec.err"
+done
+"$shamn" generate "$work/int8.shq" --prompt "the cat" --max-tokens 20 --seed 5 --draft "$work/int4.shq" > "$work/c.txt" 2> /dev/null
+"$shamn" generate "$work/int8.shq" --prompt "the cat" --max-tokens 20 --seed 5 --draft "$work/int4.shq" > "$work/d.txt" 2> /dev/null
+cmp "$work/c.txt" "$work/d.txt"
 expect_error "has no tokenizer" "$shamn" generate "$work/ids_only.shq" --prompt "the"
 expect_error "--top-p" "$shamn" generate "$work/int8.shq" --prompt "the" --top-p 0
 expect_error "--kernel 'sse' is unknown" "$shamn" generate "$work/int8.shq" --prompt "the" --kernel sse

@@ -21,6 +21,7 @@
 #include "infer/evaluate.h"
 #include "infer/export_model.h"
 #include "infer/infer_model.h"
+#include "infer/infer_test_model.h"
 #include "infer/quant_dot.h"
 #include "infer/quant_tiles.h"
 #include "infer/sampler.h"
@@ -31,71 +32,9 @@
 namespace shamn {
 namespace {
 
-// Block 32 (quantisation blocks line up with sparse blocks), a memory layer,
-// two groups of experts; `extra` appends or overrides tables.
-std::string model_toml(const std::string& extra = "") {
-  return R"([model]
-vocab_size = 300
-dim = 64
-n_layers = 2
-[model.embed]
-buckets = 40
-)" + extra +
-         R"(
-[model.sparse]
-block = 32
-sparsity = 0.5
-[model.memory]
-size = 64
-topk = 4
-key_dim = 24
-[model.moe]
-groups = 2
-experts_per_group = 2
-k = 2
-)";
-}
-
-struct TestModel {
-  std::string dir, checkpoint;
-  ModelConfig config;
-  std::unique_ptr<Shamn> reference;
-
-  explicit TestModel(const std::string& toml, const std::string& name) {
-    dir =
-        (std::filesystem::temp_directory_path() / ("shamn_infer_" + name + "_" + std::to_string(::getpid())))
-            .string();
-    std::filesystem::create_directories(dir);
-    checkpoint = dir + "/model.h5";
-    config = ModelConfig::from_toml(toml, name);
-    reference = std::make_unique<Shamn>(config);
-    reference->init(5);
-    // Larger gains and importance than init so the logits are far from flat.
-    for (const NamedVar& p : reference->named_parameters()) {
-      Tensor v = p.var.value();
-      if (p.name.find("gain") != std::string::npos || p.name.find("importance") != std::string::npos) {
-        Rng rng(7, std::hash<std::string>{}(p.name));
-        rng.fill_uniform(v, 0.5, 3.0);
-      }
-    }
-    save_model_checkpoint(checkpoint, *reference, config.to_toml(), 42);
-  }
-  ~TestModel() { std::filesystem::remove_all(dir); }
-
-  InferModel runtime(ShqQuant quant) const {
-    ExportOptions o;
-    o.quant = quant;
-    const std::vector<uint8_t> image = export_model_image(checkpoint, o);
-    return InferModel(ShqFile::from_bytes(image.data(), image.size(), "test"));
-  }
-};
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-  return t;
-}
+using test::model_toml;
+using test::random_tokens;
+using test::TestModel;
 
 std::vector<float> prefill_logits(const InferModel& m, const std::vector<int32_t>& tokens) {
   std::vector<float> out(tokens.size() * static_cast<size_t>(m.vocab_size()));

@@ -1,0 +1,88 @@
+#pragma once
+// The tiny models the runtime tests share: a random SHAMN model with every
+// kind of layer, saved as a checkpoint in a temporary directory and exported
+// to an in-memory .shq at any precision.
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+#include "core/rng.h"
+#include "infer/export_model.h"
+#include "infer/infer_model.h"
+#include "layers/shamn_model.h"
+#include "train/model_checkpoint.h"
+
+namespace shamn::test {
+
+// Block 32 (quantisation blocks line up with sparse blocks), a memory layer,
+// two groups of experts; `extra` appends or overrides tables.
+inline std::string model_toml(const std::string& extra = "") {
+  return R"([model]
+vocab_size = 300
+dim = 64
+n_layers = 2
+[model.embed]
+buckets = 40
+)" + extra +
+         R"(
+[model.sparse]
+block = 32
+sparsity = 0.5
+[model.memory]
+size = 64
+topk = 4
+key_dim = 24
+[model.moe]
+groups = 2
+experts_per_group = 2
+k = 2
+)";
+}
+
+struct TestModel {
+  std::string dir, checkpoint;
+  ModelConfig config;
+  std::unique_ptr<Shamn> reference;
+
+  // `name` must be unique among the models alive at once; `seed` initialises the weights.
+  explicit TestModel(const std::string& toml, const std::string& name, uint64_t seed = 5) {
+    dir =
+        (std::filesystem::temp_directory_path() / ("shamn_infer_" + name + "_" + std::to_string(::getpid())))
+            .string();
+    std::filesystem::create_directories(dir);
+    checkpoint = dir + "/model.h5";
+    config = ModelConfig::from_toml(toml, name);
+    reference = std::make_unique<Shamn>(config);
+    reference->init(seed);
+    // Larger gains and importance than init so the logits are far from flat.
+    for (const NamedVar& p : reference->named_parameters()) {
+      Tensor v = p.var.value();
+      if (p.name.find("gain") != std::string::npos || p.name.find("importance") != std::string::npos) {
+        Rng rng(seed + 2, std::hash<std::string>{}(p.name));  // seed 5: the gains the tests were written with
+        rng.fill_uniform(v, 0.5, 3.0);
+      }
+    }
+    save_model_checkpoint(checkpoint, *reference, config.to_toml(), 42);
+  }
+  ~TestModel() { std::filesystem::remove_all(dir); }
+
+  InferModel runtime(ShqQuant quant) const {
+    ExportOptions o;
+    o.quant = quant;
+    const std::vector<uint8_t> image = export_model_image(checkpoint, o);
+    return InferModel(ShqFile::from_bytes(image.data(), image.size(), "test"));
+  }
+};
+
+inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+  return t;
+}
+
+}  // namespace shamn::test
