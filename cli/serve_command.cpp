@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "core/parallel.h"
 #include "infer/completion_scheduler.h"
 #include "infer/infer_model.h"
+#include "infer/speculative.h"
 #include "train/stop_signal.h"
 
 // Last: it pulls in <resolv.h>, whose `_res` macro breaks Eigen's headers.
@@ -28,7 +30,7 @@ namespace shamn::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", kernel;
+  std::string model, host = "127.0.0.1", kernel, draft;
   int port = 8080;
   CompletionScheduler::Options batching;
   ServeLimits limits;
@@ -79,10 +81,15 @@ class Server {
                                      : (http_.bind_to_port(args_.host, args_.port) ? args_.port : -1);
     SHAMN_INPUT_CHECK(port > 0, "cannot listen on ", args_.host, ":", args_.port,
                       " (in use, or not an address of this machine)");
+    const std::string draft = args_.batching.draft ? ", draft " + model_name(args_.draft) + " K " +
+                                                         std::to_string(args_.batching.draft_tokens)
+                                                   : "";
     std::printf(
-        "shamn serve: listening on http://%s:%d (model %s, batch %lld, queue %lld, %d threads, kernel %s)\n",
-        args_.host.c_str(), port, name_.c_str(), static_cast<long long>(args_.batching.max_batch),
-        static_cast<long long>(args_.batching.max_queue), num_threads(), kernel_level_name(kernel_level()));
+        "shamn serve: listening on http://%s:%d (model %s%s, batch %lld, queue %lld, %d threads, kernel "
+        "%s)\n",
+        args_.host.c_str(), port, name_.c_str(), draft.c_str(),
+        static_cast<long long>(args_.batching.max_batch), static_cast<long long>(args_.batching.max_queue),
+        num_threads(), kernel_level_name(kernel_level()));
     std::fflush(stdout);
     const StopSignal stop("\nshamn serve: stopping: open requests end as cancelled (signal again to kill)\n");
     std::atomic<bool> done{false};
@@ -246,10 +253,19 @@ void run_serve(const ServeArgs& a) {
   SHAMN_INPUT_CHECK(a.limits.max_tokens >= 0, "--max-tokens-limit must be >= 0");
   SHAMN_INPUT_CHECK(a.limits.max_prompt_tokens >= 1, "--max-prompt-tokens must be >= 1");
   SHAMN_INPUT_CHECK(a.limits.time_limit_s >= 0, "--time-limit must be >= 0 (0: none)");
+  SHAMN_INPUT_CHECK(a.batching.draft_tokens >= 1 && a.batching.draft_tokens <= kMaxDraftTokens,
+                    "--draft-tokens ", a.batching.draft_tokens, " must be in [1, ", kMaxDraftTokens, "]");
   const InferModel model(ShqFile::open(a.model));
   SHAMN_INPUT_CHECK(model.tokenizer().has_value(), "model file '", a.model,
                     "' has no tokenizer: re-export it with --tokenizer PATH");
-  Server server(a, model);
+  std::optional<InferModel> draft;
+  ServeArgs args = a;
+  if (!a.draft.empty()) {
+    draft.emplace(ShqFile::open(a.draft));
+    check_draft_compatible(model, a.model, *draft, a.draft);
+    args.batching.draft = &*draft;
+  }
+  Server server(args, model);
   server.run();
 }
 
@@ -274,6 +290,13 @@ void register_serve_command(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--time-limit", a->limits.time_limit_s,
                 "seconds a request may take, queue included (0: none)")
+      ->capture_default_str();
+  c->add_option("--draft", a->draft,
+                "speculative decoding: a smaller model file (.shq) with the same vocabulary drafts for every "
+                "request (each request then decodes on its own, round by round)")
+      ->check(CLI::ExistingFile);
+  c->add_option("--draft-tokens", a->batching.draft_tokens,
+                "with --draft: tokens drafted per verification (K)")
       ->capture_default_str();
   c->add_option("--kernel", a->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
   c->callback([a] { run_serve(*a); });

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "infer/speculative.h"
 
 namespace shamn {
 
@@ -25,6 +26,13 @@ size_t whole_characters(const std::string& text, size_t end) {
     return length > k ? end - k : end;
   }
   return end;  // not UTF-8 here: nothing to keep together
+}
+
+// A token's bytes; ids past the tokenizer (a model vocabulary larger than the
+// tokenizer's) add no text.
+const std::string& token_text(const Tokenizer& tok, int32_t id) {
+  static const std::string kNothing;
+  return id < tok.vocab_size() ? tok.token_bytes(static_cast<uint32_t>(id)) : kNothing;
 }
 
 // Nearest-rank quantile of the last finished requests.
@@ -135,6 +143,7 @@ struct CompletionScheduler::Stream {
   Clock::time_point submitted = Clock::now();
   double first_token_s = -1;
   bool done = false;
+  std::unique_ptr<SpeculativeDecoder> speculative;  // with a draft model, once started
 
   Stream(CompletionRequest r, DecodeState s)
       : request(std::move(r)), state(std::move(s)), sampler(request.sampling) {}
@@ -150,6 +159,8 @@ CompletionScheduler::CompletionScheduler(const InferModel& model, Options option
                     "the model file has no tokenizer: re-export it with --tokenizer PATH");
   SHAMN_INPUT_CHECK(options.max_batch >= 1 && options.max_queue >= 0 && options.prefill_chunk >= 1,
                     "the batch and the prefill chunk must hold at least one, the queue zero or more");
+  SHAMN_INPUT_CHECK(options.draft_tokens >= 1 && options.draft_tokens <= kMaxDraftTokens, "draft tokens ",
+                    options.draft_tokens, " must be in [1, ", kMaxDraftTokens, "]");
   worker_ = std::thread([this] { run(); });
 }
 
@@ -256,6 +267,7 @@ void CompletionScheduler::step() {
     else if (s->request.max_tokens == 0)
       retire(*s, FinishReason::length);
   }
+  if (options_.draft != nullptr) return speculative_step();
   // One step per live stream: its next prompt chunk, or its last sampled token.
   std::vector<StreamStep> steps;
   std::vector<Stream*> owners;
@@ -293,27 +305,69 @@ void CompletionScheduler::step() {
       s.next = s.sampler.sample(logits.data() + i * static_cast<size_t>(V), V);
       ++generated;
       if (s.first_token_s < 0) s.first_token_s = seconds_between(s.submitted, Clock::now());
-      // Ids past the tokenizer (a model vocabulary larger than the tokenizer's) add no text.
-      static const std::string kNothing;
-      const std::string& piece =
-          s.next < tok.vocab_size() ? tok.token_bytes(static_cast<uint32_t>(s.next)) : kNothing;
-      if (s.completion->append(piece, s.request.stop))
+      if (s.completion->append(token_text(tok, s.next), s.request.stop))
         ending.emplace_back(&s, FinishReason::stop);
       else if (s.completion->completion_tokens() >= s.request.max_tokens)
         ending.emplace_back(&s, FinishReason::length);
     }
   }
+  end_step(generated, prompt_tokens, !steps.empty(), ending);
+}
+
+void CompletionScheduler::end_step(int64_t generated, int64_t prompt_tokens, bool stepped,
+                                   const std::vector<std::pair<Stream*, FinishReason>>& ending) {
   {
     const std::lock_guard lock(mutex_);
     counts_.generated_tokens += generated;
     counts_.prompt_tokens += prompt_tokens;
-    if (!steps.empty()) ++counts_.steps;
+    if (stepped) ++counts_.steps;
   }
   // After the counts: a reader that sees its completion end sees its tokens counted.
   for (const auto& [s, reason] : ending) retire(*s, reason);
   std::erase_if(running_, [](const std::unique_ptr<Stream>& s) { return s->done; });
   const std::lock_guard lock(mutex_);
   running_count_ = static_cast<int64_t>(running_.size());
+}
+
+// Each live stream: its prompt through both models on its first step, then one
+// round (drafts verified in one pass) per step, the calls `shamn generate
+// --draft` makes in the same order.
+void CompletionScheduler::speculative_step() {
+  const Tokenizer& tok = *model_.tokenizer();
+  int64_t generated = 0, prompt_tokens = 0;
+  std::vector<std::pair<Stream*, FinishReason>> ending;
+  bool stepped = false;
+  for (auto& sp : running_) {
+    Stream& s = *sp;
+    if (s.done) continue;
+    stepped = true;
+    try {
+      if (!s.speculative) {
+        s.speculative = std::make_unique<SpeculativeDecoder>(model_, *options_.draft, s.request.sampling,
+                                                             options_.draft_tokens);
+        s.speculative->start(s.request.prompt);
+        prompt_tokens += static_cast<int64_t>(s.request.prompt.size());
+      }
+      const int64_t produced = s.completion->completion_tokens();
+      // At most as many drafts as leave room for the target's own token.
+      const SpeculativeRound round = s.speculative->next(s.request.max_tokens - produced - 1);
+      if (s.first_token_s < 0) s.first_token_s = seconds_between(s.submitted, Clock::now());
+      FinishReason end = FinishReason::none;
+      for (const int32_t id : round.tokens) {
+        ++generated;
+        if (s.completion->append(token_text(tok, id), s.request.stop)) {
+          end = FinishReason::stop;
+          break;
+        }
+      }
+      if (end == FinishReason::none && s.completion->completion_tokens() >= s.request.max_tokens)
+        end = FinishReason::length;
+      if (end != FinishReason::none) ending.emplace_back(&s, end);
+    } catch (const std::exception& e) {
+      retire(s, FinishReason::error, e.what());
+    }
+  }
+  end_step(generated, prompt_tokens, stepped, ending);
 }
 
 void CompletionScheduler::retire(Stream& s, FinishReason reason, std::string error) {

@@ -8,6 +8,11 @@
 // per step, so a long prompt delays the other streams' next tokens by one chunk,
 // not by the whole prompt. Each stream gets bitwise the logits it would get
 // alone, so with the same seed its text is the text `shamn generate` prints.
+//
+// With a draft model (speculative decoding, infer/speculative.h) each stream
+// instead advances by one draft-and-verify round per step, its own passes over
+// both models, one stream after another; its text is then `shamn generate
+// --draft`'s for the same seed.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -16,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "infer/infer_model.h"
@@ -73,9 +79,11 @@ class Completion {
 class CompletionScheduler {
  public:
   struct Options {
-    int64_t max_batch = 16;       // streams decoded together
-    int64_t max_queue = 64;       // requests waiting beyond those; more are refused
-    int64_t prefill_chunk = 512;  // prompt tokens per stream and step
+    int64_t max_batch = 16;             // streams decoded together
+    int64_t max_queue = 64;             // requests waiting beyond those; more are refused
+    int64_t prefill_chunk = 512;        // prompt tokens per stream and step
+    const InferModel* draft = nullptr;  // speculative decoding (checked compatible by the caller)
+    int64_t draft_tokens = 4;           // K: drafts per round
   };
   // The model needs a tokenizer (the text is its tokens' bytes).
   CompletionScheduler(const InferModel& model, Options options);
@@ -106,6 +114,10 @@ class CompletionScheduler {
   void run();
   std::vector<std::unique_ptr<Stream>> admit_locked();
   void step();
+  void speculative_step();
+  // Counts the step's tokens, then ends the streams in `ending` and drops every ended one.
+  void end_step(int64_t generated, int64_t prompt_tokens, bool stepped,
+                const std::vector<std::pair<Stream*, FinishReason>>& ending);
   void retire(Stream& s, FinishReason reason, std::string error = {});
 
   const InferModel& model_;

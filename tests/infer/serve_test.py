@@ -60,12 +60,15 @@ with open(config) as f, open(f"{work}/model.toml", "w") as out:
 run("init", f"{work}/model.toml", "-o", f"{work}/model.h5", "--seed", "3")
 run("export", f"{work}/model.h5", "--quant", "int8", "--tokenizer", f"{work}/tok.bpe", "-o", f"{work}/m.shq")
 model = f"{work}/m.shq"
+# A draft for speculative decoding: the same shape from another seed, so it is often wrong.
+run("init", f"{work}/model.toml", "-o", f"{work}/draft.h5", "--seed", "9")
+run("export", f"{work}/draft.h5", "--quant", "int8", "--tokenizer", f"{work}/tok.bpe", "-o", f"{work}/d.shq")
 
 
-def generate(prompt, max_tokens, temperature, top_k, top_p, seed):
+def generate(prompt, max_tokens, temperature, top_k, top_p, seed, *extra):
     out = run("--threads", "1", "generate", model, "--prompt", prompt, "--max-tokens", str(max_tokens),
               "--temperature", str(temperature), "--top-k", str(top_k), "--top-p", str(top_p),
-              "--seed", str(seed))
+              "--seed", str(seed), *extra)
     assert out.startswith(prompt.encode()) and out.endswith(b"\n"), out
     return out[len(prompt.encode()):-1].decode("utf-8", errors="replace")
 
@@ -267,6 +270,34 @@ s.close()
 server.wait_for('shamn_requests_finished_total{reason="cancelled"}', cancelled + 2)
 say("disconnected clients (streaming and not): their requests cancelled")
 server.stop()
+
+# ---- speculative decoding: the text of generate --draft ----
+drafted = Server("--draft", f"{work}/d.shq", "--draft-tokens", "3", "--max-batch", "2")
+spec_cases = cases[:3] + cases[6:8]
+spec_expected = [generate(*c, "--draft", f"{work}/d.shq", "--draft-tokens", "3") for c in spec_cases]
+spec_results = [None] * len(spec_cases)
+
+
+def spec_client(i):
+    prompt, n, temp, k, p, seed = spec_cases[i]
+    r = drafted.complete({"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p,
+                          "seed": seed})
+    spec_results[i] = r["choices"][0]["text"]
+
+
+threads = [threading.Thread(target=spec_client, args=(i,)) for i in range(len(spec_cases))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for c, got, want in zip(spec_cases, spec_results, spec_expected):
+    if got != want:
+        fail(f"--draft {c}: {got!r} differs from generate --draft's {want!r}")
+drafted.stop()
+bad = subprocess.run([shamn, "serve", model, "--draft", f"{work}/model.h5"], capture_output=True, text=True)
+if bad.returncode != 1 or not bad.stderr.startswith("shamn: error:"):
+    fail(f"serve with a checkpoint as draft: {bad.returncode} {bad.stderr}")
+say(f"--draft: {len(spec_cases)} concurrent requests get the text of generate --draft; a bad draft is refused")
 
 # ---- a full batch and queue: 429; the time limit ----
 busy = Server("--max-batch", "1", "--max-queue", "1", "--max-tokens-limit", "100000000", "--time-limit", "3")

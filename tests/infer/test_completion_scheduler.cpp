@@ -14,6 +14,7 @@
 #include "infer/export_model.h"
 #include "infer/infer_model.h"
 #include "infer/sampler.h"
+#include "infer/speculative.h"
 #include "layers/shamn_model.h"
 #include "train/model_checkpoint.h"
 
@@ -25,7 +26,7 @@ using namespace std::chrono_literals;
 const char* kText = "the cat sat on the mat. the dog ran to the cat. a cat and a dog sat. ";
 
 // A tiny model with a tokenizer trained on kText, as a .shq image in memory.
-InferModel tiny_model() {
+InferModel tiny_model(uint64_t seed = 3) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("shamn_sched_" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
@@ -49,7 +50,7 @@ k = 2
 )",
                                                     "tiny");
   Shamn model(config);
-  model.init(3);
+  model.init(seed);
   save_model_checkpoint(dir + "/m.h5", model, config.to_toml(), 1);
   ExportOptions o;
   o.quant = ShqQuant::int8;
@@ -105,6 +106,21 @@ CompletionRequest request(const InferModel& m, const std::string& prompt, int64_
   r.sampling.temperature = temperature;
   r.sampling.seed = seed;
   return r;
+}
+
+// What `shamn generate --draft` prints after the prompt.
+std::string alone_speculative(const InferModel& m, const InferModel& draft, const CompletionRequest& r,
+                              int64_t k) {
+  SpeculativeDecoder decoder(m, draft, r.sampling, k);
+  decoder.start(r.prompt);
+  std::string text;
+  for (int64_t produced = 0; produced < r.max_tokens;) {
+    const SpeculativeRound round = decoder.next(r.max_tokens - produced - 1);
+    for (const int32_t id : round.tokens)
+      if (id < m.tokenizer()->vocab_size()) text += m.tokenizer()->token_bytes(static_cast<uint32_t>(id));
+    produced += static_cast<int64_t>(round.tokens.size());
+  }
+  return text;
 }
 
 }  // namespace
@@ -203,6 +219,29 @@ TEST_CASE("requests are checked, and shutdown cancels what runs and refuses more
   drain(*running, finish);
   CHECK(finish == FinishReason::cancelled);
   CHECK(scheduler.submit(request(m, "the", 5, 0.8, 1)) == nullptr);
+}
+
+TEST_CASE("with a draft model each request gets the text of generate --draft", "[infer][serve]") {
+  const InferModel m = tiny_model(3), draft = tiny_model(4);
+  std::vector<CompletionRequest> requests;
+  for (int i = 0; i < 5; ++i)
+    requests.push_back(request(m, i % 2 ? "the cat" : "a dog sat", 3 + 9 * i, i % 2 ? 0.0 : 0.9, 50 + i));
+  for (const int64_t k : {int64_t{1}, int64_t{3}}) {
+    CompletionScheduler::Options o;
+    o.max_batch = 2;
+    o.draft = &draft;
+    o.draft_tokens = k;
+    CompletionScheduler scheduler(m, o);
+    std::vector<std::shared_ptr<Completion>> running;
+    for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      FinishReason finish = FinishReason::none;
+      INFO("request " << i << ", K " << k);
+      CHECK(drain(*running[i], finish) == alone_speculative(m, draft, requests[i], k));
+      CHECK(finish == FinishReason::length);
+      CHECK(running[i]->completion_tokens() == requests[i].max_tokens);
+    }
+  }
 }
 
 }  // namespace shamn
