@@ -70,9 +70,11 @@ struct TestModel {
   }
   ~TestModel() { std::filesystem::remove_all(dir); }
 
-  InferModel runtime(ShqQuant quant) const {
+  // tokenizer_text: a tokenizer file's text to embed ("" = none).
+  InferModel runtime(ShqQuant quant, const std::string& tokenizer_text = "") const {
     ExportOptions o;
     o.quant = quant;
+    o.tokenizer_text = tokenizer_text;
     const std::vector<uint8_t> image = export_model_image(checkpoint, o);
     return InferModel(ShqFile::from_bytes(image.data(), image.size(), "test"));
   }

@@ -3,20 +3,14 @@
 // decoding it alone; stop strings, cancellation and a full queue.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "core/model_config.h"
 #include "infer/completion_scheduler.h"
-#include "infer/export_model.h"
 #include "infer/infer_model.h"
+#include "infer/infer_test_model.h"
 #include "infer/sampler.h"
 #include "infer/speculative.h"
-#include "layers/shamn_model.h"
-#include "train/model_checkpoint.h"
 
 namespace shamn {
 namespace {
@@ -25,41 +19,12 @@ using namespace std::chrono_literals;
 
 const char* kText = "the cat sat on the mat. the dog ran to the cat. a cat and a dog sat. ";
 
-// A tiny model with a tokenizer trained on kText, as a .shq image in memory.
+// The runtime tests' tiny model from `seed`, with a tokenizer trained on kText.
 InferModel tiny_model(uint64_t seed = 3) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("shamn_sched_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const ModelConfig config = ModelConfig::from_toml(R"([model]
-vocab_size = 300
-dim = 32
-n_layers = 2
-[model.embed]
-buckets = 40
-[model.sparse]
-block = 16
-sparsity = 0.5
-[model.memory]
-size = 64
-topk = 4
-key_dim = 16
-[model.moe]
-groups = 2
-experts_per_group = 2
-k = 2
-)",
-                                                    "tiny");
-  Shamn model(config);
-  model.init(seed);
-  save_model_checkpoint(dir + "/m.h5", model, config.to_toml(), 1);
-  ExportOptions o;
-  o.quant = ShqQuant::int8;
   std::string text;
   for (int i = 0; i < 20; ++i) text += kText;
-  o.tokenizer_text = Tokenizer::train(text, 300).to_text();
-  const std::vector<uint8_t> image = export_model_image(dir + "/m.h5", o);
-  std::filesystem::remove_all(dir);
-  return InferModel(ShqFile::from_bytes(image.data(), image.size(), "tiny"));
+  const test::TestModel model(test::model_toml(), "sched" + std::to_string(seed), seed);
+  return model.runtime(ShqQuant::int8, Tokenizer::train(text, 300).to_text());
 }
 
 std::vector<int32_t> encode(const InferModel& m, const std::string& text) {
