@@ -110,12 +110,10 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   return p;
 }
 
-const char* finish_reason_field(FinishReason r) { return finish_reason_name(r); }
-
 std::string completion_json(const CompletionId& id, const std::string& text, FinishReason finish,
                             int64_t prompt_tokens, int64_t completion_tokens) {
   json choice = {
-      {"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_field(finish)}};
+      {"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finish)}};
   json j = {{"id", id.id},
             {"object", "text_completion"},
             {"created", id.created},
@@ -130,7 +128,7 @@ std::string completion_json(const CompletionId& id, const std::string& text, Fin
 
 std::string completion_chunk_json(const CompletionId& id, const std::string& text, FinishReason finish) {
   json choice = {{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-  if (finish != FinishReason::none) choice["finish_reason"] = finish_reason_field(finish);
+  if (finish != FinishReason::none) choice["finish_reason"] = finish_reason_name(finish);
   const json j = {{"id", id.id},
                   {"object", "text_completion"},
                   {"created", id.created},

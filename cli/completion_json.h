@@ -52,7 +52,4 @@ std::string completion_chunk_json(const CompletionId& id, const std::string& tex
 // {"error": {"message": ..., "type": ...}}
 std::string error_json(const std::string& message, const std::string& type);
 
-// OpenAI's finish_reason: "length", "stop", or ours: "cancelled", "time_limit", "error".
-const char* finish_reason_field(FinishReason r);
-
 }  // namespace shamn::cli

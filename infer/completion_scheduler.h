@@ -38,6 +38,8 @@ struct CompletionRequest {
 };
 
 enum class FinishReason { none, length, stop, cancelled, time_limit, error };
+// The finish_reason of an OpenAI-style response: "length", "stop", or ours:
+// "cancelled", "time_limit", "error".
 const char* finish_reason_name(FinishReason r);
 
 // One request's progress, shared by the worker (which appends) and the reader.
