@@ -199,12 +199,14 @@ void run_eval(const EvalArgs& a) {
   }
   const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
   const Stopwatch t0;
-  const LogitFunction f = model.logit_function();
-  LogitFunction rf;
-  if (ref) rf = ref->logit_function();
   begin_profile(a.profile);
-  const EvalResult r =
-      evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, f, ref ? &rf : nullptr);
+  EvalResult r;
+  if (ref) {
+    const LogitFunction rf = ref->logit_function();
+    r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, model.logit_function(), &rf);
+  } else {
+    r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, model.loss_function());
+  }
   // stdout stays one JSON object: the table goes to stderr.
   end_profile(a.profile, kEvalTrace, stderr);
   nlohmann::ordered_json out = {{"model", a.model},     {"kind", model.kind()},        {"data", a.data},

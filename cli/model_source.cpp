@@ -59,4 +59,15 @@ LogitFunction ModelSource::logit_function() const {
   };
 }
 
+LossFunction ModelSource::loss_function() const {
+  if (runtime) {
+    const InferModel* m = runtime.get();
+    return [m](const int32_t* tokens, int64_t T, const int32_t* targets, double* losses) {
+      DecodeState state = m->new_state();
+      m->forward_losses(tokens, T, state, targets, losses);
+    };
+  }
+  return losses_from_logits(logit_function(), config.vocab_size);
+}
+
 }  // namespace shamn::cli

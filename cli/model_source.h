@@ -20,6 +20,9 @@ struct ModelSource {
   std::string kind() const;             // "f32" | "int8" | "int4" | "checkpoint"
   // Logits for every position of a window; the runtime starts from an empty state.
   LogitFunction logit_function() const;
+  // Each position's loss against the next tokens: the runtime's fused loss
+  // (no logits stored), or the checkpoint's logits reduced by logsumexp.
+  LossFunction loss_function() const;
 };
 
 ModelSource open_model_source(const std::string& path);

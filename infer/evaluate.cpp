@@ -26,20 +26,67 @@ int64_t log_softmax_row(const float* x, int64_t V, std::vector<double>& lp) {
   return best;
 }
 
-}  // namespace
-
-double EvalResult::perplexity() const { return std::exp(loss); }
-
-EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
-                    const LogitFunction& model, const LogitFunction* reference) {
+int64_t window_count(const TokenFile& data, int64_t T, int64_t max_windows) {
   SHAMN_INPUT_CHECK(T >= 1, "--seq-len must be >= 1");
   int64_t windows = (data.size() - 1) / T;
   SHAMN_INPUT_CHECK(windows >= 1, "token file '", data.path(), "' has ", data.size(),
                     " tokens: fewer than one window of --seq-len ", T, " + 1");
-  if (max_windows > 0) windows = std::min(windows, max_windows);
+  return max_windows > 0 ? std::min(windows, max_windows) : windows;
+}
 
+}  // namespace
+
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+LossFunction losses_from_logits(LogitFunction logits, int64_t vocab) {
+  return [logits = std::move(logits), vocab](const int32_t* tokens, int64_t T, const int32_t* targets,
+                                             double* losses) {
+    Buffer<float> x(T * vocab);
+    {
+      const ProfileScope scope("model_logits", ProfileCategory::eval);
+      logits(tokens, T, x.data());
+    }
+    const ProfileScope scope("score_positions", ProfileCategory::eval);
+    // The loss alone needs only the row's logsumexp: vectorised float exps (a
+    // double exp per vocabulary entry was half of an evaluation).
+    parallel_for(0, T, 8, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        const float* row = x.data() + t * vocab;
+        losses[t] = logsumexp(row, vocab) - row[targets[t]];
+      }
+    });
+  };
+}
+
+EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
+                    const LossFunction& model) {
+  const int64_t windows = window_count(data, T, max_windows);
+  std::vector<double> loss(static_cast<size_t>(T));
+  double sum = 0;
+  for (int64_t w = 0; w < windows; ++w) {
+    profile_begin_step(w + 1);
+    const ProfileScope window_scope("eval_window", ProfileCategory::eval);
+    const Tensor win = data.window(w * T, T + 1, vocab);
+    const int32_t* tok = win.data<int32_t>();
+    {
+      const ProfileScope scope("model_losses", ProfileCategory::eval);
+      model(tok, T, tok + 1, loss.data());
+    }
+    for (double l : loss) sum += l;  // in position order
+  }
   EvalResult r;
-  Buffer<float> logits(T * vocab), ref(reference ? T * vocab : 0);
+  r.windows = windows;
+  r.tokens = windows * T;
+  r.loss = sum / static_cast<double>(r.tokens);
+  return r;
+}
+
+EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
+                    const LogitFunction& model, const LogitFunction* reference) {
+  if (!reference) return evaluate(data, vocab, T, max_windows, losses_from_logits(model, vocab));
+  const int64_t windows = window_count(data, T, max_windows);
+  EvalResult r;
+  Buffer<float> logits(T * vocab), ref(T * vocab);
   std::vector<int32_t> inputs(static_cast<size_t>(T));
   // Per position: loss, ref loss, KL, agreement; summed in position order at the end.
   std::vector<double> loss(static_cast<size_t>(T)), ref_loss(loss.size()), kl(loss.size()),
@@ -55,7 +102,7 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
       const ProfileScope scope("model_logits", ProfileCategory::eval);
       model(inputs.data(), T, logits.data());
     }
-    if (reference) {
+    {
       const ProfileScope scope("reference_logits", ProfileCategory::eval);
       (*reference)(inputs.data(), T, ref.data());
     }
@@ -63,14 +110,7 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
     parallel_for(0, T, 8, [&](int64_t lo, int64_t hi) {
       std::vector<double> lp, lq;
       for (int64_t t = lo; t < hi; ++t) {
-        const float* row = logits.data() + t * vocab;
-        if (!reference) {
-          // The loss alone needs only the row's logsumexp: vectorised float exps
-          // (a double exp per vocabulary entry was half of an evaluation).
-          loss[t] = logsumexp(row, vocab) - row[tok[t + 1]];
-          continue;
-        }
-        const int64_t top = log_softmax_row(row, vocab, lp);
+        const int64_t top = log_softmax_row(logits.data() + t * vocab, vocab, lp);
         loss[t] = -lp[tok[t + 1]];
         const int64_t ref_top = log_softmax_row(ref.data() + t * vocab, vocab, lq);
         ref_loss[t] = -lq[tok[t + 1]];
@@ -91,11 +131,9 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   r.tokens = windows * T;
   const double n = static_cast<double>(r.tokens);
   r.loss = sum_loss / n;
-  if (reference) {
-    r.reference_loss = sum_ref / n;
-    r.mean_kl = sum_kl / n;
-    r.top1_agreement = sum_agree / n;
-  }
+  r.reference_loss = sum_ref / n;
+  r.mean_kl = sum_kl / n;
+  r.top1_agreement = sum_agree / n;
   return r;
 }
 

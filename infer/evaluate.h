@@ -15,6 +15,13 @@ namespace shamn {
 // Fills logits [T, V] for the window tokens [T].
 using LogitFunction = std::function<void(const int32_t* tokens, int64_t T, float* logits)>;
 
+// Fills losses [T]: each position's cross-entropy (nats) against targets [T].
+using LossFunction =
+    std::function<void(const int32_t* tokens, int64_t T, const int32_t* targets, double* losses)>;
+
+// The loss function of a logit function: logits [T, V], then each row's logsumexp.
+LossFunction losses_from_logits(LogitFunction logits, int64_t vocab);
+
 struct EvalResult {
   int64_t windows = 0, tokens = 0;
   double loss = 0.0;  // mean cross-entropy, nats
@@ -26,6 +33,9 @@ struct EvalResult {
 };
 
 // max_windows 0 = every full window of the file.
+EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
+                    const LossFunction& model);
+// With a reference: both models' full logits per window (for the KL and top-1).
 EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
                     const LogitFunction& model, const LogitFunction* reference = nullptr);
 

@@ -75,6 +75,13 @@ class InferModel {
   // row is computed independently of the others. logits: the rows the steps
   // ask for, step by step, [sum of (all_logits ? n : 1), V]; null runs no head.
   void forward(std::span<const StreamStep> steps, float* logits) const;
+  // Each position's cross-entropy against targets [n] (the next tokens), in nats:
+  // losses[t] = logsumexp(logits[t]) - logits[t][targets[t]]. The tied head runs
+  // training's fused loss kernel over 16 rows at a time and never stores the
+  // [n, V] logits, which is what makes evaluation fast; the result equals
+  // forward()'s logits reduced by logsumexp within float rounding (1e-5 relative).
+  void forward_losses(const int32_t* tokens, int64_t n, DecodeState& state, const int32_t* targets,
+                      double* losses) const;
   // `state` becomes the state after the first `keep` of the tokens recorded in
   // `inputs` by forwards that started from `before`: per layer the last K-1
   // rows of before's history followed by those tokens' rows. Exact (the rows

@@ -5,6 +5,8 @@
 // 256-bit halves, and pairing blocks into zmm registers cost more shuffles
 // (inserts, extracts, mask ops for the sign) than it saved; measured in
 // experiments/quant_kernels.md.
+#include <algorithm>
+
 #include "infer/quant_dot_simd.h"
 
 namespace shamn::quant_detail {
@@ -46,35 +48,54 @@ SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, in
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), margin = _mm512_set1_ps(kHalfMargin);
   const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
   const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  constexpr int64_t kScaleGroup = 16;  // blocks whose scales are divided in one vector
   float buf[kQuantBlock];
-  for (int64_t b = 0; b < quant_blocks(n); ++b) {
-    const float* src = q8_source_block(x, n, b, buf);
-    const __m512 v[2] = {_mm512_loadu_ps(src), _mm512_loadu_ps(src + 16)};
-    const float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1]))) / 127.0f;
-    out[b].d = d;
-    if (d == 0.0f) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), _mm256_setzero_si256());
-      continue;
+  const int64_t blocks = quant_blocks(n);
+  for (int64_t b0 = 0; b0 < blocks; b0 += kScaleGroup) {
+    const int64_t nb = std::min(kScaleGroup, blocks - b0);
+    // Each block's max |x| first, then d = max / 127 and 1 / d for all of them:
+    // the two divisions per block were a serial chain that stalled every block.
+    alignas(64) float amax[kScaleGroup] = {};
+    for (int64_t i = 0; i < nb; ++i) {
+      const float* src = q8_source_block(x, n, b0 + i, buf);
+      amax[i] = _mm512_reduce_max_ps(
+          _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src)), _mm512_abs_ps(_mm512_loadu_ps(src + 16))));
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / d);
-    __m512 s[2];
-    __mmask16 near_half = 0;
-    for (int k = 0; k < 2; ++k) {
-      s[k] = _mm512_mul_ps(v[k], inv);
-      const __m512 a = _mm512_abs_ps(s[k]);
-      const __m512 frac = _mm512_sub_ps(a, _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
-      near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(frac, half)), margin, _CMP_NGE_UQ);
-    }
-    for (int k = 0; k < 2; ++k) {
-      if (near_half) s[k] = _mm512_div_ps(v[k], _mm512_set1_ps(d));
-      __m512 r = _mm512_roundscale_ps(s[k], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __mmask16 away = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s[k], r)), half, _CMP_GE_OQ);
-      // copysign(1, s), in integer ops (and_ps/or_ps would need AVX512DQ).
-      const __m512 step = _mm512_castsi512_ps(
-          _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(s[k]), sign), _mm512_castps_si512(one)));
-      r = _mm512_mask_add_ps(r, away, r, step);
-      const __m512i q = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16 * k), _mm512_cvtepi32_epi8(q));
+    alignas(64) float dv[kScaleGroup], invv[kScaleGroup];
+    const __m512 d16 = _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f));
+    _mm512_store_ps(dv, d16);
+    // Lanes with d = 0 divide by zero here; those blocks never read their inverse.
+    _mm512_store_ps(invv, _mm512_div_ps(one, d16));
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t b = b0 + i;
+      const float* src = q8_source_block(x, n, b, buf);
+      const __m512 v[2] = {_mm512_loadu_ps(src), _mm512_loadu_ps(src + 16)};
+      const float d = dv[i];
+      out[b].d = d;
+      if (d == 0.0f) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), _mm256_setzero_si256());
+        continue;
+      }
+      const __m512 inv = _mm512_set1_ps(invv[i]);
+      __m512 s[2];
+      __mmask16 near_half = 0;
+      for (int k = 0; k < 2; ++k) {
+        s[k] = _mm512_mul_ps(v[k], inv);
+        const __m512 a = _mm512_abs_ps(s[k]);
+        const __m512 frac = _mm512_sub_ps(a, _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+        near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(frac, half)), margin, _CMP_NGE_UQ);
+      }
+      for (int k = 0; k < 2; ++k) {
+        if (near_half) s[k] = _mm512_div_ps(v[k], _mm512_set1_ps(d));
+        __m512 r = _mm512_roundscale_ps(s[k], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __mmask16 away = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s[k], r)), half, _CMP_GE_OQ);
+        // copysign(1, s), in integer ops (and_ps/or_ps would need AVX512DQ).
+        const __m512 step = _mm512_castsi512_ps(
+            _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(s[k]), sign), _mm512_castps_si512(one)));
+        r = _mm512_mask_add_ps(r, away, r, step);
+        const __m512i q = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16 * k), _mm512_cvtepi32_epi8(q));
+      }
     }
   }
 }

@@ -3,6 +3,7 @@
 // canonical order of infer/quant_dot.h with rows in vector lanes: block j is
 // fma'd into accumulator j % 8, and the eight accumulators are summed left to
 // right, so the results are bitwise those of the scalar path.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -153,7 +154,10 @@ SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, i
   for (int64_t t = 0; t * kTileRows < rows; ++t) {
     const Tile* wt = w + t * bpr;
     __m512 sum[G];
-    for (int k = 0; k < kLanes; ++k) {
+    // Lanes past bpr stay zero: adding +0 once instead of once per empty lane
+    // gives the same sum (x + 0 = x, and -0 + 0 = +0 either way).
+    const int used = static_cast<int>(std::min<int64_t>(kLanes, bpr));
+    for (int k = 0; k < used; ++k) {
       __m512 lane[G];
       for (int u = 0; u < G; ++u) lane[u] = _mm512_setzero_ps();
       for (int64_t j = k; j < bpr; j += kLanes) {
@@ -167,6 +171,8 @@ SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, i
       }
       for (int u = 0; u < G; ++u) sum[u] = k == 0 ? lane[u] : _mm512_add_ps(sum[u], lane[u]);
     }
+    if (used < kLanes)
+      for (int u = 0; u < G; ++u) sum[u] = _mm512_add_ps(sum[u], _mm512_setzero_ps());
     const int64_t n = std::min<int64_t>(kTileRows, rows - t * kTileRows);
     for (int u = 0; u < G; ++u)
       _mm512_mask_storeu_ps(y[u] + t * kTileRows, static_cast<__mmask16>((1u << n) - 1), sum[u]);

@@ -109,9 +109,16 @@ void WeightMatrix::add_row(int64_t r, float w, float* acc) const {
       float* a = acc + c0;
       const int64_t j_row = s * seg_blocks + j;
       if (type == WeightType::q8) {
-        const BlockQ8 b = tiled ? tile_block(static_cast<const TileQ8*>(data), bpr, r, j_row)
-                                : static_cast<const BlockQ8*>(data)[r * bpr + j_row];
-        for (int i = 0; i < len; ++i) a[i] += w * (b.d * static_cast<float>(b.q[i]));
+        // Row-major blocks are read in place: a copy made the vector loads wait
+        // on the copy's narrower stores (a store-forwarding stall per block).
+        BlockQ8 copy;
+        const BlockQ8* b = &copy;
+        if (tiled)
+          copy = tile_block(static_cast<const TileQ8*>(data), bpr, r, j_row);
+        else
+          b = static_cast<const BlockQ8*>(data) + r * bpr + j_row;
+        const float d = b->d;
+        for (int i = 0; i < len; ++i) a[i] += w * (d * static_cast<float>(b->q[i]));
       } else {
         const BlockQ4 b = tiled ? tile_block(static_cast<const TileQ4*>(data), bpr, r, j_row)
                                 : static_cast<const BlockQ4*>(data)[r * bpr + j_row];

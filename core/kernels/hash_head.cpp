@@ -47,6 +47,12 @@ void hash_head_gather(float* logits, const float* scores, const float* importanc
   });
 }
 
+void hash_head_row_losses(double* loss, const float* scores, const float* importance,
+                          const int32_t* bucket_index, const int32_t* targets, int64_t n,
+                          const HashDims& dims) {
+  for_kernel_level(kLevels).row_losses(loss, nullptr, scores, importance, bucket_index, targets, n, dims);
+}
+
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
                        const float* importance, const int32_t* bucket_index, int64_t n,
                        const HashDims& dims) {

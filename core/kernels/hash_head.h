@@ -31,6 +31,13 @@ void hash_head_backward(float* dz, float* dtable, float* dimportance, const floa
 void hash_head_gather(float* logits, const float* scores, const float* importance,
                       const int32_t* bucket_index, int64_t n, const HashDims& dims);
 
+// Each row's cross-entropy from scores already computed (the runtime's evaluation):
+// loss[r] = logsumexp_t logit[r, t] - logit[r, targets[r]], by the fused loss's
+// kernel, so no [n, V] logits are stored. loss: [n]
+void hash_head_row_losses(double* loss, const float* scores, const float* importance,
+                          const int32_t* bucket_index, const int32_t* targets, int64_t n,
+                          const HashDims& dims);
+
 // Returns the mean loss over the n rows; writes lse and the bucket scores (kept for
 // backward). Works on 16 rows at a time, so it holds [16, V] logits at most.
 double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,

@@ -186,12 +186,12 @@ void hash_head_backward(float* dz, float* dtable, float* dimportance, const floa
   bucket_scores_backward(dz, dtable, ds, z, table, n, d);
 }
 
-double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
-                                       const float* importance, const int32_t* bucket_index,
-                                       const int32_t* targets, int64_t n, const HashDims& d) {
-  bucket_scores(scores, z, table, n, d);
+// loss[r] = lse[r] - logit[r, targets[r]] from bucket scores [n, buckets], 16 rows
+// per chunk (lse may be null).
+void row_losses_from_scores(double* loss, float* lse, const float* scores, const float* importance,
+                            const int32_t* bucket_index, const int32_t* targets, int64_t n,
+                            const HashDims& d) {
   const int64_t h = d.hashes, chunks = ceil_div(n, kRows);
-  std::vector<double> row_loss(static_cast<size_t>(n));
   parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
     Tensor slab_buf = Tensor::empty({d.buckets * kRows});
     float* slab = slab_buf.data<float>();
@@ -206,11 +206,19 @@ double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z
           const int64_t off = static_cast<int64_t>(bucket_index[tgt * h + j]) * kRows + r;
           x += importance[tgt * h + j] * slab[off];
         }
-        lse[n0 + r] = row_lse[r];
-        row_loss[static_cast<size_t>(n0 + r)] = static_cast<double>(lse[n0 + r]) - x;
+        if (lse) lse[n0 + r] = row_lse[r];
+        loss[n0 + r] = static_cast<double>(row_lse[r]) - x;
       }
     }
   });
+}
+
+double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
+                                       const float* importance, const int32_t* bucket_index,
+                                       const int32_t* targets, int64_t n, const HashDims& d) {
+  bucket_scores(scores, z, table, n, d);
+  std::vector<double> row_loss(static_cast<size_t>(n));
+  row_losses_from_scores(row_loss.data(), lse, scores, importance, bucket_index, targets, n, d);
   double total = 0.0;  // in row order: the same for any thread count
   for (double l : row_loss) total += l;
   return total / static_cast<double>(n);
@@ -274,8 +282,8 @@ void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportan
 SHAMN_ISA_END
 
 namespace shamn::hash_head_isa {
-SHAMN_ISA_TABLE(Kernels) = {&::shamn::SHAMN_ISA_NS::hash_head_forward,
-                            &::shamn::SHAMN_ISA_NS::hash_head_backward,
-                            &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_forward,
-                            &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_backward};
+SHAMN_ISA_TABLE(Kernels) = {
+    &::shamn::SHAMN_ISA_NS::hash_head_forward, &::shamn::SHAMN_ISA_NS::hash_head_backward,
+    &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_forward,
+    &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_backward, &::shamn::SHAMN_ISA_NS::row_losses_from_scores};
 }  // namespace shamn::hash_head_isa

@@ -21,6 +21,8 @@ struct Kernels {
                                  const float* scores, const float* z, const float* table,
                                  const float* importance, const int32_t* bucket_index, const int32_t* targets,
                                  int64_t n, const HashDims& dims);
+  void (*row_losses)(double* loss, float* lse, const float* scores, const float* importance,
+                     const int32_t* bucket_index, const int32_t* targets, int64_t n, const HashDims& dims);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

@@ -43,7 +43,7 @@ train "$work/run1" 3 --profile --profile-steps 1 --profile-trace "$work/one_step
 for f in eval_h5.err eval_shq.err bench.err bench_text.out; do
   grep -q "% wall" "$work/$f" || { echo "no profile table in $f"; exit 1; }
 done
-grep -q "^model_logits  *eval " "$work/eval_shq.err"
+grep -q "^model_losses  *eval " "$work/eval_shq.err"
 grep -q "^decode_token  *step " "$work/bench.err"
 
 /usr/bin/python3 - "$work" <<'PY'

@@ -197,11 +197,18 @@ TEST_CASE("the hash head gives the same bits at every kernel level", "[kernels][
     hash_head_cross_entropy_backward(dz.data(), dtable.data(), dimp.data(), 1.5f, lse.data(), scores.data(),
                                      z.data(), table.data(), importance.data(), bucket_index.data(),
                                      targets.data(), n, d);
+    std::vector<double> row_loss(static_cast<size_t>(n));
+    hash_head_row_losses(row_loss.data(), scores.data(), importance.data(), bucket_index.data(),
+                         targets.data(), n, d);
     std::vector<float> out = logits;
     for (const std::vector<float>* v : {&scores, &dz, &dtable, &dimp, &lse})
       out.insert(out.end(), v->begin(), v->end());
     out.push_back(static_cast<float>(loss));
     out.push_back(static_cast<float>(loss - static_cast<float>(loss)));
+    for (double l : row_loss) {
+      out.push_back(static_cast<float>(l));
+      out.push_back(static_cast<float>(l - static_cast<float>(l)));
+    }
     return out;
   });
 }

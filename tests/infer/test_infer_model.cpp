@@ -13,6 +13,7 @@
 
 #include "autograd/variable.h"
 #include "core/kernel_level.h"
+#include "core/kernels/activation.h"
 #include "core/model_config.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -481,6 +482,35 @@ TEST_CASE("evaluate's loss is the autograd cross-entropy over the same windows, 
   CHECK(r.loss == Approx(ce).epsilon(1e-5));
   CHECK(evaluate(file, V, T, 2, f).windows == 2);
   CHECK_THROWS_AS(evaluate(file, V, 1000, 0, f), InputError);
+}
+
+TEST_CASE("forward_losses gives each position's logsumexp minus its target logit, without the logits",
+          "[infer][eval]") {
+  for (bool tied : {true, false}) {
+    const TestModel tm(model_toml(tied ? "" : "tie_head = false\n"), tied ? "losses_tied" : "losses_untied");
+    const int64_t V = tm.config.vocab_size, n = 150;  // over one 128-token chunk
+    const std::vector<int32_t> tokens = random_tokens(n + 1, V, 8);
+    for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
+      INFO("tied " << tied << ", quant " << shq_quant_name(q));
+      const InferModel m = tm.runtime(q);
+      const std::vector<float> logits =
+          prefill_logits(m, std::vector<int32_t>(tokens.begin(), tokens.end() - 1));
+      std::vector<double> losses(static_cast<size_t>(n));
+      DecodeState state = m.new_state();
+      m.forward_losses(tokens.data(), n, state, tokens.data() + 1, losses.data());
+      CHECK(state.position == n);
+      for (int64_t t = 0; t < n; ++t) {
+        const float* row = logits.data() + t * V;
+        const double want = logsumexp(row, V) - row[tokens[t + 1]];
+        INFO("position " << t);
+        // Tied: the fused kernel sums the exps in another order (float lanes).
+        CHECK(losses[t] == Approx(want).epsilon(1e-5));
+      }
+      const std::vector<int32_t> bad(static_cast<size_t>(n), static_cast<int32_t>(V));
+      DecodeState s2 = m.new_state();
+      CHECK_THROWS_AS(m.forward_losses(tokens.data(), n, s2, bad.data(), losses.data()), InputError);
+    }
+  }
 }
 
 }  // namespace shamn
