@@ -179,9 +179,43 @@ SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, i
   }
 }
 
+// Rows of B <= 2 blocks (a block-sparse row block's active segments at 90%
+// sparsity): a tile's B blocks fit in registers for every row of x, so they are
+// loaded once per tile instead of once per group. Each block is its own lane,
+// so per row the sum is lane 0 + lane 1 (+ 0 for the empty lanes): bitwise the
+// general path's.
+template <class Tile, int B>
+SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, const Q8Rows& x, float* y,
+                                                 int64_t y_stride) {
+  static_assert(B >= 1 && B <= 2 && B < kLanes);
+  for (int64_t t = 0; t * kTileRows < rows; ++t) {
+    const Tile* wt = w + t * B;
+    const TileRegs<Tile> r0(wt[0]);
+    const TileRegs<Tile> r1(wt[B - 1]);
+    const __m512 wd[2] = {_mm512_loadu_ps(wt[0].d), _mm512_loadu_ps(wt[B - 1].d)};
+    const int64_t nr = std::min<int64_t>(kTileRows, rows - t * kTileRows);
+    const auto mask = static_cast<__mmask16>((1u << nr) - 1);
+    for (int64_t u = 0; u < x.n; ++u) {
+      __m512 sum = _mm512_setzero_ps();
+      for (int j = 0; j < B; ++j) {
+        const int64_t o = x.offset(u, j);
+        const BlockQ8& xj = x.x[o];
+        const int32_t xs = x.sums ? x.sums[o] : block_value_sum(xj);
+        const __m512 scale = _mm512_mul_ps(wd[j], _mm512_set1_ps(xj.d));
+        const __m512i isum = j == 0 ? r0.isums(xj, xs) : r1.isums(xj, xs);
+        const __m512 lane = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), _mm512_setzero_ps());
+        sum = j == 0 ? lane : _mm512_add_ps(sum, lane);
+      }
+      _mm512_mask_storeu_ps(y + u * y_stride + t * kTileRows, mask, _mm512_add_ps(sum, _mm512_setzero_ps()));
+    }
+  }
+}
+
 template <class Tile>
 SHAMN_TARGET_AVX512 void dot_tiles_batch_avx512(const Tile* w, int64_t rows, int64_t bpr, const Q8Rows& x,
                                                 float* y, int64_t y_stride) {
+  if (bpr == 1) return tiles_few_blocks_avx512<Tile, 1>(w, rows, x, y, y_stride);
+  if (bpr == 2) return tiles_few_blocks_avx512<Tile, 2>(w, rows, x, y, y_stride);
   // A decode step calls this for every row block of every matrix: short rows
   // keep their block pointers on the stack (a heap allocation per call cost a
   // fifth of a decoded token).
