@@ -216,6 +216,15 @@ QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) 
   return xq;
 }
 
+// y [n, out] += bias [out] (null: nothing). A pass of its own after the
+// product: added right behind the kernel's masked stores, every load of y
+// waited for them (a store-forwarding stall per row block).
+void add_bias(float* y, const float* bias, int64_t n, int64_t out) {
+  if (bias == nullptr) return;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < out; ++i) y[t * out + i] += bias[i];
+}
+
 // y[t] = W x[t] + bias for t < n. x: [n, in]  xq: x quantised (quantize_rows
 // with segment 0; read only when W is quantised)  y: [n, out]. Tasks take
 // tiles of 16 weight rows and multiply every token by them at once, so a tile
@@ -231,11 +240,9 @@ void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t 
                          out);
       else
         for (int64_t t = 0; t < n; ++t) W.dot_rows(r0, rn, InputRow{x + t * in, nullptr}, y + t * out + r0);
-      if (L.bias)
-        for (int64_t t = 0; t < n; ++t)
-          for (int64_t i = 0; i < rn; ++i) y[t * out + r0 + i] += L.bias[r0 + i];
     }
   });
+  add_bias(y, L.bias, n, out);
 }
 
 void dense_forward(const Dense& L, const float* x, int64_t n, float* y) {
@@ -272,11 +279,9 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
           W.dot_rows(r * b, b, InputRow{gf.data(), nullptr}, y + t * L.out + r * b);
         }
       }
-      if (L.bias)
-        for (int64_t t = 0; t < n; ++t)
-          for (int64_t i = 0; i < b; ++i) y[t * L.out + r * b + i] += L.bias[r * b + i];
     }
   });
+  add_bias(y, L.bias, n, L.out);
 }
 
 void block_sparse_forward(const BlockSparse& L, const float* x, int64_t n, float* y) {
