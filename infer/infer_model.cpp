@@ -21,9 +21,18 @@ namespace {
 
 constexpr float kNormEps = 1e-5f;
 
-// Tokens per pass of a long single-stream forward (prefill, evaluation):
+// Tokens per pass and thread of a long single-stream forward (prefill, evaluation):
 // their activations stay in the L2 cache.
 constexpr int64_t kForwardChunk = 128;
+
+// A single long stream (prefill, evaluation) on several threads runs as that
+// many slices of at least this many rows, each through whole layers, instead
+// of splitting every small op across the threads (layers_sliced).
+constexpr int64_t kMinSliceRows = 32;
+
+// Rows per forward pass of a long stream: kForwardChunk per thread, so each
+// thread's slice still has a full chunk.
+int64_t forward_chunk() { return kForwardChunk * std::max(1, num_threads()); }
 
 // Multiply-adds per parallel task: below this a loop runs on the calling
 // thread, so a decode step's small matrices do not pay for task dispatch.
@@ -179,6 +188,12 @@ struct InferModel::Impl {
   void row_losses(const float* z, int64_t n, const int32_t* targets, double* loss) const;
   // Embedding and every layer for the steps' rows (advancing their states): [rows, D].
   Buffer<float> hidden(std::span<const StreamStep> steps) const;
+  void layer(size_t l, float* x, int64_t n, std::span<const StreamStep> steps) const;
+  // Every layer for one stream's rows cut into `slices` consecutive slices that
+  // run in parallel, one task each per layer: the mixer's convolution is the
+  // only thing a row takes from the rows before it, and a slice recomputes the
+  // K-1 normalised rows it needs. Bitwise what the whole rows give.
+  void layers_sliced(const StreamStep& s, float* x, int64_t slices) const;
 };
 
 namespace {
@@ -568,8 +583,9 @@ void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, f
   SHAMN_CHECK(n >= 1, "forward needs at least one token");
   // Long inputs run in chunks whose activations stay in the L2 cache; the
   // state carries the convolution history across, so chunking is exact.
-  for (int64_t t0 = 0; t0 < n; t0 += kForwardChunk) {
-    const int64_t c = std::min(kForwardChunk, n - t0);
+  const int64_t chunk = forward_chunk();
+  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+    const int64_t c = std::min(chunk, n - t0);
     const StreamStep step{&state, tokens + t0, c, all_logits};
     if (!all_logits && t0 + c < n)
       forward(std::span(&step, 1), nullptr);
@@ -602,21 +618,59 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
     }
     embed(tokens.data(), n, x.data());
   }
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const Layer& L = layers[l];
-    {
-      const ProfileScope scope(L.mixer_scope, ProfileCategory::infer);
-      mixer(L, l, x.data(), n, steps);
-    }
-    if (L.has_memory) {
-      const ProfileScope scope(L.memory_scope, ProfileCategory::infer);
-      memory(L, x.data(), n);
-    }
-    const ProfileScope scope(L.moe_scope, ProfileCategory::infer);
-    moe_block(L, x.data(), n);
+  const int64_t slices = steps.size() == 1 && steps[0].record == nullptr
+                             ? std::min<int64_t>(num_threads(), n / kMinSliceRows)
+                             : 1;
+  if (slices > 1) {
+    layers_sliced(steps[0], x.data(), slices);
+  } else {
+    for (size_t l = 0; l < layers.size(); ++l) layer(l, x.data(), n, steps);
   }
   for (const StreamStep& s : steps) s.state->position += s.n;
   return x;
+}
+
+void InferModel::Impl::layer(size_t l, float* x, int64_t n, std::span<const StreamStep> steps) const {
+  const Layer& L = layers[l];
+  {
+    const ProfileScope scope(L.mixer_scope, ProfileCategory::infer);
+    mixer(L, l, x, n, steps);
+  }
+  if (L.has_memory) {
+    const ProfileScope scope(L.memory_scope, ProfileCategory::infer);
+    memory(L, x, n);
+  }
+  const ProfileScope scope(L.moe_scope, ProfileCategory::infer);
+  moe_block(L, x, n);
+}
+
+void InferModel::Impl::layers_sliced(const StreamStep& s, float* x, int64_t slices) const {
+  const int64_t n = s.n, H = K - 1;
+  std::vector<int64_t> begin(static_cast<size_t>(slices + 1));
+  for (int64_t p = 0; p <= slices; ++p) begin[p] = n * p / slices;
+  // Each slice continues the history its predecessor's rows give it.
+  std::vector<DecodeState> local(static_cast<size_t>(slices));
+  for (DecodeState& d : local) d.history.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    // The rows before each slice, normalised as the mixer normalises them,
+    // taken before any slice adds this layer's outputs to x.
+    for (int64_t p = 0; p < slices; ++p) {
+      std::vector<float>& h = local[p].history[l];
+      if (p == 0) {
+        h = s.state->history[l];
+      } else {
+        h.resize(static_cast<size_t>(H * D));
+        rms_norm(x + (begin[p] - H) * D, layers[l].mix_gain, H, D, h.data());
+      }
+    }
+    parallel_for(0, slices, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t p = lo; p < hi; ++p) {
+        const StreamStep step{&local[p], s.tokens + begin[p], begin[p + 1] - begin[p], s.all_logits};
+        layer(l, x + begin[p] * D, step.n, std::span(&step, 1));
+      }
+    });
+    s.state->history[l] = local[slices - 1].history[l];
+  }
 }
 
 void InferModel::forward(std::span<const StreamStep> steps, float* logits) const {
@@ -645,8 +699,9 @@ void InferModel::forward_losses(const int32_t* tokens, int64_t n, DecodeState& s
   for (int64_t t = 0; t < n; ++t)
     SHAMN_INPUT_CHECK(targets[t] >= 0 && targets[t] < m.V, "target token id ", targets[t], " at position ", t,
                       " is outside the model's vocabulary [0, ", m.V, ")");
-  for (int64_t t0 = 0; t0 < n; t0 += kForwardChunk) {
-    const int64_t c = std::min(kForwardChunk, n - t0);
+  const int64_t chunk = forward_chunk();
+  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+    const int64_t c = std::min(chunk, n - t0);
     const StreamStep step{&state, tokens + t0, c, true};
     const Buffer<float> x = m.hidden(std::span(&step, 1));
     const ProfileScope scope("head", ProfileCategory::infer);

@@ -132,6 +132,40 @@ TEST_CASE("a long prefill runs in chunks and still equals decoding token by toke
   CHECK(bitwise_equal(prefill_logits(m, tokens), decode_logits(m, tokens)));
 }
 
+TEST_CASE("a long prefill on several threads runs in slices and still equals decoding token by token",
+          "[infer][runtime]") {
+  test::ThreadCountGuard threads;
+  const TestModel tm(model_toml(), "slices");
+  const std::vector<int32_t> tokens = random_tokens(301, tm.config.vocab_size, 9);
+  for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
+    const InferModel m = tm.runtime(q);
+    set_num_threads(1);
+    const std::vector<float> want = decode_logits(m, tokens);
+    // 2 and 3 threads: chunks of 256 and 384 rows cut into slices of at
+    // least 32 (infer_model.cpp), with uneven slices and a short last chunk.
+    for (int t : {2, 3}) {
+      INFO("quant " << shq_quant_name(q) << ", threads " << t);
+      set_num_threads(t);
+      CHECK(bitwise_equal(prefill_logits(m, tokens), want));
+      // The state a sliced prefill leaves decodes on exactly.
+      const int64_t V = m.vocab_size(), n = static_cast<int64_t>(tokens.size());
+      DecodeState s = m.new_state();
+      std::vector<float> last(static_cast<size_t>(V));
+      m.forward(tokens.data(), n - 1, s, last.data(), false);
+      m.forward(tokens.data() + n - 1, 1, s, last.data(), false);
+      CHECK(std::memcmp(last.data(), want.data() + (n - 1) * V, V * sizeof(float)) == 0);
+      // forward_losses slices the same way.
+      std::vector<double> sliced(static_cast<size_t>(n - 1)), single(sliced.size());
+      DecodeState s1 = m.new_state();
+      m.forward_losses(tokens.data(), n - 1, s1, tokens.data() + 1, sliced.data());
+      set_num_threads(1);
+      DecodeState s2 = m.new_state();
+      m.forward_losses(tokens.data(), n - 1, s2, tokens.data() + 1, single.data());
+      CHECK(std::memcmp(sliced.data(), single.data(), sliced.size() * sizeof(double)) == 0);
+    }
+  }
+}
+
 TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[infer][runtime]") {
   const TestModel tm(model_toml(), "streams");
   for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8, ShqQuant::int4}) {
