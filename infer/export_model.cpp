@@ -1,11 +1,14 @@
 #include "infer/export_model.h"
 
+#include <map>
+
 #include <cstring>
 
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/hdf5_file.h"
 #include "core/model_config.h"
+#include "core/tensor_checksum.h"
 #include "infer/infer_model.h"
 #include "infer/quant_blocks.h"
 #include "infer/quant_tiles.h"
@@ -83,6 +86,18 @@ std::string spec_name(const std::string& dataset) {
 
 }  // namespace
 
+std::vector<uint8_t> shq_tensor_data(const Tensor& t, ShqDType dtype) {
+  if (!shq_dtype_quantized(dtype)) return raw_bytes(t);
+  const int64_t cols = t.size(-1), rows = t.numel() / cols;
+  if (dtype == ShqDType::q8_0 || dtype == ShqDType::q8_0x16)
+    return layout_blocks<BlockQ8, TileQ8>(
+        quantise_rows<BlockQ8>(t.data<float>(), rows, cols, quantize_row_q8), t.shape(),
+        shq_dtype_tiled(dtype));
+  return layout_blocks<BlockQ4, TileQ4>(
+      quantise_rows<BlockQ4>(t.data<float>(), rows, cols, quantize_row_q4_fitted), t.shape(),
+      shq_dtype_tiled(dtype));
+}
+
 ShqQuant shq_quant_from_string(const std::string& name) {
   for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8, ShqQuant::int4})
     if (name == shq_quant_name(q)) return q;
@@ -126,28 +141,19 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
       ModelConfig::from_toml(reader.string_attribute("config"), checkpoint + " (attribute config)");
   const int64_t step = reader.has_attribute("step") ? reader.int_attribute("step") : 0;
   ShqWriter writer(options.quant, config.to_toml(), options.tokenizer_text, step);
+  std::map<std::string, Tensor> source;  // as trained, for the file's source_id
   for (const std::string& dataset : reader.datasets("/model")) {
     const std::string name = spec_name(dataset);
     Tensor t = reader.read_tensor(dataset);
+    source.emplace(name, t);
     const ShqDType dtype = export_dtype(name, options.quant, config);
     SHAMN_INPUT_CHECK(t.dtype() == (dtype == ShqDType::i32 ? DType::i32 : DType::f32), "'", checkpoint,
                       "': tensor '", name, "' is ", t.str(), ", expected ",
                       dtype == ShqDType::i32 ? "int32" : "float32");
     if (t.dim() == 4 && ends_with(name, ".values")) t = block_rows_major(t);
-    const int64_t cols = t.size(-1), rows = t.numel() / cols;
-    std::vector<uint8_t> data;
-    if (dtype == ShqDType::q8_0 || dtype == ShqDType::q8_0x16)
-      data =
-          layout_blocks<BlockQ8, TileQ8>(quantise_rows<BlockQ8>(t.data<float>(), rows, cols, quantize_row_q8),
-                                         t.shape(), shq_dtype_tiled(dtype));
-    else if (dtype == ShqDType::q4_0 || dtype == ShqDType::q4_0x16)
-      data = layout_blocks<BlockQ4, TileQ4>(
-          quantise_rows<BlockQ4>(t.data<float>(), rows, cols, quantize_row_q4_fitted), t.shape(),
-          shq_dtype_tiled(dtype));
-    else
-      data = raw_bytes(t);
-    writer.add(name, dtype, t.shape(), std::move(data));
+    writer.add(name, dtype, t.shape(), shq_tensor_data(t, dtype));
   }
+  writer.set_source_id(named_tensors_crc32(source));
   std::vector<uint8_t> image = writer.image();
   InferModel check(ShqFile::from_bytes(image.data(), image.size(), checkpoint + " (exported)"));
   return image;

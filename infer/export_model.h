@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/model_config.h"
+#include "core/tensor.h"
 #include "infer/shq_format.h"
 
 namespace shamn {
@@ -28,5 +29,10 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
 void export_model(const std::string& checkpoint, const ExportOptions& options, const std::string& out);
 
 ShqQuant shq_quant_from_string(const std::string& name);  // "f32" | "int8" | "int4"
+
+// A float32 (or, for i32, int32) tensor as the bytes of `dtype`: quantised row
+// by row along its last dim, tiled for the x16 dtypes (rows: all but the last
+// dim; block-sparse values already in [nob, b, a, b] order).
+std::vector<uint8_t> shq_tensor_data(const Tensor& t, ShqDType dtype);
 
 }  // namespace shamn

@@ -13,6 +13,7 @@
 #include "core/kernels/product_key.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
+#include "infer/lora_adapter.h"
 #include "infer/quant_tiles.h"
 
 namespace shamn {
@@ -117,15 +118,7 @@ class TensorBinder {
   WeightMatrix matrix(const std::string& name, const Shape& shape) {
     const ShqTensor& t = get(
         name, shape, {ShqDType::f32, ShqDType::q8_0, ShqDType::q4_0, ShqDType::q8_0x16, ShqDType::q4_0x16});
-    WeightMatrix w;
-    w.type = t.dtype == ShqDType::f32                                    ? WeightType::f32
-             : t.dtype == ShqDType::q8_0 || t.dtype == ShqDType::q8_0x16 ? WeightType::q8
-                                                                         : WeightType::q4;
-    w.tiled = shq_dtype_tiled(t.dtype);
-    w.cols = shape.back();
-    w.rows = shape_numel(shape) / w.cols;
-    w.data = t.data;
-    return w;
+    return weight_matrix_view(t.dtype, shape, t.data);
   }
   BlockSparse block_sparse(const std::string& prefix, const BlockSparseOptions& o) {
     BlockSparse b;
@@ -163,6 +156,14 @@ uint64_t block_sparse_bytes(const BlockSparse& b) {
   return b.values.bytes() + static_cast<uint64_t>(b.out / b.block * b.active) * 4 + (b.bias ? b.out * 4 : 0);
 }
 
+// Which LoRA adapter each row of a forward uses: `list` holds the steps'
+// distinct adapters, of_row[t] an index into it or -1 (the bare base).
+struct Adapters {
+  std::span<const LoraAdapter* const> list;
+  const int32_t* of_row = nullptr;  // null: no row uses one
+  Adapters from_row(int64_t r0) const { return {list, of_row ? of_row + r0 : nullptr}; }
+};
+
 }  // namespace
 
 struct InferModel::Impl {
@@ -177,23 +178,25 @@ struct InferModel::Impl {
   MoeShape moe;
   ProductKeyDims pk;
   uint64_t bytes_per_token = 0;
+  uint64_t source_id = 0;  // the file's: adapters name it as their base
 
   void embed(const int32_t* tokens, int64_t n, float* x) const;
   // Layer l's mixer over the rows of every stream, each after its own history.
-  void mixer(const Layer& L, size_t l, float* x, int64_t n, std::span<const StreamStep> steps) const;
-  void memory(const Layer& L, float* x, int64_t n) const;
-  void moe_block(const Layer& L, float* x, int64_t n) const;
+  void mixer(const Layer& L, size_t l, float* x, int64_t n, std::span<const StreamStep> steps,
+             const Adapters& ad) const;
+  void memory(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const;
+  void moe_block(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const;
   void logits(const float* z, int64_t n, float* out) const;
   // Each row's cross-entropy against its target, from final-normed rows z [n, D].
   void row_losses(const float* z, int64_t n, const int32_t* targets, double* loss) const;
   // Embedding and every layer for the steps' rows (advancing their states): [rows, D].
   Buffer<float> hidden(std::span<const StreamStep> steps) const;
-  void layer(size_t l, float* x, int64_t n, std::span<const StreamStep> steps) const;
+  void layer(size_t l, float* x, int64_t n, std::span<const StreamStep> steps, const Adapters& ad) const;
   // Every layer for one stream's rows cut into `slices` consecutive slices that
   // run in parallel, one task each per layer: the mixer's convolution is the
   // only thing a row takes from the rows before it, and a slice recomputes the
   // K-1 normalised rows it needs. Bitwise what the whole rows give.
-  void layers_sliced(const StreamStep& s, float* x, int64_t slices) const;
+  void layers_sliced(const StreamStep& s, float* x, int64_t slices, const Adapters& ad) const;
 };
 
 namespace {
@@ -327,6 +330,33 @@ void rms_norm(const float* x, const float* gain, int64_t n, int64_t D, float* y)
   });
 }
 
+// y[i] += scale * B (A x_i) for each op row i < n whose adapter adapts this
+// matrix (pick(its LoraLayer) is not null): x_i = x[x_rows ? x_rows[i] : i]
+// ([.., in]), row i's adapter is ad.of_row[tokens ? tokens[i] : i], y: [n, out].
+// The adapter's rows are gathered and run as two small products after the
+// base product.
+template <class Pick>
+void lora_add(const Adapters& ad, size_t l, Pick pick, const float* x, int64_t in, const int32_t* x_rows,
+              const int32_t* tokens, int64_t n, float* y, int64_t out) {
+  if (ad.of_row == nullptr) return;
+  for (size_t a = 0; a < ad.list.size(); ++a) {
+    const LoraFactors* f = pick(ad.list[a]->layer(l));
+    if (f == nullptr) continue;
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < n; ++i)
+      if (ad.of_row[tokens ? tokens[i] : i] == static_cast<int32_t>(a)) rows.push_back(i);
+    if (rows.empty()) continue;
+    const int64_t m = static_cast<int64_t>(rows.size()), r = f->a.rows;
+    Buffer<float> xg(m * in), t(m * r), v(m * out);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(x + (x_rows ? x_rows[rows[i]] : rows[i]) * in, in, xg.data() + i * in);
+    dense_forward(Dense{f->a, nullptr}, xg.data(), m, t.data());
+    dense_forward(Dense{f->b, nullptr}, t.data(), m, v.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t o = 0; o < out; ++o) y[rows[i] * out + o] += f->scale * v[i * out + o];
+  }
+}
+
 }  // namespace
 
 void InferModel::Impl::embed(const int32_t* tokens, int64_t n, float* x) const {
@@ -344,8 +374,8 @@ void InferModel::Impl::embed(const int32_t* tokens, int64_t n, float* x) const {
   });
 }
 
-void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n,
-                             std::span<const StreamStep> steps) const {
+void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std::span<const StreamStep> steps,
+                             const Adapters& ad) const {
   Buffer<float> u(n * D), c(n * D);
   rms_norm(x, L.mix_gain, n, D, u.data());
   // Each stream's rows continue its own history: the one place streams differ.
@@ -361,14 +391,18 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n,
   }
   silu_forward(c.data(), c.data(), n * D);
   block_sparse_forward(L.mixer_out, c.data(), n, u.data());
+  lora_add(
+      ad, l, [](const LoraLayer& a) { return a.mixer_out; }, c.data(), D, nullptr, nullptr, n, u.data(), D);
   for (int64_t i = 0; i < n * D; ++i) x[i] += u[i];
 }
 
-void InferModel::Impl::memory(const Layer& L, float* x, int64_t n) const {
+void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const {
   const int64_t dh = pk.dh, nk = pk.n, k = pk.k;
   Buffer<float> u(n * D), q(n * 2 * dh);
   rms_norm(x, L.mem_gain, n, D, u.data());
   dense_forward(L.query, u.data(), n, q.data());
+  lora_add(
+      ad, l, [](const LoraLayer& a) { return a.query; }, u.data(), D, nullptr, nullptr, n, q.data(), 2 * dh);
   // Split q into its halves, then score them against the two key sets.
   Buffer<float> q1(n * dh), q2(n * dh);
   for (int64_t t = 0; t < n; ++t) {
@@ -393,7 +427,7 @@ void InferModel::Impl::memory(const Layer& L, float* x, int64_t n) const {
   });
 }
 
-void InferModel::Impl::moe_block(const Layer& L, float* x, int64_t n) const {
+void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const {
   const int64_t G = moe.groups, X = moe.experts(), k = moe.k;
   Buffer<float> u(n * D);
   rms_norm(x, L.moe_gain, n, D, u.data());
@@ -403,6 +437,12 @@ void InferModel::Impl::moe_block(const Layer& L, float* x, int64_t n) const {
   const QuantRows uq = routers_q ? quantize_rows(u.data(), n, D, 0) : QuantRows();
   dense_product(Dense{L.router_group, nullptr}, u.data(), &uq, n, rg.data());
   dense_product(Dense{L.router_expert, nullptr}, u.data(), &uq, n, re.data());
+  lora_add(
+      ad, l, [](const LoraLayer& a) { return a.router_group; }, u.data(), D, nullptr, nullptr, n, rg.data(),
+      G);
+  lora_add(
+      ad, l, [](const LoraLayer& a) { return a.router_expert; }, u.data(), D, nullptr, nullptr, n, re.data(),
+      X);
   Buffer<float> P(n * X), pg(n * G), pe(n * X);
   router_probs_forward<float>(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, moe);
   Buffer<int32_t> chosen(n * k);
@@ -437,10 +477,15 @@ void InferModel::Impl::moe_block(const Layer& L, float* x, int64_t n) const {
       SHAMN_CHECK(up.values.quantized() == up0.values.quantized() && up.block == up0.block,
                   "every expert's up projection has the same type and block");
       float* he = h.data() + r0 * H;
-      block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, order.data() + r0, m,
-                           he);
+      const int32_t* tokens = order.data() + r0;
+      block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, tokens, m, he);
+      lora_add(
+          ad, l, [e](const LoraLayer& a) { return a.up[e]; }, u.data(), D, tokens, tokens, m, he, H);
       gelu_forward(he, he, m * H);
       block_sparse_forward(L.experts[e].down, he, m, ys.data() + r0 * D);
+      lora_add(
+          ad, l, [e](const LoraLayer& a) { return a.down[e]; }, he, H, nullptr, tokens, m, ys.data() + r0 * D,
+          D);
     }
   });
   moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);
@@ -473,9 +518,12 @@ void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
 }
 
 InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_unique<Impl>()) {
+  SHAMN_INPUT_CHECK(!is_lora_config(file_.config_toml()), "'", file_.path(),
+                    "' is a LoRA adapter, not a model: load it beside its base with --adapter");
   config_ = ModelConfig::from_toml(file_.config_toml(), file_.path() + " (embedded config)");
   const ModelConfig& c = config_;
   Impl& m = *impl_;
+  m.source_id = file_.header().source_id();
   const EmbedOptions eo = c.embed();
   m.D = c.dim;
   m.V = c.vocab_size;
@@ -621,30 +669,48 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
   const int64_t slices = steps.size() == 1 && steps[0].record == nullptr
                              ? std::min<int64_t>(num_threads(), n / kMinSliceRows)
                              : 1;
+  // The steps' adapters, and each row's.
+  std::vector<const LoraAdapter*> adapters;
+  Buffer<int32_t> row_adapter(n);
+  int64_t r0 = 0;
+  for (const StreamStep& s : steps) {
+    int32_t a = -1;
+    if (s.adapter != nullptr) {
+      SHAMN_CHECK(s.adapter->base_id() == source_id, "adapter '", s.adapter->path(),
+                  "' belongs to another base model");
+      a = static_cast<int32_t>(std::find(adapters.begin(), adapters.end(), s.adapter) - adapters.begin());
+      if (a == static_cast<int32_t>(adapters.size())) adapters.push_back(s.adapter);
+    }
+    std::fill_n(row_adapter.data() + r0, s.n, a);
+    r0 += s.n;
+  }
+  const Adapters ad{adapters, adapters.empty() ? nullptr : row_adapter.data()};
   if (slices > 1) {
-    layers_sliced(steps[0], x.data(), slices);
+    layers_sliced(steps[0], x.data(), slices, ad);
   } else {
-    for (size_t l = 0; l < layers.size(); ++l) layer(l, x.data(), n, steps);
+    for (size_t l = 0; l < layers.size(); ++l) layer(l, x.data(), n, steps, ad);
   }
   for (const StreamStep& s : steps) s.state->position += s.n;
   return x;
 }
 
-void InferModel::Impl::layer(size_t l, float* x, int64_t n, std::span<const StreamStep> steps) const {
+void InferModel::Impl::layer(size_t l, float* x, int64_t n, std::span<const StreamStep> steps,
+                             const Adapters& ad) const {
   const Layer& L = layers[l];
   {
     const ProfileScope scope(L.mixer_scope, ProfileCategory::infer);
-    mixer(L, l, x, n, steps);
+    mixer(L, l, x, n, steps, ad);
   }
   if (L.has_memory) {
     const ProfileScope scope(L.memory_scope, ProfileCategory::infer);
-    memory(L, x, n);
+    memory(L, l, x, n, ad);
   }
   const ProfileScope scope(L.moe_scope, ProfileCategory::infer);
-  moe_block(L, x, n);
+  moe_block(L, l, x, n, ad);
 }
 
-void InferModel::Impl::layers_sliced(const StreamStep& s, float* x, int64_t slices) const {
+void InferModel::Impl::layers_sliced(const StreamStep& s, float* x, int64_t slices,
+                                     const Adapters& ad) const {
   const int64_t n = s.n, H = K - 1;
   std::vector<int64_t> begin(static_cast<size_t>(slices + 1));
   for (int64_t p = 0; p <= slices; ++p) begin[p] = n * p / slices;
@@ -665,8 +731,11 @@ void InferModel::Impl::layers_sliced(const StreamStep& s, float* x, int64_t slic
     }
     parallel_for(0, slices, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t p = lo; p < hi; ++p) {
-        const StreamStep step{&local[p], s.tokens + begin[p], begin[p + 1] - begin[p], s.all_logits};
-        layer(l, x + begin[p] * D, step.n, std::span(&step, 1));
+        StreamStep step = s;
+        step.state = &local[p];
+        step.tokens = s.tokens + begin[p];
+        step.n = begin[p + 1] - begin[p];
+        layer(l, x + begin[p] * D, step.n, std::span(&step, 1), ad.from_row(begin[p]));
       }
     });
     s.state->history[l] = local[slices - 1].history[l];

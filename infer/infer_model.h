@@ -23,6 +23,8 @@
 
 namespace shamn {
 
+class LoraAdapter;
+
 struct DecodeState {
   // Per layer: the last K-1 normalised mixer inputs, [K-1, D], oldest first;
   // zeros before the sequence starts (the SPEC's zero padding).
@@ -46,8 +48,9 @@ struct StreamStep {
   DecodeState* state = nullptr;
   const int32_t* tokens = nullptr;  // [n]
   int64_t n = 0;
-  bool all_logits = false;        // logits for every token, else for the last one only
-  MixerInputs* record = nullptr;  // if set, the n tokens' mixer inputs are appended to it
+  bool all_logits = false;               // logits for every token, else for the last one only
+  MixerInputs* record = nullptr;         // if set, the n tokens' mixer inputs are appended to it
+  const LoraAdapter* adapter = nullptr;  // if set, this stream's rows run with it (infer/lora_adapter.h)
 };
 
 class InferModel {

@@ -146,8 +146,9 @@ void ShqFile::parse() {
   const ShqHeader& h = header_;
   SHAMN_INPUT_CHECK(std::memcmp(h.magic, kShqMagic, sizeof(kShqMagic)) == 0, "'", p,
                     "' is not a shamn model file (bad magic); make one with `shamn export`");
-  SHAMN_INPUT_CHECK(h.version == kShqVersion, "model file '", p, "' has format version ", h.version,
-                    "; this shamn reads version ", kShqVersion,
+  // Version 2 differs only in what version 3 calls source_id (reserved zeros there).
+  SHAMN_INPUT_CHECK(h.version == kShqVersion || h.version == 2, "model file '", p, "' has format version ",
+                    h.version, "; this shamn reads versions 2 and ", kShqVersion,
                     " (export the checkpoint again with this shamn)");
   SHAMN_INPUT_CHECK(crc32_bytes(base, offsetof(ShqHeader, header_crc)) == h.header_crc, "model file '", p,
                     "': the header fails its checksum (corrupted)");
@@ -159,6 +160,8 @@ void ShqFile::parse() {
                     h.quant);
   for (uint8_t b : h.reserved)
     SHAMN_INPUT_CHECK(b == 0, "model file '", p, "': reserved header bytes are not zero");
+  SHAMN_INPUT_CHECK(h.version > 2 || h.source_id() == 0, "model file '", p,
+                    "': reserved header bytes are not zero (version 2 has no source_id)");
 
   SHAMN_INPUT_CHECK(h.tensor_count >= 1 && h.tensor_count <= kMaxTensors, "model file '", p,
                     "': tensor_count ", h.tensor_count, " is out of range");

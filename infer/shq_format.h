@@ -16,7 +16,8 @@ namespace shamn {
 static_assert(std::endian::native == std::endian::little, ".shq files are little-endian");
 
 inline constexpr char kShqMagic[8] = {'S', 'H', 'A', 'M', 'N', 'Q', 'M', '\x1a'};
-inline constexpr uint32_t kShqVersion = 2;  // 2: the row-interleaved q8_0x16 / q4_0x16
+// 2: the row-interleaved q8_0x16 / q4_0x16; 3: source_id (LoRA adapters find their base).
+inline constexpr uint32_t kShqVersion = 3;
 inline constexpr uint64_t kShqAlignment = 64;
 inline constexpr int kShqMaxDims = 4;
 inline constexpr int kShqNameBytes = 64;  // NUL-padded, at least one NUL
@@ -52,8 +53,17 @@ struct ShqHeader {
   uint64_t tokenizer_offset, tokenizer_bytes;  // 0 bytes: no tokenizer
   uint64_t step;                               // training step of the source checkpoint
   uint32_t config_crc, tokenizer_crc, directory_crc;
-  uint8_t reserved[32];  // zero
-  uint32_t header_crc;   // CRC-32 of the 124 bytes before it
+  // The identity of the checkpoint tensors this file was exported from (for a
+  // LoRA adapter: of its base model), 0 = unknown (version 2 files). Two
+  // 32-bit words, low first: a u64 here would not be 8-byte aligned.
+  uint32_t source_id_words[2];
+  uint8_t reserved[24];  // zero
+  uint64_t source_id() const { return uint64_t{source_id_words[1]} << 32 | source_id_words[0]; }
+  void set_source_id(uint64_t id) {
+    source_id_words[0] = static_cast<uint32_t>(id);
+    source_id_words[1] = static_cast<uint32_t>(id >> 32);
+  }
+  uint32_t header_crc;  // CRC-32 of the 124 bytes before it
 };
 static_assert(sizeof(ShqHeader) == 128);
 

@@ -35,6 +35,7 @@ std::vector<uint8_t> ShqWriter::image() const {
   h.quant = static_cast<uint32_t>(quant_);
   h.tensor_count = static_cast<uint32_t>(tensors_.size());
   h.step = static_cast<uint64_t>(step_);
+  h.set_source_id(source_id_);
   h.directory_offset = sizeof(ShqHeader);
   const uint64_t dir_bytes = tensors_.size() * sizeof(ShqTensorEntry);
   h.config_offset = h.directory_offset + dir_bytes;

@@ -18,6 +18,8 @@ class ShqWriter {
   // data must hold exactly the bytes dtype and shape imply.
   void add(const std::string& name, ShqDType dtype, const Shape& shape, std::vector<uint8_t> data);
   std::vector<uint8_t> image() const;
+  // ShqHeader::source_id (default 0, unknown).
+  void set_source_id(uint64_t id) { source_id_ = id; }
 
  private:
   struct Pending {
@@ -29,6 +31,7 @@ class ShqWriter {
   ShqQuant quant_;
   std::string config_, tokenizer_;
   int64_t step_;
+  uint64_t source_id_ = 0;
   std::vector<Pending> tensors_;
 };
 

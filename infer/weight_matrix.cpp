@@ -87,6 +87,18 @@ void WeightMatrix::dot_rows_batch(int64_t r0, int64_t n, const Q8Rows& x, float*
   }
 }
 
+WeightMatrix weight_matrix_view(ShqDType dtype, const Shape& shape, const void* data) {
+  WeightMatrix w;
+  w.type = dtype == ShqDType::f32                                  ? WeightType::f32
+           : dtype == ShqDType::q8_0 || dtype == ShqDType::q8_0x16 ? WeightType::q8
+                                                                   : WeightType::q4;
+  w.tiled = shq_dtype_tiled(dtype);
+  w.cols = shape.back();
+  w.rows = shape_numel(shape) / w.cols;
+  w.data = data;
+  return w;
+}
+
 void WeightMatrix::prefetch_row(int64_t r) const {
   if (tiled) return;
   const size_t n = row_bytes();

@@ -13,8 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/tensor.h"
 #include "infer/quant_blocks.h"
 #include "infer/quant_tiles.h"
+#include "infer/shq_format.h"
 
 namespace shamn {
 
@@ -57,5 +59,9 @@ struct WeightMatrix {
   // acc[c] += w * W[r, c] for c < cols (dequantised).
   void add_row(int64_t r, float w, float* acc) const;
 };
+
+// A .shq tensor as a matrix: the last dim is the columns, the others the rows
+// (dtype f32, q8_0, q4_0, q8_0x16 or q4_0x16; checked by the caller).
+WeightMatrix weight_matrix_view(ShqDType dtype, const Shape& shape, const void* data);
 
 }  // namespace shamn

@@ -170,6 +170,13 @@ std::vector<Corruption> corruptions() {
                  patch_header(im, [](ShqHeader& h) { h.version = kShqVersion + 1; });
                  return "format version " + std::to_string(kShqVersion + 1);
                }});
+  c.push_back({"version 2 with a source_id", [](Image& im) {
+                 patch_header(im, [](ShqHeader& h) {
+                   h.version = 2;
+                   h.set_source_id(7);
+                 });
+                 return "version 2 has no source_id";
+               }});
   c.push_back({"header byte flipped", [](Image& im) {
                  im[offsetof(ShqHeader, step)] ^= 1;
                  return "header fails its checksum";

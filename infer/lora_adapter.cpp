@@ -1,0 +1,111 @@
+#include "infer/lora_adapter.h"
+
+#include <map>
+
+#include "core/check.h"
+#include "core/config_table.h"
+#include "infer/infer_model.h"
+
+namespace shamn {
+
+namespace {
+
+// One adaptable matrix of the base: where it sits and its [out, in] shape.
+struct Target {
+  int64_t out = 0, in = 0;
+  const LoraFactors** slot = nullptr;  // in the adapter's LoraLayer
+};
+
+}  // namespace
+
+std::string lora_config_toml(int64_t rank, double alpha) {
+  return "[lora]\nrank = " + std::to_string(rank) + "\nalpha = " + toml_float(alpha) + "\n";
+}
+
+bool is_lora_config(const std::string& config_toml) {
+  return ConfigTable::parse(config_toml, "config").has("lora");
+}
+
+LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move(file)) {
+  const std::string& p = file_.path();
+  const std::string config = file_.config_toml();
+  const ConfigTable t = ConfigTable::parse(config, p + " (embedded config)");
+  SHAMN_INPUT_CHECK(t.has("lora"), "'", p, "' is not a LoRA adapter file (its config has no [lora] table)");
+  t.reject_unknown("", {"lora", "lora.rank", "lora.alpha"});
+  rank_ = t.get_int("lora.rank").value_or(0);
+  alpha_ = t.get_float("lora.alpha").value_or(0.0);
+  SHAMN_INPUT_CHECK(rank_ >= 1, "adapter '", p, "': lora.rank is ", rank_, ", must be >= 1");
+  SHAMN_INPUT_CHECK(alpha_ > 0.0, "adapter '", p, "': lora.alpha is ", alpha_, ", must be > 0");
+
+  const uint64_t want = base.file().header().source_id(), have = file_.header().source_id();
+  SHAMN_INPUT_CHECK(want != 0, "base model '", base.file().path(),
+                    "' does not say which checkpoint it was exported from (exported by an older shamn): "
+                    "export the base again to use LoRA adapters with it");
+  SHAMN_INPUT_CHECK(have == want, "adapter '", p, "' was trained on another base model than '",
+                    base.file().path(), "' (base identity ", have, " in the adapter, ", want,
+                    " in the base)");
+
+  // Every matrix the base lets an adapter adapt, by name.
+  const ModelConfig& c = base.config();
+  const MoeOptions mo = c.moe();
+  const MemoryOptions me = c.memory();
+  layers_.resize(static_cast<size_t>(c.n_layers));
+  std::map<std::string, Target> targets;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LoraLayer& L = layers_[l];
+    const std::string q = "layers." + std::to_string(l) + ".";
+    targets[q + "mixer.out"] = {c.dim, c.dim, &L.mixer_out};
+    if (c.has_memory(l)) targets[q + "memory.query"] = {me.key_dim, c.dim, &L.query};
+    targets[q + "moe.router_group"] = {mo.groups, c.dim, &L.router_group};
+    targets[q + "moe.router_expert"] = {mo.experts(), c.dim, &L.router_expert};
+    L.up.assign(static_cast<size_t>(mo.experts()), nullptr);
+    L.down.assign(L.up.size(), nullptr);
+    for (int64_t e = 0; e < mo.experts(); ++e) {
+      const std::string x = q + "moe.experts." + std::to_string(e) + ".";
+      targets[x + "up"] = {mo.up.out, mo.up.in, &L.up[e]};
+      targets[x + "down"] = {mo.down.out, mo.down.in, &L.down[e]};
+    }
+  }
+
+  // Each tensor is one factor of one target; both factors must be there.
+  std::map<std::string, std::pair<const ShqTensor*, const ShqTensor*>> found;
+  for (const ShqTensor& tensor : file_.tensors()) {
+    const std::string& name = tensor.name;
+    const size_t dot = name.rfind('.');
+    const std::string matrix = dot == std::string::npos ? "" : name.substr(0, dot);
+    const std::string factor = dot == std::string::npos ? name : name.substr(dot + 1);
+    SHAMN_INPUT_CHECK(targets.count(matrix) && (factor == "lora_a" || factor == "lora_b"), "adapter '", p,
+                      "': tensor '", name, "' is not the lora_a or lora_b of a matrix the base '",
+                      base.file().path(), "' can adapt");
+    auto& pair = found[matrix];
+    (factor == "lora_a" ? pair.first : pair.second) = &tensor;
+  }
+  SHAMN_INPUT_CHECK(!found.empty(), "adapter '", p, "' adapts no matrix");
+  factors_.reserve(found.size());
+  for (const auto& [matrix, pair] : found) {
+    SHAMN_INPUT_CHECK(pair.first && pair.second, "adapter '", p, "': '", matrix, "' has only its ",
+                      pair.first ? "lora_a" : "lora_b");
+    const Target& target = targets[matrix];
+    const Shape a_shape{rank_, target.in}, b_shape{target.out, rank_};
+    for (const auto& [tensor, shape] : {std::pair{pair.first, a_shape}, std::pair{pair.second, b_shape}}) {
+      SHAMN_INPUT_CHECK(tensor->dtype == ShqDType::f32 || tensor->dtype == ShqDType::q8_0x16, "adapter '", p,
+                        "': tensor '", tensor->name, "' has dtype ", shq_dtype_name(tensor->dtype),
+                        "; adapters are f32 or q8_0x16");
+      SHAMN_INPUT_CHECK(tensor->shape == shape, "adapter '", p, "': tensor '", tensor->name, "' has shape ",
+                        shape_str(tensor->shape), " but rank ", rank_, " and the base's '", matrix,
+                        "' imply ", shape_str(shape));
+    }
+    factors_.push_back({weight_matrix_view(pair.first->dtype, a_shape, pair.first->data),
+                        weight_matrix_view(pair.second->dtype, b_shape, pair.second->data),
+                        static_cast<float>(alpha_ / static_cast<double>(rank_))});
+    *target.slot = &factors_.back();
+  }
+}
+
+uint64_t LoraAdapter::weight_bytes() const {
+  uint64_t b = 0;
+  for (const ShqTensor& t : file_.tensors()) b += t.bytes;
+  return b;
+}
+
+}  // namespace shamn

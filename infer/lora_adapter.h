@@ -1,0 +1,70 @@
+#pragma once
+// A LoRA adapter beside a base .shq model. Each adapted matrix W [out, in]
+// carries two low-rank factors, A [r, in] and B [out, r], and the runtime
+// computes
+//   y = W x + bias + (alpha / r) * B (A x)
+// as training does (the [lora] section, configs/README.md). The adapter file
+// is a .shq whose config text is its [lora] table (rank, alpha), whose tensors
+// are `<matrix>.lora_a` / `<matrix>.lora_b` (f32 or q8_0x16), and whose
+// source_id is the base's: an adapter loads only beside the base it was
+// trained on. Adaptable matrices, per layer l (expert e):
+//   layers.l.mixer.out, layers.l.memory.query, layers.l.moe.router_group,
+//   layers.l.moe.router_expert, layers.l.moe.experts.e.up, ...experts.e.down
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "infer/shq_file.h"
+#include "infer/weight_matrix.h"
+
+namespace shamn {
+
+class InferModel;
+
+struct LoraFactors {
+  WeightMatrix a;   // [r, in]
+  WeightMatrix b;   // [out, r]
+  float scale = 0;  // alpha / r
+};
+
+// One layer's adapted matrices; null where the adapter leaves a matrix alone.
+struct LoraLayer {
+  const LoraFactors* mixer_out = nullptr;
+  const LoraFactors* query = nullptr;
+  const LoraFactors* router_group = nullptr;
+  const LoraFactors* router_expert = nullptr;
+  std::vector<const LoraFactors*> up, down;  // per expert
+};
+
+class LoraAdapter {
+ public:
+  // Checks the file against the base: the source_id, every tensor's name,
+  // shape and dtype, both factors of every matrix; an InputError names the
+  // file and tensor. It then serves any export of the same base checkpoint
+  // (f32, int8 or int4: the same source_id).
+  LoraAdapter(ShqFile file, const InferModel& base);
+  LoraAdapter(LoraAdapter&&) noexcept = default;
+  LoraAdapter(const LoraAdapter&) = delete;
+
+  const std::string& path() const { return file_.path(); }
+  int64_t rank() const { return rank_; }
+  double alpha() const { return alpha_; }
+  uint64_t base_id() const { return file_.header().source_id(); }
+  const LoraLayer& layer(size_t l) const { return layers_[l]; }
+  size_t adapted_matrices() const { return factors_.size(); }
+  uint64_t weight_bytes() const;  // every tensor of the file
+
+ private:
+  ShqFile file_;
+  int64_t rank_ = 0;
+  double alpha_ = 0;
+  std::vector<LoraFactors> factors_;  // reserved up front: LoraLayer points into it
+  std::vector<LoraLayer> layers_;
+};
+
+// The [lora] table an adapter file carries as its config text.
+std::string lora_config_toml(int64_t rank, double alpha);
+// Whether a .shq file's config text is an adapter's (a model's is [model] tables).
+bool is_lora_config(const std::string& config_toml);
+
+}  // namespace shamn

@@ -1,0 +1,312 @@
+// LoRA adapters in the inference runtime (infer/lora_adapter.h): loading and
+// its refusals, the zero adapter, a dense adapter against its weights folded
+// into the base, and mixed batches.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+
+#include "core/check.h"
+#include "core/checksum.h"
+#include "core/hdf5_file.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/tensor_checksum.h"
+#include "helpers.h"
+#include "infer/export_model.h"
+#include "infer/infer_model.h"
+#include "infer/infer_test_model.h"
+#include "infer/lora_adapter.h"
+#include "infer/shq_writer.h"
+#include "layers/shamn_model.h"
+#include "train/model_checkpoint.h"
+
+namespace shamn {
+namespace {
+
+using test::model_toml;
+using test::random_tokens;
+using test::TestModel;
+
+// The [out, in] shape of every matrix an adapter of this config may adapt.
+std::map<std::string, std::pair<int64_t, int64_t>> adaptable(const ModelConfig& c) {
+  std::map<std::string, std::pair<int64_t, int64_t>> m;
+  const MoeOptions mo = c.moe();
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string q = "layers." + std::to_string(l) + ".";
+    m[q + "mixer.out"] = {c.dim, c.dim};
+    if (c.has_memory(l)) m[q + "memory.query"] = {c.memory().key_dim, c.dim};
+    m[q + "moe.router_group"] = {mo.groups, c.dim};
+    m[q + "moe.router_expert"] = {mo.experts(), c.dim};
+    for (int64_t e = 0; e < mo.experts(); ++e) {
+      const std::string x = q + "moe.experts." + std::to_string(e) + ".";
+      m[x + "up"] = {mo.up.out, mo.up.in};
+      m[x + "down"] = {mo.down.out, mo.down.in};
+    }
+  }
+  return m;
+}
+
+struct Spec {
+  int64_t rank = 4;
+  double alpha = 8.0;
+  bool q8 = false;
+  bool zero_b = false;
+  uint64_t seed = 1;
+  std::vector<std::string> matrices;  // empty: every adaptable one
+};
+
+// The factors a spec gives a matrix: A, B ~ U(-0.5, 0.5) per name (B zero if asked).
+std::pair<Tensor, Tensor> factors(const Spec& s, const std::string& matrix, int64_t out, int64_t in) {
+  Tensor a = Tensor::empty({s.rank, in}), b = Tensor::zeros({out, s.rank});
+  Rng ra(s.seed, std::hash<std::string>{}(matrix + ".lora_a"));
+  ra.fill_uniform(a, -0.5, 0.5);
+  if (!s.zero_b) {
+    Rng rb(s.seed, std::hash<std::string>{}(matrix + ".lora_b"));
+    rb.fill_uniform(b, -0.5, 0.5);
+  }
+  return {a, b};
+}
+
+std::vector<uint8_t> adapter_image(const ModelConfig& c, uint64_t base_id, const Spec& s) {
+  ShqWriter w(s.q8 ? ShqQuant::int8 : ShqQuant::f32, lora_config_toml(s.rank, s.alpha), "", 0);
+  w.set_source_id(base_id);
+  for (const auto& [matrix, shape] : adaptable(c)) {
+    if (!s.matrices.empty() && std::find(s.matrices.begin(), s.matrices.end(), matrix) == s.matrices.end())
+      continue;
+    const auto [a, b] = factors(s, matrix, shape.first, shape.second);
+    const ShqDType dt = s.q8 ? ShqDType::q8_0x16 : ShqDType::f32;
+    w.add(matrix + ".lora_a", dt, a.shape(), shq_tensor_data(a, dt));
+    w.add(matrix + ".lora_b", dt, b.shape(), shq_tensor_data(b, dt));
+  }
+  return w.image();
+}
+
+LoraAdapter load_adapter(const InferModel& base, const Spec& s, uint64_t base_id = 0) {
+  const std::vector<uint8_t> im =
+      adapter_image(base.config(), base_id ? base_id : base.file().header().source_id(), s);
+  return LoraAdapter(ShqFile::from_bytes(im.data(), im.size(), "adapter.shq"), base);
+}
+
+std::vector<float> logits_with(const InferModel& m, const std::vector<int32_t>& tokens,
+                               const LoraAdapter* a) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<float> out(static_cast<size_t>(n * m.vocab_size()));
+  DecodeState s = m.new_state();
+  StreamStep step{&s, tokens.data(), n, true};
+  step.adapter = a;
+  m.forward(std::span(&step, 1), out.data());
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double mean_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += std::fabs(static_cast<double>(a[i]) - b[i]);
+    den += std::fabs(static_cast<double>(b[i]));
+  }
+  return num / den;
+}
+
+}  // namespace
+
+TEST_CASE("export stores the checkpoint's tensor identity as the file's source_id", "[infer][lora]") {
+  const TestModel tm(model_toml(), "lora_id");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  std::map<std::string, Tensor> tensors;
+  for (const NamedVar& p : tm.reference->named_parameters()) tensors.emplace(p.name, p.var.value());
+  for (const NamedTensor& b : tm.reference->named_buffers()) tensors.emplace(b.name, b.tensor);
+  CHECK(m.file().header().source_id() == named_tensors_crc32(tensors));
+  CHECK(m.file().header().source_id() != 0);
+  // Every export of one checkpoint names the same source.
+  CHECK(tm.runtime(ShqQuant::f32).file().header().source_id() == m.file().header().source_id());
+}
+
+TEST_CASE("an adapter whose B is zero leaves the base's logits bit for bit", "[infer][lora]") {
+  const TestModel tm(model_toml(), "lora_zero");
+  const std::vector<int32_t> tokens = random_tokens(40, tm.config.vocab_size, 3);
+  for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
+    const InferModel m = tm.runtime(q);
+    for (bool q8 : {false, true}) {
+      INFO("base " << shq_quant_name(q) << ", adapter " << (q8 ? "q8" : "f32"));
+      Spec s;
+      s.zero_b = true;
+      s.q8 = q8;
+      const LoraAdapter a = load_adapter(m, s);
+      CHECK(a.adapted_matrices() == adaptable(tm.config).size());
+      CHECK(same_bits(logits_with(m, tokens, &a), logits_with(m, tokens, nullptr)));
+      // And a non-zero one changes them.
+      s.zero_b = false;
+      const LoraAdapter b = load_adapter(m, s);
+      CHECK(mean_rel_diff(logits_with(m, tokens, &b), logits_with(m, tokens, nullptr)) > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("a dense matrix's adapter equals its weights with (alpha / r) B A folded in", "[infer][lora]") {
+  const TestModel tm(model_toml(), "lora_fold");
+  const InferModel m = tm.runtime(ShqQuant::f32);
+  Spec s;
+  s.rank = 3;
+  s.alpha = 1.5;
+  s.matrices = {"layers.1.memory.query", "layers.0.moe.router_expert"};
+  const LoraAdapter a = load_adapter(m, s);
+  // The folded model: W += (alpha / r) B A on the autograd model's weights.
+  Shamn folded(tm.config);
+  load_model_tensors(Hdf5Reader(tm.checkpoint), folded);
+  const std::map<std::string, std::pair<int64_t, int64_t>> shapes = adaptable(tm.config);
+  for (const NamedVar& p : folded.named_parameters())
+    for (const std::string& matrix : s.matrices)
+      if (p.name == matrix + ".weight") {
+        const auto [out, in] = shapes.at(matrix);
+        const auto [fa, fb] = factors(s, matrix, out, in);
+        float* w = p.var.value().data<float>();
+        for (int64_t o = 0; o < out; ++o)
+          for (int64_t i = 0; i < in; ++i) {
+            double ba = 0;
+            for (int64_t k = 0; k < s.rank; ++k)
+              ba += double(fb.data<float>()[o * s.rank + k]) * fa.data<float>()[k * in + i];
+            w[o * in + i] += static_cast<float>(s.alpha / s.rank * ba);
+          }
+      }
+  const std::string path = tm.dir + "/folded.h5";
+  save_model_checkpoint(path, folded, tm.config.to_toml(), 42);
+  ExportOptions o;
+  o.quant = ShqQuant::f32;
+  const std::vector<uint8_t> im = export_model_image(path, o);
+  const InferModel mf(ShqFile::from_bytes(im.data(), im.size(), "folded"));
+  const std::vector<int32_t> tokens = random_tokens(30, tm.config.vocab_size, 4);
+  const std::vector<float> want = logits_with(mf, tokens, nullptr), got = logits_with(m, tokens, &a);
+  CHECK(mean_rel_diff(got, logits_with(m, tokens, nullptr)) > 1e-3);  // the adapter matters
+  CHECK(mean_rel_diff(got, want) < 1e-5);
+}
+
+TEST_CASE("streams with different adapters decoded together get what each gets alone", "[infer][lora]") {
+  test::ThreadCountGuard threads;
+  const TestModel tm(model_toml(), "lora_mixed");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  Spec s1;
+  s1.q8 = true;
+  Spec s2;
+  s2.seed = 2;
+  s2.rank = 2;
+  s2.matrices = {"layers.0.mixer.out", "layers.1.moe.experts.1.up", "layers.1.moe.experts.2.down"};
+  const LoraAdapter a1 = load_adapter(m, s1), a2 = load_adapter(m, s2);
+  const std::vector<const LoraAdapter*> which = {&a1, nullptr, &a2, &a1, nullptr};
+  const int64_t V = m.vocab_size();
+  for (int threads_n : {1, 2}) {
+    set_num_threads(threads_n);
+    // Each stream alone: a prompt, then decoded tokens one at a time.
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::vector<float>> alone;
+    for (size_t i = 0; i < which.size(); ++i) {
+      prompts.push_back(random_tokens(5 + static_cast<int64_t>(i), tm.config.vocab_size, 20 + i));
+      alone.push_back(logits_with(m, prompts[i], which[i]));
+    }
+    // Together: one forward over every stream's prompt.
+    std::vector<DecodeState> states(which.size(), m.new_state());
+    std::vector<StreamStep> steps;
+    int64_t rows = 0;
+    for (size_t i = 0; i < which.size(); ++i) {
+      StreamStep st{&states[i], prompts[i].data(), static_cast<int64_t>(prompts[i].size()), true};
+      st.adapter = which[i];
+      steps.push_back(st);
+      rows += st.n;
+    }
+    std::vector<float> together(static_cast<size_t>(rows * V));
+    m.forward(steps, together.data());
+    int64_t r = 0;
+    for (size_t i = 0; i < which.size(); ++i) {
+      INFO("threads " << threads_n << ", stream " << i);
+      CHECK(std::memcmp(together.data() + r * V, alone[i].data(), alone[i].size() * sizeof(float)) == 0);
+      r += static_cast<int64_t>(prompts[i].size());
+    }
+  }
+  // A long prompt with an adapter runs in slices on 2 threads: the same bits as on 1.
+  const std::vector<int32_t> tokens = random_tokens(200, tm.config.vocab_size, 7);
+  set_num_threads(1);
+  const std::vector<float> one = logits_with(m, tokens, &a2);
+  set_num_threads(2);
+  CHECK(same_bits(logits_with(m, tokens, &a2), one));
+}
+
+TEST_CASE("adapters for another base, of the wrong shape or naming unknown matrices are refused",
+          "[infer][lora]") {
+  const TestModel tm(model_toml(), "lora_bad");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  const auto refused = [&](const std::vector<uint8_t>& im, const std::string& why) {
+    INFO(why);
+    CHECK_THROWS_WITH(LoraAdapter(ShqFile::from_bytes(im.data(), im.size(), "bad.shq"), m),
+                      Catch::Contains(why));
+  };
+  const uint64_t id = m.file().header().source_id();
+  refused(adapter_image(tm.config, id + 1, Spec{}), "trained on another base model");
+  Spec one;
+  one.matrices = {"layers.0.mixer.out"};
+  // Wrong shape: an adapter of rank 4 whose header says rank 2.
+  {
+    ShqWriter w(ShqQuant::f32, lora_config_toml(2, 1.0), "", 0);
+    w.set_source_id(id);
+    const auto [a, b] = factors(one, "layers.0.mixer.out", tm.config.dim, tm.config.dim);
+    w.add("layers.0.mixer.out.lora_a", ShqDType::f32, a.shape(), shq_tensor_data(a, ShqDType::f32));
+    w.add("layers.0.mixer.out.lora_b", ShqDType::f32, b.shape(), shq_tensor_data(b, ShqDType::f32));
+    refused(w.image(), "but rank 2 and the base's 'layers.0.mixer.out' imply [2, 64]");
+  }
+  // Unknown matrix, a lone factor, a bad rank.
+  {
+    ShqWriter w(ShqQuant::f32, lora_config_toml(4, 1.0), "", 0);
+    w.set_source_id(id);
+    const auto [a, b] = factors(one, "x", 64, 64);
+    w.add("layers.9.mixer.out.lora_a", ShqDType::f32, a.shape(), shq_tensor_data(a, ShqDType::f32));
+    refused(w.image(), "'layers.9.mixer.out.lora_a' is not the lora_a or lora_b of a matrix");
+  }
+  {
+    ShqWriter w(ShqQuant::f32, lora_config_toml(4, 1.0), "", 0);
+    w.set_source_id(id);
+    const auto [a, b] = factors(one, "x", 64, 64);
+    w.add("layers.0.mixer.out.lora_a", ShqDType::f32, a.shape(), shq_tensor_data(a, ShqDType::f32));
+    refused(w.image(), "'layers.0.mixer.out' has only its lora_a");
+  }
+  {
+    ShqWriter w(ShqQuant::f32, "[lora]\nrank = 0\nalpha = 1.0\n", "", 0);
+    w.set_source_id(id);
+    const auto [a, b] = factors(one, "x", 64, 64);
+    w.add("layers.0.mixer.out.lora_a", ShqDType::f32, a.shape(), shq_tensor_data(a, ShqDType::f32));
+    refused(w.image(), "lora.rank is 0");
+  }
+  // A model file is not an adapter, and an adapter is not a model.
+  {
+    ExportOptions o;
+    const std::vector<uint8_t> im = export_model_image(tm.checkpoint, o);
+    refused(im, "is not a LoRA adapter file");
+    const std::vector<uint8_t> ad = adapter_image(tm.config, id, one);
+    CHECK_THROWS_WITH(InferModel(ShqFile::from_bytes(ad.data(), ad.size(), "ad.shq")),
+                      Catch::Contains("is a LoRA adapter, not a model"));
+  }
+  // A base that does not name its source (exported before version 3) takes no adapter.
+  {
+    ExportOptions o;
+    std::vector<uint8_t> im = export_model_image(tm.checkpoint, o);
+    ShqHeader h;
+    std::memcpy(&h, im.data(), sizeof(h));
+    h.set_source_id(0);
+    h.header_crc = crc32_bytes(&h, offsetof(ShqHeader, header_crc));
+    std::memcpy(im.data(), &h, sizeof(h));
+    const InferModel m0(ShqFile::from_bytes(im.data(), im.size(), "old.shq"));
+    const std::vector<uint8_t> ad = adapter_image(tm.config, id, one);
+    CHECK_THROWS_WITH(LoraAdapter(ShqFile::from_bytes(ad.data(), ad.size(), "ad.shq"), m0),
+                      Catch::Contains("does not say which checkpoint it was exported from"));
+  }
+  // An adapter loaded for one base cannot run on a model of another checkpoint.
+  const TestModel other(model_toml(), "lora_other", 9);
+  const InferModel mo = other.runtime(ShqQuant::int8);
+  const LoraAdapter a = load_adapter(m, one);
+  const std::vector<int32_t> tokens = random_tokens(4, tm.config.vocab_size, 1);
+  CHECK_THROWS_WITH(logits_with(mo, tokens, &a), Catch::Contains("belongs to another base model"));
+}
+
+}  // namespace shamn
