@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -91,7 +92,7 @@ void run_export(const ExportArgs& a) {
 // ---- generate ----
 
 struct GenerateArgs {
-  std::string model, prompt, kernel, draft;
+  std::string model, prompt, kernel, draft, adapter;
   int64_t max_tokens = 128, draft_tokens = 4;
   SamplingOptions sampling;
 };
@@ -155,7 +156,11 @@ void run_generate(const GenerateArgs& a) {
   const std::vector<uint32_t> ids = tok.encode(a.prompt);
   SHAMN_INPUT_CHECK(!ids.empty(), "--prompt is empty: the model needs at least one token to continue");
   std::vector<int32_t> prompt(ids.begin(), ids.end());
+  SHAMN_INPUT_CHECK(a.draft.empty() || a.adapter.empty(), "--adapter with --draft is not supported yet");
   if (!a.draft.empty()) return generate_speculative(a, model, prompt);
+  std::optional<LoraAdapter> adapter;
+  if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter), model);
+  const LoraAdapter* lora = adapter ? &*adapter : nullptr;
 
   const int64_t V = model.vocab_size();
   std::vector<float> logits(static_cast<size_t>(V));
@@ -165,14 +170,14 @@ void run_generate(const GenerateArgs& a) {
   std::fflush(stdout);
 
   const Stopwatch t0;
-  model.forward(prompt.data(), static_cast<int64_t>(prompt.size()), state, logits.data(), false);
+  model.forward(prompt.data(), static_cast<int64_t>(prompt.size()), state, logits.data(), false, lora);
   const double prefill_s = t0.seconds();
   const Stopwatch t1;
   int64_t produced = 0;
   for (; produced < a.max_tokens; ++produced) {
     const int32_t next = sampler.sample(logits.data(), V);
     print_token(tok, next);
-    if (produced + 1 < a.max_tokens) model.forward(&next, 1, state, logits.data(), false);
+    if (produced + 1 < a.max_tokens) model.forward(&next, 1, state, logits.data(), false, lora);
   }
   print_stats(prompt.size(), prefill_s, produced, t1.seconds(), "");
 }
@@ -180,7 +185,7 @@ void run_generate(const GenerateArgs& a) {
 // ---- eval ----
 
 struct EvalArgs {
-  std::string model, data, reference, format = "llmc", kernel;
+  std::string model, data, reference, format = "llmc", kernel, adapter;
   int64_t seq_len = 512, max_windows = 0;
   ProfileFlags profile;
 };
@@ -190,7 +195,7 @@ constexpr const char* kBenchTrace = "bench-profile.json";
 
 void run_eval(const EvalArgs& a) {
   apply_kernel_flag(a.kernel);
-  const ModelSource model = open_model_source(a.model);
+  const ModelSource model = open_model_source(a.model, a.adapter);
   std::unique_ptr<ModelSource> ref;
   if (!a.reference.empty()) {
     ref = std::make_unique<ModelSource>(open_model_source(a.reference));
@@ -228,6 +233,7 @@ void run_eval(const EvalArgs& a) {
 
 struct BenchArgs {
   std::string model, kernel;
+  std::vector<std::string> adapters;  // stream b runs adapters[b % count]
   int64_t prompt_tokens = 128, decode_tokens = 128, repeats = 5, streams = 1;
   uint64_t seed = 1;
   bool json = false;
@@ -239,6 +245,16 @@ void run_bench(const BenchArgs& a) {
   SHAMN_INPUT_CHECK(a.prompt_tokens >= 1 && a.decode_tokens >= 1 && a.repeats >= 1 && a.streams >= 1,
                     "--prompt-tokens, --decode-tokens, --repeats and --streams must be >= 1");
   const ModelSource model = open_model_source(a.model);
+  SHAMN_INPUT_CHECK(a.adapters.empty() || model.runtime,
+                    "--adapter runs with a model file (.shq), not the "
+                    "checkpoint '",
+                    a.model, "': export the base first");
+  std::vector<LoraAdapter> adapters;
+  for (const std::string& path : a.adapters) adapters.emplace_back(ShqFile::open(path), *model.runtime);
+  // Stream b's adapter: round robin over --adapter, so one batch mixes them.
+  const auto adapter_of = [&adapters](int64_t b) {
+    return adapters.empty() ? nullptr : &adapters[static_cast<size_t>(b) % adapters.size()];
+  };
   SHAMN_INPUT_CHECK(a.streams == 1 || model.runtime,
                     "--streams needs a model file (.shq): the autograd "
                     "forward decodes one sequence");
@@ -263,18 +279,23 @@ void run_bench(const BenchArgs& a) {
       {
         const ProfileScope scope("prefill", ProfileCategory::step);
         if (B == 1) {
-          m.forward(prompt.data(), a.prompt_tokens, states[0], logits.data(), false);
+          m.forward(prompt.data(), a.prompt_tokens, states[0], logits.data(), false, adapter_of(0));
         } else {  // every stream's prompt in one pass
           std::vector<StreamStep> steps;
-          for (int64_t b = 0; b < B; ++b)
+          for (int64_t b = 0; b < B; ++b) {
             steps.push_back({&states[b], prompt.data() + b * a.prompt_tokens, a.prompt_tokens, false});
+            steps.back().adapter = adapter_of(b);
+          }
           m.forward(steps, logits.data());
         }
       }
       prefill.push_back(B * a.prompt_tokens / t0.seconds());
       t0.restart();
       std::vector<StreamStep> steps;
-      for (int64_t b = 0; b < B; ++b) steps.push_back({&states[b], &next[b], 1, false});
+      for (int64_t b = 0; b < B; ++b) {
+        steps.push_back({&states[b], &next[b], 1, false});
+        steps.back().adapter = adapter_of(b);
+      }
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
         const ProfileScope scope("decode_token", ProfileCategory::step);
         for (int64_t b = 0; b < B; ++b) next[b] = argmax(logits.data() + b * V);
@@ -387,6 +408,9 @@ void register_infer_commands(CLI::App& app) {
       ->check(CLI::ExistingFile);
   gc->add_option("--draft-tokens", gen->draft_tokens, "with --draft: tokens drafted per verification (K)")
       ->capture_default_str();
+  gc->add_option("--adapter", gen->adapter,
+                 "a LoRA adapter file (shamn export ADAPTER.h5 --base ...) to run with")
+      ->check(CLI::ExistingFile);
   gc->callback([gen] { run_generate(*gen); });
 
   auto ev = std::make_shared<EvalArgs>();
@@ -408,6 +432,8 @@ void register_infer_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"llmc", "u16"}));
   vc->add_option("--kernel", ev->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  vc->add_option("--adapter", ev->adapter, "a LoRA adapter file to run the model (.shq) with")
+      ->check(CLI::ExistingFile);
   add_profile_flags(vc, ev->profile, kEvalTrace);
   vc->callback([ev] { run_eval(*ev); });
 
@@ -425,6 +451,10 @@ void register_infer_commands(CLI::App& app) {
                  "independent sequences decoded together (each has its own prompt and state)")
       ->capture_default_str();
   bc->add_option("--kernel", be->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  bc->add_option("--adapter", be->adapters,
+                 "a LoRA adapter file to run the model (.shq) with; repeat it to give the streams "
+                 "different adapters in turn (stream b gets adapter b mod count)")
+      ->check(CLI::ExistingFile);
   bc->add_flag("--json", be->json, "one JSON line instead of text");
   add_profile_flags(bc, be->profile, kBenchTrace);
   bc->callback([be] { run_bench(*be); });

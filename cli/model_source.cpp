@@ -22,14 +22,17 @@ void apply_kernel_flag(const std::string& kernel) {
   if (!kernel.empty()) set_kernel_level(kernel_level_from_string(kernel, "--kernel"));
 }
 
-ModelSource open_model_source(const std::string& path) {
+ModelSource open_model_source(const std::string& path, const std::string& adapter) {
   ModelSource s;
   s.path = path;
   if (is_shq_file(path)) {
     s.runtime = std::make_unique<InferModel>(ShqFile::open(path));
     s.config = s.runtime->config();
+    if (!adapter.empty()) s.adapter = std::make_unique<LoraAdapter>(ShqFile::open(adapter), *s.runtime);
     return s;
   }
+  SHAMN_INPUT_CHECK(adapter.empty(), "--adapter runs with a model file (.shq), not the checkpoint '", path,
+                    "': export the base first");
   const Hdf5Reader reader(path);
   s.config = read_checkpoint_config(reader);
   s.autograd = std::make_unique<Shamn>(s.config);
@@ -44,9 +47,10 @@ std::string ModelSource::kind() const {
 LogitFunction ModelSource::logit_function() const {
   if (runtime) {
     const InferModel* m = runtime.get();
-    return [m](const int32_t* tokens, int64_t T, float* logits) {
+    const LoraAdapter* a = adapter.get();
+    return [m, a](const int32_t* tokens, int64_t T, float* logits) {
       DecodeState state = m->new_state();
-      m->forward(tokens, T, state, logits, /*all_logits=*/true);
+      m->forward(tokens, T, state, logits, /*all_logits=*/true, a);
     };
   }
   const Shamn* m = autograd.get();
@@ -62,9 +66,10 @@ LogitFunction ModelSource::logit_function() const {
 LossFunction ModelSource::loss_function() const {
   if (runtime) {
     const InferModel* m = runtime.get();
-    return [m](const int32_t* tokens, int64_t T, const int32_t* targets, double* losses) {
+    const LoraAdapter* a = adapter.get();
+    return [m, a](const int32_t* tokens, int64_t T, const int32_t* targets, double* losses) {
       DecodeState state = m->new_state();
-      m->forward_losses(tokens, T, state, targets, losses);
+      m->forward_losses(tokens, T, state, targets, losses, a);
     };
   }
   return losses_from_logits(logit_function(), config.vocab_size);

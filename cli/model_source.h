@@ -8,6 +8,7 @@
 #include "core/model_config.h"
 #include "infer/evaluate.h"
 #include "infer/infer_model.h"
+#include "infer/lora_adapter.h"
 #include "layers/shamn_model.h"
 
 namespace shamn::cli {
@@ -15,9 +16,10 @@ namespace shamn::cli {
 struct ModelSource {
   std::string path;
   ModelConfig config;
-  std::unique_ptr<InferModel> runtime;  // a .shq file
-  std::unique_ptr<Shamn> autograd;      // a checkpoint
-  std::string kind() const;             // "f32" | "int8" | "int4" | "checkpoint"
+  std::unique_ptr<InferModel> runtime;   // a .shq file
+  std::unique_ptr<Shamn> autograd;       // a checkpoint
+  std::unique_ptr<LoraAdapter> adapter;  // --adapter (runtime only)
+  std::string kind() const;              // "f32" | "int8" | "int4" | "checkpoint"
   // Logits for every position of a window; the runtime starts from an empty state.
   LogitFunction logit_function() const;
   // Each position's loss against the next tokens: the runtime's fused loss
@@ -25,7 +27,8 @@ struct ModelSource {
   LossFunction loss_function() const;
 };
 
-ModelSource open_model_source(const std::string& path);
+// adapter: a LoRA adapter file to run with a .shq model ("" = none).
+ModelSource open_model_source(const std::string& path, const std::string& adapter = "");
 bool is_shq_file(const std::string& path);
 // --kernel scalar|avx2|avx512 ("" = keep the CPU's best).
 void apply_kernel_flag(const std::string& kernel);

@@ -626,15 +626,16 @@ void InferModel::rewind(DecodeState& state, const DecodeState& before, const Mix
   state.position = before.position + keep;
 }
 
-void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits,
-                         bool all_logits) const {
+void InferModel::forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits, bool all_logits,
+                         const LoraAdapter* adapter) const {
   SHAMN_CHECK(n >= 1, "forward needs at least one token");
   // Long inputs run in chunks whose activations stay in the L2 cache; the
   // state carries the convolution history across, so chunking is exact.
   const int64_t chunk = forward_chunk();
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t c = std::min(chunk, n - t0);
-    const StreamStep step{&state, tokens + t0, c, all_logits};
+    StreamStep step{&state, tokens + t0, c, all_logits};
+    step.adapter = adapter;
     if (!all_logits && t0 + c < n)
       forward(std::span(&step, 1), nullptr);
     else
@@ -762,7 +763,7 @@ void InferModel::forward(std::span<const StreamStep> steps, float* logits) const
 }
 
 void InferModel::forward_losses(const int32_t* tokens, int64_t n, DecodeState& state, const int32_t* targets,
-                                double* losses) const {
+                                double* losses, const LoraAdapter* adapter) const {
   const Impl& m = *impl_;
   SHAMN_CHECK(n >= 1, "forward needs at least one token");
   for (int64_t t = 0; t < n; ++t)
@@ -771,7 +772,8 @@ void InferModel::forward_losses(const int32_t* tokens, int64_t n, DecodeState& s
   const int64_t chunk = forward_chunk();
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t c = std::min(chunk, n - t0);
-    const StreamStep step{&state, tokens + t0, c, true};
+    StreamStep step{&state, tokens + t0, c, true};
+    step.adapter = adapter;
     const Buffer<float> x = m.hidden(std::span(&step, 1));
     const ProfileScope scope("head", ProfileCategory::infer);
     Buffer<float> z(c * m.D);

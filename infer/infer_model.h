@@ -71,7 +71,9 @@ class InferModel {
 
   // tokens: [n] ids < vocab_size. Runs them after `state`'s history and advances it.
   // logits: [n, V] when all_logits, else [V] for the last token only.
-  void forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits, bool all_logits) const;
+  // adapter: a LoRA adapter for this model's base (null: the bare base).
+  void forward(const int32_t* tokens, int64_t n, DecodeState& state, float* logits, bool all_logits,
+               const LoraAdapter* adapter = nullptr) const;
   // Many sequences in one pass over the weights: every step's tokens after its
   // own state (states distinct). Each stream gets bitwise the logits it would
   // get alone: apart from the mixer's convolution over its own history, every
@@ -84,7 +86,7 @@ class InferModel {
   // [n, V] logits, which is what makes evaluation fast; the result equals
   // forward()'s logits reduced by logsumexp within float rounding (1e-5 relative).
   void forward_losses(const int32_t* tokens, int64_t n, DecodeState& state, const int32_t* targets,
-                      double* losses) const;
+                      double* losses, const LoraAdapter* adapter = nullptr) const;
   // `state` becomes the state after the first `keep` of the tokens recorded in
   // `inputs` by forwards that started from `before`: per layer the last K-1
   // rows of before's history followed by those tokens' rows. Exact (the rows
