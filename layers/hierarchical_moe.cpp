@@ -82,7 +82,7 @@ Var HierarchicalMoE::with_adapters(const Var& x, const Var& y, const MoeDispatch
     any = true;
   }
   if (!any) return y;
-  return add(y, low_rank_segments(x, plan.offsets, adapters, y.size(1), scale));
+  return add_low_rank_segments(y, x, plan.offsets, adapters, scale);
 }
 
 }  // namespace shamn

@@ -47,7 +47,7 @@ class HierarchicalMoE : public Module {
 
  private:
   // y (the experts' `layer` outputs over the segments of x) plus their LoRA
-  // adapters' outputs, where any expert has one.
+  // adapters' outputs, where any expert has one (summed in y's storage).
   Var with_adapters(const Var& x, const Var& y, const MoeDispatch& plan,
                     const BlockSparseLinear& (MoeExpert::*layer)() const) const;
 

@@ -31,8 +31,9 @@ void LoraHost::init_lora(uint64_t seed, const std::string& prefix) {
 Var LoraHost::add_lora_output(const Var& x, const Var& y) const {
   if (!has_lora()) return y;
   const int64_t rows = x.numel() / in_;
-  const Var delta = low_rank_segments(reshape(x, {rows, in_}), {0, rows}, {adapter_}, out_, scale_);
-  return add(y, reshape(delta, y.shape()));
+  const Var sum =
+      add_low_rank_segments(reshape(y, {rows, out_}), reshape(x, {rows, in_}), {0, rows}, {adapter_}, scale_);
+  return reshape(sum, y.shape());
 }
 
 namespace {

@@ -46,8 +46,8 @@ class LoraHost : public Module {
 
  protected:
   LoraHost(int64_t in, int64_t out) : in_(in), out_(out) {}
-  // y + scale * B (A x) over the rows of x ([..., in] -> y's [..., out]); y as it
-  // is without an adapter.
+  // y + scale * B (A x) over the rows of x ([..., in] -> y's [..., out]), summed
+  // in y's storage (y is this layer's own output); y as it is without an adapter.
   Var add_lora_output(const Var& x, const Var& y) const;
   // Module::init() of a host: initialise the adapter too, when there is one.
   void init_lora_if_any(uint64_t seed, const std::string& prefix) {

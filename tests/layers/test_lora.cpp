@@ -64,42 +64,47 @@ void check_leaves(const std::function<Var()>& f, const std::vector<Var>& leaves,
 
 }  // namespace
 
-TEST_CASE("low_rank_segments gradient check: several segments, an empty one, one without adapter",
+TEST_CASE("add_low_rank_segments gradient check: several segments, an empty one, one without adapter",
           "[layers][lora][gradcheck]") {
   const std::vector<int64_t> offsets = {0, 3, 3, 7, 9};  // segment 1 is empty, segment 2 has no adapter
+  // y is summed into in place, so each call gets a fresh copy of in[7] (scale makes one).
   auto f = [&](const std::vector<Var>& in) {
-    return low_rank_segments(in[0], offsets, {{in[1], in[2]}, {in[3], in[4]}, {}, {in[5], in[6]}}, 5, 1.7);
+    return add_low_rank_segments(scale(in[7], 1.0), in[0], offsets,
+                                 {{in[1], in[2]}, {in[3], in[4]}, {}, {in[5], in[6]}}, 1.7);
   };
-  test::check_gradients(
-      f, {test::random_tensor({9, 6}, 1), test::random_tensor({2, 6}, 2), test::random_tensor({5, 2}, 3),
-          test::random_tensor({3, 6}, 4), test::random_tensor({5, 3}, 5), test::random_tensor({2, 6}, 6),
-          test::random_tensor({5, 2}, 7)});
+  const std::vector<Tensor> inputs = {test::random_tensor({9, 6}, 1), test::random_tensor({2, 6}, 2),
+                                      test::random_tensor({5, 2}, 3), test::random_tensor({3, 6}, 4),
+                                      test::random_tensor({5, 3}, 5), test::random_tensor({2, 6}, 6),
+                                      test::random_tensor({5, 2}, 7), test::random_tensor({9, 5}, 8)};
+  test::check_gradients(f, inputs);
 
-  // The rows of the segment without an adapter are zero; an empty segment's
+  // The rows of the segment without an adapter are y's; an empty segment's
   // adapter gets no gradient, as if it had not run.
   std::vector<Var> in;
-  for (uint64_t s = 1; s <= 7; ++s)
-    in.emplace_back(test::random_tensor(s == 1 ? Shape{9, 6} : (s % 2 ? Shape{5, 2} : Shape{2, 6}), s), true);
-  in[3] = Var(test::random_tensor({3, 6}, 4), true);
-  in[4] = Var(test::random_tensor({5, 3}, 5), true);
-  const Var y =
-      low_rank_segments(in[0], offsets, {{in[1], in[2]}, {in[3], in[4]}, {}, {in[5], in[6]}}, 5, 1.7);
-  for (int64_t r = 3; r < 7; ++r)
-    for (int64_t c = 0; c < 5; ++c) CHECK(y.value().item(r * 5 + c) == 0.0);
+  for (const Tensor& t : inputs) in.emplace_back(t.clone(), true);
+  const Var y = f(in);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const bool plain = i / 5 >= 3 && i / 5 < 7;
+    CHECK((y.value().item(i) == inputs[7].item(i)) == plain);
+  }
   sum(y).backward();
   CHECK(in[1].grad().defined());
   CHECK_FALSE(in[3].grad().defined());
   CHECK_FALSE(in[4].grad().defined());
+  CHECK(test::max_abs_diff(in[7].grad(), Tensor::full({9, 5}, 1.0, DType::f64)) == 0.0);
 }
 
-TEST_CASE("low_rank_segments checks its operands", "[layers][lora]") {
-  Var x(test::random_tensor({4, 6}, 1));
+TEST_CASE("add_low_rank_segments checks its operands", "[layers][lora]") {
+  Var x(test::random_tensor({4, 6}, 1)), y(test::random_tensor({4, 5}, 4));
   Var a(test::random_tensor({2, 6}, 2)), b(test::random_tensor({5, 2}, 3));
-  CHECK_THROWS_WITH(low_rank_segments(x, {0, 4}, {{a, Var()}}, 5, 1.0),
+  CHECK_THROWS_WITH(add_low_rank_segments(y, x, {0, 4}, {{a, Var()}}, 1.0),
                     Catch::Contains("only one of A and B"));
-  CHECK_THROWS_WITH(low_rank_segments(x, {0, 4}, {{a, b}}, 4, 1.0),
+  CHECK_THROWS_WITH(add_low_rank_segments(Var(test::random_tensor({4, 4}, 4)), x, {0, 4}, {{a, b}}, 1.0),
                     Catch::Contains("want A [rank, 6] and B [4, rank]"));
-  CHECK_THROWS_WITH(low_rank_segments(x, {0, 3}, {{a, b}}, 5, 1.0), Catch::Contains("offsets span"));
+  CHECK_THROWS_WITH(add_low_rank_segments(y, x, {0, 3}, {{a, b}}, 1.0), Catch::Contains("offsets span"));
+  CHECK_THROWS_WITH(
+      add_low_rank_segments(Var(test::random_tensor({4, 5}, 4), true), x, {0, 4}, {{a, b}}, 1.0),
+      Catch::Contains("cannot be a leaf that needs a gradient"));
 }
 
 TEST_CASE("adapted Linear and BlockSparseLinear gradient checks", "[layers][lora][gradcheck]") {
