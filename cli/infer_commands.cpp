@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "cli/profile_flags.h"
+#include "core/atomic_file.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "core/kernel_level.h"
@@ -25,6 +26,7 @@
 #include "infer/export_model.h"
 #include "infer/sampler.h"
 #include "infer/speculative.h"
+#include "train/adapter_checkpoint.h"
 
 namespace shamn::cli {
 
@@ -33,7 +35,7 @@ namespace {
 // ---- export ----
 
 struct ExportArgs {
-  std::string checkpoint, out, quant = "int8", tokenizer;
+  std::string checkpoint, out, quant = "int8", tokenizer, base;
   bool no_tokenizer = false;
 };
 
@@ -58,7 +60,39 @@ std::string tokenizer_for_export(const ExportArgs& a, int64_t vocab) {
   return tok.to_text();
 }
 
+// An adapter checkpoint (a LoRA run's) to an adapter file, after checking
+// that --base is the checkpoint it was trained on.
+void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
+  SHAMN_INPUT_CHECK(
+      !a.base.empty(), "'", a.checkpoint,
+      "' is a LoRA adapter checkpoint: pass the checkpoint it was trained on with --base BASE.h5");
+  const AdapterIdentity id = read_adapter_identity(reader);
+  const uint32_t base_id = checkpoint_source_id(a.base);
+  SHAMN_INPUT_CHECK(base_id == id.base_crc32, "the LoRA adapters in '", a.checkpoint,
+                    "' were trained on another base model than --base '", a.base,
+                    "' (the adapter records base '", id.base_file, "')");
+  AdapterExport o;
+  o.rank = id.lora.rank;
+  o.alpha = id.lora.alpha;
+  o.base_id = base_id;
+  o.quant = shq_quant_from_string(a.quant);
+  const std::vector<uint8_t> image = export_adapter_image(a.checkpoint, o);
+  const ShqFile check = ShqFile::from_bytes(image.data(), image.size(), a.out + " (exported)");
+  AtomicFile file(a.out, "shq");
+  file.write(image.data(), image.size());
+  file.commit();
+  std::printf("wrote %s (LoRA adapter, %s, rank %" PRId64 ", alpha %g, %zu matrices, %.2f MiB) for base %s\n",
+              a.out.c_str(), a.quant.c_str(), o.rank, o.alpha, check.tensors().size() / 2,
+              check.file_bytes() / 1048576.0, a.base.c_str());
+}
+
 void run_export(const ExportArgs& a) {
+  {
+    const Hdf5Reader reader(a.checkpoint);
+    if (is_adapter_checkpoint(reader)) return export_adapter(a, reader);
+  }
+  SHAMN_INPUT_CHECK(a.base.empty(), "--base is for LoRA adapter checkpoints; '", a.checkpoint,
+                    "' is a whole model");
   const Stopwatch t0;
   ExportOptions options;
   options.quant = shq_quant_from_string(a.quant);
@@ -387,6 +421,10 @@ void register_infer_commands(CLI::App& app) {
                  "tokenizer to embed (default: the checkpoint's data.tokenizer)");
   ec->add_flag("--no-tokenizer", ex->no_tokenizer,
                "embed no tokenizer (the model then takes token ids only)");
+  ec->add_option("--base", ex->base,
+                 "for a LoRA adapter checkpoint: the checkpoint it was trained on (writes an adapter file "
+                 "for --adapter; --quant f32 or int8)")
+      ->check(CLI::ExistingFile);
   ec->callback([ex] { run_export(*ex); });
 
   auto gen = std::make_shared<GenerateArgs>();

@@ -1,5 +1,6 @@
 // `shamn init` and `shamn loss`: a fresh model checkpoint, and one batch's loss
-// (and gradients) from a checkpoint and a token file.
+// (and gradients) from a checkpoint, or a base and a LoRA adapter checkpoint,
+// and a token file.
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
@@ -10,8 +11,11 @@
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "data/token_file.h"
+#include "layers/lora.h"
 #include "layers/shamn_model.h"
+#include "train/adapter_checkpoint.h"
 #include "train/model_checkpoint.h"
+#include "train/run_config.h"
 
 namespace shamn::cli {
 
@@ -23,7 +27,7 @@ struct InitArgs {
 };
 
 struct LossArgs {
-  std::string checkpoint, data, grads;
+  std::string checkpoint, adapter, data, grads;
   int64_t batch = 1, seq = 64;
 };
 
@@ -36,11 +40,27 @@ void run_init(const InitArgs& a) {
               a.seed);
 }
 
+// Puts the adapters of a LoRA run's checkpoint on `model` (its base, loaded
+// from base_path), refusing them when they were trained on another base, and
+// freezes the base: gradients then flow to the adapters only.
+void load_adapter(const std::string& adapter_path, const std::string& base_path, Shamn& model) {
+  const Hdf5Reader reader(adapter_path);
+  const AdapterIdentity saved = read_adapter_identity(reader);
+  SHAMN_INPUT_CHECK(read_checkpoint_config(reader).to_toml() == model.config().to_toml(), "--adapter '",
+                    adapter_path, "' was trained on a model whose [model] tables differ from those of '",
+                    base_path, "'");
+  attach_lora(model, model.config(), saved.lora);
+  check_adapter_checkpoint(reader, {base_checksum(model), base_path, saved.lora});
+  load_model_tensors(reader, model, TensorSet::adapters);
+  freeze_base(model);
+}
+
 void run_loss(const LossArgs& a) {
   Hdf5Reader reader(a.checkpoint);
   const ModelConfig config = read_checkpoint_config(reader);
   Shamn model(config);
   load_model_tensors(reader, model);
+  if (!a.adapter.empty()) load_adapter(a.adapter, a.checkpoint, model);
 
   const TokenFile tokens(a.data);
   const int64_t B = a.batch, T = a.seq;
@@ -67,6 +87,7 @@ void run_loss(const LossArgs& a) {
   loss.loss.backward();
   Hdf5Writer writer(a.grads, "grads");
   for (const NamedVar& p : model.named_parameters()) {
+    if (!p.var.requires_grad()) continue;  // a frozen base under --adapter
     // A parameter the batch never reached (an expert no token chose) has gradient 0.
     const Tensor g = p.var.grad().defined() ? p.var.grad() : Tensor::zeros(p.var.shape());
     writer.write_tensor(checkpoint_path("/model", p.name), g);
@@ -95,6 +116,9 @@ void register_model_commands(CLI::App& app) {
   lc->add_option("--data", loss->data, "token file (llm.c format)")->required();
   lc->add_option("--batch", loss->batch, "windows B")->capture_default_str()->check(CLI::PositiveNumber);
   lc->add_option("--seq", loss->seq, "window length T")->capture_default_str()->check(CLI::PositiveNumber);
+  lc->add_option("--adapter", loss->adapter,
+                 "LoRA adapter checkpoint trained on this base: the loss of the adapted model; --grads "
+                 "then holds the adapters' gradients only");
   lc->add_option("--grads", loss->grads, "also write every parameter's gradient to this .h5");
   lc->callback([loss] { run_loss(*loss); });
 }

@@ -10,8 +10,10 @@
 #include "cli/profile_flags.h"
 #include "core/checksum.h"
 #include "core/hdf5_file.h"
+#include "layers/lora.h"
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
+#include "train/adapter_checkpoint.h"
 #include "train/communicator.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
@@ -68,9 +70,38 @@ void print_tensor_digest(const Hdf5Reader& reader, bool training) {
   std::printf("best_val_loss %.17g\n", reader.float_attribute("best_val_loss"));
 }
 
+// A LoRA run's checkpoint: the adapters (checked against the model its config
+// describes) and the base they belong to.
+void print_adapter_info(const Hdf5Reader& reader, const ModelConfig& config) {
+  const RunConfig run =
+      RunConfig::from_toml(reader.string_attribute("config"), reader.path() + " (attribute config)");
+  Shamn model(config);
+  attach_lora(model, config, run.lora);
+  load_model_tensors(reader, model, TensorSet::adapters);  // also verifies every tensor's checksum
+  const AdapterIdentity id = read_adapter_identity(reader);
+  int64_t adapters = 0;
+  for (const NamedVar& p : lora_parameters(model)) adapters += p.var.numel();
+  std::printf("checkpoint      %s\n", reader.path().c_str());
+  std::printf("kind            LoRA adapters + optimizer state (resumable beside their base)\n");
+  std::printf("base            %s (crc32 %08x)\n", id.base_file.c_str(), id.base_crc32);
+  std::printf("lora            rank %" PRId64 ", alpha %g, %zu layers\n", id.lora.rank, id.lora.alpha,
+              lora_parameters(model).size() / 2);
+  std::printf("step            %" PRId64 "\n", reader.int_attribute("step"));
+  std::printf("file size       %.1f MiB\n",
+              static_cast<double>(std::filesystem::file_size(reader.path())) / (1 << 20));
+  std::printf("parameters      %" PRId64 " adapter (%.2f MiB f32), %" PRId64 " in the base\n", adapters,
+              static_cast<double>(adapters) * 4 / (1 << 20), model.parameter_count() - adapters);
+}
+
 void run_info(const std::string& path, bool tensors) {
   const Hdf5Reader reader(path);
   const ModelConfig config = read_checkpoint_config(reader);
+  if (is_adapter_checkpoint(reader)) {
+    print_adapter_info(reader, config);
+    std::printf("\n# config\n%s", reader.string_attribute("config").c_str());
+    if (tensors) print_tensor_digest(reader, true);
+    return;
+  }
   Shamn model(config);
   load_model_tensors(reader, model);  // also verifies every tensor's checksum
   const ParameterCounts counts = count_parameters(model);

@@ -6,8 +6,10 @@
 
 namespace shamn {
 
-uint32_t crc32_bytes(const void* data, size_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint32_t crc32_bytes(const void* data, size_t bytes) { return crc32_update(0, data, bytes); }
+
+uint32_t crc32_update(uint32_t start, const void* data, size_t bytes) {
+  uLong crc = start;
   const auto* p = static_cast<const Bytef*>(data);
   // zlib takes uInt lengths: feed big ranges in 1 GiB pieces.
   for (size_t left = bytes; left > 0;) {

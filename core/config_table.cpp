@@ -128,6 +128,18 @@ std::optional<std::vector<int64_t>> ConfigTable::get_int_array(const std::string
   return out;
 }
 
+std::optional<std::vector<std::string>> ConfigTable::get_string_array(const std::string& key) const {
+  const toml::node* n = find(impl_->root, key);
+  if (!n) return std::nullopt;
+  if (!n->is_array()) type_error(key, n, "an array of strings", "");
+  std::vector<std::string> out;
+  for (const toml::node& item : *n->as_array()) {
+    if (!item.is_string()) type_error(key, &item, "an array of strings", "");
+    out.push_back(item.as_string()->get());
+  }
+  return out;
+}
+
 std::string ConfigTable::where(const std::string& key) const {
   const toml::node* n = find(impl_->root, key);
   return n ? location(key, n) : impl_->origin;

@@ -25,6 +25,7 @@ class ConfigTable {
   std::optional<bool> get_bool(const std::string& key) const;
   std::optional<std::string> get_string(const std::string& key) const;
   std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
+  std::optional<std::vector<std::string>> get_string_array(const std::string& key) const;
 
   // The names of the direct children of `table` ("" = the root) in file order;
   // none when it is absent, an error naming the key when it is not a table.

@@ -10,6 +10,7 @@
 #include "core/model_config.h"
 #include "core/tensor_checksum.h"
 #include "infer/infer_model.h"
+#include "infer/lora_adapter.h"
 #include "infer/quant_blocks.h"
 #include "infer/quant_tiles.h"
 #include "infer/shq_writer.h"
@@ -157,6 +158,34 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
   std::vector<uint8_t> image = writer.image();
   InferModel check(ShqFile::from_bytes(image.data(), image.size(), checkpoint + " (exported)"));
   return image;
+}
+
+uint32_t checkpoint_source_id(const std::string& checkpoint) {
+  const Hdf5Reader reader(checkpoint);
+  std::map<std::string, Tensor> tensors;
+  for (const std::string& dataset : reader.datasets("/model"))
+    tensors.emplace(spec_name(dataset), reader.read_tensor(dataset));
+  return named_tensors_crc32(tensors);
+}
+
+std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint, const AdapterExport& a) {
+  SHAMN_INPUT_CHECK(a.quant != ShqQuant::int4, "--quant int4: adapters export as f32 or int8");
+  const Hdf5Reader reader(adapter_checkpoint);
+  ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha), "", 0);
+  writer.set_source_id(a.base_id);
+  const ShqDType dtype = a.quant == ShqQuant::int8 ? ShqDType::q8_0x16 : ShqDType::f32;
+  for (const std::string& dataset : reader.datasets("/model")) {
+    const std::string name = spec_name(dataset);
+    SHAMN_INPUT_CHECK(ends_with(name, ".lora_a") || ends_with(name, ".lora_b"), "'", adapter_checkpoint,
+                      "': tensor '", name, "' is not a LoRA factor (an adapter checkpoint holds only those)");
+    SHAMN_INPUT_CHECK(name.rfind("head.", 0) != 0, "'", adapter_checkpoint,
+                      "' adapts the untied head, which the runtime does not run adapters on yet");
+    const Tensor t = reader.read_tensor(dataset);
+    SHAMN_INPUT_CHECK(t.dtype() == DType::f32 && t.dim() == 2, "'", adapter_checkpoint, "': tensor '", name,
+                      "' is ", t.str(), ", expected a float32 matrix");
+    writer.add(name, dtype, t.shape(), shq_tensor_data(t, dtype));
+  }
+  return writer.image();
 }
 
 void export_model(const std::string& checkpoint, const ExportOptions& options, const std::string& out) {

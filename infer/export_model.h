@@ -30,6 +30,23 @@ void export_model(const std::string& checkpoint, const ExportOptions& options, c
 
 ShqQuant shq_quant_from_string(const std::string& name);  // "f32" | "int8" | "int4"
 
+// The identity of a checkpoint's model tensors (core/tensor_checksum.h): what
+// export stores as the .shq file's source_id, and what a LoRA adapter trained
+// on that checkpoint records as its base.
+uint32_t checkpoint_source_id(const std::string& checkpoint);
+
+// A LoRA adapter checkpoint's /model/<matrix>/lora_a and lora_b as an adapter
+// file (infer/lora_adapter.h): rank, alpha and the base's identity as the
+// adapter checkpoint records them (train/adapter_checkpoint.h reads them);
+// quant f32 or int8 (q8_0x16 factors).
+struct AdapterExport {
+  int64_t rank = 0;
+  double alpha = 0;
+  uint32_t base_id = 0;
+  ShqQuant quant = ShqQuant::int8;
+};
+std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint, const AdapterExport& a);
+
 // A float32 (or, for i32, int32) tensor as the bytes of `dtype`: quantised row
 // by row along its last dim, tiled for the x16 dtypes (rows: all but the last
 // dim; block-sparse values already in [nob, b, a, b] order).

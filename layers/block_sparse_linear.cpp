@@ -25,7 +25,7 @@ Tensor draw_block_pattern(int64_t row_blocks, int64_t col_blocks, int64_t active
 }
 
 BlockSparseLinear::BlockSparseLinear(const BlockSparseOptions& o, double init_scale)
-    : init_scale_(init_scale) {
+    : LoraHost(o.in, o.out), init_scale_(init_scale) {
   o.validate();
   dims_ = {o.in, o.out, o.block, o.active_blocks()};
   values_ = register_parameter("values",
@@ -45,10 +45,11 @@ void BlockSparseLinear::init_own(uint64_t seed, const std::string& prefix) {
   init_normal(v, seed, prefix + "values",
               init_scale_ / std::sqrt(static_cast<double>(dims_.active * dims_.block)));
   if (bias_.defined()) bias_.value().zero();
+  init_lora_if_any(seed, prefix);
 }
 
 Var BlockSparseLinear::forward(const Var& x) const {
-  return block_sparse_linear(x, values_, col_index_, bias_, dims_.block);
+  return add_lora_output(x, block_sparse_linear(x, values_, col_index_, bias_, dims_.block));
 }
 
 }  // namespace shamn

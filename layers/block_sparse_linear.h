@@ -2,7 +2,7 @@
 #include "core/kernels/block_sparse.h"
 #include "core/model_config.h"
 #include "core/rng.h"
-#include "layers/module.h"
+#include "layers/lora.h"
 
 namespace shamn {
 
@@ -10,8 +10,9 @@ namespace shamn {
 // Parameters: values [nob, a, b, b], bias [out]; buffer: col_index int32 [nob, a]
 // (drawn at init, sorted ascending, saved in checkpoints).
 // Init: values ~ N(0, init_scale^2 / (a*b)): each output sums a*b inputs, so unit-
-// variance inputs give outputs of variance init_scale^2 at any sparsity.
-class BlockSparseLinear : public Module {
+// variance inputs give outputs of variance init_scale^2 at any sparsity. May carry
+// a LoRA adapter (layers/lora.h): dense and low-rank, beside the sparse product.
+class BlockSparseLinear : public LoraHost {
  public:
   explicit BlockSparseLinear(const BlockSparseOptions& options, double init_scale = 1.0);
   Var forward(const Var& x) const;

@@ -62,8 +62,27 @@ Var HierarchicalMoE::experts_forward(const Var& xs, const MoeDispatch& plan) con
     up.push_back({e->up().values(), e->up().col_index(), e->up().bias()});
     down.push_back({e->down().values(), e->down().col_index(), e->down().bias()});
   }
-  Var h = gelu(block_sparse_linear_segments(xs, plan.offsets, up, options_.up.block));
-  return block_sparse_linear_segments(h, plan.offsets, down, options_.down.block);
+  Var h = gelu(with_adapters(xs, block_sparse_linear_segments(xs, plan.offsets, up, options_.up.block), plan,
+                             &MoeExpert::up));
+  return with_adapters(h, block_sparse_linear_segments(h, plan.offsets, down, options_.down.block), plan,
+                       &MoeExpert::down);
+}
+
+Var HierarchicalMoE::with_adapters(const Var& x, const Var& y, const MoeDispatch& plan,
+                                   const BlockSparseLinear& (MoeExpert::*layer)() const) const {
+  std::vector<LowRankOperands> adapters;
+  double scale = 0;
+  bool any = false;
+  for (const MoeExpert* e : experts_) {
+    const BlockSparseLinear& l = (e->*layer)();
+    adapters.push_back(l.lora());
+    if (!l.has_lora()) continue;
+    SHAMN_CHECK(!any || l.lora_scale() == scale, "MoE experts' adapters differ in alpha / rank");
+    scale = l.lora_scale();
+    any = true;
+  }
+  if (!any) return y;
+  return add_low_rank_segments(y, x, plan.offsets, adapters, scale);
 }
 
 }  // namespace shamn

@@ -46,6 +46,11 @@ class HierarchicalMoE : public Module {
   const MoeExpert& expert(int64_t e) const { return *experts_[static_cast<size_t>(e)]; }
 
  private:
+  // y (the experts' `layer` outputs over the segments of x) plus their LoRA
+  // adapters' outputs, where any expert has one (summed in y's storage).
+  Var with_adapters(const Var& x, const Var& y, const MoeDispatch& plan,
+                    const BlockSparseLinear& (MoeExpert::*layer)() const) const;
+
   MoeOptions options_;
   Linear& router_group_;
   Linear& router_expert_;

@@ -1,11 +1,12 @@
 #pragma once
-#include "layers/module.h"
+#include "layers/lora.h"
 
 namespace shamn {
 
 // Dense y = x W^T (+ bias). Parameters: weight [out, in], bias [out] (when enabled).
-// Init: weight ~ N(0, init_std^2) (default 1/sqrt(in)), bias 0.
-class Linear : public Module {
+// Init: weight ~ N(0, init_std^2) (default 1/sqrt(in)), bias 0. May carry a LoRA
+// adapter (layers/lora.h), added to its output.
+class Linear : public LoraHost {
  public:
   Linear(int64_t in, int64_t out, bool bias, double init_std = 0.0);
   Var forward(const Var& x) const;

@@ -48,6 +48,21 @@ std::vector<NamedTensor> Module::named_buffers() const {
   return out;
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (auto& [name, child] : children_) {
+    out.emplace_back(name, child.get());
+    for (auto& [below, m] : child->named_modules()) out.emplace_back(name + "." + below, m);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out;
+  for (auto& [name, m] : const_cast<Module*>(this)->named_modules()) out.emplace_back(name, m);
+  return out;
+}
+
 std::vector<Var> Module::parameters() const {
   std::vector<Var> out;
   for (NamedVar& p : named_parameters()) out.push_back(std::move(p.var));

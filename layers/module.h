@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -23,6 +24,10 @@ class Module {
   std::vector<NamedVar> named_parameters() const;
   std::vector<NamedTensor> named_buffers() const;
   std::vector<Var> parameters() const;
+  // Every submodule, depth-first in registration order, with its dotted name
+  // ("layers.3.mixer.out"); this module itself is not listed.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  std::vector<std::pair<std::string, const Module*>> named_modules() const;
   int64_t parameter_count() const;
 
   // No train/eval mode: no SHAMN layer behaves differently in evaluation (there

@@ -4,20 +4,27 @@
 #include <set>
 
 #include "core/check.h"
+#include "layers/lora.h"
+#include "train/adapter_checkpoint.h"
 
 namespace shamn {
 
 namespace {
-std::vector<NamedTensor> model_tensors(const Module& model) {
+std::vector<NamedTensor> model_tensors(const Module& model, TensorSet set) {
   std::vector<NamedTensor> out;
-  for (const NamedVar& p : model.named_parameters()) out.push_back({p.name, p.var.value()});
-  for (const NamedTensor& b : model.named_buffers()) out.push_back(b);
+  for (const NamedVar& p : model.named_parameters()) {
+    const bool adapter = is_lora_parameter(p.name);
+    if (set == TensorSet::all || adapter == (set == TensorSet::adapters))
+      out.push_back({p.name, p.var.value()});
+  }
+  if (set != TensorSet::adapters)
+    for (const NamedTensor& b : model.named_buffers()) out.push_back(b);
   return out;
 }
 }  // namespace
 
-void write_model_tensors(Hdf5Writer& writer, const Module& model) {
-  for (const NamedTensor& t : model_tensors(model))
+void write_model_tensors(Hdf5Writer& writer, const Module& model, TensorSet set) {
+  for (const NamedTensor& t : model_tensors(model, set))
     writer.write_tensor(checkpoint_path("/model", t.name), t.tensor);
 }
 
@@ -41,8 +48,15 @@ ModelConfig read_checkpoint_config(const Hdf5Reader& reader) {
   return ModelConfig::from_toml(reader.string_attribute("config"), reader.path() + " (attribute config)");
 }
 
-void load_model_tensors(const Hdf5Reader& reader, Module& model) {
-  const std::vector<NamedTensor> wanted = model_tensors(model);
+void load_model_tensors(const Hdf5Reader& reader, Module& model, TensorSet set) {
+  SHAMN_INPUT_CHECK(
+      set == TensorSet::adapters || !reader.has_attribute(kAdapterBaseAttribute), "'", reader.path(),
+      "' is a LoRA adapter checkpoint: it holds the adapters only, not a whole model. Its "
+      "base is the checkpoint its config names as train.init_from (",
+      reader.has_attribute(kAdapterBaseFileAttribute) ? reader.string_attribute(kAdapterBaseFileAttribute)
+                                                      : std::string("not recorded"),
+      "); resume the adapter run with shamn train --resume");
+  const std::vector<NamedTensor> wanted = model_tensors(model, set);
   std::set<std::string> expected;
   for (const NamedTensor& t : wanted) expected.insert(checkpoint_path("/model", t.name));
   for (const std::string& path : reader.datasets("/model"))

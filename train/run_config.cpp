@@ -1,5 +1,6 @@
 #include "train/run_config.h"
 
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -9,6 +10,9 @@
 namespace shamn {
 
 namespace {
+
+// A low-rank adapter of rank above this is not low-rank for any SHAMN layer.
+constexpr int64_t kMaxLoraRank = 1024;
 
 const std::set<std::string>& all_known_keys() {
   static const std::set<std::string> known = [] {
@@ -43,6 +47,10 @@ const std::set<std::string>& all_known_keys() {
               "optim.beta1",
               "optim.beta2",
               "optim.eps",
+              "lora",
+              "lora.rank",
+              "lora.alpha",
+              "lora.targets",
               "log",
               "log.every",
               "log.progress"});
@@ -72,6 +80,9 @@ struct Reader {
   }
   void boolean(const std::string& key, bool& out) const {
     read(key, out, false, [&](const std::string& k) { return t.get_bool(k); });
+  }
+  void texts(const std::string& key, std::vector<std::string>& out) const {
+    read(key, out, false, [&](const std::string& k) { return t.get_string_array(k); });
   }
 };
 
@@ -124,6 +135,21 @@ void RunConfig::validate() const {
                      "optim.beta2 must lie in [0, 1), got ", optim.beta2);
   SHAMN_CONFIG_CHECK(optim.eps > 0, "optim.eps", "optim.eps must be > 0, got ", optim.eps);
 
+  SHAMN_CONFIG_CHECK(lora.rank >= 0 && lora.rank <= kMaxLoraRank, "lora.rank", "lora.rank must lie in [0, ",
+                     kMaxLoraRank, "] (0 turns adapters off), got ", lora.rank);
+  if (lora.enabled()) {
+    SHAMN_CONFIG_CHECK(std::isfinite(lora.alpha) && lora.alpha > 0, "lora.alpha",
+                       "lora.alpha must be > 0, got ", lora.alpha);
+    SHAMN_CONFIG_CHECK(!lora.targets.empty(), "lora.targets",
+                       "lora.targets is empty: with lora.rank > 0 it must name the layers to adapt, e.g. "
+                       "[\"layers.*.mixer.out\"]");
+    SHAMN_CONFIG_CHECK(
+        !train.init_from.empty(), "lora.rank",
+        "lora.rank > 0 fine-tunes a trained base model, but train.init_from is empty; set it to "
+        "the base checkpoint");
+  }
+  select_lora_hosts(lora.targets, model);  // every pattern well-formed and matching, even when off
+
   positive(log.every, "log.every");
   SHAMN_CONFIG_CHECK(log.progress == "auto" || log.progress == "always" || log.progress == "never",
                      "log.progress", "log.progress must be \"auto\", \"always\" or \"never\", got \"",
@@ -169,6 +195,11 @@ RunConfig RunConfig::from_table(const ConfigTable& t) {
   r.real("optim.beta2", c.optim.beta2);
   r.real("optim.eps", c.optim.eps);
 
+  r.integer("lora.rank", c.lora.rank);
+  c.lora.alpha = static_cast<double>(c.lora.rank);  // the default: a scale of 1
+  r.real("lora.alpha", c.lora.alpha);
+  r.texts("lora.targets", c.lora.targets);
+
   r.integer("log.every", c.log.every);
   r.text("log.progress", c.log.progress);
   try {
@@ -207,7 +238,15 @@ std::string RunConfig::to_toml() const {
       << "\nmin_lr = " << f(optim.min_lr) << "\nwarmup_steps = " << optim.warmup_steps
       << "\nweight_decay = " << f(optim.weight_decay) << "\ngrad_clip = " << f(optim.grad_clip)
       << "\nbeta1 = " << f(optim.beta1) << "\nbeta2 = " << f(optim.beta2) << "\neps = " << f(optim.eps)
-      << "\n\n[log]\nevery = " << log.every << "\nprogress = " << s(log.progress) << "\n";
+      << "\n";
+  // Written only when used, so the resolved configs of runs without adapters (and
+  // the sweep directories that compare them) stay as they were.
+  if (lora.enabled() || !lora.targets.empty()) {
+    out << "\n[lora]\nrank = " << lora.rank << "\nalpha = " << f(lora.alpha) << "\ntargets = [";
+    for (size_t i = 0; i < lora.targets.size(); ++i) out << (i ? ", " : "") << s(lora.targets[i]);
+    out << "]\n";
+  }
+  out << "\n[log]\nevery = " << log.every << "\nprogress = " << s(log.progress) << "\n";
   return out.str();
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // A training run's whole config: the SPEC's [model] tables plus the [data],
-// [train], [optim] and [log] sections documented in configs/README.md. Loading is
+// [train], [optim], [lora] and [log] sections documented in configs/README.md. Loading is
 // strict (unknown keys, wrong types, missing required keys and out-of-range values
 // are errors naming the file, line and key), and to_toml() writes the resolved
 // config back with every default filled in, which is what a run directory and
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/model_config.h"
+#include "layers/lora.h"
 
 namespace shamn {
 
@@ -64,6 +65,7 @@ struct RunConfig {
   DataConfig data;
   TrainConfig train;
   OptimConfig optim;
+  LoraOptions lora;  // rank 0: no adapters (alpha defaults to rank)
   LogConfig log;
 
   static RunConfig from_table(const ConfigTable& table);

@@ -15,9 +15,11 @@ namespace shamn {
 namespace fs = std::filesystem;
 
 void save_train_checkpoint(const std::string& path, const Module& model, const AdamW& optimizer,
-                           const std::string& config_toml, const TrainState& state) {
+                           const std::string& config_toml, const TrainState& state,
+                           const AdapterIdentity* adapter) {
   Hdf5Writer writer(path, "checkpoint");
-  write_model_tensors(writer, model);
+  write_model_tensors(writer, model, adapter ? TensorSet::adapters : TensorSet::all);
+  if (adapter) write_adapter_identity(writer, *adapter);
   for (const NamedTensor& t : optimizer.state_tensors())
     writer.write_tensor(checkpoint_path("/optim", t.name), t.tensor);
   writer.set_string_attribute("config", config_toml);
@@ -38,8 +40,22 @@ bool is_train_checkpoint(const std::string& path) {
   return reader.has_attribute("optim_step") && !reader.datasets("/optim").empty();
 }
 
-TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& optimizer) {
+TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& optimizer,
+                                 const AdapterIdentity* adapter) {
   const Hdf5Reader reader(path);
+  SHAMN_INPUT_CHECK(adapter || !is_adapter_checkpoint(reader), "'", path,
+                    "' is a LoRA adapter checkpoint (adapters only); it resumes only a run with its "
+                    "[lora] settings and base (train.init_from = '",
+                    reader.has_attribute(kAdapterBaseFileAttribute)
+                        ? reader.string_attribute(kAdapterBaseFileAttribute)
+                        : std::string("?"),
+                    "')");
+  if (adapter) {
+    SHAMN_INPUT_CHECK(is_adapter_checkpoint(reader), "'", path,
+                      "' holds a whole model, not LoRA adapters; this run (lora.rank = ", adapter->lora.rank,
+                      ") resumes from adapter checkpoints only");
+    check_adapter_checkpoint(reader, *adapter);
+  }
   SHAMN_INPUT_CHECK(reader.has_attribute("optim_step"), "'", path,
                     "' holds no optimizer state (a model-only checkpoint): it can start a new "
                     "run (train.init_from) but not resume one");
@@ -76,7 +92,7 @@ TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& 
   }
   SHAMN_INPUT_CHECK(moments.size() == expected, "'", path, "' has ", moments.size() - expected,
                     " optimizer tensors that match no parameter of this model");
-  load_model_tensors(reader, model);
+  load_model_tensors(reader, model, adapter ? TensorSet::adapters : TensorSet::all);
   optimizer.load_state(s.optim_step, moments);
   return s;
 }

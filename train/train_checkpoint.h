@@ -16,6 +16,7 @@
 
 #include "layers/module.h"
 #include "optim/adamw.h"
+#include "train/adapter_checkpoint.h"
 
 namespace shamn {
 
@@ -30,14 +31,20 @@ struct TrainState {
   double elapsed_s = 0.0;  // training wall time, excluding evaluation
 };
 
+// With `adapter` (a LoRA run), the file holds the adapters and their identity
+// only (train/adapter_checkpoint.h); without, the whole model.
 void save_train_checkpoint(const std::string& path, const Module& model, const AdamW& optimizer,
-                           const std::string& config_toml, const TrainState& state);
+                           const std::string& config_toml, const TrainState& state,
+                           const AdapterIdentity* adapter = nullptr);
 
 bool is_train_checkpoint(const std::string& path);  // has optimizer state
 
 // Restores model, optimizer and state; `model` and `optimizer` are left untouched
-// when anything fails to check out (missing tensor, bad shape, checksum).
-TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& optimizer);
+// when anything fails to check out (missing tensor, bad shape, checksum). With
+// `adapter` (a LoRA run, its base already in `model`), the file must be an
+// adapter checkpoint of that base and settings, and only the adapters are read.
+TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& optimizer,
+                                 const AdapterIdentity* adapter = nullptr);
 
 // Checkpoints in a run directory are ckpt_<step, 8 digits>.h5, plus best.h5.
 std::string checkpoint_file(const std::string& run_dir, int64_t step);

@@ -105,8 +105,10 @@ void link_best_checkpoint(const std::string& checkpoint, const std::string& best
 
 // Loads the newest checkpoint in run_dir that loads; damaged ones are reported and
 // skipped. A checkpoint of another model is an error, not something to skip.
+// With `adapter` (a LoRA run), a checkpoint trained on another base is an error too.
 std::string resume_from(const std::string& run_dir, const ModelConfig& model_config, Shamn& model,
-                        AdamW& optimizer, TrainState* state, Console& console) {
+                        AdamW& optimizer, TrainState* state, const AdapterIdentity* adapter,
+                        Console& console) {
   const std::vector<std::string> all = list_checkpoints(run_dir);
   SHAMN_INPUT_CHECK(!all.empty(), "--resume ", run_dir, ": no checkpoint (ckpt_*.h5) to resume from");
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
@@ -123,8 +125,9 @@ std::string resume_from(const std::string& run_dir, const ModelConfig& model_con
                       *it,
                       "'; a run resumes with the model "
                       "it was started with");
+    if (adapter) check_adapter_checkpoint(Hdf5Reader(*it), *adapter);
     try {
-      *state = load_train_checkpoint(*it, model, optimizer);
+      *state = load_train_checkpoint(*it, model, optimizer, adapter);
       return *it;
     } catch (const InputError& e) {
       console.say(std::string("warning: cannot resume from ") + *it + ": " + e.what());
@@ -210,16 +213,32 @@ void check_ranks_agree(Communicator& comm, const RunConfig& c, const DataFiles& 
                     problems);
 }
 
+// The base of a LoRA run: train.init_from's weights (every tensor but the
+// adapters), and its identity for the adapter checkpoints.
+AdapterIdentity load_lora_base(const RunConfig& c, Shamn& model) {
+  const Hdf5Reader reader(c.train.init_from);
+  SHAMN_INPUT_CHECK(read_checkpoint_config(reader).to_toml() == c.model.to_toml(), "train.init_from '",
+                    c.train.init_from, "' holds a model whose [model] tables differ from the config's");
+  load_model_tensors(reader, model, TensorSet::base);
+  return {base_checksum(model), c.train.init_from, c.lora};
+}
+
 // The starting weights: the resumed checkpoint, train.init_from, or a fresh init.
+// A LoRA run loads its base first, then resumes or initialises the adapters.
 void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming, Shamn& model,
-                  AdamW& optimizer, TrainState& state, Console& console) {
+                  AdamW& optimizer, TrainState& state, std::optional<AdapterIdentity>& adapter,
+                  Console& console) {
   state.data_seed = static_cast<uint64_t>(c.train.seed);
+  if (c.lora.enabled()) adapter = load_lora_base(c, model);
+  const AdapterIdentity* identity = adapter ? &*adapter : nullptr;
   if (resuming) {
-    const std::string from = resume_from(run_dir, c.model, model, optimizer, &state, console);
+    const std::string from = resume_from(run_dir, c.model, model, optimizer, &state, identity, console);
     SHAMN_INPUT_CHECK(state.data_seed == static_cast<uint64_t>(c.train.seed), "train.seed = ", c.train.seed,
                       " but '", from, "' was trained with seed ", state.data_seed,
                       "; an exact resume needs the same seed");
     console.say("resuming " + run_dir + " from " + from + " (step " + std::to_string(state.step) + ")");
+  } else if (adapter) {
+    init_lora_adapters(model, static_cast<uint64_t>(c.train.seed));
   } else if (!c.train.init_from.empty()) {
     const Hdf5Reader reader(c.train.init_from);
     SHAMN_INPUT_CHECK(read_checkpoint_config(reader).to_toml() == c.model.to_toml(), "train.init_from '",
@@ -228,6 +247,17 @@ void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming,
   } else {
     model.init(static_cast<uint64_t>(c.train.seed));
   }
+}
+
+// The parameters that train: all of them, or with LoRA (lora.rank > 0) the adapters,
+// which are attached here, with the base frozen: no gradients, no AdamW moments.
+std::vector<NamedVar> trainable_parameters(Shamn& model, const LoraOptions& lora) {
+  if (!lora.enabled()) return model.named_parameters();
+  if (lora_parameters(model).empty()) {
+    attach_lora(model, model.config(), lora);
+    freeze_base(model);
+  }
+  return lora_parameters(model);
 }
 
 // What one optimizer step did, for the metrics and the progress line.
@@ -248,9 +278,9 @@ class Run {
         run_dir_(c.train.out_dir),
         data_(std::move(data)),
         model_(c.model),
-        optimizer_(split_weight_decay(model_.named_parameters(), c.optim.weight_decay),
+        optimizer_(split_weight_decay(trainable_parameters(model_, c.lora), c.optim.weight_decay),
                    {c.optim.beta1, c.optim.beta2, c.optim.eps}),
-        named_(model_.named_parameters()),
+        named_(trainable_parameters(model_, c.lora)),
         schedule_{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.max_steps},
         tree_(named_),
         exchange_(named_, static_cast<size_t>(c.train.bucket_mib * (1 << 20)) / sizeof(float)) {}
@@ -259,7 +289,7 @@ class Run {
   // Rank 0 alone reads and writes the run directory; the other ranks receive its
   // starting state (they need no copy of the run directory).
   void start(bool resuming) {
-    if (comm_.is_root()) load_or_init(c_, run_dir_, resuming, model_, optimizer_, state_, console_);
+    if (comm_.is_root()) load_or_init(c_, run_dir_, resuming, model_, optimizer_, state_, adapter_, console_);
     share_starting_state();
     resolved_ = c_.to_toml();
     if (comm_.is_root()) {
@@ -277,6 +307,9 @@ class Run {
     const double params = static_cast<double>(model_.parameter_count());
     console_.say(fmt("model: %.0f parameters (%.1f MiB f32); %.0f tokens per step", params,
                      params * 4 / (1 << 20), double(c_.tokens_per_step())));
+    if (c_.lora.enabled())
+      console_.say(fmt("LoRA: %.0f adapter parameters train (%.3f%% of the model), the base is frozen",
+                       double(trainable_count()), 100.0 * double(trainable_count()) / params));
     if (comm_.is_root())
       metrics_.emplace((fs::path(run_dir_) / "metrics.jsonl").string(), resuming, state_.step);
     loader_.emplace(data_.train, c_.model.vocab_size, c_.train.batch_size, c_.train.seq_len, state_.data_seed,
@@ -407,6 +440,11 @@ class Run {
   const TrainState& state() const { return state_; }
   const std::vector<double>& rates() const { return rates_; }
   int64_t parameter_count() const { return model_.parameter_count(); }
+  int64_t trainable_count() const {
+    int64_t n = 0;
+    for (const NamedVar& p : named_) n += p.var.numel();
+    return n;
+  }
 
  private:
   // True when this is the best val loss so far.
@@ -424,7 +462,7 @@ class Run {
   void checkpoint(bool also_best, TrainResult& result) {
     const ProfileScope profile("checkpoint", ProfileCategory::io);
     const std::string path = checkpoint_file(run_dir_, state_.step);
-    save_train_checkpoint(path, model_, optimizer_, resolved_, state_);
+    save_train_checkpoint(path, model_, optimizer_, resolved_, state_, adapter_ ? &*adapter_ : nullptr);
     if (also_best) link_best_checkpoint(path, best_checkpoint_file(run_dir_));
     prune_checkpoints(run_dir_, c_.train.keep_last);
     result.last_checkpoint = path;
@@ -449,7 +487,9 @@ class Run {
   void share_starting_state() {
     if (comm_.size() == 1) return;
     const ProfileScope profile("share_starting_state", ProfileCategory::comm);
-    for (const NamedVar& p : named_) comm_.broadcast(p.var.value().raw_data(), p.var.value().nbytes());
+    // Every parameter, frozen ones (a LoRA run's base) included.
+    for (const NamedVar& p : model_.named_parameters())
+      comm_.broadcast(p.var.value().raw_data(), p.var.value().nbytes());
     for (const NamedTensor& b : model_.named_buffers())
       comm_.broadcast(b.tensor.raw_data(), b.tensor.nbytes());
     for (const NamedTensor& t : optimizer_.state_tensors())
@@ -474,6 +514,7 @@ class Run {
   GradientTree tree_;
   GradientExchange exchange_;
   TrainState state_;
+  std::optional<AdapterIdentity> adapter_;  // a LoRA run's base identity, set by start()
   std::string resolved_;
   std::optional<MetricsLog> metrics_;
   std::optional<BatchLoader> loader_;
@@ -482,7 +523,9 @@ class Run {
 };
 
 void report_end(const Run& run, const TrainResult& result, Console& console) {
-  const double state_mib = 4.0 * 4.0 * static_cast<double>(run.parameter_count()) / (1 << 20);
+  // Every parameter once, and a gradient and two moments for each trainable one.
+  const double state_mib =
+      4.0 * static_cast<double>(run.parameter_count() + 3 * run.trainable_count()) / (1 << 20);
   console.say(fmt("done: step %.0f | median %.0f tok/s | first step after %.2f s", double(result.step),
                   result.median_tokens_per_s, result.first_step_s));
   console.say(fmt("peak RSS %.0f MiB (parameters + gradients + 2 AdamW moments: %.0f MiB, ratio %.2f)",

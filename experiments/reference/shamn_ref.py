@@ -27,6 +27,7 @@ import re
 import statistics
 import sys
 import time
+import zlib
 import tomllib
 from dataclasses import dataclass, field
 
@@ -750,10 +751,71 @@ def load_checkpoint(path, dtype=torch.float32):
     return model.to(dtype), step
 
 
-def save_gradients(path, model, step=0):
-    """Every parameter's gradient (zeros where none flowed) under /model/<name>, kind = gradients."""
+def base_checksum(model):
+    """CRC-32 (zlib) of every tensor but the LoRA adapters, in name order: each as its
+    dotted name, a NUL, its dtype ("f32", "i32"), a NUL, its dims as little-endian int64
+    and its bytes (float tensors as float32). shamn's layers/lora.h: base_checksum."""
+    crc = 0
+    for name, t in sorted(model.state_dict().items()):
+        if name.endswith((".lora_a", ".lora_b")):
+            continue
+        t = t.detach().cpu()
+        t = t.float() if t.is_floating_point() else t.int()
+        dtype = b"f32" if t.dtype == torch.float32 else b"i32"
+        crc = zlib.crc32(name.encode() + b"\0" + dtype + b"\0", crc)
+        crc = zlib.crc32(np.asarray(t.shape, dtype="<i8").tobytes(), crc)
+        crc = zlib.crc32(np.ascontiguousarray(t.numpy()).tobytes(), crc)
+    return crc
+
+
+class LoraHook:
+    """LoRA (Hu et al., 2021) as a forward hook on the adapted module:
+    y = module(x) + (alpha / rank) * (x A^T) B^T, with A = module.lora_a [rank, in] and
+    B = module.lora_b [out, rank]. The MoE calls each expert's up/down on its own tokens,
+    so an expert's adapter sees exactly its routed rows."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, module, inputs, output):
+        return output + self.scale * F.linear(F.linear(inputs[0], module.lora_a), module.lora_b)
+
+
+def attach_adapters(model, path, base_path):
+    """Puts the adapters of a shamn LoRA checkpoint on `model` (its base, from base_path).
+    Refuses adapters trained on another base (by base_checksum). The base keeps
+    requires_grad (torch's embedding_bag cannot take frozen values with trainable
+    weights); its gradients are computed and not saved (save_gradients' lora_only)."""
+    with h5py.File(path, "r") as f:
+        if "lora_base_crc32" not in f.attrs:
+            raise CheckpointError(f"{path}: not a LoRA adapter checkpoint (no lora_base_crc32 attribute)")
+        rank, alpha = int(f.attrs["lora_rank"]), float(f.attrs["lora_alpha"])
+        want = int(f.attrs["lora_base_crc32"])
+        stored = read_group(f)
+    got = base_checksum(model)
+    if got != want:
+        raise CheckpointError(f"{path}: adapters trained on another base (crc32 {want:08x}) than "
+                              f"{base_path} (crc32 {got:08x})")
+    dtype = next(model.parameters()).dtype
+    hosts = sorted({name.rsplit(".", 1)[0] for name in stored})
+    for name in hosts:
+        a, b = stored.get(name + ".lora_a"), stored.get(name + ".lora_b")
+        module = model.get_submodule(name)
+        n_in, n_out = (module.in_features, module.out_features) if isinstance(module, nn.Linear) else \
+            (module.n_in, module.n_out)
+        if a is None or b is None or a.shape != (rank, n_in) or b.shape != (n_out, rank):
+            raise CheckpointError(f"{path}: {name} needs lora_a [{rank}, {n_in}] and lora_b [{n_out}, {rank}]")
+        module.register_parameter("lora_a", nn.Parameter(torch.from_numpy(a).to(dtype)))
+        module.register_parameter("lora_b", nn.Parameter(torch.from_numpy(b).to(dtype)))
+        module.register_forward_hook(LoraHook(alpha / rank))
+    return len(hosts)
+
+
+def save_gradients(path, model, step=0, lora_only=False):
+    """Every parameter's gradient (zeros where none flowed) under /model/<name>, kind =
+    gradients; with lora_only, the adapters' only (what shamn writes for a frozen base)."""
     grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p))
-             for name, p in model.named_parameters()}
+             for name, p in model.named_parameters() if not lora_only or name.endswith((".lora_a", ".lora_b"))}
     write_tensors(path, grads, model.cfg, step, kind="gradients")
 
 
@@ -804,12 +866,14 @@ def make_batch(tokens, B, T, vocab_size=None):
 def cmd_loss(args):
     dtype = torch.float64 if args.double else torch.float32
     model, step = load_checkpoint(args.checkpoint, dtype)
+    if args.adapter:
+        attach_adapters(model, args.adapter, args.checkpoint)
     inputs, targets = make_batch(read_tokens(args.data), args.batch, args.seq, model.cfg.vocab_size)
     with torch.set_grad_enabled(bool(args.grads)):
         loss, ce, aux = model(inputs, targets)
     if args.grads:
         loss.backward()
-        save_gradients(args.grads, model, step)
+        save_gradients(args.grads, model, step, lora_only=bool(args.adapter))
     print(json.dumps({"loss": loss.item(), "ce": ce.item(), "aux": aux.item()}))
 
 
@@ -870,6 +934,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--seq", type=int, required=True)
     p.add_argument("--grads", help="write every parameter's gradient to this HDF5 file")
+    p.add_argument("--adapter", help="shamn LoRA adapter checkpoint trained on this base (then --grads "
+                   "holds the adapters' gradients only)")
     p.add_argument("--double", action="store_true", help="compute in float64")
     p.set_defaults(run=cmd_loss)
 

@@ -60,6 +60,9 @@ lr = 1e-3
 progress = "never"
 EOF
 "$shamn" --threads 1 train run.toml > /dev/null
+# LoRA adapters trained on the run's checkpoint (model.h5 is another base).
+"$shamn" --threads 1 train run.toml --set 'train.out_dir="lorarun"' --set 'train.init_from="run/ckpt_00000002.h5"' \
+  --set lora.rank=2 --set 'lora.targets=["layers.*.mixer.out"]' > /dev/null
 : > empty.bin
 mkdir -p adir emptyrun
 printf '[sweep]\nbase = "missing.toml"\nout_dir = "never"\n' > sweep_no_base.toml
@@ -117,6 +120,13 @@ bad "already holds a run" train run.toml
 bad ">= vocab_size" train run.toml --set 'data.train_path="wide/train.bin"' --set 'train.out_dir="never"'
 bad "empty.bin" train run.toml --set 'data.train_path="empty.bin"' --set 'train.out_dir="never"'
 bad "text.txt" train run.toml --set 'data.train_path="text.txt"' --set 'train.out_dir="never"'
+bad "lora.targets: pattern \"layers.*.mixer\" matches no layer" train run.toml --set lora.rank=4 \
+  --set 'lora.targets=["layers.*.mixer"]' --set 'train.init_from="model.h5"' --set 'train.out_dir="never"'
+bad "train.init_from is empty" train run.toml --set lora.rank=4 --set 'lora.targets=["layers.*.mixer.out"]' \
+  --set 'train.out_dir="never"'
+bad "is a LoRA adapter checkpoint" train run.toml --set 'train.init_from="lorarun/ckpt_00000002.h5"' \
+  --set 'train.out_dir="never"'
+bad "trained on another base model than 'model.h5'" train --resume lorarun --set 'train.init_from="model.h5"'
 
 # info / export / loss / init: checkpoints of the wrong kind, outputs nowhere.
 bad "model.shq" info model.shq
@@ -124,6 +134,11 @@ bad "text.txt" info text.txt
 bad "empty.bin" info empty.bin
 bad "adir" info adir
 bad "missing.h5" info missing.h5
+bad "lorarun/ckpt_00000002.h5' is a LoRA adapter checkpoint" loss lorarun/ckpt_00000002.h5 --data data/val.bin \
+  --batch 1 --seq 8
+bad "trained on another base model than 'model.h5'" loss model.h5 --adapter lorarun/ckpt_00000002.h5 \
+  --data data/val.bin --batch 1 --seq 8
+bad "is not a LoRA adapter checkpoint" loss model.h5 --adapter model.h5 --data data/val.bin --batch 1 --seq 8
 bad "model.shq" export model.shq -o never.shq
 bad "text.txt" export text.txt -o never.shq
 bad "missing_dir/never.shq" export model.h5 --tokenizer tok.bpe -o missing_dir/never.shq

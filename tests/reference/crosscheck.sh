@@ -2,10 +2,13 @@
 # Cross-checks shamn against the independent PyTorch reference on one config:
 # the same checkpoint and batch must give the same loss (1e-4 relative) and the
 # same gradients (1e-3 relative, per tensor; see experiments/reference/README.md).
-# Usage: crosscheck.sh SHAMN_BINARY CONFIG.toml WORKDIR [BATCH SEQ]
+# With LORA_RANK > 0, then the same for LoRA: adapters of that rank on every kind
+# of layer, trained 2 steps from the checkpoint by shamn train (so B is not
+# zero), and the adapted model's loss and the adapters' gradients compared.
+# Usage: crosscheck.sh SHAMN_BINARY CONFIG.toml WORKDIR [BATCH SEQ [LORA_RANK]]
 # Exits 77 (CTest: skipped) when Debian's python3-torch is not installed.
 set -euo pipefail
-shamn=$1 config=$2 work=$3 batch=${4:-4} seq=${5:-64}
+shamn=$1 config=$2 work=$3 batch=${4:-4} seq=${5:-64} lora_rank=${6:-0}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
 ref="$here/experiments/reference"
@@ -21,7 +24,8 @@ ours=$("$shamn" loss "$work/model.h5" --data "$work/tokens.bin" --batch "$batch"
 theirs=$("$py" "$ref/shamn_ref.py" loss "$work/model.h5" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/grads_ref.h5")
 echo "shamn:     $ours"
 echo "reference: $theirs"
-"$py" - "$ours" "$theirs" <<'PY'
+same_loss() {
+  "$py" - "$1" "$2" <<'PY'
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 bad = False
@@ -31,4 +35,41 @@ for key in ("loss", "ce", "aux"):
     bad |= rel > 1e-4
 sys.exit(1 if bad else 0)
 PY
+}
+same_loss "$ours" "$theirs"
 "$py" "$ref/compare.py" "$work/grads_shamn.h5" "$work/grads_ref.h5" --rtol 1e-3
+(( lora_rank > 0 )) || exit 0
+
+echo "# LoRA, rank $lora_rank"
+"$py" "$ref/shamn_ref.py" make-tokens --vocab "$vocab" --count 20000 --seed 6 -o "$work/train.bin"
+rm -rf "$work/lora_run"
+{
+  cat "$config"
+  cat <<EOF
+[data]
+train_path = "$work/train.bin"
+[train]
+batch_size = 4
+seq_len = 32
+max_steps = 2
+out_dir = "$work/lora_run"
+init_from = "$work/model.h5"
+[optim]
+lr = 1e-2
+[lora]
+rank = $lora_rank
+alpha = $((2 * lora_rank)).0
+targets = ["layers.*.mixer.out", "layers.*.memory.query", "layers.*.moe.router_group",
+           "layers.*.moe.router_expert", "layers.*.moe.experts.*.up", "layers.*.moe.experts.*.down"]
+[log]
+progress = "never"
+EOF
+} > "$work/lora.toml"
+"$shamn" train "$work/lora.toml" > "$work/lora_train.log"
+adapter="$work/lora_run/ckpt_00000002.h5"
+ours=$("$shamn" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/lora_grads_shamn.h5")
+theirs=$("$py" "$ref/shamn_ref.py" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/lora_grads_ref.h5")
+echo "shamn:     $ours"
+echo "reference: $theirs"
+same_loss "$ours" "$theirs"
+"$py" "$ref/compare.py" "$work/lora_grads_shamn.h5" "$work/lora_grads_ref.h5" --rtol 1e-3

@@ -154,6 +154,62 @@ TEST_CASE("bad run configs name the file, line and key", "[train][config]") {
   }
 }
 
+TEST_CASE("the [lora] section: defaults, resolved form, and errors naming the key", "[train][config][lora]") {
+  // Off by default, and then absent from the resolved config (which runs without
+  // adapters and their sweep directories keep comparing as before).
+  const RunConfig off = RunConfig::from_toml(valid(), "run.toml");
+  CHECK_FALSE(off.lora.enabled());
+  CHECK(off.to_toml().find("[lora]") == std::string::npos);
+
+  const std::string base = "init_from = \"base.h5\"\n";  // line 21 of the [train] table
+  const std::string on = kModel + kData + kTrain + base + kOptim;
+  const RunConfig c = RunConfig::from_toml(
+      on + "[lora]\nrank = 4\ntargets = [\"layers.*.mixer.out\", \"layers.*.moe.experts.*.up\"]\n",
+      "run.toml");
+  CHECK(c.lora.rank == 4);
+  CHECK(c.lora.alpha == 4.0);  // defaults to rank: a scale of 1
+  CHECK(c.lora.targets == std::vector<std::string>{"layers.*.mixer.out", "layers.*.moe.experts.*.up"});
+  const std::string text = c.to_toml();
+  CHECK(text.find("[lora]\nrank = 4\nalpha = 4.0\ntargets = [\"layers.*.mixer.out\", "
+                  "\"layers.*.moe.experts.*.up\"]") != std::string::npos);
+  CHECK(RunConfig::from_toml(text, "resolved").to_toml() == text);
+
+  const std::string lora = on + "[lora]\n";  // keys from line 25
+  const std::pair<std::string, std::string> cases[] = {
+      {lora + "rank = 4\ntargets = [\"layers.*.mixer.out\"]\nextra = 1\n",
+       "run.toml:27: unknown key 'lora.extra'"},
+      {lora + "rank = 4.0\n", "run.toml:25: key 'lora.rank' must be an integer, got a float"},
+      {lora + "rank = 4\nalpha = 8\n", "run.toml:26: key 'lora.alpha' must be a float, got an integer"},
+      {lora + "rank = 4\ntargets = \"layers.*.mixer.out\"\n",
+       "run.toml:26: key 'lora.targets' must be an array of strings, got a string"},
+      {lora + "rank = 4\ntargets = [\"layers.*.mixer.out\", 3]\n",
+       "key 'lora.targets' must be an array of strings"},
+      {lora + "rank = -1\n", "run.toml:25: lora.rank must lie in [0, 1024]"},
+      {lora + "rank = 2000\n", "run.toml:25: lora.rank must lie in [0, 1024]"},
+      {lora + "rank = 4\nalpha = 0.0\ntargets = [\"layers.*.mixer.out\"]\n",
+       "run.toml:26: lora.alpha must be > 0"},
+      {lora + "rank = 4\n", "run.toml: lora.targets is empty"},
+      {lora + "rank = 4\ntargets = []\n", "run.toml:26: lora.targets is empty"},
+      {lora + "rank = 4\ntargets = [\"layers.*.mixer\"]\n",
+       "run.toml:26: lora.targets: pattern \"layers.*.mixer\" matches no layer of this model"},
+      {lora + "rank = 4\ntargets = [\"layers.7.mixer.out\"]\n", "matches no layer of this model"},
+      {lora + "rank = 4\ntargets = [\"layers.0.memory.query\"]\n", "matches no layer"},  // memory is layer 1
+      {lora + "rank = 4\ntargets = [\"layers/0/mixer/out\"]\n", "run.toml:26: lora.targets: pattern"},
+      // A typo is caught with the adapters off, too.
+      {lora + "targets = [\"layers.*.mixr.out\"]\n",
+       "run.toml:25: lora.targets: pattern \"layers.*.mixr.out\""},
+      {valid() + "[lora]\nrank = 4\ntargets = [\"layers.*.mixer.out\"]\n",
+       "run.toml:24: lora.rank > 0 fine-tunes a trained base model, but train.init_from is empty"},
+  };
+  for (const auto& [text_case, expected] : cases) {
+    INFO(text_case);
+    CHECK_THAT(error_of(text_case), Catch::Contains(expected));
+  }
+  CHECK_THAT(
+      error_of(on, {"lora.rank=4", "lora.targets=[\"layers.*.moe.nope\"]"}),
+      Catch::Contains("--set lora.targets: lora.targets: pattern \"layers.*.moe.nope\" matches no layer"));
+}
+
 TEST_CASE("the shipped configs load and validate", "[train][config]") {
   const std::filesystem::path dir = std::filesystem::path(SHAMN_SOURCE_DIR) / "configs";
   int loaded = 0;
