@@ -107,6 +107,12 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   r.stop = stop_strings(j);
   r.time_limit_s = limits.time_limit_s;
   p.stream = flag(j, "stream");
+  if (const json* a = field(j, "adapter"); a && !a->is_null()) {
+    if (!a->is_string() || a->get<std::string>().empty() || a->get<std::string>().size() > 64)
+      throw RequestError(
+          "adapter must be the name of one of the server's LoRA adapters (1 to 64 characters)");
+    p.adapter = a->get<std::string>();
+  }
   return p;
 }
 

@@ -27,11 +27,13 @@ struct ServeLimits {
 struct ParsedCompletion {
   CompletionRequest request;
   bool stream = false;
+  std::string adapter;  // the LoRA adapter the request names ("": the base); the server resolves it
 };
 
 // Fields: prompt (string, required), max_tokens (16), temperature (0.8), top_k
 // (40), top_p (0.95), seed (random when absent), stop (a string or up to 4),
-// stream (false); n, echo, logprobs and best_of only at their defaults. The
+// stream (false), adapter (a name, 1-64 characters; absent or null: the
+// base); n, echo, logprobs and best_of only at their defaults. The
 // sampling defaults are `shamn generate`'s. Other fields (model, user, ...) are
 // ignored, as OpenAI's server does.
 ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,

@@ -6,10 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/completion_json.h"
@@ -19,6 +22,7 @@
 #include "core/parallel.h"
 #include "infer/completion_scheduler.h"
 #include "infer/infer_model.h"
+#include "infer/lora_adapter.h"
 #include "infer/speculative.h"
 #include "train/stop_signal.h"
 
@@ -31,6 +35,8 @@ namespace {
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", kernel, draft;
+  std::vector<std::string> adapter_specs;              // NAME=FILE
+  std::map<std::string, const LoraAdapter*> adapters;  // loaded, by name
   int port = 8080;
   CompletionScheduler::Options batching;
   ServeLimits limits;
@@ -122,6 +128,20 @@ class Server {
       res.status = 400;
       res.set_content(error_json(e.what(), "invalid_request_error"), "application/json");
       return;
+    }
+    if (!parsed.adapter.empty()) {
+      const auto it = args_.adapters.find(parsed.adapter);
+      if (it == args_.adapters.end()) {
+        std::string names;
+        for (const auto& [name, adapter] : args_.adapters) names += (names.empty() ? "" : ", ") + name;
+        res.status = 400;
+        res.set_content(error_json("unknown adapter '" + parsed.adapter + "'; this server has " +
+                                       (names.empty() ? std::string("none") : names),
+                                   "invalid_request_error"),
+                        "application/json");
+        return;
+      }
+      parsed.request.adapter = it->second;
     }
     std::shared_ptr<Completion> completion = scheduler_.submit(std::move(parsed.request));
     if (!completion) {
@@ -265,6 +285,18 @@ void run_serve(const ServeArgs& a) {
     check_draft_compatible(model, a.model, *draft, a.draft);
     args.batching.draft = &*draft;
   }
+  // The adapters, loaded once and kept for the server's life.
+  std::deque<LoraAdapter> adapters;
+  for (const std::string& spec : a.adapter_specs) {
+    const size_t eq = spec.find('=');
+    const std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
+    SHAMN_INPUT_CHECK(!name.empty() && name.size() <= 64 && eq + 1 < spec.size(), "--adapter '", spec,
+                      "' must be NAME=FILE (a name of 1 to 64 characters)");
+    SHAMN_INPUT_CHECK(!args.adapters.count(name), "--adapter: the name '", name, "' is given twice");
+    SHAMN_INPUT_CHECK(draft == std::nullopt, "--adapter with --draft is not supported yet");
+    adapters.emplace_back(ShqFile::open(spec.substr(eq + 1)), model);
+    args.adapters[name] = &adapters.back();
+  }
   Server server(args, model);
   server.run();
 }
@@ -299,6 +331,11 @@ void register_serve_command(CLI::App& app) {
                 "with --draft: tokens drafted per verification (K)")
       ->capture_default_str();
   c->add_option("--kernel", a->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  c->add_option(
+      "--adapter", a->adapter_specs,
+      "NAME=FILE: a LoRA adapter file for the model (shamn export ADAPTER.h5 --base ...); a request "
+      "picks it with \"adapter\": \"NAME\" (repeat for several; requests with different adapters "
+      "and none share one batch)");
   c->callback([a] { run_serve(*a); });
 }
 

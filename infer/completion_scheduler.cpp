@@ -177,6 +177,8 @@ CompletionScheduler::~CompletionScheduler() { shutdown(); }
 
 std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest request) {
   SHAMN_INPUT_CHECK(!request.prompt.empty(), "the prompt is empty: the model needs a token to continue");
+  SHAMN_INPUT_CHECK(request.adapter == nullptr || options_.draft == nullptr,
+                    "LoRA adapters with speculative decoding are not supported yet");
   for (const int32_t t : request.prompt)
     SHAMN_INPUT_CHECK(t >= 0 && t < model_.vocab_size(), "prompt token ", t,
                       " is outside the vocabulary [0, ", model_.vocab_size(), ")");
@@ -278,10 +280,12 @@ void CompletionScheduler::step() {
     if (s->prefilled < prompt_n) {
       const int64_t n = std::min(options_.prefill_chunk, prompt_n - s->prefilled);
       steps.push_back({&s->state, s->request.prompt.data() + s->prefilled, n, false});
+      steps.back().adapter = s->request.adapter;
       s->prefilled += n;
       samples.push_back(s->prefilled == prompt_n);
     } else {
       steps.push_back({&s->state, &s->next, 1, false});
+      steps.back().adapter = s->request.adapter;
       samples.push_back(1);
     }
     owners.push_back(s.get());

@@ -33,8 +33,9 @@ struct CompletionRequest {
   std::vector<int32_t> prompt;  // token ids < the model's vocabulary, at least one
   int64_t max_tokens = 16;
   SamplingOptions sampling;
-  std::vector<std::string> stop;  // the text ends before the first of these it would contain
-  double time_limit_s = 0;        // from submission; 0 = none
+  std::vector<std::string> stop;         // the text ends before the first of these it would contain
+  double time_limit_s = 0;               // from submission; 0 = none
+  const LoraAdapter* adapter = nullptr;  // a LoRA adapter of the model's base (null: the base alone)
 };
 
 enum class FinishReason { none, length, stop, cancelled, time_limit, error };

@@ -7,6 +7,8 @@
 - malformed requests get HTTP 400 (404, 413) with a JSON error, raw garbage and
   half-sent requests are survived;
 - a client that disconnects (streaming or not) cancels its request;
+- LoRA: an adapter fine-tuned and exported through the CLI; requests with
+  different adapters (and none) in one batch get generate --adapter's text;
 - a full batch and queue answer 429; a request past the time limit ends with
   finish_reason "time_limit";
 - SIGTERM stops the server with status 0.
@@ -298,6 +300,66 @@ bad = subprocess.run([shamn, "serve", model, "--draft", f"{work}/model.h5"], cap
 if bad.returncode != 1 or not bad.stderr.startswith("shamn: error:"):
     fail(f"serve with a checkpoint as draft: {bad.returncode} {bad.stderr}")
 say(f"--draft: {len(spec_cases)} concurrent requests get the text of generate --draft; a bad draft is refused")
+
+# ---- LoRA adapters: fine-tune, export, serve several in one batch ----
+run("prepare", "--input", f"{work}/text.txt", "--tokenizer", f"{work}/tok.bpe", "--out", f"{work}/data")
+run("train", f"{work}/model.toml", "--set", f'data.train_path="{work}/data/train.bin"',
+    "--set", f'data.val_path="{work}/data/val.bin"', "--set", f'data.tokenizer="{work}/tok.bpe"',
+    "--set", f'train.init_from="{work}/model.h5"', "--set", f'train.out_dir="{work}/lora"',
+    "--set", "train.max_steps=4", "--set", "train.checkpoint_every=4", "--set", "train.eval_every=4",
+    "--set", "train.eval_batches=1", "--set", "train.batch_size=2", "--set", "train.seq_len=32",
+    "--set", "optim.lr=0.05", "--set", "optim.warmup_steps=0",
+    "--set", "lora.rank=4", "--set", "lora.alpha=8.0",
+    "--set", 'lora.targets=["layers.*.mixer.out", "layers.*.moe.experts.*.up", "layers.*.moe.router_expert"]')
+adapter_ckpt = sorted(p for p in os.listdir(f"{work}/lora") if p.startswith("ckpt_"))[-1]
+adapter_ckpt = f"{work}/lora/{adapter_ckpt}"
+run("export", adapter_ckpt, "--base", f"{work}/model.h5", "--quant", "int8", "-o", f"{work}/a8.shq")
+run("export", adapter_ckpt, "--base", f"{work}/model.h5", "--quant", "f32", "-o", f"{work}/a32.shq")
+for args, why in (([adapter_ckpt, "-o", f"{work}/x.shq"], "pass the checkpoint it was trained on with --base"),
+                  ([adapter_ckpt, "--base", f"{work}/draft.h5", "-o", f"{work}/x.shq"], "trained on another base"),
+                  ([f"{work}/model.h5", "--base", f"{work}/model.h5", "-o", f"{work}/x.shq"], "is a whole model")):
+    bad = subprocess.run([shamn, "export", *args], capture_output=True, text=True)
+    if bad.returncode != 1 or why not in bad.stderr or os.path.exists(f"{work}/x.shq"):
+        fail(f"export {args}: {bad.returncode} {bad.stderr}")
+losses = [json.loads(run("eval", model, "--data", f"{work}/data/val.bin", "--seq-len", "32", "--max-windows", "4",
+                         *extra))["loss"] for extra in ([], ["--adapter", f"{work}/a8.shq"])]
+if losses[0] == losses[1]:
+    fail(f"eval --adapter gives the base's loss {losses[0]}: the adapter is not applied")
+adapted = Server("--max-batch", "4", "--adapter", f"ft8={work}/a8.shq", "--adapter", f"ft32={work}/a32.shq")
+lora_cases = [("the cat", 30, 0, 40, 0.95, 1, "ft8"), ("the dog ran", 25, 0.9, 40, 0.95, 4, "ft32"),
+              ("Story 3:", 20, 0, 40, 0.95, 1, None), ("mat", 30, 0.8, 0, 0.9, 6, "ft8"),
+              ("the cat", 30, 0, 40, 0.95, 1, "ft32")]
+lora_expected = [generate(*c[:6], *(["--adapter", f"{work}/a{c[6][2:]}.shq"] if c[6] else [])) for c in lora_cases]
+lora_results = [None] * len(lora_cases)
+
+
+def lora_client(i):
+    prompt, n, temp, k, p, seed, name = lora_cases[i]
+    body = {"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p, "seed": seed}
+    if name:
+        body["adapter"] = name
+    lora_results[i] = adapted.complete(body)["choices"][0]["text"]
+
+
+threads = [threading.Thread(target=lora_client, args=(i,)) for i in range(len(lora_cases))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for c, got, want in zip(lora_cases, lora_results, lora_expected):
+    if got != want:
+        fail(f"adapter {c}: {got!r} differs from generate --adapter's {want!r}")
+for body, why in (({"prompt": "the", "adapter": "nope"}, "unknown adapter 'nope'; this server has ft32, ft8"),
+                  ({"prompt": "the", "adapter": 3}, "adapter must be the name")):
+    status, payload = adapted.request("POST", "/v1/completions", body)
+    if status != 400 or why not in json.loads(payload)["error"]["message"]:
+        fail(f"adapter request {body}: {status} {payload}")
+adapted.stop()
+bad = subprocess.run([shamn, "serve", model, "--adapter", f"x={work}/m.shq"], capture_output=True, text=True)
+if bad.returncode != 1 or "is not a LoRA adapter file" not in bad.stderr:
+    fail(f"serve with a model as adapter: {bad.returncode} {bad.stderr}")
+say(f"LoRA: fine-tuned, exported (int8, f32, bad bases refused), {len(lora_cases)} requests with two adapters "
+    "and none in one batch get the text of generate --adapter")
 
 # ---- a full batch and queue: 429; the time limit ----
 busy = Server("--max-batch", "1", "--max-queue", "1", "--max-tokens-limit", "100000000", "--time-limit", "3")

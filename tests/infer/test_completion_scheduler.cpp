@@ -9,6 +9,7 @@
 #include "infer/completion_scheduler.h"
 #include "infer/infer_model.h"
 #include "infer/infer_test_model.h"
+#include "infer/lora_test_adapter.h"
 #include "infer/sampler.h"
 #include "infer/speculative.h"
 
@@ -38,12 +39,12 @@ std::string alone(const InferModel& m, const CompletionRequest& r) {
   std::vector<float> logits(static_cast<size_t>(V));
   DecodeState state = m.new_state();
   Sampler sampler(r.sampling);
-  m.forward(r.prompt.data(), static_cast<int64_t>(r.prompt.size()), state, logits.data(), false);
+  m.forward(r.prompt.data(), static_cast<int64_t>(r.prompt.size()), state, logits.data(), false, r.adapter);
   std::string text;
   for (int64_t i = 0; i < r.max_tokens; ++i) {
     const int32_t next = sampler.sample(logits.data(), V);
     if (next < m.tokenizer()->vocab_size()) text += m.tokenizer()->token_bytes(static_cast<uint32_t>(next));
-    if (i + 1 < r.max_tokens) m.forward(&next, 1, state, logits.data(), false);
+    if (i + 1 < r.max_tokens) m.forward(&next, 1, state, logits.data(), false, r.adapter);
   }
   size_t cut = std::string::npos;
   for (const std::string& s : r.stop) cut = std::min(cut, text.find(s));
@@ -117,6 +118,37 @@ TEST_CASE("batched completions give each request the text it gets alone", "[infe
     int64_t generated = 0;
     for (const CompletionRequest& r : requests) generated += r.max_tokens;
     CHECK(s.generated_tokens == generated);
+  }
+}
+
+TEST_CASE("requests with different LoRA adapters in one batch each get the text they get alone",
+          "[infer][serve][lora]") {
+  const InferModel m = tiny_model();
+  test::Spec s1, s2;
+  s1.q8 = true;
+  s2.seed = 2;
+  s2.rank = 2;
+  s2.matrices = {"layers.0.mixer.out", "layers.1.moe.experts.0.up", "layers.1.moe.router_expert"};
+  const LoraAdapter a1 = test::load_adapter(m, s1), a2 = test::load_adapter(m, s2);
+  const LoraAdapter* which[] = {&a1, nullptr, &a2, &a1, &a2, nullptr};
+  std::vector<CompletionRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back(
+        request(m, i % 2 ? "the cat" : "a dog sat on", 6 + 3 * i, i % 3 == 0 ? 0.0 : 0.9, 7 + i));
+    requests.back().adapter = which[i];
+  }
+  // The adapters change the text (so the check below sees them).
+  CompletionRequest bare = requests[0];
+  bare.adapter = nullptr;
+  CHECK(alone(m, bare) != alone(m, requests[0]));
+  CompletionScheduler scheduler(m, {4, 16, 3});
+  std::vector<std::shared_ptr<Completion>> running;
+  for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    REQUIRE(running[i] != nullptr);
+    FinishReason finish = FinishReason::none;
+    INFO("request " << i);
+    CHECK(drain(*running[i], finish) == alone(m, requests[i]));
   }
 }
 
