@@ -57,7 +57,11 @@ for r in 4 8 32; do
   adapt "lora$r" --set optim.lr=1e-3 --set optim.min_lr=1e-4 --set lora.rank="$r" \
     --set lora.alpha="$((2 * r)).0" --set "lora.targets=$targets"
 done
-for run in full lora4 lora8 lora32; do
+# Rank 8 on the dense-side matrices alone (mixers' outputs and the memory
+# query): the cheap end of the runtime's cost.
+adapt lora8mq --set optim.lr=1e-3 --set optim.min_lr=1e-4 --set lora.rank=8 --set lora.alpha=16.0 \
+  --set 'lora.targets=["layers.*.mixer.out", "layers.*.memory.query"]'
+for run in full lora4 lora8 lora32 lora8mq; do
   python3 - "$run" "$run/metrics.jsonl" "$run.log" >> "$out" <<'PY'
 import json, re, sys, statistics
 name, metrics, log = sys.argv[1:]
@@ -78,7 +82,7 @@ done
 for q in f32 int8; do
   [ -f "base-$q.shq" ] || "$shamn" export base/best.h5 --tokenizer tok.bpe --quant "$q" -o "base-$q.shq" > /dev/null
   [ -f "full-$q.shq" ] || "$shamn" export full/best.h5 --tokenizer tok.bpe --quant "$q" -o "full-$q.shq" > /dev/null
-  for r in 4 8 32; do
+  for r in 4 8 32 8mq; do
     [ -f "lora$r-$q.lora" ] ||
       "$shamn" export "lora$r/best.h5" --base base/best.h5 --quant "$q" -o "lora$r-$q.lora" > /dev/null
   done
@@ -93,7 +97,7 @@ ev() {  # tag, then eval arguments
 for q in f32 int8; do
   ev "base-$q" "base-$q.shq"
   ev "full-$q" "full-$q.shq"
-  for r in 4 8 32; do ev "lora$r-$q" "base-$q.shq" --adapter "lora$r-$q.lora"; done
+  for r in 4 8 32 8mq; do ev "lora$r-$q" "base-$q.shq" --adapter "lora$r-$q.lora"; done
 done
 
 # 5. The runtime's cost of adapters on the int8 base, interleaved per round:
@@ -110,9 +114,10 @@ for round in $(seq 1 "$rounds"); do
     bench "none-s$streams" --streams "$streams"
     bench "r8-s$streams" --streams "$streams" --adapter lora8-int8.lora
     bench "r32-s$streams" --streams "$streams" --adapter lora32-int8.lora
+    bench "r8mq-s$streams" --streams "$streams" --adapter lora8mq-int8.lora
     bench "mixed4-s$streams" --streams "$streams" --adapter lora4-int8.lora --adapter lora8-int8.lora \
       --adapter lora32-int8.lora --adapter lora8-f32.lora
   done
 done
-ls -l base/best.h5 full/best.h5 lora*/best.h5 ./*.shq ./*.lora >> sizes.txt
+ls -l base/best.h5 full/best.h5 lora*/best.h5 ./*.shq ./*.lora > sizes.txt
 echo "done: $out"

@@ -302,9 +302,11 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
   add_bias(y, L.bias, n, L.out);
 }
 
-void block_sparse_forward(const BlockSparse& L, const float* x, int64_t n, float* y) {
-  const QuantRows xq = L.values.quantized() ? quantize_rows(x, n, L.in, L.block) : QuantRows();
-  block_sparse_product(L, x, &xq, nullptr, n, y);
+// xq when a block-sparse product quantised its input in segments of whole
+// quantisation blocks (the same bytes as whole rows, which a LoRA factor
+// reads), else null.
+const QuantRows* whole_blocks(const BlockSparse& L, const QuantRows& xq) {
+  return L.values.quantized() && L.block % kQuantBlock == 0 ? &xq : nullptr;
 }
 
 // RMSNorm (SPEC 1.1) with the sum of squares in 16 fixed lanes, summed left
@@ -330,30 +332,66 @@ void rms_norm(const float* x, const float* gain, int64_t n, int64_t D, float* y)
   });
 }
 
-// y[i] += scale * B (A x_i) for each op row i < n whose adapter adapts this
-// matrix (pick(its LoraLayer) is not null): x_i = x[x_rows ? x_rows[i] : i]
-// ([.., in]), row i's adapter is ad.of_row[tokens ? tokens[i] : i], y: [n, out].
-// The adapter's rows are gathered and run as two small products after the
-// base product.
+// The input of an adapted product: op row i reads x[x_rows ? x_rows[i] : i]
+// ([.., in] f32) and, when the base product quantised it in whole-row blocks,
+// xq's row of the same index.
+struct LoraInput {
+  const float* x = nullptr;
+  int64_t in = 0;
+  const QuantRows* xq = nullptr;
+  const int32_t* x_rows = nullptr;
+};
+
+// y[i] += (alpha / r) B (A x_i) for each op row i < n whose adapter adapts
+// this matrix (pick(its LoraLayer) is not null); row i's adapter is
+// ad.of_row[tokens ? tokens[i] : i]; y: [n, out]. A reads the activations the
+// base product quantised (no second quantisation or gather), B adds its r
+// columns into each row of y while it is in cache: r axpys of `out` floats.
 template <class Pick>
-void lora_add(const Adapters& ad, size_t l, Pick pick, const float* x, int64_t in, const int32_t* x_rows,
-              const int32_t* tokens, int64_t n, float* y, int64_t out) {
+void lora_add(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, const int32_t* tokens, int64_t n,
+              float* y, int64_t out) {
   if (ad.of_row == nullptr) return;
   for (size_t a = 0; a < ad.list.size(); ++a) {
     const LoraFactors* f = pick(ad.list[a]->layer(l));
     if (f == nullptr) continue;
-    std::vector<int64_t> rows;
+    // This adapter's op rows, and the rows of x they read.
+    Buffer<int32_t> rows(n), x_ids(n);
+    int64_t m = 0;
     for (int64_t i = 0; i < n; ++i)
-      if (ad.of_row[tokens ? tokens[i] : i] == static_cast<int32_t>(a)) rows.push_back(i);
-    if (rows.empty()) continue;
-    const int64_t m = static_cast<int64_t>(rows.size()), r = f->a.rows;
-    Buffer<float> xg(m * in), t(m * r), v(m * out);
-    for (int64_t i = 0; i < m; ++i)
-      std::copy_n(x + (x_rows ? x_rows[rows[i]] : rows[i]) * in, in, xg.data() + i * in);
-    dense_forward(Dense{f->a, nullptr}, xg.data(), m, t.data());
-    dense_forward(Dense{f->b, nullptr}, t.data(), m, v.data());
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t o = 0; o < out; ++o) y[rows[i] * out + o] += f->scale * v[i * out + o];
+      if (ad.of_row[tokens ? tokens[i] : i] == static_cast<int32_t>(a)) {
+        rows[m] = static_cast<int32_t>(i);
+        x_ids[m++] = in.x_rows ? in.x_rows[i] : static_cast<int32_t>(i);
+      }
+    if (m == 0) continue;
+    const WeightMatrix& A = f->a;
+    const int64_t r = A.rows;
+    Buffer<float> t(m * r);  // A x per row: [m, r]
+    if (A.quantized()) {
+      QuantRows gathered;
+      Q8Rows q{nullptr, m, A.blocks_per_row(), nullptr, x_ids.data(), nullptr};
+      if (in.xq != nullptr) {
+        q.x = in.xq->q.data();
+        q.sums = in.xq->sums.data();
+      } else {  // an f32 base, or segments that are not whole blocks: quantise these rows
+        Buffer<float> xg(m * in.in);
+        for (int64_t i = 0; i < m; ++i) std::copy_n(in.x + x_ids[i] * in.in, in.in, xg.data() + i * in.in);
+        gathered = quantize_rows(xg.data(), m, in.in, 0);
+        q = Q8Rows{gathered.q.data(), m, A.blocks_per_row(), nullptr, nullptr, gathered.sums.data()};
+      }
+      for (int64_t r0 = 0; r0 < r; r0 += kTileRows)
+        A.dot_rows_batch(r0, std::min(kTileRows, r - r0), q, t.data() + r0, r);
+    } else {
+      for (int64_t i = 0; i < m; ++i)
+        A.dot_rows(0, r, InputRow{in.x + x_ids[i] * in.in, nullptr}, t.data() + i * r);
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      float* yi = y + static_cast<int64_t>(rows[i]) * out;
+      for (int64_t k = 0; k < r; ++k) {
+        const float s = f->scale * t[i * r + k];
+        const float* b = f->bt.data() + k * out;
+        for (int64_t o = 0; o < out; ++o) yi[o] += s * b[o];
+      }
+    }
   }
 }
 
@@ -390,9 +428,12 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
     r0 += s.n;
   }
   silu_forward(c.data(), c.data(), n * D);
-  block_sparse_forward(L.mixer_out, c.data(), n, u.data());
+  const BlockSparse& out = L.mixer_out;
+  const QuantRows cq = out.values.quantized() ? quantize_rows(c.data(), n, D, out.block) : QuantRows();
+  block_sparse_product(out, c.data(), &cq, nullptr, n, u.data());
   lora_add(
-      ad, l, [](const LoraLayer& a) { return a.mixer_out; }, c.data(), D, nullptr, nullptr, n, u.data(), D);
+      ad, l, [](const LoraLayer& a) { return a.mixer_out; }, LoraInput{c.data(), D, whole_blocks(out, cq)},
+      nullptr, n, u.data(), D);
   for (int64_t i = 0; i < n * D; ++i) x[i] += u[i];
 }
 
@@ -400,9 +441,11 @@ void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, con
   const int64_t dh = pk.dh, nk = pk.n, k = pk.k;
   Buffer<float> u(n * D), q(n * 2 * dh);
   rms_norm(x, L.mem_gain, n, D, u.data());
-  dense_forward(L.query, u.data(), n, q.data());
+  const QuantRows uq = L.query.w.quantized() ? quantize_rows(u.data(), n, D, 0) : QuantRows();
+  dense_product(L.query, u.data(), &uq, n, q.data());
   lora_add(
-      ad, l, [](const LoraLayer& a) { return a.query; }, u.data(), D, nullptr, nullptr, n, q.data(), 2 * dh);
+      ad, l, [](const LoraLayer& a) { return a.query; },
+      LoraInput{u.data(), D, L.query.w.quantized() ? &uq : nullptr}, nullptr, n, q.data(), 2 * dh);
   // Split q into its halves, then score them against the two key sets.
   Buffer<float> q1(n * dh), q2(n * dh);
   for (int64_t t = 0; t < n; ++t) {
@@ -437,12 +480,11 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   const QuantRows uq = routers_q ? quantize_rows(u.data(), n, D, 0) : QuantRows();
   dense_product(Dense{L.router_group, nullptr}, u.data(), &uq, n, rg.data());
   dense_product(Dense{L.router_expert, nullptr}, u.data(), &uq, n, re.data());
+  const LoraInput router_in{u.data(), D, routers_q ? &uq : nullptr};
   lora_add(
-      ad, l, [](const LoraLayer& a) { return a.router_group; }, u.data(), D, nullptr, nullptr, n, rg.data(),
-      G);
+      ad, l, [](const LoraLayer& a) { return a.router_group; }, router_in, nullptr, n, rg.data(), G);
   lora_add(
-      ad, l, [](const LoraLayer& a) { return a.router_expert; }, u.data(), D, nullptr, nullptr, n, re.data(),
-      X);
+      ad, l, [](const LoraLayer& a) { return a.router_expert; }, router_in, nullptr, n, re.data(), X);
   Buffer<float> P(n * X), pg(n * G), pe(n * X);
   router_probs_forward<float>(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, moe);
   Buffer<int32_t> chosen(n * k);
@@ -480,12 +522,15 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
       const int32_t* tokens = order.data() + r0;
       block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, tokens, m, he);
       lora_add(
-          ad, l, [e](const LoraLayer& a) { return a.up[e]; }, u.data(), D, tokens, tokens, m, he, H);
+          ad, l, [e](const LoraLayer& a) { return a.up[e]; },
+          LoraInput{u.data(), D, whole_blocks(up, *uq_experts), tokens}, tokens, m, he, H);
       gelu_forward(he, he, m * H);
-      block_sparse_forward(L.experts[e].down, he, m, ys.data() + r0 * D);
+      const BlockSparse& down = L.experts[e].down;
+      const QuantRows hq = down.values.quantized() ? quantize_rows(he, m, H, down.block) : QuantRows();
+      block_sparse_product(down, he, &hq, nullptr, m, ys.data() + r0 * D);
       lora_add(
-          ad, l, [e](const LoraLayer& a) { return a.down[e]; }, he, H, nullptr, tokens, m, ys.data() + r0 * D,
-          D);
+          ad, l, [e](const LoraLayer& a) { return a.down[e]; }, LoraInput{he, H, whole_blocks(down, hq)},
+          tokens, m, ys.data() + r0 * D, D);
     }
   });
   moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);

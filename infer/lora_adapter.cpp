@@ -1,5 +1,6 @@
 #include "infer/lora_adapter.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/check.h"
@@ -95,8 +96,15 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
                         shape_str(tensor->shape), " but rank ", rank_, " and the base's '", matrix,
                         "' imply ", shape_str(shape));
     }
-    factors_.push_back({weight_matrix_view(pair.first->dtype, a_shape, pair.first->data),
-                        weight_matrix_view(pair.second->dtype, b_shape, pair.second->data),
+    // B is small ([out, r]): kept as f32 columns, so adding B t to a row is r axpys.
+    const WeightMatrix b = weight_matrix_view(pair.second->dtype, b_shape, pair.second->data);
+    std::vector<float> bt(static_cast<size_t>(rank_ * target.out)), row(static_cast<size_t>(rank_));
+    for (int64_t o = 0; o < target.out; ++o) {
+      std::fill(row.begin(), row.end(), 0.0f);
+      b.add_row(o, 1.0f, row.data());
+      for (int64_t k = 0; k < rank_; ++k) bt[k * target.out + o] = row[k];
+    }
+    factors_.push_back({weight_matrix_view(pair.first->dtype, a_shape, pair.first->data), std::move(bt),
                         static_cast<float>(alpha_ / static_cast<double>(rank_))});
     *target.slot = &factors_.back();
   }

@@ -22,9 +22,9 @@ namespace shamn {
 class InferModel;
 
 struct LoraFactors {
-  WeightMatrix a;   // [r, in]
-  WeightMatrix b;   // [out, r]
-  float scale = 0;  // alpha / r
+  WeightMatrix a;         // [r, in], as stored
+  std::vector<float> bt;  // B transposed, [r, out], f32 (dequantised from q8): r axpys add B t
+  float scale = 0;        // alpha / r
 };
 
 // One layer's adapted matrices; null where the adapter leaves a matrix alone.

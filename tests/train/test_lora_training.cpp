@@ -21,12 +21,6 @@ using namespace shamn::test;
 
 namespace {
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  return o;
-}
-
 const std::vector<std::string> kTargets = {"layers.*.mixer.out", "layers.*.memory.query",
                                            "layers.*.moe.router_group", "layers.*.moe.experts.*.up",
                                            "layers.*.moe.experts.*.down"};

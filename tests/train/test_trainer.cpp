@@ -18,13 +18,7 @@
 using namespace shamn;
 using namespace shamn::test;
 
-namespace {
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  return o;
-}
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("20 steps equal 10 steps, a stop, and a resume for 10 more", "[train][trainer]") {
   TrainFixture fx("resume");

@@ -15,6 +15,7 @@
 #include "data/token_file.h"
 #include "tests/mini_model.h"
 #include "train/run_config.h"
+#include "train/trainer.h"
 
 namespace shamn::test {
 
@@ -55,6 +56,13 @@ class TrainFixture {
   double entropy_ = 0;
   int64_t vocab_ = 0;
 };
+
+// A trainer that prints nothing (the tests read metrics.jsonl instead).
+inline TrainOptions quiet() {
+  TrainOptions o;
+  o.quiet = true;
+  return o;
+}
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
