@@ -173,7 +173,9 @@ std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint,
   const Hdf5Reader reader(adapter_checkpoint);
   ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha), "", 0);
   writer.set_source_id(a.base_id);
-  const ShqDType dtype = a.quant == ShqQuant::int8 ? ShqDType::q8_0x16 : ShqDType::f32;
+  // int8 quantises A [r, in] only: B [out, r] has rows of r values, which q8
+  // blocks of 32 would pad (4x at rank 8), and the runtime keeps it as f32.
+  const ShqDType a_dtype = a.quant == ShqQuant::int8 ? ShqDType::q8_0x16 : ShqDType::f32;
   for (const std::string& dataset : reader.datasets("/model")) {
     const std::string name = spec_name(dataset);
     SHAMN_INPUT_CHECK(ends_with(name, ".lora_a") || ends_with(name, ".lora_b"), "'", adapter_checkpoint,
@@ -183,6 +185,7 @@ std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint,
     const Tensor t = reader.read_tensor(dataset);
     SHAMN_INPUT_CHECK(t.dtype() == DType::f32 && t.dim() == 2, "'", adapter_checkpoint, "': tensor '", name,
                       "' is ", t.str(), ", expected a float32 matrix");
+    const ShqDType dtype = ends_with(name, ".lora_a") ? a_dtype : ShqDType::f32;
     writer.add(name, dtype, t.shape(), shq_tensor_data(t, dtype));
   }
   return writer.image();

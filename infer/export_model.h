@@ -38,7 +38,7 @@ uint32_t checkpoint_source_id(const std::string& checkpoint);
 // A LoRA adapter checkpoint's /model/<matrix>/lora_a and lora_b as an adapter
 // file (infer/lora_adapter.h): rank, alpha and the base's identity as the
 // adapter checkpoint records them (train/adapter_checkpoint.h reads them);
-// quant f32 or int8 (q8_0x16 factors).
+// quant f32 or int8 (A as q8_0x16 tiles, B f32).
 struct AdapterExport {
   int64_t rank = 0;
   double alpha = 0;

@@ -5,7 +5,8 @@
 //   y = W x + bias + (alpha / r) * B (A x)
 // as training does (the [lora] section, configs/README.md). The adapter file
 // is a .shq whose config text is its [lora] table (rank, alpha), whose tensors
-// are `<matrix>.lora_a` / `<matrix>.lora_b` (f32 or q8_0x16), and whose
+// are `<matrix>.lora_a` / `<matrix>.lora_b` (each f32 or q8_0x16; export
+// writes an int8 adapter as q8 A and f32 B), and whose
 // source_id is the base's: an adapter loads only beside the base it was
 // trained on. Adaptable matrices, per layer l (expert e):
 //   layers.l.mixer.out, layers.l.memory.query, layers.l.moe.router_group,
