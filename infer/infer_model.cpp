@@ -332,6 +332,22 @@ void rms_norm(const float* x, const float* gain, int64_t n, int64_t D, float* y)
   });
 }
 
+// y [out] += scale * sum_k t[k] bt[k] (bt: [r, out]): B t for one row, 16
+// outputs at a time summed over k in registers, so y is read and written once.
+// Every row takes this path whatever the batch, so a row's bits do not depend on it.
+void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t out, float scale) {
+  constexpr int64_t kChunk = 16;
+  for (int64_t o0 = 0; o0 < out; o0 += kChunk) {
+    const int64_t c = std::min(kChunk, out - o0);
+    float acc[kChunk] = {};
+    for (int64_t k = 0; k < r; ++k) {
+      const float tk = t[k], *b = bt + k * out + o0;
+      for (int64_t j = 0; j < c; ++j) acc[j] = std::fma(tk, b[j], acc[j]);
+    }
+    for (int64_t j = 0; j < c; ++j) y[o0 + j] += scale * acc[j];
+  }
+}
+
 // The input of an adapted product: op row i reads x[x_rows ? x_rows[i] : i]
 // ([.., in] f32) and, when the base product quantised it in whole-row blocks,
 // xq's row of the same index.
@@ -384,14 +400,8 @@ void lora_add(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, cons
       for (int64_t i = 0; i < m; ++i)
         A.dot_rows(0, r, InputRow{in.x + x_ids[i] * in.in, nullptr}, t.data() + i * r);
     }
-    for (int64_t i = 0; i < m; ++i) {
-      float* yi = y + static_cast<int64_t>(rows[i]) * out;
-      for (int64_t k = 0; k < r; ++k) {
-        const float s = f->scale * t[i * r + k];
-        const float* b = f->bt.data() + k * out;
-        for (int64_t o = 0; o < out; ++o) yi[o] += s * b[o];
-      }
-    }
+    for (int64_t i = 0; i < m; ++i)
+      add_low_rank(y + static_cast<int64_t>(rows[i]) * out, t.data() + i * r, f->bt.data(), r, out, f->scale);
   }
 }
 
