@@ -9,6 +9,8 @@ void register_commands(CLI::App& app) {
   register_serve_command(app);
   register_synthetic_command(app);
   register_sweep_command(app);
+  register_plot_command(app);
+  register_analyze_command(app);
   register_tokenizer_commands(app);
 }
 

@@ -12,6 +12,8 @@ void register_model_commands(CLI::App& app);
 void register_train_commands(CLI::App& app);
 void register_synthetic_command(CLI::App& app);
 void register_sweep_command(CLI::App& app);
+void register_plot_command(CLI::App& app);
+void register_analyze_command(CLI::App& app);
 void register_tokenizer_commands(CLI::App& app);
 
 }  // namespace shamn::cli

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/checkpoint_decoder.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "cli/profile_flags.h"
@@ -126,7 +127,7 @@ void run_export(const ExportArgs& a) {
 // ---- generate ----
 
 struct GenerateArgs {
-  std::string model, prompt, kernel, draft, adapter;
+  std::string model, prompt, kernel, draft, adapter, tokenizer;
   int64_t max_tokens = 128, draft_tokens = 4;
   SamplingOptions sampling;
 };
@@ -177,12 +178,47 @@ void generate_speculative(const GenerateArgs& a, const InferModel& model,
   print_stats(prompt.size(), prefill_s, produced, decode_s, extra);
 }
 
+// A checkpoint's text: the autograd model rerun over the receptive field at
+// each step (cli/checkpoint_decoder.h says why), sampled as the runtime samples.
+void generate_from_checkpoint(const GenerateArgs& a) {
+  SHAMN_INPUT_CHECK(a.draft.empty() && a.adapter.empty(),
+                    "--draft and --adapter run with a model file (.shq), ", "not the checkpoint '", a.model,
+                    "': export it first (shamn export)");
+  const ModelSource model = open_model_source(a.model);
+  const Tokenizer tok = checkpoint_tokenizer(a.model, a.tokenizer, model.config.vocab_size);
+  const std::vector<uint32_t> ids = tok.encode(a.prompt);
+  SHAMN_INPUT_CHECK(!ids.empty(), "--prompt is empty: the model needs at least one token to continue");
+  const std::vector<int32_t> prompt(ids.begin(), ids.end());
+  ReceptiveFieldDecoder decoder(model);
+  const int64_t V = model.config.vocab_size;
+  std::vector<float> logits(static_cast<size_t>(V));
+  Sampler sampler(a.sampling);
+  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  std::fflush(stdout);
+  const Stopwatch t0;
+  decoder.feed(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
+  const double prefill_s = t0.seconds();
+  const Stopwatch t1;
+  int64_t produced = 0;
+  for (; produced < a.max_tokens; ++produced) {
+    const int32_t next = sampler.sample(logits.data(), V);
+    print_token(tok, next);
+    if (produced + 1 < a.max_tokens) decoder.feed(&next, 1, logits.data());
+  }
+  const std::string extra =
+      " checkpoint, autograd forward over " + std::to_string(decoder.receptive_field()) + " tokens per step;";
+  print_stats(prompt.size(), prefill_s, produced, t1.seconds(), extra);
+}
+
 void run_generate(const GenerateArgs& a) {
   apply_kernel_flag(a.kernel);
   a.sampling.validate();
   SHAMN_INPUT_CHECK(a.max_tokens >= 0, "--max-tokens must be >= 0");
   SHAMN_INPUT_CHECK(a.draft_tokens >= 1 && a.draft_tokens <= kMaxDraftTokens, "--draft-tokens ",
                     a.draft_tokens, " must be in [1, ", kMaxDraftTokens, "]");
+  if (!is_shq_file(a.model)) return generate_from_checkpoint(a);
+  SHAMN_INPUT_CHECK(a.tokenizer.empty(), "--tokenizer is for checkpoints: the model file '", a.model,
+                    "' carries its own");
   const InferModel model(ShqFile::open(a.model));
   SHAMN_INPUT_CHECK(model.tokenizer().has_value(), "model file '", a.model,
                     "' has no tokenizer: re-export it with --tokenizer PATH");
@@ -429,7 +465,14 @@ void register_infer_commands(CLI::App& app) {
 
   auto gen = std::make_shared<GenerateArgs>();
   CLI::App* gc = app.add_subcommand("generate", "continue a prompt, streaming the text as it is produced");
-  gc->add_option("model", gen->model, "model file (.shq)")->required()->check(CLI::ExistingFile);
+  gc->add_option("model", gen->model,
+                 "model file (.shq) or checkpoint (.h5: the autograd forward, rerun over the receptive field "
+                 "at each token; slower)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  gc->add_option("--tokenizer", gen->tokenizer,
+                 "for a checkpoint: the tokenizer (default: its config's data.tokenizer); a model file "
+                 "carries its own");
   gc->add_option("-p,--prompt", gen->prompt, "text to continue")->required();
   gc->add_option("-n,--max-tokens", gen->max_tokens, "tokens to generate")->capture_default_str();
   gc->add_option("--temperature", gen->sampling.temperature, "0 = greedy")->capture_default_str();
@@ -454,7 +497,8 @@ void register_infer_commands(CLI::App& app) {
   auto ev = std::make_shared<EvalArgs>();
   CLI::App* vc =
       app.add_subcommand("eval", "loss and perplexity of a model file or checkpoint on a token file (JSON)");
-  vc->add_option("model", ev->model, "model file (.shq) or checkpoint (.h5)")
+  vc->add_option("model", ev->model,
+                 "model file (.shq) or checkpoint (.h5); not a LoRA adapter (see --adapter)")
       ->required()
       ->check(CLI::ExistingFile);
   vc->add_option("--data", ev->data, "token file (llm.c format)")->required()->check(CLI::ExistingFile);
@@ -478,7 +522,9 @@ void register_infer_commands(CLI::App& app) {
   auto be = std::make_shared<BenchArgs>();
   CLI::App* bc =
       app.add_subcommand("bench", "prefill and decode speed, weight bytes per token, size and memory");
-  bc->add_option("model", be->model, "model file (.shq) or checkpoint (.h5, the autograd forward)")
+  bc->add_option(
+        "model", be->model,
+        "model file (.shq) or checkpoint (.h5, the autograd forward); not a LoRA adapter (see --adapter)")
       ->required()
       ->check(CLI::ExistingFile);
   bc->add_option("--prompt-tokens", be->prompt_tokens, "prefill length")->capture_default_str();

@@ -112,7 +112,9 @@ void register_model_commands(CLI::App& app) {
   auto loss = std::make_shared<LossArgs>();
   CLI::App* lc = app.add_subcommand(
       "loss", "print one batch's loss as JSON {\"loss\",\"ce\",\"aux\"} (windows i*T of the file)");
-  lc->add_option("checkpoint", loss->checkpoint, "model checkpoint (.h5)")->required();
+  lc->add_option("checkpoint", loss->checkpoint,
+                 "training or model-only checkpoint (.h5; not a .shq model file: use eval)")
+      ->required();
   lc->add_option("--data", loss->data, "token file (llm.c format)")->required();
   lc->add_option("--batch", loss->batch, "windows B")->capture_default_str()->check(CLI::PositiveNumber);
   lc->add_option("--seq", loss->seq, "window length T")->capture_default_str()->check(CLI::PositiveNumber);

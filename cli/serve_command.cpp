@@ -306,7 +306,7 @@ void run_serve(const ServeArgs& a) {
 void register_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* c = app.add_subcommand("serve", "serve a model over HTTP (OpenAI-style /v1/completions)");
-  c->add_option("model", a->model, "model file (.shq, with a tokenizer)")
+  c->add_option("model", a->model, "model file (.shq, with a tokenizer; not a checkpoint: export it first)")
       ->required()
       ->check(CLI::ExistingFile);
   c->add_option("--host", a->host, "address to listen on (loopback by default)")->capture_default_str();

@@ -7,7 +7,9 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/profile_flags.h"
+#include "cli/shq_info.h"
 #include "core/checksum.h"
 #include "core/hdf5_file.h"
 #include "layers/lora.h"
@@ -94,6 +96,11 @@ void print_adapter_info(const Hdf5Reader& reader, const ModelConfig& config) {
 }
 
 void run_info(const std::string& path, bool tensors) {
+  if (is_shq_file(path)) {
+    SHAMN_INPUT_CHECK(!tensors, "--tensors lists a checkpoint's tensors; '", path,
+                      "' is a .shq file (its tensors are checksummed on open)");
+    return print_shq_info(path);
+  }
   const Hdf5Reader reader(path);
   const ModelConfig config = read_checkpoint_config(reader);
   if (is_adapter_checkpoint(reader)) {
@@ -134,7 +141,8 @@ void register_train_commands(CLI::App& app) {
   auto train = std::make_shared<TrainArgs>();
   CLI::App* tc =
       app.add_subcommand("train", "train a model from a TOML config (configs/README.md documents every key)");
-  tc->add_option("config", train->config, "TOML config (optional with --resume)")->check(CLI::ExistingFile);
+  tc->add_option("config", train->config, "TOML config (optional with --resume); not a model file")
+      ->check(CLI::ExistingFile);
   tc->add_option("--set", train->overrides,
                  "override a config key, e.g. --set train.max_steps=100 (repeatable; TOML values)")
       ->allow_extra_args(false);
@@ -148,8 +156,12 @@ void register_train_commands(CLI::App& app) {
     bool tensors = false;
   };
   auto info = std::make_shared<InfoArgs>();
-  CLI::App* ic = app.add_subcommand("info", "print a checkpoint's config, step, sizes and parameter counts");
-  ic->add_option("checkpoint", info->checkpoint, "checkpoint (.h5)")->required();
+  CLI::App* ic = app.add_subcommand(
+      "info", "print what a checkpoint, model file or adapter file holds: config, step, sizes, parameters");
+  ic->add_option(
+        "file", info->checkpoint,
+        "checkpoint (.h5: training, model-only or LoRA adapters), model file or LoRA adapter file (.shq)")
+      ->required();
   ic->add_flag("--tensors", info->tensors,
                "also list every tensor's CRC-32 and the exact training state (diff two listings "
                "to compare checkpoints bitwise)");

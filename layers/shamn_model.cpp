@@ -14,7 +14,7 @@ namespace {
 double residual_scale(const ModelConfig& c) { return 1.0 / std::sqrt(2.0 * c.n_layers); }
 }  // namespace
 
-ShamnBlock::ShamnBlock(const ModelConfig& c, int64_t index, bool with_memory) {
+ShamnBlock::ShamnBlock(const ModelConfig& c, int64_t index, bool with_memory) : index_(index) {
   const std::string prefix = "layers." + std::to_string(index) + ".";
   mixer_scope_ = profile_intern(prefix + "mixer");
   memory_scope_ = profile_intern(prefix + "memory");
@@ -29,7 +29,7 @@ ShamnBlock::ShamnBlock(const ModelConfig& c, int64_t index, bool with_memory) {
   moe_ = &register_module("moe", std::make_unique<HierarchicalMoE>(c.moe(), residual_scale(c)));
 }
 
-Var ShamnBlock::forward(const Var& x_in, std::vector<Var>* aux) const {
+Var ShamnBlock::forward(const Var& x_in, std::vector<Var>* aux, LayerObserver* observer) const {
   // Each profiler scope covers a branch with its norm and residual add.
   Var x;
   {
@@ -38,10 +38,14 @@ Var ShamnBlock::forward(const Var& x_in, std::vector<Var>* aux) const {
   }
   if (memory_) {
     const ProfileLayerScope scope(memory_scope_, ProfileCategory::forward);
-    x = add(x, memory_->forward(mem_norm_->forward(x)));
+    const Var u = mem_norm_->forward(x);
+    if (observer) observer->memory_input(index_, *memory_, u.value());
+    x = add(x, memory_->forward(u));
   }
   const ProfileLayerScope scope(moe_scope_, ProfileCategory::forward);
-  const HierarchicalMoE::Output moe = moe_->forward(moe_norm_->forward(x));
+  const Var u = moe_norm_->forward(x);
+  const HierarchicalMoE::Output moe = moe_->forward(u);
+  if (observer) observer->moe_input(index_, *moe_, u.value(), moe.experts);
   aux->push_back(moe.aux);
   return add(x, moe.y);
 }
@@ -57,7 +61,7 @@ Shamn::Shamn(const ModelConfig& c) : config_(c) {
     head_ = &register_module("head", std::make_unique<Linear>(c.dim, c.vocab_size, false, 0.02));
 }
 
-Var Shamn::hidden(const Tensor& tokens, std::vector<Var>* aux) const {
+Var Shamn::hidden(const Tensor& tokens, std::vector<Var>* aux, LayerObserver* observer) const {
   SHAMN_CHECK(tokens.dtype() == DType::i32 && tokens.dim() == 2, "model input must be int32 [B, T], got ",
               tokens.str());
   Var x;
@@ -65,14 +69,14 @@ Var Shamn::hidden(const Tensor& tokens, std::vector<Var>* aux) const {
     const ProfileLayerScope scope("embed", ProfileCategory::forward);
     x = embed_->forward(tokens);
   }
-  for (const ShamnBlock* layer : layers_) x = layer->forward(x, aux);
+  for (const ShamnBlock* layer : layers_) x = layer->forward(x, aux, observer);
   const ProfileLayerScope scope("final_norm", ProfileCategory::forward);
   return final_norm_->forward(x);
 }
 
-Var Shamn::logits(const Tensor& tokens) const {
+Var Shamn::logits(const Tensor& tokens, LayerObserver* observer) const {
   std::vector<Var> aux;
-  const Var z = hidden(tokens, &aux);
+  const Var z = hidden(tokens, &aux, observer);
   const ProfileLayerScope scope("head", ProfileCategory::forward);
   return head_ ? head_->forward(z) : embed_->logits(z);
 }

@@ -16,12 +16,23 @@
 
 namespace shamn {
 
+// Sees the inputs of each layer's sparse parts during a forward pass, for
+// `shamn analyze`: the memory's and the MoE's normalised inputs u [B, T, D]
+// and the experts the MoE chose [B*T, k]. The forward itself is unchanged.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  virtual void memory_input(int64_t layer, const MemoryBank& memory, const Tensor& u) = 0;
+  virtual void moe_input(int64_t layer, const HierarchicalMoE& moe, const Tensor& u,
+                         const Tensor& experts) = 0;
+};
+
 class ShamnBlock : public Module {
  public:
   // `index`: the layer's number, for its profiler scopes ("layers.3.moe").
   ShamnBlock(const ModelConfig& config, int64_t index, bool with_memory);
   // x: [B, T, D]; appends this layer's MoE aux loss to *aux.
-  Var forward(const Var& x, std::vector<Var>* aux) const;
+  Var forward(const Var& x, std::vector<Var>* aux, LayerObserver* observer = nullptr) const;
 
  private:
   RMSNorm* mix_norm_;
@@ -33,6 +44,7 @@ class ShamnBlock : public Module {
   const char* mixer_scope_;
   const char* memory_scope_;
   const char* moe_scope_;
+  int64_t index_;
 };
 
 class Shamn : public Module {
@@ -46,8 +58,10 @@ class Shamn : public Module {
   };
   // tokens, targets: int32 [B, T]
   Loss loss(const Tensor& tokens, const Tensor& targets) const;
-  Var hidden(const Tensor& tokens, std::vector<Var>* aux) const;  // final_norm(x): [B, T, D]
-  Var logits(const Tensor& tokens) const;                         // [B, T, V]
+  // final_norm(x): [B, T, D]
+  Var hidden(const Tensor& tokens, std::vector<Var>* aux, LayerObserver* observer = nullptr) const;
+  Var logits(const Tensor& tokens, LayerObserver* observer = nullptr) const;  // [B, T, V]
+  const SparseHashEmbedding& embed() const { return *embed_; }
 
   const ModelConfig& config() const { return config_; }
 

@@ -29,6 +29,7 @@
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
 #include "train/progress.h"
+#include "train/run_plot.h"
 #include "train/stop_signal.h"
 #include "train/train_checkpoint.h"
 
@@ -452,11 +453,24 @@ class Run {
     if (!data_.val) return false;
     const double loss = evaluate(model_, *data_.val, c_, comm_);
     result.last_val_loss = loss;
-    if (metrics_) metrics_->write(state_.step, {{"val_loss", loss}, {"val_ppl", std::exp(loss)}});
+    if (metrics_) {
+      metrics_->write(state_.step, {{"val_loss", loss}, {"val_ppl", std::exp(loss)}});
+      refresh_plot();
+    }
     const bool best = loss < state_.best_val_loss;
     if (best) state_.best_val_loss = loss;
     console_.say(fmt("eval: val loss %.4f | val ppl %.2f", loss, std::exp(loss)) + (best ? " (best)" : ""));
     return best;
+  }
+
+  // RUN_DIR/plots/loss.svg, so a run always has a current picture. Best-effort:
+  // without gnuplot the run says so once and trains on.
+  void refresh_plot() {
+    const ProfileScope profile("plot", ProfileCategory::io);
+    const std::string why = refresh_loss_plot(run_dir_);
+    if (why.empty() || plot_warned_) return;
+    console_.say("note: " + why + " (training goes on; said once)");
+    plot_warned_ = true;
   }
 
   void checkpoint(bool also_best, TrainResult& result) {
@@ -517,6 +531,7 @@ class Run {
   std::optional<AdapterIdentity> adapter_;  // a LoRA run's base identity, set by start()
   std::string resolved_;
   std::optional<MetricsLog> metrics_;
+  bool plot_warned_ = false;
   std::optional<BatchLoader> loader_;
   std::vector<double> rates_;
   std::deque<double> recent_seconds_;  // the last log.every step times, for tok/s and ETA

@@ -64,6 +64,7 @@ EOF
 "$shamn" --threads 1 train run.toml --set 'train.out_dir="lorarun"' --set 'train.init_from="run/ckpt_00000002.h5"' \
   --set lora.rank=2 --set 'lora.targets=["layers.*.mixer.out"]' > /dev/null
 : > empty.bin
+head -c 300 model.shq > truncated.shq
 mkdir -p adir emptyrun
 printf '[sweep]\nbase = "missing.toml"\nout_dir = "never"\n' > sweep_no_base.toml
 if [ "$(id -u)" -eq 0 ]; then
@@ -129,7 +130,7 @@ bad "is a LoRA adapter checkpoint" train run.toml --set 'train.init_from="loraru
 bad "trained on another base model than 'model.h5'" train --resume lorarun --set 'train.init_from="model.h5"'
 
 # info / export / loss / init: checkpoints of the wrong kind, outputs nowhere.
-bad "model.shq" info model.shq
+bad "truncated.shq" info truncated.shq
 bad "text.txt" info text.txt
 bad "empty.bin" info empty.bin
 bad "adir" info adir
@@ -154,7 +155,7 @@ bad "model.h5" init model.h5 -o never.h5
 bad "$readonly_dir/never.h5" init model.toml -o "$readonly_dir/never.h5"
 
 # generate / eval / bench: model files of the wrong kind, data that does not fit.
-bad "model.h5" generate model.h5 --prompt "The jury"
+bad "'model.h5' names no tokenizer (data.tokenizer)" generate model.h5 --prompt "The jury"
 bad "text.txt" generate text.txt --prompt "The jury"
 bad "empty.bin" generate empty.bin --prompt "The jury"
 bad "is actually a directory" generate adir --prompt "The jury"

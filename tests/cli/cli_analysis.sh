@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# info, generate, plot and analyze end to end on both file kinds: info describes
+# a model file and a LoRA adapter file; generate from a checkpoint gives the
+# greedy text of its f32 export; plot writes valid PNG and SVG files for one
+# run, two runs and a sweep directory; training refreshes RUN_DIR/plots/loss.svg
+# and, without gnuplot, says so once and trains on; analyze reports JSON for a
+# checkpoint and refuses a .shq file by name.
+# Usage: cli_analysis.sh SHAMN_BINARY WORKDIR
+set -euo pipefail
+shamn=$(realpath "$1") work=$2
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || fail "$1 is not a PNG"; }
+# An SVG document: an XML root element <svg (after the prolog), closed at the end.
+# refused 'WORDS' ARGS...: shamn exits non-zero and its stderr holds WORDS.
+refused() {
+  local words=$1
+  shift
+  if "$shamn" "$@" 2> err.txt; then fail "accepted: $*"; fi
+  grep -qF -- "$words" err.txt || fail "$*: expected '$words', got: $(cat err.txt)"
+}
+is_svg() { grep -q '^<svg' "$1" && tail -n 3 "$1" | grep -q '</svg>' || fail "$1 is not an SVG document"; }
+
+for i in $(seq 1 300); do printf 'Paragraph %d: the jury said %d times that the city was fine.\n\n' "$i" $((i * 37)); done > text.txt
+"$shamn" tokenizer train --input text.txt --vocab 300 -o tok.bpe > /dev/null
+"$shamn" prepare --input text.txt --tokenizer tok.bpe --out data > /dev/null
+cat > run.toml <<'TOML'
+[model]
+vocab_size = 300
+dim = 32
+n_layers = 2
+[model.embed]
+buckets = 64
+[model.sparse]
+block = 8
+[model.memory]
+size = 64
+topk = 4
+key_dim = 16
+[model.moe]
+groups = 2
+experts_per_group = 2
+hidden = 32
+[data]
+train_path = "data/train.bin"
+val_path = "data/val.bin"
+tokenizer = "tok.bpe"
+[train]
+batch_size = 2
+seq_len = 16
+max_steps = 12
+eval_every = 4
+eval_batches = 1
+out_dir = "run_a"
+[optim]
+lr = 3e-3
+warmup_steps = 2
+[log]
+progress = "never"
+TOML
+
+# Training draws RUN_DIR/plots/loss.svg at each evaluation.
+"$shamn" --threads 1 train run.toml > train_a.txt
+is_svg run_a/plots/loss.svg
+! grep -q "gnuplot" train_a.txt || fail "a note about gnuplot with gnuplot installed"
+# Without gnuplot on PATH: one note, the run completes, no picture.
+PATH=/nonexistent "$shamn" --threads 1 train run.toml --set 'train.out_dir="run_b"' --set train.seed=2 > train_b.txt
+[ "$(grep -c "gnuplot is not installed" train_b.txt)" = 1 ] || fail "the missing-gnuplot note is not said exactly once"
+[ -f run_b/best.h5 ] && [ ! -e run_b/plots/loss.svg ] || fail "run_b: best.h5 missing or a picture without gnuplot"
+
+# plot: one run, two runs, a sweep (points with run/ and result.json), every metric.
+"$shamn" plot run_a -o one.png > /dev/null && is_png one.png
+"$shamn" plot run_a -o one.svg --x tokens > /dev/null && is_svg one.svg
+"$shamn" plot run_a run_b -o two.png --metrics loss,val_loss,lr,grad_norm,tokens_per_s > /dev/null && is_png two.png
+"$shamn" plot run_a run_b -o two.svg --x time > /dev/null && is_svg two.svg
+mkdir -p sweep/p1 sweep/p2 && cp -r run_a sweep/p1/run && cp -r run_b sweep/p2/run && touch sweep/p1/result.json sweep/p2/result.json
+"$shamn" plot sweep -o sweep.png > sweep.txt && is_png sweep.png
+grep -q "wrote sweep.png (2 runs)" sweep.txt || fail "the sweep plot did not find both points: $(cat sweep.txt)"
+"$shamn" plot sweep -o sweep.svg > /dev/null && is_svg sweep.svg
+grep -q ">p1<\|'p1'\|p1 train" sweep.svg || fail "the sweep plot is not labelled by point"
+# Refused: an unknown metric, a picture of another type, a directory with no run.
+refused "unknown 'perplexity'" plot run_a -o x.png --metrics loss,perplexity
+refused "png or an .svg" plot run_a -o x.pdf
+mkdir -p norun && refused "norun' holds no run" plot norun -o x.png
+[ ! -e x.png ] && [ ! -e x.pdf ] || fail "a refused plot wrote a file"
+
+# info on a model file and a LoRA adapter file.
+"$shamn" export run_a/best.h5 --quant f32 -o a_f32.shq > /dev/null
+"$shamn" info a_f32.shq > info.txt
+grep -q "^kind  *model file" info.txt && grep -q "^quant  *f32" info.txt && grep -q "^tokenizer  *300 tokens" info.txt ||
+  fail "info on a model file: $(cat info.txt)"
+grep -q "^tensors  *[0-9]" info.txt && grep -q "^source_id  *[0-9a-f]\{16\}$" info.txt || fail "info: tensors/source_id"
+"$shamn" --threads 1 train run.toml --set 'train.out_dir="lora"' --set "train.init_from=\"run_a/best.h5\"" \
+  --set train.max_steps=2 --set lora.rank=2 --set 'lora.targets=["layers.*.mixer.out"]' > /dev/null
+"$shamn" export lora/best.h5 --base run_a/best.h5 -o a.lora > /dev/null
+"$shamn" info a.lora > info_lora.txt
+grep -q "^kind  *LoRA adapter file" info_lora.txt && grep -q "^lora  *rank 2" info_lora.txt || fail "info on an adapter: $(cat info_lora.txt)"
+# The adapter's source_id is its base's.
+[ "$(grep ^source_id info.txt)" = "$(grep ^source_id info_lora.txt)" ] || fail "adapter and base source_id differ"
+
+# generate from a checkpoint: greedy text equal to its f32 export's.
+gen() { "$shamn" --threads 1 generate "$@" --prompt "The jury said" --max-tokens 12 --temperature 0 2> /dev/null; }
+[ "$(gen run_a/best.h5)" = "$(gen a_f32.shq)" ] || fail "generate: checkpoint and f32 export differ"
+[ "$(gen run_a/best.h5 --tokenizer tok.bpe)" = "$(gen a_f32.shq)" ] || fail "generate --tokenizer"
+refused "carries its own" generate a_f32.shq --prompt x --tokenizer tok.bpe
+refused "export it first" generate run_a/best.h5 --prompt x --adapter a.lora
+
+# analyze: JSON for a checkpoint; a .shq refused by name.
+"$shamn" --threads 1 analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 --json > analyze.json
+python3 - analyze.json <<'PY'
+import json, math, sys
+a = json.load(open(sys.argv[1]))
+assert a["tokens"] == 32, a["tokens"]
+assert len(a["moe"]) == 2 and len(a["memory"]) == 1, a
+for m in a["moe"]:
+    assert abs(sum(m["expert_share"]) - 1) < 1e-9 and 0 <= m["entropy"] <= m["max_entropy"] + 1e-12
+    assert m["mean_gate_first"] >= m["mean_gate_second"]
+assert 1 <= a["memory"][0]["slots_read"] <= 64
+assert sum(t["targets"] for t in a["loss_by_frequency"]) == 32
+assert a["embed"]["buckets"] == 64 and a["embed"]["hashes"] == 2
+assert all(b["min"] <= b["median"] <= b["max"] for b in a["block_norms"])
+PY
+"$shamn" analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 | grep -q "^# MoE" || fail "analyze tables"
+refused "analyze takes a checkpoint (.h5) for now; 'a_f32.shq'" analyze a_f32.shq --data data/val.bin
+echo "cli_analysis: ok"

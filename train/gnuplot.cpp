@@ -1,0 +1,76 @@
+#include "train/gnuplot.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+extern char** environ;
+
+namespace shamn {
+
+namespace fs = std::filesystem;
+
+std::string find_gnuplot() {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (dir.empty()) continue;
+    const fs::path p = fs::path(dir) / "gnuplot";
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
+  }
+  return "";
+}
+
+std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
+                        const std::string& work_prefix) {
+  // Private names (the pid) so two writers of one plot do not collide.
+  const std::string tag = work_prefix + "." + std::to_string(::getpid());
+  const std::string script_path = tag + ".gnuplot", log_path = tag + ".log";
+  {
+    std::ofstream out(script_path, std::ios::binary);
+    out << script;
+    if (!out.good()) return "cannot write '" + script_path + "'";
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()), const_cast<char*>(script_path.c_str()),
+                             nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, gnuplot.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  std::string error;
+  if (rc != 0) {
+    error = "cannot run " + gnuplot + ": " + std::strerror(rc);
+  } else {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      // gnuplot names the script line at fault; its message is the log's last lines.
+      std::ifstream log(log_path);
+      std::string line, last;
+      while (std::getline(log, line))
+        if (!line.empty()) last = line;
+      error = "gnuplot failed" + (last.empty() ? std::string() : ": " + last);
+    }
+  }
+  std::error_code ignored;
+  fs::remove(script_path, ignored);
+  fs::remove(log_path, ignored);
+  return error;
+}
+
+}  // namespace shamn

@@ -1,0 +1,141 @@
+// The driver: windows of the token file through the model, with an observer
+// that recomputes each layer's routing and memory reads from their inputs.
+#include "train/model_analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "autograd/variable.h"
+#include "core/kernels/moe_routing.h"
+#include "core/kernels/product_key.h"
+
+namespace shamn {
+
+namespace {
+
+const Tensor& parameter(const Module& m, const std::string& name) {
+  for (const NamedVar& p : m.named_parameters())
+    if (p.name == name) return p.var.value();
+  SHAMN_CHECK(false, "no parameter '", name, "'");
+  throw Error("unreachable");
+}
+
+// y [N, out] = x [N, in] W^T (+ bias), in double for a fixed order.
+std::vector<float> linear(const float* x, int64_t N, const Tensor& w, const Tensor* bias) {
+  const int64_t out = w.shape()[0], in = w.shape()[1];
+  std::vector<float> y(static_cast<size_t>(N * out));
+  const float* W = w.data<float>();
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = bias ? bias->data<float>()[o] : 0.0;
+      for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(x[t * in + i]) * W[o * in + i];
+      y[t * out + o] = static_cast<float>(acc);
+    }
+  return y;
+}
+
+struct Collector : LayerObserver {
+  // Per layer, every window's selections appended.
+  std::map<int64_t, std::vector<int32_t>> experts, slots;
+  std::map<int64_t, std::vector<float>> gates, weights;
+  std::map<int64_t, MoeOptions> moe_options;
+  std::map<int64_t, MemoryOptions> memory_options;
+
+  void memory_input(int64_t layer, const MemoryBank& memory, const Tensor& u) override {
+    const MemoryOptions& o = memory.options();
+    memory_options[layer] = o;
+    const int64_t N = u.numel() / o.dim;
+    const Tensor& bias = parameter(memory, "query.bias");
+    const std::vector<float> q = linear(u.data<float>(), N, parameter(memory, "query.weight"), &bias);
+    const ProductKeyDims d{o.sqrt_size(), o.key_dim / 2, o.topk, o.dim};
+    std::vector<float> s1(static_cast<size_t>(N * d.n)), s2(s1.size());
+    product_key_scores(s1.data(), s2.data(), q.data(), parameter(memory, "keys1").data<float>(),
+                       parameter(memory, "keys2").data<float>(), N, d);
+    std::vector<int32_t> sl(static_cast<size_t>(N * d.k));
+    std::vector<float> w(sl.size());
+    product_key_select(sl.data(), w.data(), s1.data(), s2.data(), N, d);
+    slots[layer].insert(slots[layer].end(), sl.begin(), sl.end());
+    weights[layer].insert(weights[layer].end(), w.begin(), w.end());
+  }
+
+  void moe_input(int64_t layer, const HierarchicalMoE& moe, const Tensor& u, const Tensor& chosen) override {
+    const MoeOptions& o = moe.options();
+    moe_options[layer] = o;
+    const int64_t N = u.numel() / o.dim, X = o.experts();
+    const std::vector<float> rg = linear(u.data<float>(), N, parameter(moe, "router_group.weight"), nullptr);
+    const std::vector<float> re = linear(u.data<float>(), N, parameter(moe, "router_expert.weight"), nullptr);
+    std::vector<float> P(static_cast<size_t>(N * X)), pg(static_cast<size_t>(N * o.groups)), pe(P.size());
+    const MoeShape shape{o.groups, o.experts_per_group, o.group_k, o.k};
+    router_probs_forward(P.data(), pg.data(), pe.data(), rg.data(), re.data(), N, shape);
+    // The experts are the forward's own choice; the gates follow from them.
+    std::vector<float> g(static_cast<size_t>(N * o.k));
+    moe_gates_forward(g.data(), P.data(), chosen.data<int32_t>(), N, X, o.k);
+    experts[layer].insert(experts[layer].end(), chosen.data<int32_t>(), chosen.data<int32_t>() + N * o.k);
+    gates[layer].insert(gates[layer].end(), g.begin(), g.end());
+  }
+};
+
+}  // namespace
+
+ModelAnalysis analyze_model(const Shamn& model, const TokenFile& data, int64_t windows, int64_t seq_len) {
+  const ModelConfig& c = model.config();
+  const int64_t V = c.vocab_size;
+  SHAMN_INPUT_CHECK(windows >= 1 && seq_len >= 1, "--windows and --seq-len must be >= 1");
+  SHAMN_INPUT_CHECK(data.size() >= seq_len + 1, "token file '", data.path(), "' has ", data.size(),
+                    " tokens; one window of --seq-len ", seq_len, " needs ", seq_len + 1);
+  const int64_t W = std::min(windows, (data.size() - 1) / seq_len);
+  ModelAnalysis a;
+  a.windows = W;
+  a.seq_len = seq_len;
+
+  // Token frequencies over the whole file (ids past the vocabulary are an error).
+  std::vector<int64_t> counts(static_cast<size_t>(V), 0);
+  for (int64_t i = 0; i < data.size(); ++i) {
+    const uint32_t t = data.token(i);
+    SHAMN_INPUT_CHECK(t < static_cast<uint32_t>(V), "token file '", data.path(), "': token ", t, " at index ",
+                      i, " is not below the model's vocab_size ", V);
+    ++counts[t];
+  }
+
+  Collector collector;
+  std::vector<double> losses;
+  std::vector<int32_t> targets;
+  NoGradGuard no_grad;
+  for (int64_t w = 0; w < W; ++w) {
+    const Tensor win = data.window(w * seq_len, seq_len + 1, V);
+    const int32_t* tok = win.data<int32_t>();
+    const Tensor in = Tensor::from_data<int32_t>({1, seq_len}, std::span<const int32_t>(tok, seq_len));
+    const Tensor logits = model.logits(in, &collector).value();
+    const float* l = logits.data<float>();
+    for (int64_t t = 0; t < seq_len; ++t) {
+      const float* row = l + t * V;
+      const float m = *std::max_element(row, row + V);
+      double z = 0;
+      for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - m);
+      losses.push_back(std::log(z) + m - row[tok[t + 1]]);
+      targets.push_back(tok[t + 1]);
+    }
+  }
+  a.tokens = static_cast<int64_t>(losses.size());
+  double total = 0;
+  for (double x : losses) total += x;
+  a.loss = total / static_cast<double>(std::max<int64_t>(1, a.tokens));
+
+  for (const auto& [layer, e] : collector.experts) {
+    const MoeOptions& o = collector.moe_options[layer];
+    a.moe.push_back(moe_stats(layer, e.data(), collector.gates[layer].data(),
+                              static_cast<int64_t>(e.size()) / o.k, o.k, o.groups, o.experts_per_group));
+  }
+  for (const auto& [layer, s] : collector.slots) {
+    const MemoryOptions& o = collector.memory_options[layer];
+    a.memory.push_back(memory_stats(layer, s.data(), collector.weights[layer].data(),
+                                    static_cast<int64_t>(s.size()) / o.topk, o.topk, o.size));
+  }
+  a.embed = embedding_stats(model.embed().bucket_index(), model.embed().options().buckets);
+  a.thirds = frequency_thirds(counts, losses, targets);
+  a.block_sparse = block_norm_stats(model);
+  return a;
+}
+
+}  // namespace shamn
