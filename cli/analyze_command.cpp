@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/model_analysis.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "core/hdf5_file.h"
+#include "train/model_analysis.h"
 #include "train/model_checkpoint.h"
 
 namespace shamn::cli {

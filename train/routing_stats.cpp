@@ -5,8 +5,8 @@
 #include <limits>
 #include <numeric>
 
-#include "train/model_analysis.h"
 #include "core/check.h"
+#include "train/model_analysis.h"
 
 namespace shamn {
 

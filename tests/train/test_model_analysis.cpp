@@ -5,10 +5,10 @@
 #include <cmath>
 #include <filesystem>
 
-#include "train/model_analysis.h"
 #include "core/config_table.h"
 #include "data/token_file.h"
 #include "helpers.h"
+#include "train/model_analysis.h"
 
 using namespace shamn;
 
