@@ -18,13 +18,34 @@ void set_num_threads(int n);
 int num_threads();
 int hardware_threads();
 
+namespace detail {
+inline thread_local int serial_depth = 0;
+}  // namespace detail
+
+// While one is alive (and active), every parallel_for on this thread runs
+// inline. For the body of a task that is already one of as many as there are
+// threads (the runtime's row slices, its experts): loops inside it would only
+// add task overhead, and a loop nested in a task reuses stack where libtbb's
+// bookkeeping of an earlier loop stood, which ThreadSanitizer cannot see
+// ordered.
+class SerialScope {
+ public:
+  explicit SerialScope(bool active = true) : active_(active) { detail::serial_depth += active_ ? 1 : 0; }
+  ~SerialScope() { detail::serial_depth -= active_ ? 1 : 0; }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool active_;
+};
+
 // f(lo, hi) over [begin, end) in chunks of at least `grain` iterations.
-// Runs inline when there is a single thread or a single chunk.
+// Runs inline when there is a single thread or a single chunk, or inside a SerialScope.
 template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   if (end <= begin) return;
   if (grain < 1) grain = 1;
-  if (num_threads() == 1 || end - begin <= grain) {
+  if (num_threads() == 1 || end - begin <= grain || detail::serial_depth > 0) {
     f(begin, end);
     return;
   }

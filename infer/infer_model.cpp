@@ -521,7 +521,9 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   for (int64_t r = 0; r < xs.size() / D; ++r) std::copy_n(u.data() + order[r] * D, D, xs.data() + r * D);
   // Batched work runs the experts side by side (each over its own rows of h
   // and ys); a decode step's two routed experts are too small to share out.
-  parallel_for(0, X, n * k >= kParallelExpertRows ? 1 : X, [&](int64_t lo, int64_t hi) {
+  const bool experts_parallel = n * k >= kParallelExpertRows;
+  parallel_for(0, X, experts_parallel ? 1 : X, [&](int64_t lo, int64_t hi) {
+    const SerialScope serial(experts_parallel);  // an expert's products run on its task's thread
     for (int64_t e = lo; e < hi; ++e) {
       const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
       if (m == 0) continue;
@@ -786,6 +788,7 @@ void InferModel::Impl::layers_sliced(const StreamStep& s, float* x, int64_t slic
       }
     }
     parallel_for(0, slices, 1, [&](int64_t lo, int64_t hi) {
+      const SerialScope serial;  // one slice per thread: its own loops run inline
       for (int64_t p = lo; p < hi; ++p) {
         StreamStep step = s;
         step.state = &local[p];

@@ -40,3 +40,33 @@ TEST_CASE("parallel_sum is bit-identical for any thread count", "[core][parallel
   const double two = run();
   CHECK(one == two);
 }
+
+TEST_CASE("inside a SerialScope parallel_for runs the whole range inline", "[core][parallel]") {
+  test::ThreadCountGuard guard;
+  set_num_threads(2);
+  const auto calls = [](int64_t n) {
+    std::atomic<int> count{0};
+    std::atomic<int64_t> covered{0};
+    parallel_for(0, n, 1, [&](int64_t lo, int64_t hi) {
+      count.fetch_add(1);
+      covered.fetch_add(hi - lo);
+    });
+    CHECK(covered.load() == n);
+    return count.load();
+  };
+  {
+    const SerialScope serial;
+    CHECK(calls(1000) == 1);
+    {
+      const SerialScope inactive(false);
+      CHECK(calls(1000) == 1);  // still inside the outer scope
+    }
+    CHECK(calls(1000) == 1);
+  }
+  {
+    const SerialScope inactive(false);
+    // Not serial: 1000 single-iteration chunks on 2 threads are split (TBB's
+    // auto partitioner always cuts a range this long at least once).
+    CHECK(calls(1000) > 1);
+  }
+}
