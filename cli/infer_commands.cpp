@@ -178,6 +178,29 @@ void generate_speculative(const GenerateArgs& a, const InferModel& model,
   print_stats(prompt.size(), prefill_s, produced, decode_s, extra);
 }
 
+// Echoes the prompt, runs it through `feed(tokens, n, logits)`, then samples,
+// prints and feeds back up to max_tokens tokens, and prints the speeds: the
+// loop `generate` runs for a model file and for a checkpoint alike.
+template <class Feed>
+void sample_text(const GenerateArgs& a, const Tokenizer& tok, const std::vector<int32_t>& prompt, int64_t V,
+                 Feed&& feed, const std::string& extra) {
+  std::vector<float> logits(static_cast<size_t>(V));
+  Sampler sampler(a.sampling);
+  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  std::fflush(stdout);
+  const Stopwatch t0;
+  feed(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
+  const double prefill_s = t0.seconds();
+  const Stopwatch t1;
+  int64_t produced = 0;
+  for (; produced < a.max_tokens; ++produced) {
+    const int32_t next = sampler.sample(logits.data(), V);
+    print_token(tok, next);
+    if (produced + 1 < a.max_tokens) feed(&next, 1, logits.data());
+  }
+  print_stats(prompt.size(), prefill_s, produced, t1.seconds(), extra);
+}
+
 // A checkpoint's text: the autograd model rerun over the receptive field at
 // each step (cli/checkpoint_decoder.h says why), sampled as the runtime samples.
 void generate_from_checkpoint(const GenerateArgs& a) {
@@ -190,24 +213,11 @@ void generate_from_checkpoint(const GenerateArgs& a) {
   SHAMN_INPUT_CHECK(!ids.empty(), "--prompt is empty: the model needs at least one token to continue");
   const std::vector<int32_t> prompt(ids.begin(), ids.end());
   ReceptiveFieldDecoder decoder(model);
-  const int64_t V = model.config.vocab_size;
-  std::vector<float> logits(static_cast<size_t>(V));
-  Sampler sampler(a.sampling);
-  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
-  std::fflush(stdout);
-  const Stopwatch t0;
-  decoder.feed(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
-  const double prefill_s = t0.seconds();
-  const Stopwatch t1;
-  int64_t produced = 0;
-  for (; produced < a.max_tokens; ++produced) {
-    const int32_t next = sampler.sample(logits.data(), V);
-    print_token(tok, next);
-    if (produced + 1 < a.max_tokens) decoder.feed(&next, 1, logits.data());
-  }
-  const std::string extra =
-      " checkpoint, autograd forward over " + std::to_string(decoder.receptive_field()) + " tokens per step;";
-  print_stats(prompt.size(), prefill_s, produced, t1.seconds(), extra);
+  sample_text(
+      a, tok, prompt, model.config.vocab_size,
+      [&](const int32_t* t, int64_t n, float* logits) { decoder.feed(t, n, logits); },
+      " checkpoint, autograd forward over " + std::to_string(decoder.receptive_field()) +
+          " tokens per step;");
 }
 
 void run_generate(const GenerateArgs& a) {
@@ -231,25 +241,11 @@ void run_generate(const GenerateArgs& a) {
   std::optional<LoraAdapter> adapter;
   if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter), model);
   const LoraAdapter* lora = adapter ? &*adapter : nullptr;
-
-  const int64_t V = model.vocab_size();
-  std::vector<float> logits(static_cast<size_t>(V));
   DecodeState state = model.new_state();
-  Sampler sampler(a.sampling);
-  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
-  std::fflush(stdout);
-
-  const Stopwatch t0;
-  model.forward(prompt.data(), static_cast<int64_t>(prompt.size()), state, logits.data(), false, lora);
-  const double prefill_s = t0.seconds();
-  const Stopwatch t1;
-  int64_t produced = 0;
-  for (; produced < a.max_tokens; ++produced) {
-    const int32_t next = sampler.sample(logits.data(), V);
-    print_token(tok, next);
-    if (produced + 1 < a.max_tokens) model.forward(&next, 1, state, logits.data(), false, lora);
-  }
-  print_stats(prompt.size(), prefill_s, produced, t1.seconds(), "");
+  sample_text(
+      a, tok, prompt, model.vocab_size(),
+      [&](const int32_t* t, int64_t n, float* logits) { model.forward(t, n, state, logits, false, lora); },
+      "");
 }
 
 // ---- eval ----
