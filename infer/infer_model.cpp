@@ -14,6 +14,7 @@
 #include "core/parallel.h"
 #include "core/profiler.h"
 #include "infer/lora_adapter.h"
+#include "infer/low_rank_q8.h"
 #include "infer/quant_tiles.h"
 
 namespace shamn {
@@ -361,8 +362,9 @@ struct LoraInput {
 // y[i] += (alpha / r) B (A x_i) for each op row i < n whose adapter adapts
 // this matrix (pick(its LoraLayer) is not null); row i's adapter is
 // ad.of_row[tokens ? tokens[i] : i]; y: [n, out]. A reads the activations the
-// base product quantised (no second quantisation or gather), B adds its r
-// columns into each row of y while it is in cache: r axpys of `out` floats.
+// base product quantised (no second quantisation or gather); B adds into each
+// row of y while it is in cache, in int8 beside an int8 A (infer/low_rank_q8.h),
+// else as r axpys of `out` floats.
 template <class Pick>
 void lora_add(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, const int32_t* tokens, int64_t n,
               float* y, int64_t out) {
@@ -381,27 +383,34 @@ void lora_add(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, cons
     if (m == 0) continue;
     const WeightMatrix& A = f->a;
     const int64_t r = A.rows;
-    Buffer<float> t(m * r);  // A x per row: [m, r]
+    Buffer<float> t(r);  // A x of one row
     if (A.quantized()) {
+      // A reads each row's quantised activations where they lie; B reads t quantised like any activation.
       QuantRows gathered;
-      Q8Rows q{nullptr, m, A.blocks_per_row(), nullptr, x_ids.data(), nullptr};
+      const BlockQ8* xq = nullptr;
+      const int64_t stride = A.blocks_per_row();
       if (in.xq != nullptr) {
-        q.x = in.xq->q.data();
-        q.sums = in.xq->sums.data();
+        xq = in.xq->q.data();
       } else {  // an f32 base, or segments that are not whole blocks: quantise these rows
         Buffer<float> xg(m * in.in);
         for (int64_t i = 0; i < m; ++i) std::copy_n(in.x + x_ids[i] * in.in, in.in, xg.data() + i * in.in);
         gathered = quantize_rows(xg.data(), m, in.in, 0);
-        q = Q8Rows{gathered.q.data(), m, A.blocks_per_row(), nullptr, nullptr, gathered.sums.data()};
+        xq = gathered.q.data();
+        for (int64_t i = 0; i < m; ++i) x_ids[i] = static_cast<int32_t>(i);
       }
-      for (int64_t r0 = 0; r0 < r; r0 += kTileRows)
-        A.dot_rows_batch(r0, std::min(kTileRows, r - r0), q, t.data() + r0, r);
+      Buffer<BlockQ8> tq(quant_blocks(r));
+      for (int64_t i = 0; i < m; ++i) {
+        std::fill_n(t.data(), r, 0.0f);
+        low_rank_add_q8(f->aq, xq + x_ids[i] * stride, 1.0f, t.data());
+        quantize_row_q8(t.data(), tq.data(), r);
+        low_rank_add_q8(f->bq, tq.data(), f->scale, y + static_cast<int64_t>(rows[i]) * out);
+      }
     } else {
-      for (int64_t i = 0; i < m; ++i)
-        A.dot_rows(0, r, InputRow{in.x + x_ids[i] * in.in, nullptr}, t.data() + i * r);
+      for (int64_t i = 0; i < m; ++i) {
+        A.dot_rows(0, r, InputRow{in.x + x_ids[i] * in.in, nullptr}, t.data());
+        add_low_rank(y + static_cast<int64_t>(rows[i]) * out, t.data(), f->bt.data(), r, out, f->scale);
+      }
     }
-    for (int64_t i = 0; i < m; ++i)
-      add_low_rank(y + static_cast<int64_t>(rows[i]) * out, t.data() + i * r, f->bt.data(), r, out, f->scale);
   }
 }
 

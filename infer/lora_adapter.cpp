@@ -17,6 +17,18 @@ struct Target {
   const LoraFactors** slot = nullptr;  // in the adapter's LoraLayer
 };
 
+// A quantised matrix's blocks in row-major order, [rows, blocks per row].
+std::vector<BlockQ8> row_blocks(const WeightMatrix& w) {
+  SHAMN_CHECK(w.type == WeightType::q8, "LoRA factors are f32 or q8");
+  const int64_t bpr = w.blocks_per_row();
+  std::vector<BlockQ8> out(static_cast<size_t>(w.rows * bpr));
+  for (int64_t r = 0; r < w.rows; ++r)
+    for (int64_t j = 0; j < bpr; ++j)
+      out[r * bpr + j] = w.tiled ? tile_block(static_cast<const TileQ8*>(w.data), bpr, r, j)
+                                 : static_cast<const BlockQ8*>(w.data)[r * bpr + j];
+  return out;
+}
+
 }  // namespace
 
 std::string lora_config_toml(int64_t rank, double alpha) {
@@ -96,7 +108,8 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
                         shape_str(tensor->shape), " but rank ", rank_, " and the base's '", matrix,
                         "' imply ", shape_str(shape));
     }
-    // B is small ([out, r]): kept as f32 columns, so adding B t to a row is r axpys.
+    // B is small ([out, r]): kept as f32 columns (r axpys add B t to a row)
+    // beside a f32 A; beside a quantised A, both are packed in int8 (infer/low_rank_q8.h).
     const WeightMatrix b = weight_matrix_view(pair.second->dtype, b_shape, pair.second->data);
     std::vector<float> bt(static_cast<size_t>(rank_ * target.out)), row(static_cast<size_t>(rank_));
     for (int64_t o = 0; o < target.out; ++o) {
@@ -104,8 +117,21 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
       b.add_row(o, 1.0f, row.data());
       for (int64_t k = 0; k < rank_; ++k) bt[k * target.out + o] = row[k];
     }
-    factors_.push_back({weight_matrix_view(pair.first->dtype, a_shape, pair.first->data), std::move(bt),
-                        static_cast<float>(alpha_ / static_cast<double>(rank_))});
+    const WeightMatrix a = weight_matrix_view(pair.first->dtype, a_shape, pair.first->data);
+    LoraFactors f{a, {}, {}, {}, static_cast<float>(alpha_ / static_cast<double>(rank_))};
+    if (a.quantized()) {
+      f.aq = pack_low_rank_q8(row_blocks(a).data(), rank_, target.in);
+      std::vector<BlockQ8> b_rows(static_cast<size_t>(target.out * quant_blocks(rank_)));
+      std::vector<float> row_f(static_cast<size_t>(rank_));
+      for (int64_t o = 0; o < target.out; ++o) {
+        for (int64_t k = 0; k < rank_; ++k) row_f[k] = bt[k * target.out + o];
+        quantize_row_q8(row_f.data(), b_rows.data() + o * quant_blocks(rank_), rank_);
+      }
+      f.bq = pack_low_rank_q8(b_rows.data(), target.out, rank_);
+    } else {
+      f.bt = std::move(bt);
+    }
+    factors_.push_back(std::move(f));
     *target.slot = &factors_.back();
   }
 }

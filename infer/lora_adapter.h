@@ -6,7 +6,8 @@
 // as training does (the [lora] section, configs/README.md). The adapter file
 // is a .shq whose config text is its [lora] table (rank, alpha), whose tensors
 // are `<matrix>.lora_a` / `<matrix>.lora_b` (each f32 or q8_0x16; export
-// writes an int8 adapter as q8 A and f32 B), and whose
+// writes an int8 adapter as q8 A and f32 B, which the runtime quantises per
+// output row when it loads a quantised A), and whose
 // source_id is the base's: an adapter loads only beside the base it was
 // trained on. Adaptable matrices, per layer l (expert e):
 //   layers.l.mixer.out, layers.l.memory.query, layers.l.moe.router_group,
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "infer/low_rank_q8.h"
 #include "infer/shq_file.h"
 #include "infer/weight_matrix.h"
 
@@ -24,7 +26,8 @@ class InferModel;
 
 struct LoraFactors {
   WeightMatrix a;         // [r, in], as stored
-  std::vector<float> bt;  // B transposed, [r, out], f32 (dequantised from q8): r axpys add B t
+  std::vector<float> bt;  // beside a f32 A: B transposed, [r, out], f32: r axpys add B t
+  LowRankQ8 aq, bq;       // beside a quantised A: A's blocks and B (quantised per row) in int8
   float scale = 0;        // alpha / r
 };
 

@@ -8,6 +8,10 @@
 #include "infer/quant_blocks.h"
 #include "infer/quant_tiles.h"
 
+namespace shamn {
+struct LowRankQ8;
+}
+
 namespace shamn::quant_detail {
 
 inline constexpr int kLanes = 8;
@@ -54,6 +58,10 @@ float dot_q8_q8_avx512(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8_avx512(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n);
 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n);
+// The paths of low_rank_add_q8 (infer/low_rank_q8.h).
+void low_rank_add_q8_scalar(const LowRankQ8& w, const BlockQ8* x, float c, float* y);
+void low_rank_add_q8_avx2(const LowRankQ8& w, const BlockQ8* x, float c, float* y);
+void low_rank_add_q8_avx512(const LowRankQ8& w, const BlockQ8* x, float c, float* y);
 
 // The SIMD quantisers scale by x * (1 / d), which is within 2.3e-5 of the exact
 // x / d for |x / d| <= 127 (two roundings of 2^-24 each, plus x / d's own), so

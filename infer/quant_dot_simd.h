@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "infer/quant_dot_paths.h"
 
@@ -50,6 +51,22 @@ SHAMN_TARGET_AVX2 inline __m256 add_group(__m256 lanes, const W* w, const BlockQ
   const __m256 dw = _mm256_set_ps(v[7].d, v[6].d, v[5].d, v[4].d, v[3].d, v[2].d, v[1].d, v[0].d);
   const __m256 dx = _mm256_set_ps(u[7].d, u[6].d, u[5].d, u[4].d, u[3].d, u[2].d, u[1].d, u[0].d);
   return _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(totals), lanes);
+}
+
+// 4 bytes of q as one int32 (a group of 4 values, for broadcasting).
+SHAMN_TARGET_AVX2 inline int32_t load_group(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, sizeof(v));
+  return v;
+}
+
+// The sum of a Q8 block's 32 values: sad sums unsigned bytes, so the values
+// are shifted by 128 first and 32 * 128 taken back off.
+SHAMN_TARGET_AVX2 inline int32_t block_value_sum(const BlockQ8& x) {
+  const __m256i u = _mm256_xor_si256(load_q8(x), _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
 SHAMN_TARGET_AVX2 inline int32_t hsum_epi32(__m256i v) {

@@ -10,6 +10,8 @@
 
 namespace shamn {
 
+struct LowRankQ8;
+
 // W: the weight block type, Tile: its row-interleaved tile (infer/quant_tiles.h).
 // Every entry gives bitwise the same floats at every level (infer/quant_dot.h).
 template <class W, class Tile>
@@ -30,6 +32,8 @@ struct QuantKernels {
   QuantTypeKernels<BlockQ4, TileQ4> q4;
   // Activations are always quantised to Q8: x [n] -> out [quant_blocks(n)].
   void (*quantize_row_q8)(const float* x, BlockQ8* out, int64_t n);
+  // y [w.rows] += c * W x (infer/low_rank_q8.h)  x: [quant_blocks(w.cols)]
+  void (*low_rank_add)(const LowRankQ8& w, const BlockQ8* x, float c, float* y);
 };
 
 const QuantKernels& quant_kernels();

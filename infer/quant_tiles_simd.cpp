@@ -13,21 +13,6 @@
 namespace shamn::quant_detail {
 namespace {
 
-SHAMN_TARGET_AVX2 inline int32_t load_group(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, sizeof(v));
-  return v;
-}
-
-// The sum of a Q8 block's 32 values: sad sums unsigned bytes, so the values
-// are shifted by 128 first and 32 * 128 taken back off.
-SHAMN_TARGET_AVX2 inline int32_t block_value_sum(const BlockQ8& x) {
-  const __m256i u = _mm256_xor_si256(load_q8(x), _mm256_set1_epi8(static_cast<char>(0x80)));
-  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
-  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
-}
-
 // x's block sums, which turn the unsigned products below back into signed ones.
 class ValueSums {
  public:

@@ -1,0 +1,90 @@
+// The AVX2 and AVX-512 VNNI paths of low_rank_add_q8 (infer/low_rank_q8.h):
+// 8 rows in the lanes of one register, each group of 4 values of x broadcast
+// to all of them. The float part is the scalar path's, per lane.
+#include <algorithm>
+#include <vector>
+
+#include "infer/low_rank_q8.h"
+#include "infer/quant_dot_simd.h"
+
+namespace shamn::quant_detail {
+namespace {
+
+constexpr int64_t kC = LowRankQ8::kChunk, kG = LowRankQ8::kGroup;
+
+// AVX2: |x| unsigned and w with x's sign into maddubs, as the block kernels do
+// (q8 values are never -128, so no pair of products saturates).
+struct Avx2Groups {
+  SHAMN_TARGET_AVX2 static __m256i start(int32_t) { return _mm256_setzero_si256(); }
+  SHAMN_TARGET_AVX2 static __m256i add(__m256i isum, const int8_t* w, const int8_t* x) {
+    const __m256i xv = _mm256_set1_epi32(load_group(x));
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
+    return _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+
+// AVX-512 VNNI: vpdpbusd takes w + 128 (flipped at load) unsigned and x signed;
+// the sums start at -128 * sum(x) to take the offset back off.
+struct Avx512Groups {
+  SHAMN_TARGET_AVX512 static __m256i start(int32_t xsum) { return _mm256_set1_epi32(-128 * xsum); }
+  SHAMN_TARGET_AVX512 static __m256i add(__m256i isum, const int8_t* w, const int8_t* x) {
+    const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)),
+                                        _mm256_set1_epi8(static_cast<char>(0x80)));
+    return _mm256_dpbusd_epi32(isum, wv, _mm256_set1_epi32(load_group(x)));
+  }
+};
+
+// One chunk of 8 rows: y8 [8] += c * (W x) of those rows. xsum: x's block sums.
+template <class Groups>
+SHAMN_TARGET_AVX2 inline void chunk_add(const LowRankQ8& w, int64_t ch, const BlockQ8* x, const int32_t* xsum,
+                                        float c, float* y8) {
+  const int64_t blocks = w.blocks();
+  const int8_t* chunk = w.packed.data() + ch * w.groups * kC * kG;
+  const float* d = w.d.data() + ch * blocks * kC;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t j = 0, g0 = 0; j < blocks; g0 += w.groups_in_block(j), ++j) {
+    // Two sums halve the chain of dependent adds (integers: the order is free).
+    __m256i isum[2] = {Groups::start(xsum[j]), _mm256_setzero_si256()};
+    for (int64_t g = 0; g < w.groups_in_block(j); ++g)
+      isum[g % 2] = Groups::add(isum[g % 2], chunk + (g0 + g) * kC * kG, x[j].q + g * kG);
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(x[j].d), _mm256_loadu_ps(d + j * kC));
+    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
+  }
+  _mm256_storeu_ps(y8, _mm256_fmadd_ps(_mm256_set1_ps(c), acc, _mm256_loadu_ps(y8)));
+}
+
+template <class Groups>
+SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const BlockQ8* x, float c, float* y) {
+  constexpr int64_t kStack = 64;
+  const int64_t blocks = w.blocks();
+  int32_t stack[kStack];
+  std::vector<int32_t> heap(blocks > kStack ? static_cast<size_t>(blocks) : 0);
+  int32_t* xsum = blocks > kStack ? heap.data() : stack;
+  for (int64_t j = 0; j < blocks; ++j) xsum[j] = block_value_sum(x[j]);
+  const int64_t full = w.rows / kC;
+  for (int64_t ch = 0; ch < full; ++ch) chunk_add<Groups>(w, ch, x, xsum, c, y + ch * kC);
+  if (full * kC < w.rows) {  // the last rows, through a copy
+    const int64_t rest = w.rows - full * kC;
+    float tail[kC] = {};
+    std::copy_n(y + full * kC, rest, tail);
+    chunk_add<Groups>(w, full, x, xsum, c, tail);
+    std::copy_n(tail, rest, y + full * kC);
+  }
+}
+
+}  // namespace
+
+// flatten: the templates above carry AVX2's target, and GCC inlines a function
+// only into one with at least its target, so the AVX-512 adds would stay calls.
+SHAMN_TARGET_AVX2 __attribute__((flatten)) void low_rank_add_q8_avx2(const LowRankQ8& w, const BlockQ8* x,
+                                                                     float c, float* y) {
+  low_rank_add<Avx2Groups>(w, x, c, y);
+}
+
+SHAMN_TARGET_AVX512 __attribute__((flatten)) void low_rank_add_q8_avx512(const LowRankQ8& w, const BlockQ8* x,
+                                                                         float c, float* y) {
+  low_rank_add<Avx512Groups>(w, x, c, y);
+}
+
+}  // namespace shamn::quant_detail
