@@ -235,6 +235,111 @@ QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) 
   return xq;
 }
 
+// y [o0, o1) += scale * sum_k t[k] bt[k] (bt: [r, stride], y and bt indexed
+// by output): B t for one row's outputs o0..o1, 16 at a time summed over k in
+// registers, so y is read and written once. Every row takes this path whatever
+// the batch, so a row's bits do not depend on it.
+void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t stride, int64_t o0,
+                  int64_t o1, float scale) {
+  constexpr int64_t kChunk = 16;
+  for (int64_t c0 = o0; c0 < o1; c0 += kChunk) {
+    const int64_t c = std::min(kChunk, o1 - c0);
+    float acc[kChunk] = {};
+    for (int64_t k = 0; k < r; ++k) {
+      const float tk = t[k], *b = bt + k * stride + c0;
+      for (int64_t j = 0; j < c; ++j) acc[j] = std::fma(tk, b[j], acc[j]);
+    }
+    for (int64_t j = 0; j < c; ++j) y[c0 + j] += scale * acc[j];
+  }
+}
+
+// The input of an adapted product: op row i reads x[x_rows ? x_rows[i] : i]
+// ([.., in] f32) and, when the base product quantised it in whole-row blocks,
+// xq's row of the same index.
+struct LoraInput {
+  const float* x = nullptr;
+  int64_t in = 0;
+  const QuantRows* xq = nullptr;
+  const int32_t* x_rows = nullptr;
+};
+
+// The LoRA term of one adapted product of n op rows: y[i] += (alpha / r) B (A x_i)
+// for each row i whose adapter adapts the matrix (pick(its LoraLayer) is not
+// null; row i's adapter is ad.of_row[tokens ? tokens[i] : i]). A x_i is
+// computed when the term is made, from the activations the base product
+// quantised (no second quantisation or gather); the base product adds B's part
+// tile by tile (add), while the tile's outputs are in cache. An int8 adapter
+// runs both factors in int8 (infer/low_rank_q8.h), a f32 one B as r axpys.
+class LoraTerm {
+ public:
+  LoraTerm() = default;
+  template <class Pick>
+  LoraTerm(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, const int32_t* tokens, int64_t n) {
+    if (ad.of_row == nullptr) return;
+    f_.assign(static_cast<size_t>(n), nullptr);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t a = ad.of_row[tokens ? tokens[i] : i];
+      if (a < 0) continue;
+      f_[i] = pick(ad.list[a]->layer(l));
+      if (f_[i] == nullptr) continue;
+      any_ = true;
+      r_stride_ = std::max(r_stride_, f_[i]->a.rows);
+    }
+    if (!any_) return;
+    t_ = Buffer<float>(n * r_stride_);
+    tq_ = Buffer<BlockQ8>(n * quant_blocks(r_stride_));
+    parallel_for(0, n, grain_for(r_stride_ * in.in), [&](int64_t lo, int64_t hi) {
+      std::vector<BlockQ8> own;  // an f32 base's rows, or segments that are not whole blocks
+      for (int64_t i = lo; i < hi; ++i) {
+        const LoraFactors* f = f_[i];
+        if (f == nullptr) continue;
+        const int64_t x_id = in.x_rows ? in.x_rows[i] : i, r = f->a.rows;
+        const float* x = in.x + x_id * in.in;
+        float* t = t_.data() + i * r_stride_;
+        if (!f->a.quantized()) {
+          f->a.dot_rows(0, r, InputRow{x, nullptr}, t);
+          continue;
+        }
+        const BlockQ8* xq = nullptr;
+        if (in.xq != nullptr) {
+          xq = in.xq->q.data() + x_id * f->aq.blocks();
+        } else {
+          own.resize(static_cast<size_t>(quant_blocks(in.in)));
+          quantize_row_q8(x, own.data(), in.in);
+          xq = own.data();
+        }
+        std::fill_n(t, r, 0.0f);
+        low_rank_add_q8(f->aq, xq, 1.0f, t);
+        quantize_row_q8(t, tq_.data() + i * quant_blocks(r_stride_), r);
+      }
+    });
+  }
+  LoraTerm(LoraTerm&&) = default;
+
+  explicit operator bool() const { return any_; }
+
+  // Op row i's outputs [o0, o1) (o0 a multiple of LowRankQ8::kChunk) += its term;
+  // y_row: row i's outputs, [out].
+  void add(int64_t i, float* y_row, int64_t o0, int64_t o1) const {
+    const LoraFactors* f = f_[i];
+    if (f == nullptr) return;
+    if (f->a.quantized())
+      low_rank_add_q8(f->bq, tq(i), f->scale, y_row, o0, o1);
+    else
+      add_low_rank(y_row, t_.data() + i * r_stride_, f->bt.data(), f->a.rows, out_of(f), o0, o1, f->scale);
+  }
+
+ private:
+  const BlockQ8* tq(int64_t i) const { return tq_.data() + i * quant_blocks(r_stride_); }
+  static int64_t out_of(const LoraFactors* f) { return static_cast<int64_t>(f->bt.size()) / f->a.rows; }
+
+  std::vector<const LoraFactors*> f_;  // [n]; null: the row is not adapted
+  int64_t r_stride_ = 0;               // the largest rank among the rows' adapters
+  Buffer<float> t_;                    // [n, r_stride] A x_i
+  Buffer<BlockQ8> tq_;                 // [n, quant_blocks(r_stride)] A x_i quantised (int8 adapters)
+  bool any_ = false;
+};
+
 // y [n, out] += bias [out] (null: nothing). A pass of its own after the
 // product: added right behind the kernel's masked stores, every load of y
 // waited for them (a store-forwarding stall per row block).
@@ -248,7 +353,8 @@ void add_bias(float* y, const float* bias, int64_t n, int64_t out) {
 // with segment 0; read only when W is quantised)  y: [n, out]. Tasks take
 // tiles of 16 weight rows and multiply every token by them at once, so a tile
 // is read from memory once per call.
-void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t n, float* y) {
+void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t n, float* y,
+                   const LoraTerm* lora = nullptr) {
   const WeightMatrix& W = L.w;
   const int64_t in = W.cols, out = W.rows, bpr = W.blocks_per_row();
   parallel_for(0, row_tiles(out), grain_for(kTileRows * in * n), [&](int64_t lo, int64_t hi) {
@@ -259,6 +365,8 @@ void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t 
                          out);
       else
         for (int64_t t = 0; t < n; ++t) W.dot_rows(r0, rn, InputRow{x + t * in, nullptr}, y + t * out + r0);
+      if (lora && *lora)
+        for (int64_t t = 0; t < n; ++t) lora->add(t, y + t * out, r0, r0 + rn);
     }
   });
   add_bias(y, L.bias, n, out);
@@ -273,9 +381,10 @@ void dense_forward(const Dense& L, const float* x, int64_t n, float* y) {
 // xq row rows[t] (or t), quantised per b-value segment (quantize_rows with
 // segment b). f32 W: x [n, in]. y: [n, out].
 void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows* xq, const int32_t* rows,
-                          int64_t n, float* y) {
+                          int64_t n, float* y, const LoraTerm* lora = nullptr) {
   const WeightMatrix& W = L.values;
   const int64_t b = L.block, a = L.active, nib = L.in / b, nob = L.out / b, sb = L.segment_blocks();
+  const bool lora_per_block = lora && *lora && b % LowRankQ8::kChunk == 0;
   parallel_for(0, nob, grain_for(b * a * b * n), [&](int64_t lo, int64_t hi) {
     // On the stack for the usual few active blocks: this runs once per call in a decode step.
     constexpr int64_t kStackIndex = 64;
@@ -298,8 +407,13 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
           W.dot_rows(r * b, b, InputRow{gf.data(), nullptr}, y + t * L.out + r * b);
         }
       }
+      if (lora_per_block)
+        for (int64_t t = 0; t < n; ++t) lora->add(t, y + t * L.out, r * b, (r + 1) * b);
     }
   });
+  // Row blocks narrower than the low-rank kernel's chunk take the term after the product.
+  if (lora && *lora && !lora_per_block)
+    for (int64_t t = 0; t < n; ++t) lora->add(t, y + t * L.out, 0, L.out);
   add_bias(y, L.bias, n, L.out);
 }
 
@@ -331,87 +445,6 @@ void rms_norm(const float* x, const float* gain, int64_t n, int64_t D, float* y)
       for (int64_t j = 0; j < D; ++j) y[t * D + j] = xt[j] * s * gain[j];
     }
   });
-}
-
-// y [out] += scale * sum_k t[k] bt[k] (bt: [r, out]): B t for one row, 16
-// outputs at a time summed over k in registers, so y is read and written once.
-// Every row takes this path whatever the batch, so a row's bits do not depend on it.
-void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t out, float scale) {
-  constexpr int64_t kChunk = 16;
-  for (int64_t o0 = 0; o0 < out; o0 += kChunk) {
-    const int64_t c = std::min(kChunk, out - o0);
-    float acc[kChunk] = {};
-    for (int64_t k = 0; k < r; ++k) {
-      const float tk = t[k], *b = bt + k * out + o0;
-      for (int64_t j = 0; j < c; ++j) acc[j] = std::fma(tk, b[j], acc[j]);
-    }
-    for (int64_t j = 0; j < c; ++j) y[o0 + j] += scale * acc[j];
-  }
-}
-
-// The input of an adapted product: op row i reads x[x_rows ? x_rows[i] : i]
-// ([.., in] f32) and, when the base product quantised it in whole-row blocks,
-// xq's row of the same index.
-struct LoraInput {
-  const float* x = nullptr;
-  int64_t in = 0;
-  const QuantRows* xq = nullptr;
-  const int32_t* x_rows = nullptr;
-};
-
-// y[i] += (alpha / r) B (A x_i) for each op row i < n whose adapter adapts
-// this matrix (pick(its LoraLayer) is not null); row i's adapter is
-// ad.of_row[tokens ? tokens[i] : i]; y: [n, out]. A reads the activations the
-// base product quantised (no second quantisation or gather); B adds into each
-// row of y while it is in cache, in int8 beside an int8 A (infer/low_rank_q8.h),
-// else as r axpys of `out` floats.
-template <class Pick>
-void lora_add(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, const int32_t* tokens, int64_t n,
-              float* y, int64_t out) {
-  if (ad.of_row == nullptr) return;
-  for (size_t a = 0; a < ad.list.size(); ++a) {
-    const LoraFactors* f = pick(ad.list[a]->layer(l));
-    if (f == nullptr) continue;
-    // This adapter's op rows, and the rows of x they read.
-    Buffer<int32_t> rows(n), x_ids(n);
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i)
-      if (ad.of_row[tokens ? tokens[i] : i] == static_cast<int32_t>(a)) {
-        rows[m] = static_cast<int32_t>(i);
-        x_ids[m++] = in.x_rows ? in.x_rows[i] : static_cast<int32_t>(i);
-      }
-    if (m == 0) continue;
-    const WeightMatrix& A = f->a;
-    const int64_t r = A.rows;
-    Buffer<float> t(r);  // A x of one row
-    if (A.quantized()) {
-      // A reads each row's quantised activations where they lie; B reads t quantised like any activation.
-      QuantRows gathered;
-      const BlockQ8* xq = nullptr;
-      const int64_t stride = A.blocks_per_row();
-      if (in.xq != nullptr) {
-        xq = in.xq->q.data();
-      } else {  // an f32 base, or segments that are not whole blocks: quantise these rows
-        Buffer<float> xg(m * in.in);
-        for (int64_t i = 0; i < m; ++i) std::copy_n(in.x + x_ids[i] * in.in, in.in, xg.data() + i * in.in);
-        gathered = quantize_rows(xg.data(), m, in.in, 0);
-        xq = gathered.q.data();
-        for (int64_t i = 0; i < m; ++i) x_ids[i] = static_cast<int32_t>(i);
-      }
-      Buffer<BlockQ8> tq(quant_blocks(r));
-      for (int64_t i = 0; i < m; ++i) {
-        std::fill_n(t.data(), r, 0.0f);
-        low_rank_add_q8(f->aq, xq + x_ids[i] * stride, 1.0f, t.data());
-        quantize_row_q8(t.data(), tq.data(), r);
-        low_rank_add_q8(f->bq, tq.data(), f->scale, y + static_cast<int64_t>(rows[i]) * out);
-      }
-    } else {
-      for (int64_t i = 0; i < m; ++i) {
-        A.dot_rows(0, r, InputRow{in.x + x_ids[i] * in.in, nullptr}, t.data());
-        add_low_rank(y + static_cast<int64_t>(rows[i]) * out, t.data(), f->bt.data(), r, out, f->scale);
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -449,10 +482,10 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
   silu_forward(c.data(), c.data(), n * D);
   const BlockSparse& out = L.mixer_out;
   const QuantRows cq = out.values.quantized() ? quantize_rows(c.data(), n, D, out.block) : QuantRows();
-  block_sparse_product(out, c.data(), &cq, nullptr, n, u.data());
-  lora_add(
+  const LoraTerm lora(
       ad, l, [](const LoraLayer& a) { return a.mixer_out; }, LoraInput{c.data(), D, whole_blocks(out, cq)},
-      nullptr, n, u.data(), D);
+      nullptr, n);
+  block_sparse_product(out, c.data(), &cq, nullptr, n, u.data(), &lora);
   for (int64_t i = 0; i < n * D; ++i) x[i] += u[i];
 }
 
@@ -461,10 +494,10 @@ void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, con
   Buffer<float> u(n * D), q(n * 2 * dh);
   rms_norm(x, L.mem_gain, n, D, u.data());
   const QuantRows uq = L.query.w.quantized() ? quantize_rows(u.data(), n, D, 0) : QuantRows();
-  dense_product(L.query, u.data(), &uq, n, q.data());
-  lora_add(
+  const LoraTerm lora(
       ad, l, [](const LoraLayer& a) { return a.query; },
-      LoraInput{u.data(), D, L.query.w.quantized() ? &uq : nullptr}, nullptr, n, q.data(), 2 * dh);
+      LoraInput{u.data(), D, L.query.w.quantized() ? &uq : nullptr}, nullptr, n);
+  dense_product(L.query, u.data(), &uq, n, q.data(), &lora);
   // Split q into its halves, then score them against the two key sets.
   Buffer<float> q1(n * dh), q2(n * dh);
   for (int64_t t = 0; t < n; ++t) {
@@ -497,13 +530,13 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   // Both routers read u whole-row quantised: quantised once.
   const bool routers_q = L.router_group.quantized() || L.router_expert.quantized();
   const QuantRows uq = routers_q ? quantize_rows(u.data(), n, D, 0) : QuantRows();
-  dense_product(Dense{L.router_group, nullptr}, u.data(), &uq, n, rg.data());
-  dense_product(Dense{L.router_expert, nullptr}, u.data(), &uq, n, re.data());
   const LoraInput router_in{u.data(), D, routers_q ? &uq : nullptr};
-  lora_add(
-      ad, l, [](const LoraLayer& a) { return a.router_group; }, router_in, nullptr, n, rg.data(), G);
-  lora_add(
-      ad, l, [](const LoraLayer& a) { return a.router_expert; }, router_in, nullptr, n, re.data(), X);
+  const LoraTerm lora_group(
+      ad, l, [](const LoraLayer& a) { return a.router_group; }, router_in, nullptr, n);
+  const LoraTerm lora_expert(
+      ad, l, [](const LoraLayer& a) { return a.router_expert; }, router_in, nullptr, n);
+  dense_product(Dense{L.router_group, nullptr}, u.data(), &uq, n, rg.data(), &lora_group);
+  dense_product(Dense{L.router_expert, nullptr}, u.data(), &uq, n, re.data(), &lora_expert);
   Buffer<float> P(n * X), pg(n * G), pe(n * X);
   router_probs_forward<float>(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, moe);
   Buffer<int32_t> chosen(n * k);
@@ -541,17 +574,17 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
                   "every expert's up projection has the same type and block");
       float* he = h.data() + r0 * H;
       const int32_t* tokens = order.data() + r0;
-      block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, tokens, m, he);
-      lora_add(
+      const LoraTerm lora_up(
           ad, l, [e](const LoraLayer& a) { return a.up[e]; },
-          LoraInput{u.data(), D, whole_blocks(up, *uq_experts), tokens}, tokens, m, he, H);
+          LoraInput{u.data(), D, whole_blocks(up, *uq_experts), tokens}, tokens, m);
+      block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, tokens, m, he, &lora_up);
       gelu_forward(he, he, m * H);
       const BlockSparse& down = L.experts[e].down;
       const QuantRows hq = down.values.quantized() ? quantize_rows(he, m, H, down.block) : QuantRows();
-      block_sparse_product(down, he, &hq, nullptr, m, ys.data() + r0 * D);
-      lora_add(
+      const LoraTerm lora_down(
           ad, l, [e](const LoraLayer& a) { return a.down[e]; }, LoraInput{he, H, whole_blocks(down, hq)},
-          tokens, m, ys.data() + r0 * D, D);
+          tokens, m);
+      block_sparse_product(down, he, &hq, nullptr, m, ys.data() + r0 * D, &lora_down);
     }
   });
   moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);

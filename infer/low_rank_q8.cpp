@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "infer/quant_dot_paths.h"
 #include "infer/quant_kernels.h"
 
@@ -33,16 +34,18 @@ LowRankQ8 pack_low_rank_q8(const BlockQ8* w, int64_t rows, int64_t cols) {
   return p;
 }
 
-void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y) {
-  quant_kernels().low_rank_add(w, x, c, y);
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1) {
+  SHAMN_CHECK(r0 % LowRankQ8::kChunk == 0 && 0 <= r0 && r0 <= r1 && r1 <= w.rows, "low-rank rows [", r0, ", ",
+              r1, ") of ", w.rows);
+  quant_kernels().low_rank_add(w, x, c, y, r0, r1);
 }
 
 namespace quant_detail {
 
-void low_rank_add_q8_scalar(const LowRankQ8& w, const BlockQ8* x, float c, float* y) {
+void low_rank_add_q8_scalar(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1) {
   constexpr int64_t kC = LowRankQ8::kChunk, kG = LowRankQ8::kGroup;
   const int64_t blocks = w.blocks();
-  for (int64_t r = 0; r < w.rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t ch = r / kC, lane = r % kC;
     const int8_t* chunk = w.packed.data() + ch * w.groups * kC * kG;
     float acc = 0;

@@ -43,7 +43,11 @@ struct LowRankQ8 {
 // w: [rows, quant_blocks(cols)] row-major q8 blocks.
 LowRankQ8 pack_low_rank_q8(const BlockQ8* w, int64_t rows, int64_t cols);
 
-// y [rows] += c * W x, x [cols] quantised (quant_blocks(cols) blocks).
-void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y);
+// y [rows] += c * W x for rows [r0, r1) (r0 a multiple of kChunk), x [cols]
+// quantised (quant_blocks(cols) blocks).
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1);
+inline void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y) {
+  low_rank_add_q8(w, x, c, y, 0, w.rows);
+}
 
 }  // namespace shamn

@@ -55,17 +55,18 @@ SHAMN_TARGET_AVX2 inline void chunk_add(const LowRankQ8& w, int64_t ch, const Bl
 }
 
 template <class Groups>
-SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const BlockQ8* x, float c, float* y) {
+SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const BlockQ8* x, float c, float* y,
+                                           int64_t r0, int64_t r1) {
   constexpr int64_t kStack = 64;
   const int64_t blocks = w.blocks();
   int32_t stack[kStack];
   std::vector<int32_t> heap(blocks > kStack ? static_cast<size_t>(blocks) : 0);
   int32_t* xsum = blocks > kStack ? heap.data() : stack;
   for (int64_t j = 0; j < blocks; ++j) xsum[j] = block_value_sum(x[j]);
-  const int64_t full = w.rows / kC;
-  for (int64_t ch = 0; ch < full; ++ch) chunk_add<Groups>(w, ch, x, xsum, c, y + ch * kC);
-  if (full * kC < w.rows) {  // the last rows, through a copy
-    const int64_t rest = w.rows - full * kC;
+  const int64_t full = r1 / kC;
+  for (int64_t ch = r0 / kC; ch < full; ++ch) chunk_add<Groups>(w, ch, x, xsum, c, y + ch * kC);
+  if (full * kC < r1) {  // the last rows, through a copy
+    const int64_t rest = r1 - full * kC;
     float tail[kC] = {};
     std::copy_n(y + full * kC, rest, tail);
     chunk_add<Groups>(w, full, x, xsum, c, tail);
@@ -78,13 +79,15 @@ SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const BlockQ8* x,
 // flatten: the templates above carry AVX2's target, and GCC inlines a function
 // only into one with at least its target, so the AVX-512 adds would stay calls.
 SHAMN_TARGET_AVX2 __attribute__((flatten)) void low_rank_add_q8_avx2(const LowRankQ8& w, const BlockQ8* x,
-                                                                     float c, float* y) {
-  low_rank_add<Avx2Groups>(w, x, c, y);
+                                                                     float c, float* y, int64_t r0,
+                                                                     int64_t r1) {
+  low_rank_add<Avx2Groups>(w, x, c, y, r0, r1);
 }
 
 SHAMN_TARGET_AVX512 __attribute__((flatten)) void low_rank_add_q8_avx512(const LowRankQ8& w, const BlockQ8* x,
-                                                                         float c, float* y) {
-  low_rank_add<Avx512Groups>(w, x, c, y);
+                                                                         float c, float* y, int64_t r0,
+                                                                         int64_t r1) {
+  low_rank_add<Avx512Groups>(w, x, c, y, r0, r1);
 }
 
 }  // namespace shamn::quant_detail

@@ -18,9 +18,9 @@
 
 namespace shamn::test {
 
-// Block 32 (quantisation blocks line up with sparse blocks), a memory layer,
-// two groups of experts; `extra` appends or overrides tables.
-inline std::string model_toml(const std::string& extra = "") {
+// Block 32 by default (quantisation blocks line up with sparse blocks), a
+// memory layer, two groups of experts; `extra` appends or overrides tables.
+inline std::string model_toml(const std::string& extra = "", int64_t block = 32) {
   return R"([model]
 vocab_size = 300
 dim = 64
@@ -30,7 +30,9 @@ buckets = 40
 )" + extra +
          R"(
 [model.sparse]
-block = 32
+block = )" +
+         std::to_string(block) +
+         R"(
 sparsity = 0.5
 [model.memory]
 size = 64

@@ -135,7 +135,12 @@ TEST_CASE("a dense matrix's adapter equals its weights with (alpha / r) B A fold
 
 TEST_CASE("streams with different adapters decoded together get what each gets alone", "[infer][lora]") {
   test::ThreadCountGuard threads;
-  const TestModel tm(model_toml(), "lora_mixed");
+  // Sparse blocks of whole quantisation blocks (the adapters read the base's
+  // quantised rows), of half of one (they quantise their own), and narrower
+  // than the low-rank kernel's 8 rows (B is added after the product, not per block).
+  const int64_t block = GENERATE(32, 16, 4);
+  INFO("block " << block);
+  const TestModel tm(model_toml("", block), "lora_mixed_" + std::to_string(block));
   const InferModel m = tm.runtime(ShqQuant::int8);
   Spec s1;
   s1.q8 = true;
@@ -259,7 +264,10 @@ TEST_CASE("adapters for another base, of the wrong shape or naming unknown matri
 
 TEST_CASE("an adapter checkpoint exported for the runtime gives the autograd model's logits",
           "[infer][lora]") {
-  const TestModel tm(model_toml(), "lora_e2e");
+  // Block 4 is narrower than the low-rank kernel's chunk: B's term then follows the whole product.
+  const int64_t block = GENERATE(32, 4);
+  INFO("block " << block);
+  const TestModel tm(model_toml("", block), "lora_e2e_" + std::to_string(block));
   // The adapted model: the base's weights, adapters on every kind of matrix, B random.
   Shamn adapted(tm.config);
   load_model_tensors(Hdf5Reader(tm.checkpoint), adapted);
