@@ -272,72 +272,114 @@ struct LoraInput {
 // runs both factors in int8 (infer/low_rank_q8.h), a f32 one B as r axpys.
 class LoraTerm {
  public:
-  LoraTerm() = default;
   template <class Pick>
   LoraTerm(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, const int32_t* tokens, int64_t n) {
     if (ad.of_row == nullptr) return;
-    f_.assign(static_cast<size_t>(n), nullptr);
+    const int64_t A = static_cast<int64_t>(ad.list.size());
+    int64_t r_max = 0;
+    for (int64_t a = 0; a < A; ++a)
+      if (const LoraFactors* f = pick(ad.list[a]->layer(l))) r_max = std::max(r_max, f->a.rows);
+    if (r_max == 0) return;
+    r_stride_ = r_max;
+    tb_ = quant_blocks(r_max);
+    // One allocation per term (a decode step makes one per adapted matrix):
+    // factors [A], group offsets [A + 1], rows [n], t [n, r], tq [n, tb], sums [n, tb].
+    const auto floats = [](int64_t count, size_t size) {
+      return (count * static_cast<int64_t>(size) + 3) / 4;
+    };
+    arena_ = Buffer<float>(floats(A, sizeof(LoraFactors*)) + floats(A + 1, 4) + floats(n, 4) + n * r_max +
+                           floats(n * tb_, sizeof(BlockQ8)) + floats(n * tb_, 4));
+    float* p = arena_.data();
+    const auto carve = [&p, &floats](auto*& out, int64_t count) {
+      out = reinterpret_cast<std::remove_reference_t<decltype(out)>>(p);
+      p += floats(count, sizeof(*out));
+    };
+    carve(factors_, A);
+    carve(offsets_, A + 1);
+    carve(rows_, n);
+    carve(t_, n * r_max);
+    carve(tq_, n * tb_);
+    carve(tq_sums_, n * tb_);
+    groups_ = A;
+    // The rows of each adapter that adapts this matrix, in row order (a counting sort).
+    std::fill_n(offsets_, A + 1, 0);
+    for (int64_t a = 0; a < A; ++a) factors_[a] = pick(ad.list[a]->layer(l));
     for (int64_t i = 0; i < n; ++i) {
       const int32_t a = ad.of_row[tokens ? tokens[i] : i];
-      if (a < 0) continue;
-      f_[i] = pick(ad.list[a]->layer(l));
-      if (f_[i] == nullptr) continue;
-      any_ = true;
-      r_stride_ = std::max(r_stride_, f_[i]->a.rows);
+      if (a >= 0 && factors_[a] != nullptr) ++offsets_[a + 1];
     }
-    if (!any_) return;
-    t_ = Buffer<float>(n * r_stride_);
-    tq_ = Buffer<BlockQ8>(n * quant_blocks(r_stride_));
-    parallel_for(0, n, grain_for(r_stride_ * in.in), [&](int64_t lo, int64_t hi) {
+    for (int64_t a = 0; a < A; ++a) offsets_[a + 1] += offsets_[a];
+    // offsets_[a] walks through group a while it fills, ending where group a + 1 starts.
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t a = ad.of_row[tokens ? tokens[i] : i];
+      if (a >= 0 && factors_[a] != nullptr) rows_[offsets_[a]++] = static_cast<int32_t>(i);
+    }
+    for (int64_t a = A; a > 0; --a) offsets_[a] = offsets_[a - 1];
+    offsets_[0] = 0;
+    const int64_t adapted = offsets_[A];
+    parallel_for(0, adapted, grain_for(r_max * in.in), [&](int64_t lo, int64_t hi) {
       std::vector<BlockQ8> own;  // an f32 base's rows, or segments that are not whole blocks
-      for (int64_t i = lo; i < hi; ++i) {
-        const LoraFactors* f = f_[i];
-        if (f == nullptr) continue;
-        const int64_t x_id = in.x_rows ? in.x_rows[i] : i, r = f->a.rows;
+      for (int64_t k = lo; k < hi; ++k) {
+        const LoraFactors* f = factors_[group_of(k)];
+        const int64_t i = rows_[k], x_id = in.x_rows ? in.x_rows[i] : i, r = f->a.rows;
         const float* x = in.x + x_id * in.in;
-        float* t = t_.data() + i * r_stride_;
+        float* t = t_ + i * r_stride_;
         if (!f->a.quantized()) {
           f->a.dot_rows(0, r, InputRow{x, nullptr}, t);
           continue;
         }
+        // A in the runtime's tiles, one row at a time (the single-row tile
+        // kernel: as fast as 8-row chunks at rank 8, twice as fast at 32).
         const BlockQ8* xq = nullptr;
         if (in.xq != nullptr) {
-          xq = in.xq->q.data() + x_id * f->aq.blocks();
+          xq = in.xq->q.data() + x_id * f->a.blocks_per_row();
         } else {
           own.resize(static_cast<size_t>(quant_blocks(in.in)));
           quantize_row_q8(x, own.data(), in.in);
           xq = own.data();
         }
-        std::fill_n(t, r, 0.0f);
-        low_rank_add_q8(f->aq, xq, 1.0f, t);
-        quantize_row_q8(t, tq_.data() + i * quant_blocks(r_stride_), r);
+        f->a.dot_rows(0, r, InputRow{nullptr, xq}, t);
+        quantize_row_q8(t, tq_ + i * tb_, r);
+        q8_block_sums(tq_ + i * tb_, quant_blocks(r), tq_sums_ + i * tb_);
       }
     });
   }
-  LoraTerm(LoraTerm&&) = default;
+  LoraTerm(const LoraTerm&) = delete;
 
-  explicit operator bool() const { return any_; }
+  explicit operator bool() const { return groups_ > 0 && offsets_[groups_] > 0; }
 
-  // Op row i's outputs [o0, o1) (o0 a multiple of LowRankQ8::kChunk) += its term;
-  // y_row: row i's outputs, [out].
-  void add(int64_t i, float* y_row, int64_t o0, int64_t o1) const {
-    const LoraFactors* f = f_[i];
-    if (f == nullptr) return;
-    if (f->a.quantized())
-      low_rank_add_q8(f->bq, tq(i), f->scale, y_row, o0, o1);
-    else
-      add_low_rank(y_row, t_.data() + i * r_stride_, f->bt.data(), f->a.rows, out_of(f), o0, o1, f->scale);
+  // Outputs [o0, o1) of every adapted row += its term (o0 a multiple of
+  // LowRankQ8::kChunk); y: [n, y_stride], op row i at y + i * y_stride.
+  void add(float* y, int64_t y_stride, int64_t o0, int64_t o1) const {
+    for (int64_t a = 0; a < groups_; ++a) {
+      const LoraFactors* f = factors_[a];
+      const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
+      if (m == 0) continue;
+      if (f->a.quantized()) {
+        low_rank_add_q8(f->bq, tq_, tq_sums_, tb_, rows_ + begin, m, f->scale, y, y_stride, o0, o1);
+      } else {
+        const int64_t r = f->a.rows, out = static_cast<int64_t>(f->bt.size()) / r;
+        for (int64_t k = begin; k < begin + m; ++k)
+          add_low_rank(y + rows_[k] * y_stride, t_ + rows_[k] * r_stride_, f->bt.data(), r, out, o0, o1,
+                       f->scale);
+      }
+    }
   }
 
  private:
-  const BlockQ8* tq(int64_t i) const { return tq_.data() + i * quant_blocks(r_stride_); }
-  static int64_t out_of(const LoraFactors* f) { return static_cast<int64_t>(f->bt.size()) / f->a.rows; }
+  int64_t group_of(int64_t k) const {  // the adapter whose rows include the k-th sorted row
+    return std::upper_bound(offsets_, offsets_ + groups_ + 1, static_cast<int32_t>(k)) - offsets_ - 1;
+  }
 
-  std::vector<const LoraFactors*> f_;  // [n]; null: the row is not adapted
-  int64_t r_stride_ = 0;               // the largest rank among the rows' adapters
-  Buffer<float> t_;                    // [n, r_stride] A x_i
-  Buffer<BlockQ8> tq_;                 // [n, quant_blocks(r_stride)] A x_i quantised (int8 adapters)
-  bool any_ = false;
+  Buffer<float> arena_;
+  int64_t groups_ = 0;                     // the batch's adapters (A)
+  const LoraFactors** factors_ = nullptr;  // [A] each adapter's factors for this matrix, or null
+  int32_t* offsets_ = nullptr;             // [A + 1] adapter a's rows are rows_[offsets_[a], offsets_[a+1])
+  int32_t* rows_ = nullptr;                // op rows, grouped by adapter
+  int64_t r_stride_ = 0, tb_ = 0;          // the largest rank, its quantisation blocks
+  float* t_ = nullptr;                     // [n, r_stride] A x_i
+  BlockQ8* tq_ = nullptr;                  // [n, tb] A x_i quantised (int8 adapters)
+  int32_t* tq_sums_ = nullptr;             // [n, tb] their block sums
 };
 
 // y [n, out] += bias [out] (null: nothing). A pass of its own after the
@@ -365,8 +407,7 @@ void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t 
                          out);
       else
         for (int64_t t = 0; t < n; ++t) W.dot_rows(r0, rn, InputRow{x + t * in, nullptr}, y + t * out + r0);
-      if (lora && *lora)
-        for (int64_t t = 0; t < n; ++t) lora->add(t, y + t * out, r0, r0 + rn);
+      if (lora && *lora) lora->add(y, out, r0, r0 + rn);
     }
   });
   add_bias(y, L.bias, n, out);
@@ -407,13 +448,11 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
           W.dot_rows(r * b, b, InputRow{gf.data(), nullptr}, y + t * L.out + r * b);
         }
       }
-      if (lora_per_block)
-        for (int64_t t = 0; t < n; ++t) lora->add(t, y + t * L.out, r * b, (r + 1) * b);
+      if (lora_per_block) lora->add(y, L.out, r * b, (r + 1) * b);
     }
   });
   // Row blocks narrower than the low-rank kernel's chunk take the term after the product.
-  if (lora && *lora && !lora_per_block)
-    for (int64_t t = 0; t < n; ++t) lora->add(t, y + t * L.out, 0, L.out);
+  if (lora && *lora && !lora_per_block) lora->add(y, L.out, 0, L.out);
   add_bias(y, L.bias, n, L.out);
 }
 

@@ -17,18 +17,6 @@ struct Target {
   const LoraFactors** slot = nullptr;  // in the adapter's LoraLayer
 };
 
-// A quantised matrix's blocks in row-major order, [rows, blocks per row].
-std::vector<BlockQ8> row_blocks(const WeightMatrix& w) {
-  SHAMN_CHECK(w.type == WeightType::q8, "LoRA factors are f32 or q8");
-  const int64_t bpr = w.blocks_per_row();
-  std::vector<BlockQ8> out(static_cast<size_t>(w.rows * bpr));
-  for (int64_t r = 0; r < w.rows; ++r)
-    for (int64_t j = 0; j < bpr; ++j)
-      out[r * bpr + j] = w.tiled ? tile_block(static_cast<const TileQ8*>(w.data), bpr, r, j)
-                                 : static_cast<const BlockQ8*>(w.data)[r * bpr + j];
-  return out;
-}
-
 }  // namespace
 
 std::string lora_config_toml(int64_t rank, double alpha) {
@@ -109,7 +97,8 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
                         "' imply ", shape_str(shape));
     }
     // B is small ([out, r]): kept as f32 columns (r axpys add B t to a row)
-    // beside a f32 A; beside a quantised A, both are packed in int8 (infer/low_rank_q8.h).
+    // beside a f32 A; beside a quantised A, quantised per output row and
+    // packed for its shape (infer/low_rank_q8.h).
     const WeightMatrix b = weight_matrix_view(pair.second->dtype, b_shape, pair.second->data);
     std::vector<float> bt(static_cast<size_t>(rank_ * target.out)), row(static_cast<size_t>(rank_));
     for (int64_t o = 0; o < target.out; ++o) {
@@ -118,9 +107,8 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
       for (int64_t k = 0; k < rank_; ++k) bt[k * target.out + o] = row[k];
     }
     const WeightMatrix a = weight_matrix_view(pair.first->dtype, a_shape, pair.first->data);
-    LoraFactors f{a, {}, {}, {}, static_cast<float>(alpha_ / static_cast<double>(rank_))};
+    LoraFactors f{a, {}, {}, static_cast<float>(alpha_ / static_cast<double>(rank_))};
     if (a.quantized()) {
-      f.aq = pack_low_rank_q8(row_blocks(a).data(), rank_, target.in);
       std::vector<BlockQ8> b_rows(static_cast<size_t>(target.out * quant_blocks(rank_)));
       std::vector<float> row_f(static_cast<size_t>(rank_));
       for (int64_t o = 0; o < target.out; ++o) {

@@ -27,7 +27,7 @@ class InferModel;
 struct LoraFactors {
   WeightMatrix a;         // [r, in], as stored
   std::vector<float> bt;  // beside a f32 A: B transposed, [r, out], f32: r axpys add B t
-  LowRankQ8 aq, bq;       // beside a quantised A: A's blocks and B (quantised per row) in int8
+  LowRankQ8 bq;           // beside a quantised A: B in int8, quantised per output row
   float scale = 0;        // alpha / r
 };
 

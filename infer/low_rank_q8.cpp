@@ -34,31 +34,49 @@ LowRankQ8 pack_low_rank_q8(const BlockQ8* w, int64_t rows, int64_t cols) {
   return p;
 }
 
-void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1) {
-  SHAMN_CHECK(r0 % LowRankQ8::kChunk == 0 && 0 <= r0 && r0 <= r1 && r1 <= w.rows, "low-rank rows [", r0, ", ",
-              r1, ") of ", w.rows);
-  quant_kernels().low_rank_add(w, x, c, y, r0, r1);
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, int64_t stride,
+                     const int32_t* rows, int64_t n, float c, float* y, int64_t y_stride, int64_t r0,
+                     int64_t r1) {
+  SHAMN_CHECK(r0 % LowRankQ8::kChunk == 0 && 0 <= r0 && r0 <= r1 && r1 <= w.rows && stride >= w.blocks(),
+              "low-rank rows [", r0, ", ", r1, ") of ", w.rows, ", input stride ", stride);
+  quant_kernels().low_rank_add(w, LowRankInput{x, sums, stride, n, rows}, c, y, y_stride, r0, r1);
+}
+
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, float c, float* y) {
+  low_rank_add_q8(w, x, sums, w.blocks(), nullptr, 1, c, y, w.rows, 0, w.rows);
+}
+
+void q8_block_sums(const BlockQ8* x, int64_t blocks, int32_t* sums) {
+  for (int64_t j = 0; j < blocks; ++j) {
+    int32_t s = 0;
+    for (int i = 0; i < kQuantBlock; ++i) s += x[j].q[i];
+    sums[j] = s;
+  }
 }
 
 namespace quant_detail {
 
-void low_rank_add_q8_scalar(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1) {
+void low_rank_add_q8_scalar(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
+                            int64_t r0, int64_t r1) {
   constexpr int64_t kC = LowRankQ8::kChunk, kG = LowRankQ8::kGroup;
   const int64_t blocks = w.blocks();
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t ch = r / kC, lane = r % kC;
-    const int8_t* chunk = w.packed.data() + ch * w.groups * kC * kG;
-    float acc = 0;
-    int64_t g0 = 0;
-    for (int64_t j = 0; j < blocks; ++j) {
-      int32_t isum = 0;
-      for (int64_t g = 0; g < w.groups_in_block(j); ++g)
-        for (int64_t i = 0; i < kG; ++i)
-          isum += int32_t{x[j].q[g * kG + i]} * int32_t{chunk[((g0 + g) * kC + lane) * kG + i]};
-      acc = std::fma(x[j].d * w.d[(ch * blocks + j) * kC + lane], static_cast<float>(isum), acc);
-      g0 += w.groups_in_block(j);
+  for (int64_t t = 0; t < in.n; ++t) {
+    const int64_t row = in.row(t);
+    const BlockQ8* x = in.x + row * in.stride;
+    float* yt = y + row * y_stride;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t ch = r / kC, lane = r % kC;
+      const int8_t* chunk = w.packed.data() + ch * w.groups * kC * kG;
+      float acc = 0;
+      for (int64_t j = 0, g0 = 0; j < blocks; g0 += w.groups_in_block(j), ++j) {
+        int32_t isum = 0;
+        for (int64_t g = 0; g < w.groups_in_block(j); ++g)
+          for (int64_t i = 0; i < kG; ++i)
+            isum += int32_t{x[j].q[g * kG + i]} * int32_t{chunk[((g0 + g) * kC + lane) * kG + i]};
+        acc = std::fma(x[j].d * w.d[(ch * blocks + j) * kC + lane], static_cast<float>(isum), acc);
+      }
+      yt[r] = std::fma(c, acc, yt[r]);
     }
-    y[r] = std::fma(c, acc, y[r]);
   }
 }
 

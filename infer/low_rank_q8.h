@@ -1,11 +1,13 @@
 #pragma once
-// The factors of a quantised LoRA adapter (infer/lora_adapter.h) in a layout
-// for their shapes: A [r, in] has few rows, B [out, r] few columns, and both
-// multiply one activation row at a time. In the runtime's tiles of 16 rows
-// A wasted half of every tile at rank 8 and each tiny product paid the batched
-// kernel's set-up, and f32 B cost an adapted expert more than its whole int8
-// base product; here each 4 quantised input values meet 8 rows' weights in one
-// vpdpbusd, with nothing to set up.
+// A matrix with few columns in int8, laid out for its shape: a quantised LoRA
+// adapter's B [out, r] (infer/lora_adapter.h), which multiplies t = A x, r
+// values, into every output. As f32 columns B cost r multiply-adds per output
+// at 16 lanes, more than the int8 base product of a 75%-sparse expert it
+// adapts; the runtime's tiles would pad each row's r values to a block of 32.
+// Here each 4 quantised values of t meet 8 rows' weights in one vpdpbusd, and
+// with one block of columns (r <= 32) t's groups are broadcast once per row.
+// (A [r, in] keeps the runtime's tiles: experiments/bench/bench_low_rank.cpp
+// measured this layout no faster for it.)
 //
 // W [rows, cols] as q8 blocks of 32 values along each row (the BlockQ8 of
 // infer/quant_blocks.h, moved): for chunk c of 8 rows and group g of 4
@@ -40,14 +42,31 @@ struct LowRankQ8 {
   }
 };
 
+// The right-hand side of low_rank_add_q8: n quantised rows.
+struct LowRankInput {
+  const BlockQ8* x = nullptr;
+  const int32_t* sums = nullptr;
+  int64_t stride = 0, n = 0;
+  const int32_t* rows = nullptr;
+  int64_t row(int64_t t) const { return rows ? rows[t] : t; }
+};
+
 // w: [rows, quant_blocks(cols)] row-major q8 blocks.
 LowRankQ8 pack_low_rank_q8(const BlockQ8* w, int64_t rows, int64_t cols);
 
-// y [rows] += c * W x for rows [r0, r1) (r0 a multiple of kChunk), x [cols]
-// quantised (quant_blocks(cols) blocks).
-void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1);
-inline void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, float c, float* y) {
-  low_rank_add_q8(w, x, c, y, 0, w.rows);
-}
+// y[row] [w.rows] += c * W x[row], for row = rows ? rows[t] : t, t < n, and
+// W's rows [r0, r1) (r0 a multiple of kChunk). x: quantised rows of `stride`
+// blocks (the first quant_blocks(cols) are read); sums: each block's sum of
+// values, laid out as x (what the VNNI path needs to undo its unsigned offset).
+// y: rows of y_stride floats.
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, int64_t stride,
+                     const int32_t* rows, int64_t n, float c, float* y, int64_t y_stride, int64_t r0,
+                     int64_t r1);
+
+// One row: y [w.rows] += c * W x.
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, float c, float* y);
+
+// sums[j] = the sum of block j's values, j < blocks.
+void q8_block_sums(const BlockQ8* x, int64_t blocks, int32_t* sums);
 
 }  // namespace shamn

@@ -2,7 +2,6 @@
 // 8 rows in the lanes of one register, each group of 4 values of x broadcast
 // to all of them. The float part is the scalar path's, per lane.
 #include <algorithm>
-#include <vector>
 
 #include "infer/low_rank_q8.h"
 #include "infer/quant_dot_simd.h"
@@ -16,8 +15,8 @@ constexpr int64_t kC = LowRankQ8::kChunk, kG = LowRankQ8::kGroup;
 // (q8 values are never -128, so no pair of products saturates).
 struct Avx2Groups {
   SHAMN_TARGET_AVX2 static __m256i start(int32_t) { return _mm256_setzero_si256(); }
-  SHAMN_TARGET_AVX2 static __m256i add(__m256i isum, const int8_t* w, const int8_t* x) {
-    const __m256i xv = _mm256_set1_epi32(load_group(x));
+  // xv: a group of 4 values of x in every lane.
+  SHAMN_TARGET_AVX2 static __m256i add(__m256i isum, const int8_t* w, __m256i xv) {
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
     return _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
@@ -28,12 +27,14 @@ struct Avx2Groups {
 // the sums start at -128 * sum(x) to take the offset back off.
 struct Avx512Groups {
   SHAMN_TARGET_AVX512 static __m256i start(int32_t xsum) { return _mm256_set1_epi32(-128 * xsum); }
-  SHAMN_TARGET_AVX512 static __m256i add(__m256i isum, const int8_t* w, const int8_t* x) {
+  SHAMN_TARGET_AVX512 static __m256i add(__m256i isum, const int8_t* w, __m256i xv) {
     const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)),
                                         _mm256_set1_epi8(static_cast<char>(0x80)));
-    return _mm256_dpbusd_epi32(isum, wv, _mm256_set1_epi32(load_group(x)));
+    return _mm256_dpbusd_epi32(isum, wv, xv);
   }
 };
+
+SHAMN_TARGET_AVX2 inline __m256i broadcast_group(const int8_t* q) { return _mm256_set1_epi32(load_group(q)); }
 
 // One chunk of 8 rows: y8 [8] += c * (W x) of those rows. xsum: x's block sums.
 template <class Groups>
@@ -47,30 +48,64 @@ SHAMN_TARGET_AVX2 inline void chunk_add(const LowRankQ8& w, int64_t ch, const Bl
     // Two sums halve the chain of dependent adds (integers: the order is free).
     __m256i isum[2] = {Groups::start(xsum[j]), _mm256_setzero_si256()};
     for (int64_t g = 0; g < w.groups_in_block(j); ++g)
-      isum[g % 2] = Groups::add(isum[g % 2], chunk + (g0 + g) * kC * kG, x[j].q + g * kG);
+      isum[g % 2] = Groups::add(isum[g % 2], chunk + (g0 + g) * kC * kG, broadcast_group(x[j].q + g * kG));
     const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(x[j].d), _mm256_loadu_ps(d + j * kC));
     acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
   }
   _mm256_storeu_ps(y8, _mm256_fmadd_ps(_mm256_set1_ps(c), acc, _mm256_loadu_ps(y8)));
 }
 
+// W's chunks [ch0, ch1) for one row of x when W has a single block of columns
+// (B: rank <= 32): x's groups are broadcast once for every chunk. The float
+// part is chunk_add's with one block, bit for bit.
 template <class Groups>
-SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const BlockQ8* x, float c, float* y,
-                                           int64_t r0, int64_t r1) {
-  constexpr int64_t kStack = 64;
-  const int64_t blocks = w.blocks();
-  int32_t stack[kStack];
-  std::vector<int32_t> heap(blocks > kStack ? static_cast<size_t>(blocks) : 0);
-  int32_t* xsum = blocks > kStack ? heap.data() : stack;
-  for (int64_t j = 0; j < blocks; ++j) xsum[j] = block_value_sum(x[j]);
+SHAMN_TARGET_AVX2 inline void one_block_chunks(const LowRankQ8& w, const BlockQ8& x, int32_t xsum, float c,
+                                               float* y, int64_t ch0, int64_t ch1) {
+  const int64_t groups = w.groups;  // <= 8
+  __m256i xv[kQuantBlock / kG];
+  for (int64_t g = 0; g < groups; ++g) xv[g] = broadcast_group(x.q + g * kG);
+  const __m256i start = Groups::start(xsum);
+  const __m256 xd = _mm256_set1_ps(x.d), cv = _mm256_set1_ps(c);
+  for (int64_t ch = ch0; ch < ch1; ++ch) {
+    const int8_t* chunk = w.packed.data() + ch * groups * kC * kG;
+    __m256i isum[2] = {start, _mm256_setzero_si256()};
+    for (int64_t g = 0; g < groups; ++g) isum[g % 2] = Groups::add(isum[g % 2], chunk + g * kC * kG, xv[g]);
+    const __m256 scale = _mm256_mul_ps(xd, _mm256_loadu_ps(w.d.data() + ch * kC));
+    const __m256 acc =
+        _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), _mm256_setzero_ps());
+    _mm256_storeu_ps(y + ch * kC, _mm256_fmadd_ps(cv, acc, _mm256_loadu_ps(y + ch * kC)));
+  }
+}
+
+template <class Groups>
+SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const LowRankInput& in, float c, float* y,
+                                           int64_t y_stride, int64_t r0, int64_t r1) {
   const int64_t full = r1 / kC;
-  for (int64_t ch = r0 / kC; ch < full; ++ch) chunk_add<Groups>(w, ch, x, xsum, c, y + ch * kC);
-  if (full * kC < r1) {  // the last rows, through a copy
+  if (w.blocks() == 1) {
+    for (int64_t t = 0; t < in.n; ++t) {
+      const int64_t row = in.row(t);
+      one_block_chunks<Groups>(w, in.x[row * in.stride], in.sums[row * in.stride], c, y + row * y_stride,
+                               r0 / kC, full);
+    }
+  } else {
+    // Chunks outer: a chunk's weights stay in L1 for every row of x.
+    for (int64_t ch = r0 / kC; ch < full; ++ch)
+      for (int64_t t = 0; t < in.n; ++t) {
+        const int64_t row = in.row(t);
+        chunk_add<Groups>(w, ch, in.x + row * in.stride, in.sums + row * in.stride, c,
+                          y + row * y_stride + ch * kC);
+      }
+  }
+  if (full * kC < r1) {  // the last rows of W, through a copy
     const int64_t rest = r1 - full * kC;
-    float tail[kC] = {};
-    std::copy_n(y + full * kC, rest, tail);
-    chunk_add<Groups>(w, full, x, xsum, c, tail);
-    std::copy_n(tail, rest, y + full * kC);
+    for (int64_t t = 0; t < in.n; ++t) {
+      const int64_t row = in.row(t);
+      float tail[kC] = {};
+      float* yt = y + row * y_stride + full * kC;
+      std::copy_n(yt, rest, tail);
+      chunk_add<Groups>(w, full, in.x + row * in.stride, in.sums + row * in.stride, c, tail);
+      std::copy_n(tail, rest, yt);
+    }
   }
 }
 
@@ -78,16 +113,18 @@ SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const BlockQ8* x,
 
 // flatten: the templates above carry AVX2's target, and GCC inlines a function
 // only into one with at least its target, so the AVX-512 adds would stay calls.
-SHAMN_TARGET_AVX2 __attribute__((flatten)) void low_rank_add_q8_avx2(const LowRankQ8& w, const BlockQ8* x,
-                                                                     float c, float* y, int64_t r0,
+SHAMN_TARGET_AVX2 __attribute__((flatten)) void low_rank_add_q8_avx2(const LowRankQ8& w,
+                                                                     const LowRankInput& in, float c,
+                                                                     float* y, int64_t y_stride, int64_t r0,
                                                                      int64_t r1) {
-  low_rank_add<Avx2Groups>(w, x, c, y, r0, r1);
+  low_rank_add<Avx2Groups>(w, in, c, y, y_stride, r0, r1);
 }
 
-SHAMN_TARGET_AVX512 __attribute__((flatten)) void low_rank_add_q8_avx512(const LowRankQ8& w, const BlockQ8* x,
-                                                                         float c, float* y, int64_t r0,
-                                                                         int64_t r1) {
-  low_rank_add<Avx512Groups>(w, x, c, y, r0, r1);
+SHAMN_TARGET_AVX512 __attribute__((flatten)) void low_rank_add_q8_avx512(const LowRankQ8& w,
+                                                                         const LowRankInput& in, float c,
+                                                                         float* y, int64_t y_stride,
+                                                                         int64_t r0, int64_t r1) {
+  low_rank_add<Avx512Groups>(w, in, c, y, y_stride, r0, r1);
 }
 
 }  // namespace shamn::quant_detail

@@ -10,7 +10,8 @@
 
 namespace shamn {
 struct LowRankQ8;
-}
+struct LowRankInput;
+}  // namespace shamn
 
 namespace shamn::quant_detail {
 
@@ -59,9 +60,12 @@ float dot_q4_q8_avx512(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n);
 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n);
 // The paths of low_rank_add_q8 (infer/low_rank_q8.h).
-void low_rank_add_q8_scalar(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1);
-void low_rank_add_q8_avx2(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1);
-void low_rank_add_q8_avx512(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1);
+void low_rank_add_q8_scalar(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
+                            int64_t r0, int64_t r1);
+void low_rank_add_q8_avx2(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
+                          int64_t r0, int64_t r1);
+void low_rank_add_q8_avx512(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
+                            int64_t r0, int64_t r1);
 
 // The SIMD quantisers scale by x * (1 / d), which is within 2.3e-5 of the exact
 // x / d for |x / d| <= 127 (two roundings of 2^-24 each, plus x / d's own), so

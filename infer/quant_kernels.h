@@ -11,6 +11,7 @@
 namespace shamn {
 
 struct LowRankQ8;
+struct LowRankInput;
 
 // W: the weight block type, Tile: its row-interleaved tile (infer/quant_tiles.h).
 // Every entry gives bitwise the same floats at every level (infer/quant_dot.h).
@@ -32,8 +33,9 @@ struct QuantKernels {
   QuantTypeKernels<BlockQ4, TileQ4> q4;
   // Activations are always quantised to Q8: x [n] -> out [quant_blocks(n)].
   void (*quantize_row_q8)(const float* x, BlockQ8* out, int64_t n);
-  // y [w.rows] += c * W x for rows [r0, r1) (infer/low_rank_q8.h)  x: [quant_blocks(w.cols)]
-  void (*low_rank_add)(const LowRankQ8& w, const BlockQ8* x, float c, float* y, int64_t r0, int64_t r1);
+  // low_rank_add_q8 (infer/low_rank_q8.h)
+  void (*low_rank_add)(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
+                       int64_t r0, int64_t r1);
 };
 
 const QuantKernels& quant_kernels();

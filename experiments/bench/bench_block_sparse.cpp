@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_inputs.h"
 #include "core/gemm.h"
 #include "core/kernels/block_sparse.h"
 #include "core/parallel.h"
@@ -40,13 +41,7 @@ const Layer kLayers[] = {{512, 512}, {512, 2048}};
 const int64_t kBlocks[] = {16, 32, 64};
 const double kSparsities[] = {0.0, 0.5, 0.75, 0.9, 0.95};
 
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using shamn::bench::random_floats;
 
 struct SparseOperands {
   shamn::BlockSparseDims d;

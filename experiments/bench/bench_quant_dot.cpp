@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_inputs.h"
 #include "core/kernel_level.h"
 #include "core/parallel.h"
 #include "core/simd.h"
@@ -42,13 +43,7 @@ namespace {
 constexpr int kF32 = 3;
 const char* kPathNames[] = {"scalar", "avx2", "avx512", "f32"};
 
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = u(gen);
-  return v;
-}
+using shamn::bench::random_floats;
 
 // The baseline: 16 independent partial sums, which GCC vectorises without -ffast-math.
 float dot_f32(const float* w, const float* x, int64_t n) {

@@ -43,28 +43,46 @@ TEST_CASE("the low-rank int8 product equals its f64 value and is bitwise the sam
   for (int64_t rows : {1, 8, 20, 256}) {
     for (int64_t cols : {1, 3, 4, 8, 13, 32, 33, 70, 256}) {
       INFO(rows << " x " << cols);
-      const int64_t blocks = quant_blocks(cols);
+      const int64_t blocks = quant_blocks(cols), stride = blocks + 1;  // input rows with a gap between them
       std::vector<float> w = random_values(rows * cols, 3);
       if (rows == 20) std::fill_n(w.begin() + 7 * cols, cols, 0.0f);  // a zero row: its scales are 0
-      const std::vector<float> x = random_values(cols, 4), y0 = random_values(rows, 5);
-      std::vector<BlockQ8> wq(static_cast<size_t>(rows * blocks)), xq(static_cast<size_t>(blocks));
+      std::vector<BlockQ8> wq(static_cast<size_t>(rows * blocks));
       for (int64_t r = 0; r < rows; ++r) quantize_row_q8(w.data() + r * cols, wq.data() + r * blocks, cols);
-      quantize_row_q8(x.data(), xq.data(), cols);
       const LowRankQ8 packed = pack_low_rank_q8(wq.data(), rows, cols);
+      // Three input rows; the product reads rows 2 and 0, into the same rows of y.
+      constexpr int64_t kInputs = 3;
+      std::vector<BlockQ8> xq(static_cast<size_t>(kInputs * stride));
+      std::vector<int32_t> sums(xq.size());
+      for (int64_t t = 0; t < kInputs; ++t) {
+        const std::vector<float> x = random_values(cols, 4 + static_cast<uint32_t>(t));
+        quantize_row_q8(x.data(), xq.data() + t * stride, cols);
+        q8_block_sums(xq.data() + t * stride, blocks, sums.data() + t * stride);
+      }
+      const std::vector<int32_t> which = {2, 0};
+      // W's rows from the second chunk on when there is one (a tile's range).
+      const int64_t r0 = rows > 8 ? 8 : 0, y_stride = rows + 3;
+      const std::vector<float> y0 = random_values(kInputs * y_stride, 5);
       const float c = 0.75f;
 
       std::vector<float> y_scalar = y0;
       set_kernel_level(KernelLevel::scalar);
-      low_rank_add_q8(packed, xq.data(), c, y_scalar.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        double s = 0, mag = std::fabs(y0[r]);
-        for (int64_t k = 0; k < cols; ++k) {
-          const double p = dequantised(wq.data() + r * blocks, k) * dequantised(xq.data(), k);
-          s += p;
-          mag += std::fabs(c * p);
+      low_rank_add_q8(packed, xq.data(), sums.data(), stride, which.data(), 2, c, y_scalar.data(), y_stride,
+                      r0, rows);
+      for (int64_t t = 0; t < kInputs; ++t)
+        for (int64_t r = 0; r < y_stride; ++r) {
+          const double before = y0[t * y_stride + r], got = y_scalar[t * y_stride + r];
+          if (t == 1 || r < r0 || r >= rows) {  // not read, or outside the range: untouched
+            CHECK(got == before);
+            continue;
+          }
+          double s = 0, mag = std::fabs(before);
+          for (int64_t k = 0; k < cols; ++k) {
+            const double p = dequantised(wq.data() + r * blocks, k) * dequantised(xq.data() + t * stride, k);
+            s += p;
+            mag += std::fabs(c * p);
+          }
+          CHECK(std::fabs(got - (before + c * s)) <= 1e-6 * mag);
         }
-        CHECK(std::fabs(y_scalar[r] - (y0[r] + c * s)) <= 1e-6 * mag);
-      }
       for (KernelLevel k : {KernelLevel::avx2, KernelLevel::avx512}) {
         if (!kernel_level_supported(k)) {
           WARN("skipping " << kernel_level_name(k) << ": this CPU lacks it");
@@ -72,8 +90,16 @@ TEST_CASE("the low-rank int8 product equals its f64 value and is bitwise the sam
         }
         set_kernel_level(k);
         std::vector<float> y = y0;
-        low_rank_add_q8(packed, xq.data(), c, y.data());
-        for (int64_t r = 0; r < rows; ++r) CHECK(bits(y[r]) == bits(y_scalar[r]));
+        low_rank_add_q8(packed, xq.data(), sums.data(), stride, which.data(), 2, c, y.data(), y_stride, r0,
+                        rows);
+        for (size_t i = 0; i < y.size(); ++i) CHECK(bits(y[i]) == bits(y_scalar[i]));
+        // One row alone gives that row's bits.
+        std::vector<float> one(y0.begin(), y0.begin() + rows);
+        low_rank_add_q8(packed, xq.data(), sums.data(), c, one.data());
+        std::vector<float> one_scalar(y0.begin(), y0.begin() + rows);
+        set_kernel_level(KernelLevel::scalar);
+        low_rank_add_q8(packed, xq.data(), sums.data(), c, one_scalar.data());
+        for (int64_t r = 0; r < rows; ++r) CHECK(bits(one[r]) == bits(one_scalar[r]));
       }
     }
   }

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The runtime's cost of LoRA adapters, in CPU time: what it costs on a machine
+other jobs share, where wall-clock tokens/s move by tens of percent from run to
+run but the CPU time of a 1-thread run moves by a few.
+
+Usage: experiments/lora_runtime_cost.py SHAMN WORKDIR [ROUNDS]
+
+WORKDIR is experiments/lora_bench.sh's (base-int8.shq and the adapters
+lora{4,8,32,8mq}-{int8,f32}.lora). For each variant (no adapter, one adapter,
+four mixed) and each shape (decode: 1 and 16 streams; prefill: 1 and 16
+streams), `shamn --threads 1 bench` runs once with the work and once with
+almost none (one prompt token, one decoded token, one repeat: start-up,
+loading, the adapter's packing); the difference is the CPU time of the work.
+Variants run interleaved, round by round; the table gives each variant's
+median over rounds of its ratio to the bare base in the same round.
+"""
+import os
+import statistics
+import subprocess
+import sys
+
+VARIANTS = {
+    "none": [],
+    "r8, dense side": ["--adapter", "lora8mq-int8.lora"],
+    "r8": ["--adapter", "lora8-int8.lora"],
+    "r32": ["--adapter", "lora32-int8.lora"],
+    "4 mixed (r4, r8, r32, r8 f32)": ["--adapter", "lora4-int8.lora", "--adapter", "lora8-int8.lora",
+                                      "--adapter", "lora32-int8.lora", "--adapter", "lora8-f32.lora"],
+}
+# (name, bench arguments): the decode shapes decode many tokens after a short
+# prompt, the prefill shapes the reverse.
+SHAPES = [
+    ("decode, 1 stream", ["--prompt-tokens", "16", "--decode-tokens", "1024", "--repeats", "3"]),
+    ("decode, 16 streams", ["--prompt-tokens", "16", "--decode-tokens", "256", "--repeats", "3",
+                            "--streams", "16"]),
+    ("prefill 512, 1 stream", ["--prompt-tokens", "512", "--decode-tokens", "1", "--repeats", "9"]),
+    ("prefill 128, 16 streams", ["--prompt-tokens", "128", "--decode-tokens", "1", "--repeats", "5",
+                                 "--streams", "16"]),
+]
+IDLE = ["--prompt-tokens", "1", "--decode-tokens", "1", "--repeats", "1"]
+
+
+def cpu_seconds(cmd, cwd):
+    """User + system CPU time of one run of cmd (output discarded)."""
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=null, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"failed ({os.waitstatus_to_exitcode(status)}): {' '.join(cmd)}\n{err}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def main():
+    if len(sys.argv) not in (3, 4):
+        sys.exit(__doc__)
+    shamn, work = os.path.abspath(sys.argv[1]), sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) == 4 else 5
+    ratios = {(s, v): [] for s, _ in SHAPES for v in VARIANTS}
+    work_s = {(s, v): [] for s, _ in SHAPES for v in VARIANTS}
+    for r in range(rounds):
+        for shape, args in SHAPES:
+            base = None
+            for variant, extra in VARIANTS.items():
+                streams = args[args.index("--streams") + 1:][:1] if "--streams" in args else []
+                cmd = [shamn, "--threads", "1", "bench", "base-int8.shq"] + extra
+                busy = cpu_seconds(cmd + args, work)
+                idle = cpu_seconds(cmd + IDLE + (["--streams"] + streams if streams else []), work)
+                t = busy - idle
+                work_s[(shape, variant)].append(t)
+                if variant == "none":
+                    base = t
+                ratios[(shape, variant)].append(t / base)
+            print(f"round {r + 1}/{rounds}: {shape} done", file=sys.stderr)
+    print("| adapter (int8 base, 1 thread) | " + " | ".join(s for s, _ in SHAPES) + " |")
+    print("| --- |" + " ---: |" * len(SHAPES))
+    for variant in VARIANTS:
+        cells = []
+        for shape, _ in SHAPES:
+            rs = ratios[(shape, variant)]
+            if variant == "none":
+                cells.append(f"{statistics.median(work_s[(shape, variant)]):.3f} CPU s")
+            else:
+                cells.append(f"{statistics.median(rs):.3f} ({min(rs):.2f}-{max(rs):.2f})")
+        print(f"| {variant} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
