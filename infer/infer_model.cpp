@@ -25,7 +25,7 @@ constexpr float kNormEps = 1e-5f;
 
 // Tokens per pass and thread of a long single-stream forward (prefill, evaluation):
 // their activations stay in the L2 cache.
-constexpr int64_t kForwardChunk = 128;
+constexpr int64_t kForwardChunk = 256;
 
 // A single long stream (prefill, evaluation) on several threads runs as that
 // many slices of at least this many rows, each through whole layers, instead
@@ -225,11 +225,7 @@ QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) 
         for (int64_t s = 0; s < in / seg; ++s)
           quantize_row_q8(x + t * in + s * seg, row + s * quant_blocks(seg), seg);
       }
-      for (int64_t j = 0; j < bpr; ++j) {
-        int32_t sum = 0;
-        for (int i = 0; i < kQuantBlock; ++i) sum += row[j].q[i];
-        xq.sums[t * bpr + j] = sum;
-      }
+      q8_block_sums(row, bpr, xq.sums.data() + t * bpr);
     }
   });
   return xq;

@@ -47,14 +47,18 @@ void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, 
 }
 
 void q8_block_sums(const BlockQ8* x, int64_t blocks, int32_t* sums) {
+  quant_kernels().block_sums(x, blocks, sums);
+}
+
+namespace quant_detail {
+
+void q8_block_sums_scalar(const BlockQ8* x, int64_t blocks, int32_t* sums) {
   for (int64_t j = 0; j < blocks; ++j) {
     int32_t s = 0;
     for (int i = 0; i < kQuantBlock; ++i) s += x[j].q[i];
     sums[j] = s;
   }
 }
-
-namespace quant_detail {
 
 void low_rank_add_q8_scalar(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
                             int64_t r0, int64_t r1) {

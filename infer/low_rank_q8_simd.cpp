@@ -127,4 +127,9 @@ SHAMN_TARGET_AVX512 __attribute__((flatten)) void low_rank_add_q8_avx512(const L
   low_rank_add<Avx512Groups>(w, in, c, y, y_stride, r0, r1);
 }
 
+// Integer sums: every path gives the same values.
+SHAMN_TARGET_AVX2 void q8_block_sums_avx2(const BlockQ8* x, int64_t blocks, int32_t* sums) {
+  for (int64_t j = 0; j < blocks; ++j) sums[j] = block_value_sum(x[j]);
+}
+
 }  // namespace shamn::quant_detail

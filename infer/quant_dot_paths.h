@@ -59,7 +59,9 @@ float dot_q8_q8_avx512(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8_avx512(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n);
 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n);
-// The paths of low_rank_add_q8 (infer/low_rank_q8.h).
+// The paths of q8_block_sums and low_rank_add_q8 (infer/low_rank_q8.h); AVX-512 uses AVX2's sums.
+void q8_block_sums_scalar(const BlockQ8* x, int64_t blocks, int32_t* sums);
+void q8_block_sums_avx2(const BlockQ8* x, int64_t blocks, int32_t* sums);
 void low_rank_add_q8_scalar(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
                             int64_t r0, int64_t r1);
 void low_rank_add_q8_avx2(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,

@@ -105,3 +105,26 @@ TEST_CASE("the low-rank int8 product equals its f64 value and is bitwise the sam
   }
   set_kernel_level(saved);
 }
+
+TEST_CASE("q8 block sums are the sums of the blocks' values at every kernel level", "[infer][quant]") {
+  const KernelLevel saved = kernel_level();
+  std::vector<BlockQ8> x(5);
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> value(-127, 127);
+  for (BlockQ8& b : x)
+    for (int8_t& q : b.q) q = static_cast<int8_t>(value(rng));
+  std::fill_n(x[3].q, kQuantBlock, int8_t{-127});  // the extremes
+  std::fill_n(x[4].q, kQuantBlock, int8_t{127});
+  for (KernelLevel k : {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(k)) continue;
+    set_kernel_level(k);
+    std::vector<int32_t> sums(x.size());
+    q8_block_sums(x.data(), static_cast<int64_t>(x.size()), sums.data());
+    for (size_t j = 0; j < x.size(); ++j) {
+      int32_t expect = 0;
+      for (int8_t q : x[j].q) expect += q;
+      CHECK(sums[j] == expect);
+    }
+  }
+  set_kernel_level(saved);
+}
