@@ -312,33 +312,51 @@ class LoraTerm {
     }
     for (int64_t a = A; a > 0; --a) offsets_[a] = offsets_[a - 1];
     offsets_[0] = 0;
-    const int64_t adapted = offsets_[A];
-    parallel_for(0, adapted, grain_for(r_max * in.in), [&](int64_t lo, int64_t hi) {
-      std::vector<BlockQ8> own;  // an f32 base's rows, or segments that are not whole blocks
-      for (int64_t k = lo; k < hi; ++k) {
-        const LoraFactors* f = factors_[group_of(k)];
-        const int64_t i = rows_[k], x_id = in.x_rows ? in.x_rows[i] : i, r = f->a.rows;
-        const float* x = in.x + x_id * in.in;
-        float* t = t_ + i * r_stride_;
-        if (!f->a.quantized()) {
-          f->a.dot_rows(0, r, InputRow{x, nullptr}, t);
-          continue;
-        }
-        // A in the runtime's tiles, one row at a time (the single-row tile
-        // kernel: as fast as 8-row chunks at rank 8, twice as fast at 32).
-        const BlockQ8* xq = nullptr;
-        if (in.xq != nullptr) {
-          xq = in.xq->q.data() + x_id * f->a.blocks_per_row();
-        } else {
-          own.resize(static_cast<size_t>(quant_blocks(in.in)));
-          quantize_row_q8(x, own.data(), in.in);
-          xq = own.data();
-        }
-        f->a.dot_rows(0, r, InputRow{nullptr, xq}, t);
-        quantize_row_q8(t, tq_ + i * tb_, r);
-        q8_block_sums(tq_ + i * tb_, quant_blocks(r), tq_sums_ + i * tb_);
+    // A x for each adapted row, at its place in rows_: an adapter with many
+    // rows and a quantised input runs them through the batched tile product
+    // (each tile of A read once for all of them), others one row at a time.
+    for (int64_t a = 0; a < A; ++a) {
+      const LoraFactors* f = factors_[a];
+      const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
+      if (m == 0) continue;
+      const int64_t r = f->a.rows;
+      if (f->a.quantized() && in.xq != nullptr && m >= kBatchedRows) {
+        Buffer<int32_t> x_ids(m);
+        for (int64_t k = 0; k < m; ++k) x_ids[k] = in.x_rows ? in.x_rows[rows_[begin + k]] : rows_[begin + k];
+        const Q8Rows q{in.xq->q.data(), m, f->a.blocks_per_row(), nullptr, x_ids.data(), in.xq->sums.data()};
+        parallel_for(0, row_tiles(r), grain_for(kTileRows * in.in * m), [&](int64_t lo, int64_t hi) {
+          for (int64_t c = lo; c < hi; ++c)
+            f->a.dot_rows_batch(c * kTileRows, std::min(kTileRows, r - c * kTileRows), q,
+                                t_ + begin * r_stride_ + c * kTileRows, r_stride_);
+        });
+        for (int64_t k = begin; k < begin + m; ++k) quantize_t(k, r);
+        continue;
       }
-    });
+      parallel_for(begin, begin + m, grain_for(r * in.in), [&](int64_t lo, int64_t hi) {
+        std::vector<BlockQ8> own;  // an f32 base's rows, or segments that are not whole blocks
+        for (int64_t k = lo; k < hi; ++k) {
+          const int64_t i = rows_[k], x_id = in.x_rows ? in.x_rows[i] : i;
+          const float* x = in.x + x_id * in.in;
+          float* t = t_ + k * r_stride_;
+          if (!f->a.quantized()) {
+            f->a.dot_rows(0, r, InputRow{x, nullptr}, t);
+            continue;
+          }
+          // A in the runtime's tiles, one row at a time (the single-row tile
+          // kernel: as fast as 8-row chunks at rank 8, twice as fast at 32).
+          const BlockQ8* xq = nullptr;
+          if (in.xq != nullptr) {
+            xq = in.xq->q.data() + x_id * f->a.blocks_per_row();
+          } else {
+            own.resize(static_cast<size_t>(quant_blocks(in.in)));
+            quantize_row_q8(x, own.data(), in.in);
+            xq = own.data();
+          }
+          f->a.dot_rows(0, r, InputRow{nullptr, xq}, t);
+          quantize_t(k, r);
+        }
+      });
+    }
   }
   LoraTerm(const LoraTerm&) = delete;
 
@@ -352,19 +370,24 @@ class LoraTerm {
       const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
       if (m == 0) continue;
       if (f->a.quantized()) {
-        low_rank_add_q8(f->bq, tq_, tq_sums_, tb_, rows_ + begin, m, f->scale, y, y_stride, o0, o1);
+        low_rank_add_q8(f->bq, tq_ + begin * tb_, tq_sums_ + begin * tb_, tb_, m, rows_ + begin, f->scale, y,
+                        y_stride, o0, o1);
       } else {
         const int64_t r = f->a.rows, out = static_cast<int64_t>(f->bt.size()) / r;
         for (int64_t k = begin; k < begin + m; ++k)
-          add_low_rank(y + rows_[k] * y_stride, t_ + rows_[k] * r_stride_, f->bt.data(), r, out, o0, o1,
-                       f->scale);
+          add_low_rank(y + rows_[k] * y_stride, t_ + k * r_stride_, f->bt.data(), r, out, o0, o1, f->scale);
       }
     }
   }
 
  private:
-  int64_t group_of(int64_t k) const {  // the adapter whose rows include the k-th sorted row
-    return std::upper_bound(offsets_, offsets_ + groups_ + 1, static_cast<int32_t>(k)) - offsets_ - 1;
+  // An adapter with at least this many rows in a product runs A batched.
+  static constexpr int64_t kBatchedRows = 4;
+
+  // t of the k-th adapted row (of rank r), quantised for B's int8 product.
+  void quantize_t(int64_t k, int64_t r) const {
+    quantize_row_q8(t_ + k * r_stride_, tq_ + k * tb_, r);
+    q8_block_sums(tq_ + k * tb_, quant_blocks(r), tq_sums_ + k * tb_);
   }
 
   Buffer<float> arena_;
@@ -373,8 +396,8 @@ class LoraTerm {
   int32_t* offsets_ = nullptr;             // [A + 1] adapter a's rows are rows_[offsets_[a], offsets_[a+1])
   int32_t* rows_ = nullptr;                // op rows, grouped by adapter
   int64_t r_stride_ = 0, tb_ = 0;          // the largest rank, its quantisation blocks
-  float* t_ = nullptr;                     // [n, r_stride] A x_i
-  BlockQ8* tq_ = nullptr;                  // [n, tb] A x_i quantised (int8 adapters)
+  float* t_ = nullptr;                     // [n, r_stride] A x of the k-th adapted row (rows_[k])
+  BlockQ8* tq_ = nullptr;                  // [n, tb] those quantised (int8 adapters)
   int32_t* tq_sums_ = nullptr;             // [n, tb] their block sums
 };
 

@@ -34,16 +34,15 @@ LowRankQ8 pack_low_rank_q8(const BlockQ8* w, int64_t rows, int64_t cols) {
   return p;
 }
 
-void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, int64_t stride,
-                     const int32_t* rows, int64_t n, float c, float* y, int64_t y_stride, int64_t r0,
-                     int64_t r1) {
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, int64_t stride, int64_t n,
+                     const int32_t* y_rows, float c, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   SHAMN_CHECK(r0 % LowRankQ8::kChunk == 0 && 0 <= r0 && r0 <= r1 && r1 <= w.rows && stride >= w.blocks(),
               "low-rank rows [", r0, ", ", r1, ") of ", w.rows, ", input stride ", stride);
-  quant_kernels().low_rank_add(w, LowRankInput{x, sums, stride, n, rows}, c, y, y_stride, r0, r1);
+  quant_kernels().low_rank_add(w, LowRankInput{x, sums, stride, n, y_rows}, c, y, y_stride, r0, r1);
 }
 
 void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, float c, float* y) {
-  low_rank_add_q8(w, x, sums, w.blocks(), nullptr, 1, c, y, w.rows, 0, w.rows);
+  low_rank_add_q8(w, x, sums, w.blocks(), 1, nullptr, c, y, w.rows, 0, w.rows);
 }
 
 void q8_block_sums(const BlockQ8* x, int64_t blocks, int32_t* sums) {
@@ -65,9 +64,8 @@ void low_rank_add_q8_scalar(const LowRankQ8& w, const LowRankInput& in, float c,
   constexpr int64_t kC = LowRankQ8::kChunk, kG = LowRankQ8::kGroup;
   const int64_t blocks = w.blocks();
   for (int64_t t = 0; t < in.n; ++t) {
-    const int64_t row = in.row(t);
-    const BlockQ8* x = in.x + row * in.stride;
-    float* yt = y + row * y_stride;
+    const BlockQ8* x = in.x + t * in.stride;
+    float* yt = y + in.y_row(t) * y_stride;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t ch = r / kC, lane = r % kC;
       const int8_t* chunk = w.packed.data() + ch * w.groups * kC * kG;

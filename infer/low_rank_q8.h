@@ -42,26 +42,25 @@ struct LowRankQ8 {
   }
 };
 
-// The right-hand side of low_rank_add_q8: n quantised rows.
+// The right-hand side of low_rank_add_q8: n quantised rows, and the rows of y they add into.
 struct LowRankInput {
   const BlockQ8* x = nullptr;
   const int32_t* sums = nullptr;
   int64_t stride = 0, n = 0;
-  const int32_t* rows = nullptr;
-  int64_t row(int64_t t) const { return rows ? rows[t] : t; }
+  const int32_t* y_rows = nullptr;
+  int64_t y_row(int64_t t) const { return y_rows ? y_rows[t] : t; }
 };
 
 // w: [rows, quant_blocks(cols)] row-major q8 blocks.
 LowRankQ8 pack_low_rank_q8(const BlockQ8* w, int64_t rows, int64_t cols);
 
-// y[row] [w.rows] += c * W x[row], for row = rows ? rows[t] : t, t < n, and
-// W's rows [r0, r1) (r0 a multiple of kChunk). x: quantised rows of `stride`
-// blocks (the first quant_blocks(cols) are read); sums: each block's sum of
-// values, laid out as x (what the VNNI path needs to undo its unsigned offset).
-// y: rows of y_stride floats.
-void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, int64_t stride,
-                     const int32_t* rows, int64_t n, float c, float* y, int64_t y_stride, int64_t r0,
-                     int64_t r1);
+// y[y_rows ? y_rows[t] : t] [w.rows] += c * W x[t] for t < n, W's rows [r0, r1)
+// (r0 a multiple of kChunk). x: n quantised rows of `stride` blocks (the
+// first quant_blocks(cols) are read); sums: each block's sum of values, laid
+// out as x (what the VNNI path needs to undo its unsigned offset). y: rows of
+// y_stride floats.
+void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, int64_t stride, int64_t n,
+                     const int32_t* y_rows, float c, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
 // One row: y [w.rows] += c * W x.
 void low_rank_add_q8(const LowRankQ8& w, const BlockQ8* x, const int32_t* sums, float c, float* y);

@@ -83,27 +83,24 @@ SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const LowRankInpu
   const int64_t full = r1 / kC;
   if (w.blocks() == 1) {
     for (int64_t t = 0; t < in.n; ++t) {
-      const int64_t row = in.row(t);
-      one_block_chunks<Groups>(w, in.x[row * in.stride], in.sums[row * in.stride], c, y + row * y_stride,
+      one_block_chunks<Groups>(w, in.x[t * in.stride], in.sums[t * in.stride], c, y + in.y_row(t) * y_stride,
                                r0 / kC, full);
     }
   } else {
     // Chunks outer: a chunk's weights stay in L1 for every row of x.
     for (int64_t ch = r0 / kC; ch < full; ++ch)
       for (int64_t t = 0; t < in.n; ++t) {
-        const int64_t row = in.row(t);
-        chunk_add<Groups>(w, ch, in.x + row * in.stride, in.sums + row * in.stride, c,
-                          y + row * y_stride + ch * kC);
+        chunk_add<Groups>(w, ch, in.x + t * in.stride, in.sums + t * in.stride, c,
+                          y + in.y_row(t) * y_stride + ch * kC);
       }
   }
   if (full * kC < r1) {  // the last rows of W, through a copy
     const int64_t rest = r1 - full * kC;
     for (int64_t t = 0; t < in.n; ++t) {
-      const int64_t row = in.row(t);
       float tail[kC] = {};
-      float* yt = y + row * y_stride + full * kC;
+      float* yt = y + in.y_row(t) * y_stride + full * kC;
       std::copy_n(yt, rest, tail);
-      chunk_add<Groups>(w, full, in.x + row * in.stride, in.sums + row * in.stride, c, tail);
+      chunk_add<Groups>(w, full, in.x + t * in.stride, in.sums + t * in.stride, c, tail);
       std::copy_n(tail, rest, yt);
     }
   }

@@ -49,8 +49,8 @@ TEST_CASE("the low-rank int8 product equals its f64 value and is bitwise the sam
       std::vector<BlockQ8> wq(static_cast<size_t>(rows * blocks));
       for (int64_t r = 0; r < rows; ++r) quantize_row_q8(w.data() + r * cols, wq.data() + r * blocks, cols);
       const LowRankQ8 packed = pack_low_rank_q8(wq.data(), rows, cols);
-      // Three input rows; the product reads rows 2 and 0, into the same rows of y.
-      constexpr int64_t kInputs = 3;
+      // Two input rows, added into rows 2 and 0 of a three-row y.
+      constexpr int64_t kInputs = 2, kOutputs = 3;
       std::vector<BlockQ8> xq(static_cast<size_t>(kInputs * stride));
       std::vector<int32_t> sums(xq.size());
       for (int64_t t = 0; t < kInputs; ++t) {
@@ -61,20 +61,21 @@ TEST_CASE("the low-rank int8 product equals its f64 value and is bitwise the sam
       const std::vector<int32_t> which = {2, 0};
       // W's rows from the second chunk on when there is one (a tile's range).
       const int64_t r0 = rows > 8 ? 8 : 0, y_stride = rows + 3;
-      const std::vector<float> y0 = random_values(kInputs * y_stride, 5);
+      const std::vector<float> y0 = random_values(kOutputs * y_stride, 5);
       const float c = 0.75f;
 
       std::vector<float> y_scalar = y0;
       set_kernel_level(KernelLevel::scalar);
-      low_rank_add_q8(packed, xq.data(), sums.data(), stride, which.data(), 2, c, y_scalar.data(), y_stride,
+      low_rank_add_q8(packed, xq.data(), sums.data(), stride, 2, which.data(), c, y_scalar.data(), y_stride,
                       r0, rows);
-      for (int64_t t = 0; t < kInputs; ++t)
+      for (int64_t yr = 0; yr < kOutputs; ++yr)
         for (int64_t r = 0; r < y_stride; ++r) {
-          const double before = y0[t * y_stride + r], got = y_scalar[t * y_stride + r];
-          if (t == 1 || r < r0 || r >= rows) {  // not read, or outside the range: untouched
+          const double before = y0[yr * y_stride + r], got = y_scalar[yr * y_stride + r];
+          if (yr == 1 || r < r0 || r >= rows) {  // no input, or outside the range: untouched
             CHECK(got == before);
             continue;
           }
+          const int64_t t = yr == 2 ? 0 : 1;  // the input row added into y row yr
           double s = 0, mag = std::fabs(before);
           for (int64_t k = 0; k < cols; ++k) {
             const double p = dequantised(wq.data() + r * blocks, k) * dequantised(xq.data() + t * stride, k);
@@ -90,7 +91,7 @@ TEST_CASE("the low-rank int8 product equals its f64 value and is bitwise the sam
         }
         set_kernel_level(k);
         std::vector<float> y = y0;
-        low_rank_add_q8(packed, xq.data(), sums.data(), stride, which.data(), 2, c, y.data(), y_stride, r0,
+        low_rank_add_q8(packed, xq.data(), sums.data(), stride, 2, which.data(), c, y.data(), y_stride, r0,
                         rows);
         for (size_t i = 0; i < y.size(); ++i) CHECK(bits(y[i]) == bits(y_scalar[i]));
         // One row alone gives that row's bits.
