@@ -47,6 +47,7 @@ class BlockCache {
       by_size_.erase(hit);
       cached_ -= rounded;
       live_ += rounded;
+      watermark_ = std::max(watermark_, live_);
       SHAMN_UNPOISON(ptr, rounded);
       return ptr;
     }
@@ -73,6 +74,7 @@ class BlockCache {
     std::lock_guard<std::mutex> lock(mutex_);
     live_ += rounded;
     peak_ = std::max(peak_, live_);
+    watermark_ = std::max(watermark_, live_);
   }
 
   void put(void* ptr, size_t rounded) {
@@ -100,6 +102,18 @@ class BlockCache {
     std::lock_guard<std::mutex> lock(mutex_);
     return cached_;
   }
+  size_t live() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_;
+  }
+  size_t watermark() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return watermark_;
+  }
+  void reset_watermark() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    watermark_ = live_;
+  }
 
   void release() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -123,6 +137,7 @@ class BlockCache {
   std::multimap<size_t, uint64_t> by_size_;
   uint64_t next_age_ = 0;
   size_t live_ = 0, cached_ = 0, peak_ = 0;
+  size_t watermark_ = 0;  // the most live since reset_watermark (reports; peak_ steers eviction)
 };
 
 // Never destroyed: tensors in static objects may be freed after any static cache.
@@ -168,5 +183,11 @@ void aligned_free(void* ptr, size_t nbytes) noexcept {
 size_t cached_block_bytes() { return cache().bytes(); }
 
 void release_cached_blocks() { cache().release(); }
+
+size_t live_block_bytes() { return cache().live(); }
+
+size_t peak_live_block_bytes() { return cache().watermark(); }
+
+void reset_peak_live_block_bytes() { cache().reset_watermark(); }
 
 }  // namespace shamn

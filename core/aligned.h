@@ -28,4 +28,11 @@ size_t cached_block_bytes();
 // Returns every cached block to the C library.
 void release_cached_blocks();
 
+// Bytes of blocks of kCachedBlockBytes or more handed out and not yet freed
+// (what tensors and large buffers hold, the cache aside), and the most of them
+// at any moment since the last reset_peak_live_block_bytes (memory reports).
+size_t live_block_bytes();
+size_t peak_live_block_bytes();
+void reset_peak_live_block_bytes();
+
 }  // namespace shamn

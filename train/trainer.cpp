@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "autograd/ops.h"
+#include "core/aligned.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/fault.h"
@@ -269,6 +270,11 @@ struct StepStats {
 
 // One training run between setup and the final report: the model, optimizer, data
 // and run directory, and the step / evaluate / checkpoint cycle over them.
+// TrainResult's large-block figures, over the steps so far.
+struct StepMemory {
+  int64_t step_start_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
+};
+
 class Run {
  public:
   Run(const RunConfig& c, const TrainOptions& options, DataFiles data, Console& console, Communicator& comm)
@@ -337,8 +343,13 @@ class Run {
     const bool overlap = comm_.size() > 1 && c_.train.overlap_exchange;
     tree_.run(first, first + per_rank, [&](int64_t, bool last) {
       const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader_->next(); });
+      const int64_t start = static_cast<int64_t>(live_block_bytes());
+      reset_peak_live_block_bytes();
       const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
                                         [&] { return model_.loss(batch.inputs, batch.targets); });
+      memory_.step_start_bytes = std::max(memory_.step_start_bytes, start);
+      memory_.activation_bytes =
+          std::max(memory_.activation_bytes, static_cast<int64_t>(live_block_bytes()) - start);
       losses.insert(losses.end(),
                     {loss.loss.value().item(), loss.ce.value().item(), loss.aux.value().item()});
       const Var scaled = scale(loss.loss, 1.0 / static_cast<double>(c_.train.grad_accum));
@@ -348,6 +359,8 @@ class Run {
       } else {
         profiled("backward", ProfileCategory::backward, [&] { scaled.backward(); });
       }
+      memory_.step_peak_bytes =
+          std::max(memory_.step_peak_bytes, static_cast<int64_t>(peak_live_block_bytes()) - start);
     });
     if (overlap)
       profiled("grad_exchange", ProfileCategory::comm, [&] { exchange_.finish(); });
@@ -440,6 +453,7 @@ class Run {
 
   const TrainState& state() const { return state_; }
   const std::vector<double>& rates() const { return rates_; }
+  const StepMemory& memory() const { return memory_; }
   int64_t parameter_count() const { return model_.parameter_count(); }
   int64_t trainable_count() const {
     int64_t n = 0;
@@ -535,6 +549,7 @@ class Run {
   std::optional<BatchLoader> loader_;
   std::vector<double> rates_;
   std::deque<double> recent_seconds_;  // the last log.every step times, for tok/s and ETA
+  StepMemory memory_;
 };
 
 void report_end(const Run& run, const TrainResult& result, Console& console) {
@@ -546,6 +561,12 @@ void report_end(const Run& run, const TrainResult& result, Console& console) {
   console.say(fmt("peak RSS %.0f MiB (parameters + gradients + 2 AdamW moments: %.0f MiB, ratio %.2f)",
                   double(result.peak_rss_bytes) / (1 << 20), state_mib,
                   double(result.peak_rss_bytes) / (1 << 20) / state_mib));
+  constexpr double kMiB = 1 << 20;
+  console.say(
+      fmt("tensor memory: %.0f MiB live when a step starts, %.0f MiB more kept by the forward for the "
+          "backward, peak %.0f MiB more during the step",
+          double(result.step_start_bytes) / kMiB, double(result.activation_bytes) / kMiB,
+          double(result.step_peak_bytes) / kMiB));
   if (std::isfinite(result.last_val_loss))
     console.say(fmt("final val loss %.4f | val perplexity %.2f", result.last_val_loss,
                     std::exp(result.last_val_loss)));
@@ -589,6 +610,9 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   result.best_val_loss = run.state().best_val_loss;
   result.median_tokens_per_s = median(run.rates());
   result.peak_rss_bytes = peak_rss_bytes();
+  result.step_start_bytes = run.memory().step_start_bytes;
+  result.activation_bytes = run.memory().activation_bytes;
+  result.step_peak_bytes = run.memory().step_peak_bytes;
   report_end(run, result, console);
   return result;
 }

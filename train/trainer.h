@@ -32,6 +32,11 @@ struct TrainResult {
   double median_tokens_per_s = 0;
   double first_step_s = 0;  // from the start of train() to the end of the first step
   int64_t peak_rss_bytes = 0;
+  // Large blocks (core/aligned.h) over the steps, at most: live when a
+  // micro-batch starts (weights, gradients, moments, data), added by its
+  // forward and kept for the backward (activations), and the peak above the
+  // start during forward and backward.
+  int64_t step_start_bytes = 0, activation_bytes = 0, step_peak_bytes = 0;
 };
 
 TrainResult train(RunConfig config, const TrainOptions& options = {});

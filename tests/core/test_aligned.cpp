@@ -69,3 +69,26 @@ TEST_CASE("a size that would wrap when rounded up is out of memory, not a tiny b
   CHECK_THROWS_WITH(aligned_alloc_bytes(SIZE_MAX), Catch::Contains("out of memory"));
   CHECK_THROWS_AS(aligned_alloc_bytes(SIZE_MAX - 10), Error);
 }
+
+TEST_CASE("live block bytes count large blocks handed out, and their peak since a reset", "[core][aligned]") {
+  const size_t big = kCachedBlockBytes * 3;
+  const size_t live0 = live_block_bytes();
+  reset_peak_live_block_bytes();
+  CHECK(peak_live_block_bytes() == live0);
+  void* a = aligned_alloc_bytes(big);
+  void* b = aligned_alloc_bytes(big);
+  void* small = aligned_alloc_bytes(1024);  // below the cached size: not counted
+  CHECK(live_block_bytes() == live0 + 2 * big);
+  aligned_free(b, big);
+  CHECK(live_block_bytes() == live0 + big);
+  CHECK(peak_live_block_bytes() == live0 + 2 * big);
+  reset_peak_live_block_bytes();
+  CHECK(peak_live_block_bytes() == live0 + big);
+  void* c = aligned_alloc_bytes(big);  // reuses b's cached block: live again all the same
+  CHECK(live_block_bytes() == live0 + 2 * big);
+  CHECK(peak_live_block_bytes() == live0 + 2 * big);
+  aligned_free(a, big);
+  aligned_free(c, big);
+  aligned_free(small, 1024);
+  CHECK(live_block_bytes() == live0);
+}
