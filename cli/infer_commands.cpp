@@ -156,7 +156,9 @@ void generate_speculative(const GenerateArgs& a, const InferModel& model,
                           const std::vector<int32_t>& prompt) {
   const InferModel draft(ShqFile::open(a.draft));
   check_draft_compatible(model, a.model, draft, a.draft);
-  SpeculativeDecoder decoder(model, draft, a.sampling, a.draft_tokens);
+  std::optional<LoraAdapter> adapter;
+  if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter), model);
+  SpeculativeDecoder decoder(model, draft, a.sampling, a.draft_tokens, adapter ? &*adapter : nullptr);
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
   const Stopwatch t0;
@@ -236,7 +238,6 @@ void run_generate(const GenerateArgs& a) {
   const std::vector<uint32_t> ids = tok.encode(a.prompt);
   SHAMN_INPUT_CHECK(!ids.empty(), "--prompt is empty: the model needs at least one token to continue");
   std::vector<int32_t> prompt(ids.begin(), ids.end());
-  SHAMN_INPUT_CHECK(a.draft.empty() || a.adapter.empty(), "--adapter with --draft is not supported yet");
   if (!a.draft.empty()) return generate_speculative(a, model, prompt);
   std::optional<LoraAdapter> adapter;
   if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter), model);

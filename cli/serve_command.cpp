@@ -293,7 +293,6 @@ void run_serve(const ServeArgs& a) {
     SHAMN_INPUT_CHECK(!name.empty() && name.size() <= 64 && eq + 1 < spec.size(), "--adapter '", spec,
                       "' must be NAME=FILE (a name of 1 to 64 characters)");
     SHAMN_INPUT_CHECK(!args.adapters.count(name), "--adapter: the name '", name, "' is given twice");
-    SHAMN_INPUT_CHECK(draft == std::nullopt, "--adapter with --draft is not supported yet");
     adapters.emplace_back(ShqFile::open(spec.substr(eq + 1)), model);
     args.adapters[name] = &adapters.back();
   }

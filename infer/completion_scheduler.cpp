@@ -177,8 +177,6 @@ CompletionScheduler::~CompletionScheduler() { shutdown(); }
 
 std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest request) {
   SHAMN_INPUT_CHECK(!request.prompt.empty(), "the prompt is empty: the model needs a token to continue");
-  SHAMN_INPUT_CHECK(request.adapter == nullptr || options_.draft == nullptr,
-                    "LoRA adapters with speculative decoding are not supported yet");
   for (const int32_t t : request.prompt)
     SHAMN_INPUT_CHECK(t >= 0 && t < model_.vocab_size(), "prompt token ", t,
                       " is outside the vocabulary [0, ", model_.vocab_size(), ")");
@@ -348,7 +346,7 @@ void CompletionScheduler::speculative_step() {
     try {
       if (!s.speculative) {
         s.speculative = std::make_unique<SpeculativeDecoder>(model_, *options_.draft, s.request.sampling,
-                                                             options_.draft_tokens);
+                                                             options_.draft_tokens, s.request.adapter);
         s.speculative->start(s.request.prompt);
         prompt_tokens += static_cast<int64_t>(s.request.prompt.size());
       }

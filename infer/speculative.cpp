@@ -18,9 +18,11 @@ void check_draft_compatible(const InferModel& target, const std::string& target_
 }
 
 SpeculativeDecoder::SpeculativeDecoder(const InferModel& target, const InferModel& draft,
-                                       const SamplingOptions& sampling, int64_t draft_tokens)
+                                       const SamplingOptions& sampling, int64_t draft_tokens,
+                                       const LoraAdapter* target_adapter)
     : target_(target),
       draft_(draft),
+      target_adapter_(target_adapter),
       sampler_(sampling),
       k_(draft_tokens),
       vocab_(target.vocab_size()),
@@ -38,17 +40,19 @@ void SpeculativeDecoder::start(std::span<const int32_t> prompt) {
   // that one with the drafts (the target) or before drafting (the draft).
   const auto n = static_cast<int64_t>(prompt.size()) - 1;
   if (n > 0) {
-    target_.forward(prompt.data(), n, target_state_, nullptr, false);
+    target_.forward(prompt.data(), n, target_state_, nullptr, false, target_adapter_);
     draft_.forward(prompt.data(), n, draft_state_, nullptr, false);
   }
   pending_ = prompt.back();
   draft_pending_.assign(1, pending_);
 }
 
-void SpeculativeDecoder::run(const InferModel& m, DecodeState& state, std::span<const int32_t> tokens,
-                             MixerInputs& record, bool all_logits, std::vector<float>& logits) const {
+void SpeculativeDecoder::run(const InferModel& m, const LoraAdapter* adapter, DecodeState& state,
+                             std::span<const int32_t> tokens, MixerInputs& record, bool all_logits,
+                             std::vector<float>& logits) const {
   const auto n = static_cast<int64_t>(tokens.size());
-  const StreamStep step{&state, tokens.data(), n, all_logits, &record};
+  StreamStep step{&state, tokens.data(), n, all_logits, &record};
+  step.adapter = adapter;
   logits.resize(static_cast<size_t>((all_logits ? n : 1) * vocab_));
   m.forward(std::span(&step, 1), logits.data());
 }
@@ -91,9 +95,10 @@ SpeculativeRound SpeculativeDecoder::next(int64_t max_drafts) {
   if (k > 0) {
     draft_before_ = draft_state_;
     draft_record_.clear();
-    run(draft_, draft_state_, draft_pending_, draft_record_, false, logits_);
+    run(draft_, nullptr, draft_state_, draft_pending_, draft_record_, false, logits_);
     for (int64_t i = 0; i < k; ++i) {
-      if (i > 0) run(draft_, draft_state_, std::span(&drafts_.back(), 1), draft_record_, false, logits_);
+      if (i > 0)
+        run(draft_, nullptr, draft_state_, std::span(&drafts_.back(), 1), draft_record_, false, logits_);
       sampler_.distribution(logits_.data(), V, dist_);
       densify(dist_, q_[i]);
       drafts_.push_back(sampler_.draw(dist_));
@@ -106,7 +111,7 @@ SpeculativeRound SpeculativeDecoder::next(int64_t max_drafts) {
   verify.insert(verify.end(), drafts_.begin(), drafts_.end());
   target_before_ = target_state_;
   target_record_.clear();
-  run(target_, target_state_, verify, target_record_, true, logits_);
+  run(target_, target_adapter_, target_state_, verify, target_record_, true, logits_);
   int64_t kept = 0;
   int32_t next = -1;
   for (; kept < k; ++kept) {

@@ -39,9 +39,12 @@ struct SpeculativeRound {
 
 class SpeculativeDecoder {
  public:
-  // draft_tokens: K, the drafts per round (1..kMaxDraftTokens).
+  // draft_tokens: K, the drafts per round (1..kMaxDraftTokens). target_adapter:
+  // a LoRA adapter the target runs with (null: none); the draft runs without
+  // one, so the output is the adapted target's and only the acceptance rate
+  // feels the difference.
   SpeculativeDecoder(const InferModel& target, const InferModel& draft, const SamplingOptions& sampling,
-                     int64_t draft_tokens);
+                     int64_t draft_tokens, const LoraAdapter* target_adapter = nullptr);
 
   // Runs the prompt (at least one token) through both models. Call once, first.
   void start(std::span<const int32_t> prompt);
@@ -55,8 +58,9 @@ class SpeculativeDecoder {
  private:
   // Runs `tokens` after `state`, appending their mixer inputs to `record`;
   // logits for every token when all_logits, else the last one's.
-  void run(const InferModel& m, DecodeState& state, std::span<const int32_t> tokens, MixerInputs& record,
-           bool all_logits, std::vector<float>& logits) const;
+  void run(const InferModel& m, const LoraAdapter* adapter, DecodeState& state,
+           std::span<const int32_t> tokens, MixerInputs& record, bool all_logits,
+           std::vector<float>& logits) const;
   // Dense probabilities over the vocabulary of `d` into `p`.
   void densify(const TokenDistribution& d, std::vector<double>& p) const;
   // The accept/reject decision for draft x with target p and draft q (dense);
@@ -65,6 +69,7 @@ class SpeculativeDecoder {
 
   const InferModel& target_;
   const InferModel& draft_;
+  const LoraAdapter* target_adapter_;
   Sampler sampler_;
   int64_t k_;
   int64_t vocab_;

@@ -9,6 +9,7 @@
 - a client that disconnects (streaming or not) cancels its request;
 - LoRA: an adapter fine-tuned and exported through the CLI; requests with
   different adapters (and none) in one batch get generate --adapter's text;
+  with a draft model too (greedy: the text of generate --adapter alone);
 - a full batch and queue answer 429; a request past the time limit ends with
   finish_reason "time_limit";
 - SIGTERM stops the server with status 0.
@@ -360,6 +361,21 @@ if bad.returncode != 1 or "is not a LoRA adapter file" not in bad.stderr:
     fail(f"serve with a model as adapter: {bad.returncode} {bad.stderr}")
 say(f"LoRA: fine-tuned, exported (int8, f32, bad bases refused), {len(lora_cases)} requests with two adapters "
     "and none in one batch get the text of generate --adapter")
+
+# ---- an adapter with speculative decoding: the adapted target's text ----
+spec_lora = Server("--draft", f"{work}/d.shq", "--draft-tokens", "3", "--adapter", f"ft8={work}/a8.shq")
+for c in (("the cat", 30, 0, 40, 0.95, 1), ("mat", 25, 0.8, 40, 0.95, 6)):
+    drafted_args = ("--adapter", f"{work}/a8.shq", "--draft", f"{work}/d.shq", "--draft-tokens", "3")
+    want = generate(*c, *drafted_args)
+    prompt, n, temp, k, p, seed = c
+    got = spec_lora.complete({"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p,
+                              "seed": seed, "adapter": "ft8"})["choices"][0]["text"]
+    if got != want:
+        fail(f"--draft with adapter {c}: {got!r} differs from generate's {want!r}")
+    if temp == 0 and want != generate(*c, "--adapter", f"{work}/a8.shq"):
+        fail(f"greedy generate --adapter --draft {c}: {want!r} differs from generate --adapter's")
+spec_lora.stop()
+say("--adapter with --draft: serve gives generate's text; greedy, that of generate --adapter alone")
 
 # ---- a full batch and queue: 429; the time limit ----
 busy = Server("--max-batch", "1", "--max-queue", "1", "--max-tokens-limit", "100000000", "--time-limit", "3")

@@ -13,6 +13,7 @@
 #include "infer/export_model.h"
 #include "infer/infer_model.h"
 #include "infer/infer_test_model.h"
+#include "infer/lora_test_adapter.h"
 #include "infer/sampler.h"
 #include "infer/speculative.h"
 
@@ -33,14 +34,15 @@ bool same_state(const DecodeState& a, const DecodeState& b) {
 }
 
 // Plain greedy decoding: n tokens after the prompt, one forward each.
-std::vector<int32_t> plain_greedy(const InferModel& m, const std::vector<int32_t>& prompt, int64_t n) {
+std::vector<int32_t> plain_greedy(const InferModel& m, const std::vector<int32_t>& prompt, int64_t n,
+                                  const LoraAdapter* adapter = nullptr) {
   std::vector<float> logits(static_cast<size_t>(m.vocab_size()));
   DecodeState s = m.new_state();
-  m.forward(prompt.data(), static_cast<int64_t>(prompt.size()), s, logits.data(), false);
+  m.forward(prompt.data(), static_cast<int64_t>(prompt.size()), s, logits.data(), false, adapter);
   std::vector<int32_t> out;
   while (static_cast<int64_t>(out.size()) < n) {
     out.push_back(argmax_logit(logits.data(), m.vocab_size()));
-    m.forward(&out.back(), 1, s, logits.data(), false);
+    m.forward(&out.back(), 1, s, logits.data(), false, adapter);
   }
   return out;
 }
@@ -219,6 +221,34 @@ double l1_bound(const SequenceLaw& law, int64_t n, double delta) {
 }
 
 }  // namespace
+
+TEST_CASE("with a LoRA adapter on the target, greedy speculative decoding gives the adapted target's tokens",
+          "[infer][speculative][lora]") {
+  const TestModel target_model(model_toml(), "spec_lora_target");
+  const TestModel small_model(one_layer_toml(), "spec_lora_small", 5);
+  const InferModel target = target_model.runtime(ShqQuant::int8);
+  const InferModel small = small_model.runtime(ShqQuant::int8);
+  test::Spec spec;
+  spec.q8 = true;
+  spec.rank = 4;
+  const LoraAdapter adapter = test::load_adapter(target, spec);
+  SamplingOptions greedy;
+  greedy.temperature = 0.0;
+  const std::vector<int32_t> prompt = random_tokens(5, target.vocab_size(), 3);
+  const int64_t n = 40;
+  const std::vector<int32_t> want = plain_greedy(target, prompt, n + 8, &adapter);
+  REQUIRE(want != plain_greedy(target, prompt, n + 8));  // the adapter changes the text
+  // The bare target as the draft disagrees with its adapted self now and then.
+  for (const InferModel* draft : {&target, &small}) {
+    for (int64_t k : {1, 4}) {
+      INFO("draft " << (draft == &target ? "the bare target" : "one layer") << ", K " << k);
+      SpeculativeDecoder d(target, *draft, greedy, k, &adapter);
+      const std::vector<int32_t> got = speculative(d, prompt, n, k);
+      CHECK(got == std::vector<int32_t>(want.begin(), want.begin() + static_cast<int64_t>(got.size())));
+      CHECK(d.accepted() < d.drafted());
+    }
+  }
+}
 
 TEST_CASE("sampled speculative output has the target's distribution", "[infer][speculative]") {
   // A target and a draft that half agree: the draft has one layer of two,
