@@ -59,9 +59,12 @@ for r in 4 8 32; do
 done
 # Rank 8 on the dense-side matrices alone (mixers' outputs and the memory
 # query): the cheap end of the runtime's cost.
-adapt lora8mq --set optim.lr=1e-3 --set optim.min_lr=1e-4 --set lora.rank=8 --set lora.alpha=16.0 \
-  --set 'lora.targets=["layers.*.mixer.out", "layers.*.memory.query"]'
-for run in full lora4 lora8 lora32 lora8mq; do
+# The dense side only (the mixers' output projections and the memory query).
+for r in 4 8 32; do
+  adapt "lora${r}mq" --set optim.lr=1e-3 --set optim.min_lr=1e-4 --set lora.rank="$r" \
+    --set lora.alpha="$((2 * r)).0" --set 'lora.targets=["layers.*.mixer.out", "layers.*.memory.query"]'
+done
+for run in full lora4 lora8 lora32 lora4mq lora8mq lora32mq; do
   python3 - "$run" "$run/metrics.jsonl" "$run.log" >> "$out" <<'PY'
 import json, re, sys, statistics
 name, metrics, log = sys.argv[1:]
@@ -82,7 +85,7 @@ done
 for q in f32 int8; do
   [ -f "base-$q.shq" ] || "$shamn" export base/best.h5 --tokenizer tok.bpe --quant "$q" -o "base-$q.shq" > /dev/null
   [ -f "full-$q.shq" ] || "$shamn" export full/best.h5 --tokenizer tok.bpe --quant "$q" -o "full-$q.shq" > /dev/null
-  for r in 4 8 32 8mq; do
+  for r in 4 8 32 4mq 8mq 32mq; do
     [ -f "lora$r-$q.lora" ] ||
       "$shamn" export "lora$r/best.h5" --base base/best.h5 --quant "$q" -o "lora$r-$q.lora" > /dev/null
   done
@@ -97,7 +100,7 @@ ev() {  # tag, then eval arguments
 for q in f32 int8; do
   ev "base-$q" "base-$q.shq"
   ev "full-$q" "full-$q.shq"
-  for r in 4 8 32 8mq; do ev "lora$r-$q" "base-$q.shq" --adapter "lora$r-$q.lora"; done
+  for r in 4 8 32 4mq 8mq 32mq; do ev "lora$r-$q" "base-$q.shq" --adapter "lora$r-$q.lora"; done
 done
 
 # 5. The runtime's cost of adapters on the int8 base, interleaved per round:

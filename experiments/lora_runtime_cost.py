@@ -6,7 +6,7 @@ run but the CPU time of a 1-thread run moves by a few.
 Usage: experiments/lora_runtime_cost.py SHAMN WORKDIR [ROUNDS]
 
 WORKDIR is experiments/lora_bench.sh's (base-int8.shq and the adapters
-lora{4,8,32,8mq}-{int8,f32}.lora). For each variant (no adapter, one adapter,
+lora{4,8,32,4mq,8mq,32mq}-{int8,f32}.lora; "mq": the dense side only). For each variant (no adapter, one adapter,
 four mixed) and each shape (decode: 1 and 16 streams; prefill: 1 and 16
 streams), `shamn --threads 1 bench` runs once with the work and once with
 almost none (one prompt token, one decoded token, one repeat: start-up,
@@ -22,6 +22,9 @@ import sys
 VARIANTS = {
     "none": [],
     "r8, dense side": ["--adapter", "lora8mq-int8.lora"],
+    "r32, dense side": ["--adapter", "lora32mq-int8.lora"],
+    "4 mixed, dense side (r4, r8, r32, r8 f32)": ["--adapter", "lora4mq-int8.lora", "--adapter", "lora8mq-int8.lora",
+                                                  "--adapter", "lora32mq-int8.lora", "--adapter", "lora8mq-f32.lora"],
     "r8": ["--adapter", "lora8-int8.lora"],
     "r32": ["--adapter", "lora32-int8.lora"],
     "4 mixed (r4, r8, r32, r8 f32)": ["--adapter", "lora4-int8.lora", "--adapter", "lora8-int8.lora",
