@@ -134,6 +134,23 @@ ProbeRate read_rate(const MachineProbeOptions& o, int64_t bytes) {
   });
 }
 
+// Update bandwidth (y += x) over two per-thread buffers of `bytes` / 2 each.
+ProbeRate update_rate(const MachineProbeOptions& o, int64_t bytes) {
+  const int64_t n = bytes / 2 / static_cast<int64_t>(sizeof(float));
+  std::vector<std::vector<float>> xs(static_cast<size_t>(o.threads)), ys(xs.size());
+  for (size_t t = 0; t < xs.size(); ++t) {
+    xs[t].assign(static_cast<size_t>(n), 1.0f);
+    ys[t].assign(static_cast<size_t>(n), 0.0f);
+  }
+  const auto& k = kernels();
+  return one_and_all(o, [&](int t, int64_t rounds) {
+    float* y = ys[static_cast<size_t>(t)].data();
+    for (int64_t i = 0; i < rounds; ++i) k.add_into(y, xs[static_cast<size_t>(t)].data(), n);
+    g_sink.store(y[0], std::memory_order_relaxed);
+    return static_cast<double>(rounds) * 3.0 * static_cast<double>(n) * sizeof(float);
+  });
+}
+
 int64_t round_to_kib(int64_t bytes) { return std::max<int64_t>(1, bytes >> 10) << 10; }
 
 }  // namespace
@@ -175,15 +192,18 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
   m.read_buffer_bytes[0] = round_to_kib(m.l2_bytes / 2);
   m.read_buffer_bytes[1] = round_to_kib(std::max(m.l3_bytes / (2 * threads), 2 * m.l2_bytes));
   m.read_buffer_bytes[2] = round_to_kib(std::max(4 * m.l3_bytes / threads, 4 * m.l2_bytes));
-  for (int level = 0; level < kMemoryLevels; ++level)
+  for (int level = 0; level < kMemoryLevels; ++level) {
     m.read_bytes[level] = read_rate(o, m.read_buffer_bytes[level]);
+    m.update_bytes[level] = update_rate(o, m.read_buffer_bytes[level]);
+  }
   return m;
 }
 
 RooflineLimits roofline_limits(const MachineLimits& m) {
   RooflineLimits r;
   r.flops_per_s = m.f32_flops.all;
-  for (int level = 0; level < kMemoryLevels; ++level) r.bytes_per_s[level] = m.read_bytes[level].all;
+  for (int level = 0; level < kMemoryLevels; ++level)
+    r.bytes_per_s[level] = std::max(m.read_bytes[level].all, m.update_bytes[level].all);
   r.capacity_bytes[0] = static_cast<double>(m.l2_bytes) * m.threads;
   r.capacity_bytes[1] = static_cast<double>(m.l3_bytes);
   return r;

@@ -1,8 +1,9 @@
 #pragma once
 // This machine's own limits, measured (`shamn machine`; `--profile` takes its
 // roofline from them): f32 FMA peak at the kernel level in use, bf16 dot
-// products where the CPU has AVX512_BF16, and read bandwidth from buffers sized
-// for L2, L3 and DRAM; each on one thread and on `threads` threads at once.
+// products where the CPU has AVX512_BF16, and the bandwidth of a read stream and
+// of an update stream (y += x: two reads, one write) from buffers sized for L2,
+// L3 and DRAM; each on one thread and on `threads` threads at once.
 //
 // Every probe runs a short timed loop (about `probe_seconds`) `repeats` times
 // and keeps the median. A rate is work per second of the CPU time each thread
@@ -37,15 +38,19 @@ struct MachineLimits {
   ProbeRate f32_flops;
   bool bf16_available = false;
   ProbeRate bf16_flops;  // zero where not available
-  // Per-thread buffer sizes and rates of the L2, L3 and DRAM reads (MemoryLevel order).
+  // Per-thread buffer sizes (all buffers of a probe together) and rates of the
+  // L2, L3 and DRAM probes (MemoryLevel order). An update moves 12 bytes per
+  // element: x and y read, y written.
   int64_t read_buffer_bytes[kMemoryLevels] = {};
   ProbeRate read_bytes[kMemoryLevels];
+  ProbeRate update_bytes[kMemoryLevels];
 };
 
 MachineLimits measure_machine_limits(const MachineProbeOptions& options);
 
-// The figures a run on limits.threads threads is bound by: the all-thread rates,
-// L2 capacity per core x threads.
+// The figures a run on limits.threads threads is bound by: the all-thread rates
+// (per level the faster of read and update, so an op that writes as much as it
+// reads is not held to the read stream's figure), L2 capacity per core x threads.
 RooflineLimits roofline_limits(const MachineLimits& limits);
 
 }  // namespace shamn

@@ -36,11 +36,12 @@ ProbeRate rate_from(const nlohmann::json& j, const std::string& where) {
 }  // namespace
 
 nlohmann::ordered_json machine_limits_json(const MachineLimits& m) {
-  nlohmann::ordered_json reads;
+  nlohmann::ordered_json reads, updates;
   for (int level = 0; level < kMemoryLevels; ++level) {
     nlohmann::ordered_json r = rate_json(m.read_bytes[level]);
     r["buffer_bytes_per_thread"] = m.read_buffer_bytes[level];
     reads[kLevelKeys[level]] = r;
+    updates[kLevelKeys[level]] = rate_json(m.update_bytes[level]);
   }
   return {{"kernel", m.kernel},
           {"threads", m.threads},
@@ -50,7 +51,8 @@ nlohmann::ordered_json machine_limits_json(const MachineLimits& m) {
           {"f32_fma_gflops", rate_json(m.f32_flops)},
           {"bf16_dot_gflops",
            m.bf16_available ? rate_json(m.bf16_flops) : nlohmann::ordered_json("not available")},
-          {"read_gbs", reads}};
+          {"read_gbs", reads},
+          {"update_gbs", updates}};
 }
 
 MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::string& what) {
@@ -74,6 +76,8 @@ MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::strin
     const nlohmann::json& r = member(reads, kLevelKeys[level], what + " read_gbs");
     m.read_bytes[level] = rate_from(r, where);
     m.read_buffer_bytes[level] = static_cast<int64_t>(positive(r, "buffer_bytes_per_thread", where));
+    const nlohmann::json& u = member(member(j, "update_gbs", what), kLevelKeys[level], what + " update_gbs");
+    m.update_bytes[level] = rate_from(u, what + " update_gbs." + kLevelKeys[level]);
   }
   return m;
 }
@@ -106,12 +110,14 @@ std::string format_machine_limits(const MachineLimits& m) {
     line("bf16 dot (vdpbf16ps)", m.bf16_flops, "GFLOP/s");
   else
     out += "  bf16 dot                       not available (no AVX512_BF16)\n";
-  const char* names[kMemoryLevels] = {"read, L2-sized", "read, L3-sized", "read, DRAM-sized"};
+  const char* names[kMemoryLevels] = {"L2-sized", "L3-sized", "DRAM-sized"};
   for (int level = 0; level < kMemoryLevels; ++level) {
     char name[64];
-    std::snprintf(name, sizeof(name), "%s (%lld KiB)", names[level],
+    std::snprintf(name, sizeof(name), "read, %s (%lld KiB)", names[level],
                   static_cast<long long>(m.read_buffer_bytes[level] >> 10));
     line(name, m.read_bytes[level], "GB/s   ");
+    std::snprintf(name, sizeof(name), "update y += x, %s", names[level]);
+    line(name, m.update_bytes[level], "GB/s   ");
   }
   return out;
 }

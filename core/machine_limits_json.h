@@ -1,6 +1,7 @@
 #pragma once
 // `shamn machine --json` and its reading back (`--profile --machine FILE`), and
-// the plain-text report. Rates in the JSON are GFLOP/s and GB/s (1e9).
+// the plain-text report. Rates in the JSON are GFLOP/s and GB/s (1e9); an
+// update's bytes count both reads and the write.
 #include <string>
 
 #include <nlohmann/json.hpp>

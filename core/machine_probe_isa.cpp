@@ -45,9 +45,15 @@ float read_sum(const float* x, int64_t n) {
   return lane_total(acc, kReadChains);
 }
 
+void add_into(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += simd::kVec)
+    simd::vstoreu(y + i, simd::vadd(simd::vloadu(y + i), simd::vloadu(x + i)));
+}
+
 }  // namespace
 SHAMN_ISA_END
 
 namespace shamn::machine_probe_isa {
-SHAMN_ISA_TABLE(Kernels) = {&::shamn::SHAMN_ISA_NS::fma_loop, &::shamn::SHAMN_ISA_NS::read_sum};
+SHAMN_ISA_TABLE(Kernels) = {&::shamn::SHAMN_ISA_NS::fma_loop, &::shamn::SHAMN_ISA_NS::read_sum,
+                            &::shamn::SHAMN_ISA_NS::add_into};
 }  // namespace shamn::machine_probe_isa

@@ -12,6 +12,8 @@ struct Kernels {
   float (*fma_loop)(int64_t iters, float seed, double* flops);
   // The sum of x[0..n), n a multiple of 256, read with full-register loads.
   float (*read_sum)(const float* x, int64_t n);
+  // y[0..n) += x[0..n), n as for read_sum: a stream that writes as much as it reads.
+  void (*add_into)(float* y, const float* x, int64_t n);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

@@ -67,7 +67,7 @@ std::string format_roofline_table(const ProfileReport& report, size_t max_rows) 
   std::string out;
   if (l.valid())
     out += printf_string(
-        "roofline: peak %.1f GFLOP/s f32; read %.1f / %.1f / %.1f GB/s from L2 / L3 / DRAM; a call's "
+        "roofline: peak %.1f GFLOP/s f32; %.1f / %.1f / %.1f GB/s from L2 / L3 / DRAM; a call's "
         "operands live in L2 up to %.1f MiB, in L3 up to %.1f MiB\n",
         l.flops_per_s / 1e9, l.bytes_per_s[0] / 1e9, l.bytes_per_s[1] / 1e9, l.bytes_per_s[2] / 1e9,
         l.capacity_bytes[0] / 1048576.0, l.capacity_bytes[1] / 1048576.0);

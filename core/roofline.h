@@ -7,9 +7,9 @@
 // The level rule: a call's operands live at the first level that holds all of
 // them, judged by the call's own minimum bytes: at most the L2 of the threads in
 // use (per-core L2 x threads) streams at L2 bandwidth, at most the L3 at L3
-// bandwidth, anything larger at DRAM bandwidth. It is a lower bound twice over:
-// operands that were just written may sit in a nearer level than this rule says
-// only when they fit it, and nothing moves faster than the level's read figure.
+// bandwidth, anything larger at DRAM bandwidth. A level's bandwidth is the faster
+// of its measured read and update (y += x) streams, so the bound stays below what
+// an op that reads and writes can reach.
 #include <cstdint>
 
 namespace shamn {
@@ -21,7 +21,7 @@ const char* memory_level_name(MemoryLevel level);
 // Measured by `shamn machine` (core/machine_limits.h) for one thread count.
 struct RooflineLimits {
   double flops_per_s = 0;                         // f32 FMA peak of all threads together
-  double bytes_per_s[kMemoryLevels] = {};         // read bandwidth from L2, L3, DRAM
+  double bytes_per_s[kMemoryLevels] = {};         // bandwidth from L2, L3, DRAM
   double capacity_bytes[kMemoryLevels - 1] = {};  // what L2 (all threads) and L3 hold
 
   // Every figure positive: bounds can be computed.

@@ -16,7 +16,8 @@ m = json.load(open(sys.argv[1]))
 assert m["threads"] == 2 and m["kernel"] in ("scalar", "avx2", "avx512"), m
 for key in ("l2_bytes_per_core", "l3_bytes"):
     assert m["cache"][key] > 0, m
-for rate in [m["f32_fma_gflops"]] + [m["read_gbs"][level] for level in ("l2", "l3", "dram")]:
+levels = ("l2", "l3", "dram")
+for rate in [m["f32_fma_gflops"]] + [m[k][level] for k in ("read_gbs", "update_gbs") for level in levels]:
     assert rate["one_core"] > 0 and rate["all_cores"] > 0, m
 assert m["bf16_dot_gflops"] == "not available" or m["bf16_dot_gflops"]["one_core"] > 0, m
 PY
@@ -25,7 +26,7 @@ PY
 "$shamn" --threads 2 train "$config" --set "data.train_path=\"$work/data/train.bin\"" \
   --set "data.val_path=\"$work/data/val.bin\"" --set "train.out_dir=\"$work/run\"" --set train.max_steps=3 --set optim.warmup_steps=1 \
   --profile --machine "$work/machine.json" > "$work/train.txt"
-grep -q "^roofline: peak .* GFLOP/s f32" "$work/train.txt"
+grep -q "^roofline: peak .* GFLOP/s f32; .* GB/s from L2 / L3 / DRAM" "$work/train.txt"
 grep -q "^name  *category  *total ms  *GFLOP  *MB  *bound ms  *x bound  *% step$" "$work/train.txt"
 grep -q "^hash_head_cross_entropy  *backward " "$work/train.txt"
 grep -q "^step: .* ms against a sum of bounds of .* ms: .*x the roofline$" "$work/train.txt"

@@ -41,6 +41,8 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
     CHECK(m.read_buffer_bytes[level] > 0);
     CHECK(m.read_bytes[level].one > 0);
     CHECK(m.read_bytes[level].all > 0);
+    CHECK(m.update_bytes[level].one > 0);
+    CHECK(m.update_bytes[level].all > 0);
   }
   // Buffers grow level by level: an L3 read is never an L2 one.
   CHECK(m.read_buffer_bytes[1] > m.read_buffer_bytes[0]);
@@ -49,6 +51,8 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
   const RooflineLimits r = roofline_limits(m);
   CHECK(r.valid());
   CHECK(r.flops_per_s == m.f32_flops.all);
+  for (int level = 0; level < kMemoryLevels; ++level)
+    CHECK(r.bytes_per_s[level] == std::max(m.read_bytes[level].all, m.update_bytes[level].all));
   CHECK(r.capacity_bytes[0] == static_cast<double>(2 * m.l2_bytes));
   CHECK(r.capacity_bytes[1] == static_cast<double>(m.l3_bytes));
 }
@@ -66,6 +70,7 @@ TEST_CASE("machine limits: the JSON reads back to the same figures", "[core][mac
   for (int level = 0; level < kMemoryLevels; ++level) {
     CHECK(back.read_bytes[level].one == Approx(m.read_bytes[level].one));
     CHECK(back.read_buffer_bytes[level] == m.read_buffer_bytes[level]);
+    CHECK(back.update_bytes[level].all == Approx(m.update_bytes[level].all));
   }
   CHECK(format_machine_limits(m).find("f32 FMA") != std::string::npos);
 }
