@@ -18,6 +18,12 @@ int64_t block_macs(int64_t n, const BlockSparseDims& d) {
 int64_t pattern_bytes(const BlockSparseDims& d) { return d.row_blocks() * d.active * kIndex; }
 }  // namespace
 
+std::vector<int64_t> segment_rows(const std::vector<int64_t>& offsets) {
+  std::vector<int64_t> rows;
+  for (size_t g = 0; g + 1 < offsets.size(); ++g) rows.push_back(offsets[g + 1] - offsets[g]);
+  return rows;
+}
+
 OpWork matmul_forward(int64_t M, int64_t N, int64_t K, int64_t s) {
   return {2 * M * N * K, (M * K + K * N + M * N) * s};
 }
@@ -178,6 +184,38 @@ OpWork moe_combine_backward(int64_t n, int64_t k, int64_t dim, int64_t s, GradsW
   OpWork w{0, n * dim * s + n * k * kIndex};                   // dout, the rows
   if (g.a) w += {2 * n * k * dim, (n * k * dim + n * k) * s};  // dg = dout . y
   if (g.b) w += {n * k * dim, (n * k + n * k * dim) * s};      // dys = g * dout
+  return w;
+}
+
+// Forward per segment: t = x A^T (2 n r in), y += scale t B^T (2 n out r); x, A,
+// B read, t written (kept for backward), y read and written.
+OpWork low_rank_forward(const std::vector<int64_t>& rows, const std::vector<int64_t>& ranks, int64_t in,
+                        int64_t out, int64_t s) {
+  OpWork w;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    const int64_t n = rows[g], r = ranks[g];
+    if (n == 0 || r == 0) continue;
+    w += {2 * n * r * in + 2 * n * out * r, (n * in + r * in + out * r + n * r + 2 * n * out) * s};
+  }
+  return w;
+}
+
+// Backward per segment: dB = scale dy^T t (2 n out r); dt = scale dy B (2 n out
+// r), dA = dt^T x and dx = dt A (2 n r in each); dy, t, B, x, A read, the
+// gradients written.
+OpWork low_rank_backward(const std::vector<int64_t>& rows, const std::vector<int64_t>& ranks, int64_t in,
+                         int64_t out, int64_t s, GradsWanted g) {
+  OpWork w;
+  int64_t total_rows = 0;
+  for (size_t e = 0; e < rows.size(); ++e) {
+    const int64_t n = rows[e], r = ranks[e];
+    total_rows += n;
+    if (n == 0 || r == 0 || !(g.a || g.b)) continue;
+    w += {2 * n * out * r, (n * out + out * r) * s};  // dt from dy and B
+    if (g.b) w += {2 * n * out * r + 2 * n * r * in, (n * r + out * r + n * in + r * in) * s};
+    if (g.a) w += {2 * n * r * in, (r * in + n * in) * s};
+  }
+  if (g.c) w += copy(total_rows * out, s);
   return w;
 }
 

@@ -46,6 +46,9 @@ struct GradsWanted {
 
 namespace op_work {
 
+// Rows of each segment of a segmented op: offsets[g + 1] - offsets[g].
+std::vector<int64_t> segment_rows(const std::vector<int64_t>& offsets);
+
 // C[M,N] = A[M,K] B[K,N]; backward: dA (a) and dB (b).
 OpWork matmul_forward(int64_t M, int64_t N, int64_t K, int64_t s);
 OpWork matmul_backward(int64_t M, int64_t N, int64_t K, int64_t s, GradsWanted g);
@@ -106,6 +109,15 @@ OpWork moe_gates_backward(int64_t n, int64_t experts, int64_t k, int64_t s);
 OpWork plan_dispatch(int64_t n, int64_t k, int64_t experts);
 OpWork moe_combine_forward(int64_t n, int64_t k, int64_t dim, int64_t s);
 OpWork moe_combine_backward(int64_t n, int64_t k, int64_t dim, int64_t s, GradsWanted g);
+
+// LoRA adapters over row segments (autograd/ops_lora.h): segment g has rows[g]
+// rows of x [., in] and rank ranks[g]; y [., out] is summed into in place.
+// Backward: dx (a), each adapter's dA and dB (b; all adapters alike), and the
+// copy of dy into y's gradient (c).
+OpWork low_rank_forward(const std::vector<int64_t>& rows, const std::vector<int64_t>& ranks, int64_t in,
+                        int64_t out, int64_t s);
+OpWork low_rank_backward(const std::vector<int64_t>& rows, const std::vector<int64_t>& ranks, int64_t in,
+                         int64_t out, int64_t s, GradsWanted g);
 
 // Product-key memory over N queries (core/kernels/product_key.h); backward: dq (a),
 // dkeys1 and dkeys2 (b), dvalues (c).

@@ -52,13 +52,6 @@ void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* value
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);
 }
 
-// Rows routed to each layer: offsets[g + 1] - offsets[g].
-std::vector<int64_t> segment_rows(const std::vector<int64_t>& offsets) {
-  std::vector<int64_t> rows;
-  for (size_t g = 0; g + 1 < offsets.size(); ++g) rows.push_back(offsets[g + 1] - offsets[g]);
-  return rows;
-}
-
 }  // namespace
 
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
@@ -130,7 +123,7 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
   if (profiling()) {
     std::vector<bool> has_bias;
     for (const BlockSparseOperands& l : layers) has_bias.push_back(l.bias.defined());
-    record_work(op_work::block_sparse_segments_forward(segment_rows(offsets), dims, has_bias, s));
+    record_work(op_work::block_sparse_segments_forward(op_work::segment_rows(offsets), dims, has_bias, s));
   }
   Tensor y = Tensor::empty({x.size(0), out}, x.dtype());
   std::vector<Tensor> wv, bv, ci;
@@ -162,8 +155,8 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
         wanted[g].b = node.needs_grad(values_at);
         wanted[g].c = bias_at >= 0 && node.needs_grad(static_cast<size_t>(bias_at));
       }
-      record_work(op_work::block_sparse_segments_backward(segment_rows(offsets), dims, s, node.needs_grad(0),
-                                                          wanted));
+      record_work(op_work::block_sparse_segments_backward(op_work::segment_rows(offsets), dims, s,
+                                                          node.needs_grad(0), wanted));
     }
     dispatch_floating(node.out_dtype, "block_sparse_linear_segments", [&](auto zero) {
       using T = decltype(zero);

@@ -9,6 +9,7 @@
 #include "autograd/ops_block_sparse.h"
 #include "autograd/ops_causal_conv.h"
 #include "autograd/ops_hash_embedding.h"
+#include "autograd/ops_lora.h"
 #include "autograd/ops_product_key.h"
 #include "core/profiler.h"
 #include "helpers.h"
@@ -158,6 +159,21 @@ TEST_CASE("op work: hash embedding and the fused hashed head", "[autograd][profi
   // scores 24 + importance 10 + lse 3 floats + bucket 10 + target 3 ints; table 32 +
   // dz 12; z 12 + dtable 32; dimportance 10.
   check_work(head, "hash_head_cross_entropy", kBwd, 624, 592);
+}
+
+TEST_CASE("op work: LoRA segments count the adapted rows", "[autograd][profiler][op_work]") {
+  // Rows 0-1 through a rank-1 adapter (in 4, out 2); row 2 has no adapter.
+  const Var x = param({3, 4}, 22), w = param({4, 2}, 23);
+  const std::vector<LowRankOperands> adapters{{param({1, 4}, 24), param({2, 1}, 25)}, {Var(), Var()}};
+  const ProfileReport r = profile_of([&] {
+    sum(add_low_rank_segments(matmul(x, w), x, {0, 2, 3}, adapters, 0.5)).backward();
+  });
+  // t = x A^T: 2 x 1 x 4 MACs = 16; y += t B^T: 2 x 2 x 1 = 8. x 8 + A 4 + B 2 + t 2
+  // + y read and written 2 x 4 floats.
+  check_work(r, "add_low_rank_segments", kFwd, 24, 96);
+  // dt = dy B 8; dB 8 + dA 16; dx 16. dy 4 + B 2; t 2 + dB 2 + x 8 + dA 4; A 4 + dx 8;
+  // y's gradient: a copy of dy's 6 floats (read and written).
+  check_work(r, "add_low_rank_segments", kBwd, 48, 184);
 }
 
 TEST_CASE("op work: nothing is recorded with the profiler off", "[autograd][profiler][op_work]") {
