@@ -33,7 +33,8 @@ void run_machine(const MachineArgs& a) {
 void register_machine_command(CLI::App& app) {
   auto a = std::make_shared<MachineArgs>();
   CLI::App* sc = app.add_subcommand(
-      "machine", "measure this machine's f32/bf16 peak and L2/L3/DRAM read bandwidth, one and all threads");
+      "machine",
+      "measure this machine's f32/bf16 peak and L2/L3/DRAM bandwidth (read, update), one and all threads");
   sc->add_flag("--json", a->json, "print JSON (for --profile --machine FILE)");
   sc->add_option("--repeats", a->repeats, "runs of each probe; the median is kept")
       ->capture_default_str()
