@@ -17,6 +17,15 @@ std::string printf_string(const char* format, auto... args) {
 
 bool has_work(const ProfileStat& s) { return s.flops > 0 || s.bytes > 0; }
 
+// Where most of a row's bytes were charged (the level rule of core/roofline.h).
+const char* main_level(const ProfileStat& s, const RooflineLimits& limits) {
+  if (!limits.valid() || s.bytes == 0) return "-";
+  int best = 0;
+  for (int l = 1; l < kMemoryLevels; ++l)
+    if (s.level_bytes[l] > s.level_bytes[best]) best = l;
+  return memory_level_name(static_cast<MemoryLevel>(best));
+}
+
 std::string ratio_text(const RooflineRow& r) { return r.ratio > 0 ? printf_string("%.1f", r.ratio) : "-"; }
 
 }  // namespace
@@ -75,14 +84,15 @@ std::string format_roofline_table(const ProfileReport& report, size_t max_rows) 
     out += "roofline: no machine limits, so no bounds (work only)\n";
   int name_width = 4;
   for (const ProfileStat* s : rows) name_width = std::max(name_width, static_cast<int>(s->name.size()));
-  out += printf_string("%-*s  %-9s %11s %10s %10s %11s %8s %7s\n", name_width, "name", "category", "total ms",
-                       "GFLOP", "MB", "bound ms", "x bound", "% step");
+  out += printf_string("%-*s  %-9s %11s %10s %10s %5s %11s %8s %7s\n", name_width, "name", "category",
+                       "total ms", "GFLOP", "MB", "in", "bound ms", "x bound", "% step");
   for (const ProfileStat* s : rows) {
     const RooflineRow r = roofline_row(*s, step_ns);
-    out += printf_string("%-*s  %-9s %11.2f %10.3f %10.1f %11.3f %8s %7.1f\n", name_width, s->name.c_str(),
-                         profile_category_name(s->category), ms(static_cast<double>(s->total_ns)),
-                         static_cast<double>(s->flops) / 1e9, static_cast<double>(s->bytes) / 1e6, r.bound_ms,
-                         ratio_text(r).c_str(), 100.0 * r.share);
+    out +=
+        printf_string("%-*s  %-9s %11.2f %10.3f %10.1f %5s %11.3f %8s %7.1f\n", name_width, s->name.c_str(),
+                      profile_category_name(s->category), ms(static_cast<double>(s->total_ns)),
+                      static_cast<double>(s->flops) / 1e9, static_cast<double>(s->bytes) / 1e6,
+                      main_level(*s, l), r.bound_ms, ratio_text(r).c_str(), 100.0 * r.share);
   }
   const double bound_sum = profile_step_bound_ns(report);
   if (bound_sum > 0) {

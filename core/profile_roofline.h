@@ -1,7 +1,8 @@
 #pragma once
 // The roofline part of the `--profile` table: each row's work (FLOPs, minimum
-// bytes), its bound from the machine's limits (core/roofline.h), how far its time
-// is above the bound, and the whole step against the sum of its ops' bounds.
+// bytes, and "in": the level that holds most of those bytes by the rule of
+// core/roofline.h), its bound from the machine's limits, how far its time is
+// above the bound, and the whole step against the sum of its ops' bounds.
 #include <string>
 #include <vector>
 

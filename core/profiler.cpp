@@ -30,9 +30,12 @@ struct StatKeyHash {
     return std::hash<const void*>()(k.name) * 31 + static_cast<size_t>(k.category);
   }
 };
+static_assert(kMemoryLevels == 3, "profile_report() copies the bytes of three levels");
+
 struct Totals {
   int64_t calls = 0, total_ns = 0, self_ns = 0;
   int64_t flops = 0, bytes = 0;
+  int64_t level_bytes[kMemoryLevels] = {};
   double bound_ns = 0, self_bound_ns = 0;
 };
 
@@ -115,6 +118,7 @@ void ProfileScope::close() {
     parent_->child_ns_ += duration;
     parent_->flops_ += flops_;
     parent_->bytes_ += bytes_;
+    for (int l = 0; l < kMemoryLevels; ++l) parent_->level_bytes_[l] += level_bytes_[l];
     parent_->bound_ns_ += bound_ns_;
   }
   ThreadBuffer& b = this_thread_buffer();
@@ -125,6 +129,7 @@ void ProfileScope::close() {
   t.self_ns += duration - child_ns_;
   t.flops += flops_;
   t.bytes += bytes_;
+  for (int l = 0; l < kMemoryLevels; ++l) t.level_bytes[l] += level_bytes_[l];
   t.bound_ns += bound_ns_;
   t.self_bound_ns += self_bound_ns_;
   if (!traced_) return;
@@ -141,6 +146,7 @@ void add_profile_work(int64_t flops, int64_t bytes) {
   const double bound = roofline_bound_ns(static_cast<double>(flops), static_cast<double>(bytes), g_limits);
   scope->flops_ += flops;
   scope->bytes_ += bytes;
+  scope->level_bytes_[static_cast<int>(memory_level(static_cast<double>(bytes), g_limits))] += bytes;
   scope->bound_ns_ += bound;
   scope->self_bound_ns_ += bound;
 }
@@ -232,6 +238,7 @@ ProfileReport profile_report() {
       m.self_ns += t.self_ns;
       m.flops += t.flops;
       m.bytes += t.bytes;
+      for (int l = 0; l < kMemoryLevels; ++l) m.level_bytes[l] += t.level_bytes[l];
       m.bound_ns += t.bound_ns;
       m.self_bound_ns += t.self_bound_ns;
     }
@@ -240,8 +247,16 @@ ProfileReport profile_report() {
     report.threads.push_back({b->tid, b->name, b->events});
   }
   for (const auto& [key, t] : merged)
-    report.stats.push_back({key.first, key.second, t.calls, t.total_ns, t.self_ns, t.flops, t.bytes,
-                            t.bound_ns, t.self_bound_ns});
+    report.stats.push_back({key.first,
+                            key.second,
+                            t.calls,
+                            t.total_ns,
+                            t.self_ns,
+                            t.flops,
+                            t.bytes,
+                            {t.level_bytes[0], t.level_bytes[1], t.level_bytes[2]},  // kMemoryLevels
+                            t.bound_ns,
+                            t.self_bound_ns});
   report.limits = g_limits;
   std::stable_sort(report.stats.begin(), report.stats.end(),
                    [](const ProfileStat& a, const ProfileStat& b) { return a.total_ns > b.total_ns; });

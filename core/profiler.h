@@ -79,6 +79,7 @@ class ProfileScope {
   ProfileScope* parent_ = nullptr;
   // Work of this scope and its children (profile_work), and the sum of its calls' bounds.
   int64_t flops_ = 0, bytes_ = 0;
+  int64_t level_bytes_[kMemoryLevels] = {};  // bytes_ by the level the rule put them in
   double bound_ns_ = 0;
   // The part recorded in this scope itself.
   double self_bound_ns_ = 0;
@@ -135,6 +136,7 @@ struct ProfileStat {
   // Work (profile_work) of these scopes and their children; bound_ns sums each
   // call's roofline bound, self_bound_ns only the calls recorded in the scope itself.
   int64_t flops = 0, bytes = 0;
+  int64_t level_bytes[kMemoryLevels] = {};  // bytes by level (all DRAM without limits)
   double bound_ns = 0, self_bound_ns = 0;
 };
 

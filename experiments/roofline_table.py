@@ -19,28 +19,31 @@ NOT_OPS = re.compile(r"^(layers\.|head$|embed$|final_norm$|forward$|backward$|ev
 def rows(path):
     lines = open(path).read().split("\n")
     start = next(i for i, line in enumerate(lines) if line.startswith("name ") and "x bound" in line)
+    level = " in " in lines[start]  # the column of the level holding most bytes
     out = {}
     for line in lines[start + 1:]:
         if line.startswith("step:"):
             break
         p = line.split()
-        out[(p[0], p[1])] = dict(ms=float(p[2]), gflop=float(p[3]), mb=float(p[4]), bound=float(p[5]),
-                                 ratio=p[6], share=float(p[7]))
+        if not level:
+            p.insert(5, "")
+        out[(p[0], p[1])] = dict(ms=float(p[2]), gflop=float(p[3]), mb=float(p[4]), level=p[5],
+                                 bound=float(p[6]), ratio=p[7], share=float(p[8]))
     return out
 
 
 def table(path, steps, min_share):
     r = rows(path)
-    print("| op | pass | ms/step | GFLOP/step | MB/step | bound ms/step | x bound | % step |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| op | pass | ms/step | GFLOP/step | MB/step | in | bound ms/step | x bound | % step |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     ops = [(k, v) for k, v in r.items() if not NOT_OPS.match(k[0]) and v["share"] >= min_share]
     phases = [(k, v) for k, v in r.items() if k[0] in ("train_step", "backward", "forward")]
     for (name, cat), v in ops:
         print(f"| {name} | {cat} | {v['ms'] / steps:.1f} | {v['gflop'] / steps:.2f} | {v['mb'] / steps:.0f} "
-              f"| {v['bound'] / steps:.2f} | {v['ratio']} | {v['share']} |")
+              f"| {v['level']} | {v['bound'] / steps:.2f} | {v['ratio']} | {v['share']} |")
     for (name, cat), v in phases:
         print(f"| **{name}** | {cat} | {v['ms'] / steps:.1f} | {v['gflop'] / steps:.2f} | {v['mb'] / steps:.0f} "
-              f"| {v['bound'] / steps:.2f} | {v['ratio']} | {v['share']} |")
+              f"| {v['level']} | {v['bound'] / steps:.2f} | {v['ratio']} | {v['share']} |")
 
 
 def compare(one, two, steps, min_share):

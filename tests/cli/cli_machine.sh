@@ -27,7 +27,7 @@ PY
   --set "data.val_path=\"$work/data/val.bin\"" --set "train.out_dir=\"$work/run\"" --set train.max_steps=3 --set optim.warmup_steps=1 \
   --profile --machine "$work/machine.json" > "$work/train.txt"
 grep -q "^roofline: peak .* GFLOP/s f32; .* GB/s from L2 / L3 / DRAM" "$work/train.txt"
-grep -q "^name  *category  *total ms  *GFLOP  *MB  *bound ms  *x bound  *% step$" "$work/train.txt"
+grep -q "^name  *category  *total ms  *GFLOP  *MB  *in  *bound ms  *x bound  *% step$" "$work/train.txt"
 grep -q "^hash_head_cross_entropy  *backward " "$work/train.txt"
 grep -q "^step: .* ms against a sum of bounds of .* ms: .*x the roofline$" "$work/train.txt"
 

@@ -35,6 +35,19 @@ const ProfileStat& stat(const ProfileReport& r, const std::string& name, Profile
   return r.stats.front();
 }
 
+// The line of `table` that starts with `name` and a space ("" if none).
+std::string row_of(const std::string& table, const std::string& name) {
+  size_t at = 0;
+  while (at < table.size()) {
+    const size_t end = table.find('\n', at);
+    const std::string line = table.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (line.rfind(name + " ", 0) == 0) return line;
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return "";
+}
+
 // A profile on the fake clock with the test limits; both undone at the end.
 struct LimitedProfile {
   LimitedProfile() {
@@ -99,10 +112,14 @@ TEST_CASE("roofline: work goes to the innermost scope and adds up in its parents
   CHECK(a.bytes == 5800);
   CHECK(a.bound_ns == Approx(200.0));
   CHECK(a.self_bound_ns == Approx(200.0));
+  CHECK(a.level_bytes[0] == 800);  // by the level rule: 800 bytes fit the L2
+  CHECK(a.level_bytes[1] == 5000);
+  CHECK(a.level_bytes[2] == 0);
   const ProfileStat& layer = stat(r, "layers.0.moe", ProfileCategory::forward);
   CHECK(layer.flops == 1010);
   CHECK(layer.bytes == 25800);
   CHECK(layer.bound_ns == Approx(2200.0));  // the sum of its calls' bounds
+  CHECK(layer.level_bytes[2] == 20000);
   CHECK(layer.self_bound_ns == 0);
   const ProfileStat& s = stat(r, "train_step", ProfileCategory::step);
   CHECK(s.total_ns == 4000);
@@ -130,6 +147,9 @@ TEST_CASE("roofline: work goes to the innermost scope and adds up in its parents
 
   const std::string table = format_roofline_table(r);
   CHECK(table.find("x bound") != std::string::npos);
+  // The "in" column: op_b's bytes came from DRAM, most of op_a's from L3.
+  CHECK(row_of(table, "op_b").find(" DRAM ") != std::string::npos);
+  CHECK(row_of(table, "op_a").find(" L3 ") != std::string::npos);
   // The step (4 us) against the sum of the calls' bounds (2.4 us): 1.67x.
   CHECK(table.find("sum of bounds of 0.00 ms: 1.67x the roofline") != std::string::npos);
 }
