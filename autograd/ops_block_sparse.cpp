@@ -1,6 +1,7 @@
 #include "autograd/ops_block_sparse.h"
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 
@@ -60,6 +61,8 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   const int64_t n = x.numel() / dims.in;
   Shape out_shape = x.shape();
   out_shape.back() = dims.out;
+  const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
+  record_work(op_work::block_sparse_forward(n, dims, bias.defined(), s));
   Tensor y = Tensor::empty(out_shape, x.dtype());
   dispatch_floating(x.dtype(), "block_sparse_linear", [&](auto zero) {
     using T = decltype(zero);
@@ -71,6 +74,9 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   if (bias.defined()) inputs.push_back(bias);
   const Tensor xv = x.value(), wv = values.value();
   return record("block_sparse_linear", y, inputs, [=](Node& node) {
+    const bool has_bias = node.inputs.size() > 2;
+    record_work(op_work::block_sparse_backward(
+        n, dims, s, {node.needs_grad(0), node.needs_grad(1), has_bias && node.needs_grad(2)}));
     dispatch_floating(node.out_dtype, "block_sparse_linear", [&](auto zero) {
       using T = decltype(zero);
       GradRows<T> g;
@@ -113,6 +119,12 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     }
   }
   const int64_t in = dims.front().in, out = dims.front().out;
+  const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
+  if (profiling()) {
+    std::vector<bool> has_bias;
+    for (const BlockSparseOperands& l : layers) has_bias.push_back(l.bias.defined());
+    record_work(op_work::block_sparse_segments_forward(op_work::segment_rows(offsets), dims, has_bias, s));
+  }
   Tensor y = Tensor::empty({x.size(0), out}, x.dtype());
   std::vector<Tensor> wv, bv, ci;
   for (const BlockSparseOperands& l : layers) {
@@ -136,6 +148,16 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
 
   const Tensor xv = x.value();
   return record("block_sparse_linear_segments", y, inputs, [=](Node& node) {
+    if (profiling()) {
+      std::vector<GradsWanted> wanted(static_cast<size_t>(G));
+      for (size_t g = 0; g < wanted.size(); ++g) {
+        const auto [values_at, bias_at] = slot[g];
+        wanted[g].b = node.needs_grad(values_at);
+        wanted[g].c = bias_at >= 0 && node.needs_grad(static_cast<size_t>(bias_at));
+      }
+      record_work(op_work::block_sparse_segments_backward(op_work::segment_rows(offsets), dims, s,
+                                                          node.needs_grad(0), wanted));
+    }
     dispatch_floating(node.out_dtype, "block_sparse_linear_segments", [&](auto zero) {
       using T = decltype(zero);
       // Gradient buffers are fetched (and zero-filled) here, before the tasks start.

@@ -1,6 +1,7 @@
 #include "autograd/ops_causal_conv.h"
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "core/kernels/causal_conv.h"
 #include "core/profiler.h"
 
@@ -19,6 +20,8 @@ Var causal_conv(const Var& u, const Var& conv) {
   s.time = u.size(1);
   s.dim = u.size(2);
   s.kernel = conv.size(1);
+  const int64_t es = static_cast<int64_t>(dtype_size(u.dtype()));
+  record_work(op_work::causal_conv_forward(u.numel(), s.dim, s.kernel, es));
   Tensor c = Tensor::empty(u.shape(), u.dtype());
   const Tensor uv = u.value(), wv = conv.value();
   dispatch_floating(u.dtype(), "causal_conv", [&](auto zero) {
@@ -26,6 +29,8 @@ Var causal_conv(const Var& u, const Var& conv) {
     causal_conv_forward(c.data<T>(), uv.data<T>(), wv.data<T>(), s);
   });
   return record("causal_conv", c, {u, conv}, [=](Node& node) {
+    record_work(op_work::causal_conv_backward(s.batch * s.time * s.dim, s.dim, s.kernel, es,
+                                              {node.needs_grad(0), node.needs_grad(1)}));
     dispatch_floating(node.out_dtype, "causal_conv", [&](auto zero) {
       using T = decltype(zero);
       const T* dc = node.out_grad.data<T>();

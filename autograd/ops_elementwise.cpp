@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "autograd/ops.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/elementwise.h"
@@ -23,10 +24,24 @@ int64_t broadcast_width(const char* op, const Var& a, const Var& b) {
 
 enum class BinaryOp { add, sub, mul };
 
+op_work::Binary work_kind(BinaryOp kind) {
+  switch (kind) {
+    case BinaryOp::add:
+      return op_work::Binary::add;
+    case BinaryOp::sub:
+      return op_work::Binary::sub;
+    case BinaryOp::mul:
+      break;
+  }
+  return op_work::Binary::mul;
+}
+
 Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
   const ProfileScope profile(name, ProfileCategory::forward);
   const int64_t cols = broadcast_width(name, a, b);
   const int64_t rows = cols == 0 ? 0 : a.numel() / cols;
+  const int64_t s = static_cast<int64_t>(dtype_size(a.dtype()));
+  record_work(op_work::binary_forward(rows, cols, s));
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
@@ -49,6 +64,7 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
   const Tensor av = kind == BinaryOp::mul ? a.value() : Tensor();
   const Tensor bv = kind == BinaryOp::mul ? b.value() : Tensor();
   return record(name, out, {a, b}, [=](Node& n) {
+    record_work(op_work::binary_backward(work_kind(kind), rows, cols, s, {n.needs_grad(0), n.needs_grad(1)}));
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       const T* dy = n.out_grad.data<T>();
@@ -88,6 +104,8 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
 template <class Fn>
 Var unary(const char* name, const Var& a) {
   const ProfileScope profile(name, ProfileCategory::forward);
+  const int64_t s = static_cast<int64_t>(dtype_size(a.dtype()));
+  record_work(op_work::unary_forward(a.numel(), Fn::kFlops, s));
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
@@ -96,6 +114,7 @@ Var unary(const char* name, const Var& a) {
   const Tensor in = a.value();
   return record(name, out, {a}, [=](Node& n) {
     if (!n.needs_grad(0)) return;
+    record_work(op_work::unary_backward(in.numel(), Fn::kBackwardFlops, s));
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       Fn::backward(n.input_grad(0).data<T>(), n.out_grad.data<T>(), in.data<T>(), out.data<T>(), in.numel());
@@ -105,6 +124,7 @@ Var unary(const char* name, const Var& a) {
 
 // backward(dx, dy, x, y, n): each takes the input or the output it needs.
 struct GeluFn {
+  static constexpr int64_t kFlops = op_work::kGeluFlops, kBackwardFlops = op_work::kGeluBackwardFlops;
   template <class T>
   static void forward(T* y, const T* x, int64_t n) {
     gelu_forward(y, x, n);
@@ -115,6 +135,7 @@ struct GeluFn {
   }
 };
 struct SiluFn {
+  static constexpr int64_t kFlops = op_work::kSiluFlops, kBackwardFlops = op_work::kSiluBackwardFlops;
   template <class T>
   static void forward(T* y, const T* x, int64_t n) {
     silu_forward(y, x, n);
@@ -125,6 +146,7 @@ struct SiluFn {
   }
 };
 struct SigmoidFn {
+  static constexpr int64_t kFlops = op_work::kSigmoidFlops, kBackwardFlops = op_work::kSigmoidBackwardFlops;
   template <class T>
   static void forward(T* y, const T* x, int64_t n) {
     sigmoid_forward(y, x, n);
@@ -143,14 +165,17 @@ Var mul(const Var& a, const Var& b) { return binary("mul", BinaryOp::mul, a, b);
 
 Var scale(const Var& a, double factor) {
   const ProfileScope profile("scale", ProfileCategory::forward);
+  const int64_t s = static_cast<int64_t>(dtype_size(a.dtype()));
+  record_work(op_work::scale(a.numel(), s));
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), "scale", [&](auto zero) {
     using T = decltype(zero);
     const T f = static_cast<T>(factor);
     map_forward(out.data<T>(), a.value().data<T>(), a.numel(), [f](T x) { return f * x; });
   });
-  return record("scale", out, {a}, [factor](Node& n) {
+  return record("scale", out, {a}, [factor, s](Node& n) {
     if (!n.needs_grad(0)) return;
+    record_work(op_work::scale(n.out_grad.numel(), s));
     dispatch_floating(n.out_dtype, "scale", [&](auto zero) {
       using T = decltype(zero);
       axpy(n.input_grad(0).data<T>(), n.out_grad.data<T>(), static_cast<T>(factor), n.out_grad.numel());

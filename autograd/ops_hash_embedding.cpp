@@ -1,6 +1,7 @@
 #include "autograd/ops_hash_embedding.h"
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
 #include "core/profiler.h"
@@ -57,6 +58,8 @@ Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket
   check_hash_tokens(tokens.data<int32_t>(), n, d.vocab, "hash_embedding", "token");
   Shape out_shape = tokens.shape();
   out_shape.push_back(d.dim);
+  const int64_t s = static_cast<int64_t>(dtype_size(table.dtype()));
+  record_work(op_work::hash_embedding_forward(n, d, s));
   Tensor out = Tensor::empty(out_shape, table.dtype());
   const Tensor tv = table.value(), iv = importance.value();
   dispatch_floating(table.dtype(), "hash_embedding", [&](auto zero) {
@@ -66,6 +69,7 @@ Var hash_embedding(const Var& table, const Var& importance, const Tensor& bucket
     hash_embedding_forward(out.data<T>(), tv.data<T>(), iv.data<T>(), bi, tok, n, d);
   });
   return record("hash_embedding", out, {table, importance}, [=](Node& node) {
+    record_work(op_work::hash_embedding_backward(n, d, s, {node.needs_grad(0), node.needs_grad(1)}));
     dispatch_floating(node.out_dtype, "hash_embedding", [&](auto zero) {
       using T = decltype(zero);
       const T* dy = node.out_grad.data<T>();
@@ -86,6 +90,8 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
   const int64_t n = z.numel() / d.dim;
   Shape out_shape = z.shape();
   out_shape.back() = d.vocab;
+  const int64_t s = static_cast<int64_t>(dtype_size(z.dtype()));
+  record_work(op_work::hash_head_forward(n, d, s, /*fused=*/false));
   Tensor logits = Tensor::empty(out_shape, z.dtype());
   Tensor scores = Tensor::empty({n, d.buckets}, z.dtype());
   const Tensor zv = z.value(), tv = table.value(), iv = importance.value();
@@ -95,6 +101,8 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
     hash_head_forward(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, n, d);
   });
   return record("hash_head", logits, {z, table, importance}, [=](Node& node) {
+    record_work(op_work::hash_head_backward(n, d, s, /*fused=*/false,
+                                            {node.needs_grad(0), node.needs_grad(1), node.needs_grad(2)}));
     dispatch_floating(node.out_dtype, "hash_head", [&](auto zero) {
       using T = decltype(zero);
       T* dz = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
@@ -121,6 +129,8 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
   const int64_t n = targets.numel();
   SHAMN_CHECK(n > 0, op, " over zero positions");
   check_hash_tokens(targets.data<int32_t>(), n, d.vocab, op, "target");
+  const int64_t s = static_cast<int64_t>(dtype_size(z.dtype()));
+  record_work(op_work::hash_head_forward(n, d, s, /*fused=*/true));
   Tensor lse = Tensor::empty({n}, z.dtype());
   Tensor out = Tensor::empty({}, z.dtype());
   // The f32 path keeps the bucket scores for backward; the f64 oracle recomputes them
@@ -136,6 +146,8 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
     out.data<T>()[0] = static_cast<T>(loss);
   });
   return record(op, out, {z, table, importance}, [=](Node& node) {
+    record_work(op_work::hash_head_backward(n, d, s, /*fused=*/true,
+                                            {node.needs_grad(0), node.needs_grad(1), node.needs_grad(2)}));
     dispatch_floating(node.out_dtype, op, [&](auto zero) {
       using T = decltype(zero);
       T* dz = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;

@@ -1,6 +1,7 @@
 #include "autograd/ops_lora.h"
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "core/gemm.h"
 #include "core/kernels/elementwise.h"
 #include "core/profiler.h"
@@ -47,6 +48,8 @@ Var add_low_rank_segments(const Var& y_in, const Var& x, const std::vector<int64
   // offsets[g], row width rank[g]: segment g starts at t_at[g]).
   std::vector<int64_t> t_at(static_cast<size_t>(G) + 1, 0);
   for (int64_t g = 0; g < G; ++g) t_at[g + 1] = t_at[g] + (offsets[g + 1] - offsets[g]) * rank[g];
+  const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
+  if (profiling()) record_work(op_work::low_rank_forward(op_work::segment_rows(offsets), rank, in, out, s));
   Tensor t = Tensor::empty({t_at.back()}, x.dtype());
   Tensor y = y_in.value();  // summed into in place
   dispatch_floating(x.dtype(), "add_low_rank_segments", [&](auto zero) {
@@ -73,6 +76,15 @@ Var add_low_rank_segments(const Var& y_in, const Var& x, const std::vector<int64
     bv.push_back(l.b.defined() ? l.b.value() : Tensor());
   }
   return record("add_low_rank_segments", y, inputs, [=](Node& node) {
+    if (profiling()) {
+      bool adapters_wanted = false;
+      for (int64_t g = 0; g < G; ++g)
+        if (rank[g] > 0)
+          adapters_wanted = adapters_wanted || node.needs_grad(slot[static_cast<size_t>(g)]) ||
+                            node.needs_grad(slot[static_cast<size_t>(g)] + 1);
+      record_work(op_work::low_rank_backward(op_work::segment_rows(offsets), rank, in, out, s,
+                                             {node.needs_grad(0), adapters_wanted, node.needs_grad(1)}));
+    }
     dispatch_floating(node.out_dtype, "add_low_rank_segments", [&](auto zero) {
       using T = decltype(zero);
       const T* dy = node.out_grad.data<T>();

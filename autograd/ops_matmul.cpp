@@ -1,4 +1,5 @@
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "autograd/ops.h"
 #include "core/gemm.h"
 #include "core/profiler.h"
@@ -29,6 +30,8 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   const int64_t lda = trans_a ? M : K;
   const int64_t ldb = trans_b ? K : N;
 
+  const int64_t s = static_cast<int64_t>(dtype_size(a.dtype()));
+  record_work(op_work::matmul_forward(M, N, K, s));
   Tensor out = Tensor::empty(out_shape, a.dtype());
   dispatch_floating(a.dtype(), "matmul", [&](auto zero) {
     using T = decltype(zero);
@@ -37,6 +40,7 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
 
   const Tensor av = a.value(), bv = b.value();
   return record("matmul", out, {a, b}, [=](Node& n) {
+    record_work(op_work::matmul_backward(M, N, K, s, {n.needs_grad(0), n.needs_grad(1)}));
     dispatch_floating(av.dtype(), "matmul", [&](auto zero) {
       using T = decltype(zero);
       const T* A = av.data<T>();

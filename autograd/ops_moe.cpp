@@ -1,6 +1,7 @@
 #include "autograd/ops_moe.h"
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "core/profiler.h"
 
 namespace shamn {
@@ -12,6 +13,8 @@ Var router_probs(const Var& rg, const Var& re, const MoeShape& s) {
               "router_probs: logits ", rg.value().str(), " and ", re.value().str(), " do not match ",
               s.groups, " groups of ", s.experts_per_group, " experts");
   const int64_t n = rg.size(0);
+  const int64_t es = static_cast<int64_t>(dtype_size(rg.dtype()));
+  record_work(op_work::router_probs_forward(n, s, es));
   Tensor P = Tensor::empty({n, s.experts()}, rg.dtype());
   Tensor pg = Tensor::empty({n, s.groups}, rg.dtype());
   Tensor pe = Tensor::empty({n, s.experts()}, rg.dtype());
@@ -21,6 +24,7 @@ Var router_probs(const Var& rg, const Var& re, const MoeShape& s) {
                          n, s);
   });
   return record("router_probs", P, {rg, re}, [=](Node& node) {
+    record_work(op_work::router_probs_backward(n, s, es, {node.needs_grad(0), node.needs_grad(1)}));
     dispatch_floating(node.out_dtype, "router_probs", [&](auto zero) {
       using T = decltype(zero);
       T* drg = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
@@ -36,6 +40,8 @@ Var moe_gates(const Var& P, const Tensor& experts) {
       P.dim() == 2 && experts.dtype() == DType::i32 && experts.dim() == 2 && experts.size(0) == P.size(0),
       "moe_gates: P ", P.value().str(), " and experts ", experts.str(), " do not match");
   const int64_t n = P.size(0), X = P.size(1), k = experts.size(1);
+  const int64_t s = static_cast<int64_t>(dtype_size(P.dtype()));
+  record_work(op_work::moe_gates_forward(n, k, s));
   Tensor gates = Tensor::empty({n, k}, P.dtype());
   dispatch_floating(P.dtype(), "moe_gates", [&](auto zero) {
     using T = decltype(zero);
@@ -44,6 +50,7 @@ Var moe_gates(const Var& P, const Tensor& experts) {
   const Tensor pv = P.value();
   return record("moe_gates", gates, {P}, [=](Node& node) {
     if (!node.needs_grad(0)) return;
+    record_work(op_work::moe_gates_backward(n, X, k, s));
     dispatch_floating(node.out_dtype, "moe_gates", [&](auto zero) {
       using T = decltype(zero);
       moe_gates_backward(node.input_grad(0).data<T>(), node.out_grad.data<T>(), gates.data<T>(), pv.data<T>(),
@@ -55,6 +62,7 @@ Var moe_gates(const Var& P, const Tensor& experts) {
 MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts) {
   const ProfileScope profile("plan_dispatch", ProfileCategory::forward);
   const int64_t n = experts.size(0), k = experts.size(1);
+  record_work(op_work::plan_dispatch(n, k, num_experts));
   MoeDispatch plan;
   plan.offsets.resize(static_cast<size_t>(num_experts) + 1);
   plan.order = Tensor::empty({n * k}, DType::i32);
@@ -73,6 +81,8 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
               " and plan rows ", plan.row.str(), " do not match");
   SHAMN_CHECK(expert_rows.dtype() == gates.dtype(), "moe_combine: operand dtypes differ");
   const int64_t dim = expert_rows.size(1);
+  const int64_t s = static_cast<int64_t>(dtype_size(gates.dtype()));
+  record_work(op_work::moe_combine_forward(n, k, dim, s));
   Tensor out = Tensor::empty({n, dim}, gates.dtype());
   dispatch_floating(gates.dtype(), "moe_combine", [&](auto zero) {
     using T = decltype(zero);
@@ -83,6 +93,7 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
   // Keep the index tensor alive with the node (the caller's plan may not outlive it).
   const Tensor rows_kept = plan.row;
   return record("moe_combine", out, {gates, expert_rows}, [=](Node& node) {
+    record_work(op_work::moe_combine_backward(n, k, dim, s, {node.needs_grad(0), node.needs_grad(1)}));
     dispatch_floating(node.out_dtype, "moe_combine", [&](auto zero) {
       using T = decltype(zero);
       const int32_t* kept_row = rows_kept.data<int32_t>();

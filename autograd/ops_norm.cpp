@@ -1,4 +1,5 @@
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "autograd/ops.h"
 #include "core/kernels/rms_norm.h"
 #include "core/profiler.h"
@@ -12,6 +13,8 @@ Var rms_norm(const Var& x, const Var& gain, double eps) {
   SHAMN_CHECK(x.dtype() == gain.dtype(), "rms_norm: dtypes of x and gain differ");
   const int64_t dim = x.size(-1);
   const int64_t rows = dim == 0 ? 0 : x.numel() / dim;
+  const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
+  record_work(op_work::rms_norm_forward(rows, dim, s));
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   Tensor rstd = Tensor::empty({rows}, x.dtype());
   dispatch_floating(x.dtype(), "rms_norm", [&](auto zero) {
@@ -21,6 +24,7 @@ Var rms_norm(const Var& x, const Var& gain, double eps) {
   });
   const Tensor xv = x.value(), gv = gain.value();
   return record("rms_norm", out, {x, gain}, [=](Node& n) {
+    record_work(op_work::rms_norm_backward(rows, dim, s, {n.needs_grad(0), n.needs_grad(1)}));
     dispatch_floating(n.out_dtype, "rms_norm", [&](auto zero) {
       using T = decltype(zero);
       T* dx = n.needs_grad(0) ? n.input_grad(0).data<T>() : nullptr;

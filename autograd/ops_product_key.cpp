@@ -1,6 +1,7 @@
 #include "autograd/ops_product_key.h"
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "core/profiler.h"
 
 namespace shamn {
@@ -28,6 +29,8 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   const int64_t N = q.numel() / (2 * dh);
   Shape out_shape = q.shape();
   out_shape.back() = d.dim;
+  const int64_t s = static_cast<int64_t>(dtype_size(q.dtype()));
+  record_work(op_work::product_key_forward(N, d, s));
   Tensor out = Tensor::empty(out_shape, q.dtype());
   Tensor slots = Tensor::empty({N, d.k}, DType::i32);
   Tensor weights = Tensor::empty({N, d.k}, q.dtype());
@@ -39,6 +42,8 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   });
 
   return record("product_key_memory", out, {q, keys1, keys2, values}, [=](Node& node) {
+    record_work(op_work::product_key_backward(N, d, s, node.needs_grad(0),
+                                              node.needs_grad(1) || node.needs_grad(2), node.needs_grad(3)));
     dispatch_floating(node.out_dtype, "product_key_memory", [&](auto zero) {
       using T = decltype(zero);
       T* dq = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;

@@ -1,4 +1,5 @@
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "autograd/ops.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
@@ -19,13 +20,16 @@ double total(const Tensor& t) {
 
 Var reduce_all(const char* name, const Var& a, double factor) {
   const ProfileScope profile(name, ProfileCategory::forward);
+  const int64_t s = static_cast<int64_t>(dtype_size(a.dtype()));
+  record_work(op_work::reduce_forward(a.numel(), s));
   Tensor out = Tensor::empty({}, a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
     out.data<T>()[0] = static_cast<T>(factor * total<T>(a.value()));
   });
-  return record(name, out, {a}, [name, factor](Node& n) {
+  return record(name, out, {a}, [name, factor, s](Node& n) {
     if (!n.needs_grad(0)) return;
+    record_work(op_work::reduce_backward(n.inputs[0].numel(), s));
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       Tensor& da = n.input_grad(0);

@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "autograd/ops.h"
 #include "core/kernels/elementwise.h"
 #include "core/kernels/rows.h"
@@ -45,6 +46,7 @@ Var reshape(const Var& a, const Shape& shape) {
   Tensor out = a.value().reshape(shape);
   return record("reshape", out, {a}, [](Node& n) {
     if (!n.needs_grad(0)) return;
+    record_work(op_work::copy(n.out_grad.numel(), static_cast<int64_t>(dtype_size(n.out_dtype))));
     dispatch_floating(n.out_dtype, "reshape", [&](auto zero) {
       using T = decltype(zero);
       axpy(n.input_grad(0).data<T>(), n.out_grad.data<T>(), T(1), n.out_grad.numel());
@@ -60,6 +62,8 @@ Var slice_last(const Var& a, int64_t begin, int64_t end) {
               ") out of range for ", a.value().str());
   const int64_t rows = cols == 0 ? 0 : a.numel() / cols;
   const int64_t width = end - begin;
+  const int64_t s = static_cast<int64_t>(dtype_size(a.dtype()));
+  record_work(op_work::copy(rows * width, s));
   Tensor out = Tensor::empty(with_last(a.shape(), width), a.dtype());
   dispatch_floating(a.dtype(), "slice_last", [&](auto zero) {
     using T = decltype(zero);
@@ -67,6 +71,7 @@ Var slice_last(const Var& a, int64_t begin, int64_t end) {
   });
   return record("slice_last", out, {a}, [=](Node& n) {
     if (!n.needs_grad(0)) return;
+    record_work(op_work::copy(rows * width, s));
     dispatch_floating(n.out_dtype, "slice_last", [&](auto zero) {
       using T = decltype(zero);
       copy_columns<T, true>(n.input_grad(0).data<T>(), cols, begin, n.out_grad.data<T>(), width, 0, rows,
@@ -92,6 +97,8 @@ Var concat_last(const std::vector<Var>& parts) {
     total += p.size(-1);
   }
   const int64_t rows = shape_numel(lead);
+  const int64_t s = static_cast<int64_t>(dtype_size(first.dtype()));
+  record_work(op_work::copy(rows * total, s));
   Tensor out = Tensor::empty(with_last(first.shape(), total), first.dtype());
   dispatch_floating(first.dtype(), "concat_last", [&](auto zero) {
     using T = decltype(zero);
@@ -102,6 +109,7 @@ Var concat_last(const std::vector<Var>& parts) {
   std::vector<int64_t> widths;
   for (const Var& p : parts) widths.push_back(p.size(-1));
   return record("concat_last", out, parts, [=](Node& n) {
+    record_work(op_work::copy(rows * total, s));
     dispatch_floating(n.out_dtype, "concat_last", [&](auto zero) {
       using T = decltype(zero);
       for (size_t i = 0; i < widths.size(); ++i)
@@ -120,6 +128,8 @@ Var gather_rows(const Var& table, const Tensor& indices) {
   check_row_indices(indices.data<int32_t>(), n, num_rows, "gather_rows");
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
+  const int64_t s = static_cast<int64_t>(dtype_size(table.dtype()));
+  record_work(op_work::gather_rows_forward(n, num_rows, dim, s));
   Tensor out = Tensor::empty(out_shape, table.dtype());
   dispatch_floating(table.dtype(), "gather_rows", [&](auto zero) {
     using T = decltype(zero);
@@ -127,6 +137,7 @@ Var gather_rows(const Var& table, const Tensor& indices) {
   });
   return record("gather_rows", out, {table}, [=](Node& n_) {
     if (!n_.needs_grad(0)) return;
+    record_work(op_work::gather_rows_backward(n, num_rows, dim, s));
     dispatch_floating(n_.out_dtype, "gather_rows", [&](auto zero) {
       using T = decltype(zero);
       scatter_add_rows(n_.input_grad(0).data<T>(), n_.out_grad.data<T>(), indices.data<int32_t>(), n,
@@ -145,6 +156,8 @@ Var scatter_add_rows(const Var& src, const Tensor& indices, int64_t num_rows) {
       " plus a feature dim");
   check_row_indices(indices.data<int32_t>(), n, num_rows, "scatter_add_rows");
   const int64_t dim = src.size(-1);
+  const int64_t s = static_cast<int64_t>(dtype_size(src.dtype()));
+  record_work(op_work::gather_rows_backward(n, num_rows, dim, s));  // the same scatter-add
   Tensor out = Tensor::zeros({num_rows, dim}, src.dtype());
   dispatch_floating(src.dtype(), "scatter_add_rows", [&](auto zero) {
     using T = decltype(zero);
@@ -152,6 +165,7 @@ Var scatter_add_rows(const Var& src, const Tensor& indices, int64_t num_rows) {
   });
   return record("scatter_add_rows", out, {src}, [=](Node& n_) {
     if (!n_.needs_grad(0)) return;
+    record_work(op_work::gather_rows_forward(n, num_rows, dim, s));  // the same gather
     dispatch_floating(n_.out_dtype, "scatter_add_rows", [&](auto zero) {
       using T = decltype(zero);
       // d src[i] += d out[idx[i]]

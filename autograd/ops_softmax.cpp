@@ -1,4 +1,5 @@
 #include "autograd/dispatch.h"
+#include "autograd/op_work.h"
 #include "autograd/ops.h"
 #include "core/kernels/softmax.h"
 #include "core/profiler.h"
@@ -12,6 +13,8 @@ Var softmax_like(const char* name, const Var& a) {
   SHAMN_CHECK(a.dim() >= 1, name, " of a scalar");
   const int64_t cols = a.size(-1);
   const int64_t rows = cols == 0 ? 0 : a.numel() / cols;
+  const int64_t s = static_cast<int64_t>(dtype_size(a.dtype()));
+  record_work(op_work::softmax_forward(rows * cols, s));
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_floating(a.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
@@ -22,6 +25,7 @@ Var softmax_like(const char* name, const Var& a) {
   });
   return record(name, out, {a}, [=](Node& n) {
     if (!n.needs_grad(0)) return;
+    record_work(op_work::softmax_backward(rows * cols, s));
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       if constexpr (kLog)
@@ -46,6 +50,8 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
   const int64_t vocab = logits.size(-1);
   const int64_t rows = targets.numel();
   SHAMN_CHECK(rows > 0, "cross_entropy over zero positions");
+  const int64_t s = static_cast<int64_t>(dtype_size(logits.dtype()));
+  record_work(op_work::cross_entropy_forward(rows, vocab, s));
   Tensor lse = Tensor::empty({rows}, logits.dtype());
   Tensor out = Tensor::empty({}, logits.dtype());
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
@@ -60,6 +66,7 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
   const Tensor x = logits.value();
   return record("cross_entropy", out, {logits}, [=](Node& n) {
     if (!n.needs_grad(0)) return;
+    record_work(op_work::cross_entropy_backward(rows, vocab, s));
     dispatch_floating(n.out_dtype, "cross_entropy", [&](auto zero) {
       using T = decltype(zero);
       Tensor dloss = Tensor::full({rows}, static_cast<double>(n.out_grad.data<T>()[0]) / rows, n.out_dtype);

@@ -8,6 +8,7 @@ void register_commands(CLI::App& app) {
   register_infer_commands(app);
   register_serve_command(app);
   register_synthetic_command(app);
+  register_machine_command(app);
   register_sweep_command(app);
   register_plot_command(app);
   register_analyze_command(app);

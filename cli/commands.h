@@ -11,6 +11,7 @@ void register_serve_command(CLI::App& app);
 void register_model_commands(CLI::App& app);
 void register_train_commands(CLI::App& app);
 void register_synthetic_command(CLI::App& app);
+void register_machine_command(CLI::App& app);
 void register_sweep_command(CLI::App& app);
 void register_plot_command(CLI::App& app);
 void register_analyze_command(CLI::App& app);

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "core/machine_limits_json.h"
+#include "core/parallel.h"
 #include "core/profile_report.h"
 #include "core/profiler.h"
 
@@ -19,10 +21,36 @@ void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->needs(on);
+  command
+      ->add_option("--machine", flags.machine,
+                   "machine limits for the roofline columns, from `shamn machine --json` (default: measure "
+                   "them at start, about 1.5 s)")
+      ->needs(on);
 }
+
+namespace {
+RooflineLimits profile_machine_limits(const ProfileFlags& flags) {
+  if (!flags.machine.empty()) {
+    const MachineLimits m = read_machine_limits(flags.machine);
+    if (m.threads != num_threads())
+      std::fprintf(stderr, "profile: %s was measured on %d threads, this run uses %d\n",
+                   flags.machine.c_str(), m.threads, num_threads());
+    return roofline_limits(m);
+  }
+  MachineProbeOptions o;
+  o.threads = num_threads();
+  o.repeats = 3;
+  o.probe_seconds = 0.02;
+  std::fprintf(stderr, "profile: measuring this machine's limits on %d threads (shamn machine)\n", o.threads);
+  const MachineLimits m = measure_machine_limits(o);
+  std::fprintf(stderr, "%s", format_machine_limits(m).c_str());
+  return roofline_limits(m);
+}
+}  // namespace
 
 void begin_profile(const ProfileFlags& flags) {
   if (!flags.on) return;
+  set_profile_limits(profile_machine_limits(flags));
   ProfileOptions options;
   options.trace_steps = flags.trace_steps;
   start_profiling(options);

@@ -14,11 +14,13 @@ struct ProfileFlags {
   bool on = false;
   std::string trace;  // "" = the command's default
   int64_t trace_steps = 3;
+  std::string machine;  // `shamn machine --json` output; "" = measure at start
 };
 
 void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string& default_trace);
 
-// Turns the profiler on when --profile was given.
+// Turns the profiler on when --profile was given, with the roofline limits of
+// --machine FILE, or else measured now (about 1.5 s, on the run's threads).
 void begin_profile(const ProfileFlags& flags);
 // With --profile: prints the table to `table_out`, writes the trace (to
 // --profile-trace, else `default_trace`) and says where it went.

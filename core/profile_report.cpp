@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/profile_roofline.h"
 
 namespace shamn {
 
@@ -49,6 +50,7 @@ std::string format_profile_table(const ProfileReport& report, size_t max_rows) {
   if (rows < report.stats.size())
     out += printf_string("(%zu more rows, each under %.2f ms total)\n", report.stats.size() - rows,
                          ms(report.stats[rows - 1].total_ns));
+  out += format_roofline_table(report, max_rows);
   return out;
 }
 

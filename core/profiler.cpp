@@ -30,8 +30,13 @@ struct StatKeyHash {
     return std::hash<const void*>()(k.name) * 31 + static_cast<size_t>(k.category);
   }
 };
+static_assert(kMemoryLevels == 3, "profile_report() copies the bytes of three levels");
+
 struct Totals {
   int64_t calls = 0, total_ns = 0, self_ns = 0;
+  int64_t flops = 0, bytes = 0;
+  int64_t level_bytes[kMemoryLevels] = {};
+  double bound_ns = 0, self_bound_ns = 0;
 };
 
 // One per thread that ever closed a scope while profiling. Written by its
@@ -55,6 +60,7 @@ int64_t g_first_traced = 0, g_last_traced = 0;
 // Atomic (relaxed) because a thread may open a scope while another starts a profile.
 std::atomic<int64_t (*)()> g_clock{nullptr};
 std::atomic<int64_t> g_origin_ns{0};
+RooflineLimits g_limits;  // set between runs, read by scopes while profiling
 
 thread_local ThreadBuffer* tl_buffer = nullptr;
 thread_local ProfileScope* tl_open = nullptr;  // innermost active scope
@@ -108,19 +114,46 @@ void ProfileScope::open(const char* name, ProfileCategory category) {
 void ProfileScope::close() {
   const int64_t duration = now_ns() - start_ns_;
   tl_open = parent_;
-  if (parent_) parent_->child_ns_ += duration;
+  if (parent_) {
+    parent_->child_ns_ += duration;
+    parent_->flops_ += flops_;
+    parent_->bytes_ += bytes_;
+    for (int l = 0; l < kMemoryLevels; ++l) parent_->level_bytes_[l] += level_bytes_[l];
+    parent_->bound_ns_ += bound_ns_;
+  }
   ThreadBuffer& b = this_thread_buffer();
   std::lock_guard<std::mutex> lock(b.mutex);
   Totals& t = b.totals[StatKey{name_, category_}];
   ++t.calls;
   t.total_ns += duration;
   t.self_ns += duration - child_ns_;
+  t.flops += flops_;
+  t.bytes += bytes_;
+  for (int l = 0; l < kMemoryLevels; ++l) t.level_bytes[l] += level_bytes_[l];
+  t.bound_ns += bound_ns_;
+  t.self_bound_ns += self_bound_ns_;
   if (!traced_) return;
   if (b.events.size() < kMaxEventsPerThread)
     b.events.push_back({name_, category_, start_ns_ - g_origin_ns.load(std::memory_order_relaxed), duration});
   else
     ++b.dropped;
 }
+
+namespace detail {
+void add_profile_work(int64_t flops, int64_t bytes) {
+  ProfileScope* scope = tl_open;
+  if (!scope) return;  // work outside every scope belongs to no row
+  const double bound = roofline_bound_ns(static_cast<double>(flops), static_cast<double>(bytes), g_limits);
+  scope->flops_ += flops;
+  scope->bytes_ += bytes;
+  scope->level_bytes_[static_cast<int>(memory_level(static_cast<double>(bytes), g_limits))] += bytes;
+  scope->bound_ns_ += bound;
+  scope->self_bound_ns_ += bound;
+}
+}  // namespace detail
+
+void set_profile_limits(const RooflineLimits& limits) { g_limits = limits; }
+const RooflineLimits& profile_limits() { return g_limits; }
 
 ProfileLayerScope::ProfileLayerScope(const char* name, ProfileCategory category) : scope_(name, category) {
   if (!scope_.active_) return;
@@ -203,13 +236,28 @@ ProfileReport profile_report() {
       m.calls += t.calls;
       m.total_ns += t.total_ns;
       m.self_ns += t.self_ns;
+      m.flops += t.flops;
+      m.bytes += t.bytes;
+      for (int l = 0; l < kMemoryLevels; ++l) m.level_bytes[l] += t.level_bytes[l];
+      m.bound_ns += t.bound_ns;
+      m.self_bound_ns += t.self_bound_ns;
     }
     report.dropped_events += b->dropped;
     if (b->totals.empty() && b->events.empty()) continue;
     report.threads.push_back({b->tid, b->name, b->events});
   }
   for (const auto& [key, t] : merged)
-    report.stats.push_back({key.first, key.second, t.calls, t.total_ns, t.self_ns});
+    report.stats.push_back({key.first,
+                            key.second,
+                            t.calls,
+                            t.total_ns,
+                            t.self_ns,
+                            t.flops,
+                            t.bytes,
+                            {t.level_bytes[0], t.level_bytes[1], t.level_bytes[2]},  // kMemoryLevels
+                            t.bound_ns,
+                            t.self_bound_ns});
+  report.limits = g_limits;
   std::stable_sort(report.stats.begin(), report.stats.end(),
                    [](const ProfileStat& a, const ProfileStat& b) { return a.total_ns > b.total_ns; });
   return report;

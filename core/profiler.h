@@ -12,12 +12,20 @@
 // thread need no setup. During the traced steps (profile_begin_step) every
 // closed scope is also kept as an event for a Chrome trace.
 //
+// Work: an op that calls profile_work(flops, bytes) while it runs adds its
+// arithmetic and the fewest bytes it must move to its innermost open scope, with
+// the call's roofline bound (core/roofline.h) once set_profile_limits() has the
+// machine's figures. A scope's work includes its children's, as its total time
+// does, so a layer carries the sum of its ops and a step the sum of everything.
+//
 // Names must outlive the profiler's report: string literals, or strings kept by
 // profile_intern().
 #include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/roofline.h"
 
 namespace shamn {
 
@@ -28,9 +36,22 @@ const char* profile_category_name(ProfileCategory c);
 
 namespace detail {
 extern std::atomic<bool> g_profiling;
+void add_profile_work(int64_t flops, int64_t bytes);
 }  // namespace detail
 
 inline bool profiling() { return detail::g_profiling.load(std::memory_order_relaxed); }
+
+// Work of the op running on this thread (see above); one flag test when off.
+// Call it on the op's own thread, not from inside its parallel tasks.
+inline void profile_work(int64_t flops, int64_t bytes) {
+  if (profiling()) [[unlikely]]
+    detail::add_profile_work(flops, bytes);
+}
+
+// The limits each call's bound is computed from; kept across start_profiling().
+// Default: none (bounds stay 0 and the table leaves the roofline out).
+void set_profile_limits(const RooflineLimits& limits);
+const RooflineLimits& profile_limits();
 
 class ProfileScope {
  public:
@@ -56,8 +77,15 @@ class ProfileScope {
   int64_t start_ns_ = 0;
   int64_t child_ns_ = 0;
   ProfileScope* parent_ = nullptr;
+  // Work of this scope and its children (profile_work), and the sum of its calls' bounds.
+  int64_t flops_ = 0, bytes_ = 0;
+  int64_t level_bytes_[kMemoryLevels] = {};  // bytes_ by the level the rule put them in
+  double bound_ns_ = 0;
+  // The part recorded in this scope itself.
+  double self_bound_ns_ = 0;
 
   friend class ProfileLayerScope;
+  friend void detail::add_profile_work(int64_t, int64_t);
 };
 
 // f() timed as one scope: for a call whose result outlives the scope.
@@ -105,6 +133,11 @@ struct ProfileStat {
   int64_t calls = 0;
   int64_t total_ns = 0;  // summed durations (a scope nested in itself counts twice)
   int64_t self_ns = 0;   // total minus the time in child scopes
+  // Work (profile_work) of these scopes and their children; bound_ns sums each
+  // call's roofline bound, self_bound_ns only the calls recorded in the scope itself.
+  int64_t flops = 0, bytes = 0;
+  int64_t level_bytes[kMemoryLevels] = {};  // bytes by level (all DRAM without limits)
+  double bound_ns = 0, self_bound_ns = 0;
 };
 
 struct ProfileEvent {
@@ -126,6 +159,7 @@ struct ProfileReport {
   std::vector<ProfileThread> threads;
   int64_t first_traced_step = 0, last_traced_step = 0;  // 0 = none
   int64_t dropped_events = 0;                           // past the per-thread cap
+  RooflineLimits limits;                                // what the bounds were computed from
 };
 
 // Clears everything recorded so far and turns the scopes on.

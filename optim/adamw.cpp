@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/parallel.h"
+#include "core/profiler.h"
 
 namespace shamn {
 
@@ -53,9 +54,11 @@ void AdamW::step(double lr) {
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
   const float inv_bc1 = static_cast<float>(1.0 / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  int64_t updated = 0;
   for (Slot& s : slots_) {
     const Tensor& g = s.param.grad();
     if (!g.defined()) continue;
+    updated += s.param.numel();
     float* theta = s.param.value().data<float>();
     const float* grad = g.data<float>();
     float* m = s.m.data<float>();
@@ -66,6 +69,9 @@ void AdamW::step(double lr) {
                    static_cast<float>(options_.eps), static_cast<float>(s.weight_decay));
     });
   }
+  // adamw_update's formula: 16 FLOPs (sqrt and division one each); theta, grad,
+  // m and v read, theta, m and v written.
+  profile_work(16 * updated, 7 * static_cast<int64_t>(sizeof(float)) * updated);
 }
 
 void AdamW::zero_grad() {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "core/profiler.h"
 
 namespace shamn {
 namespace {
@@ -30,6 +31,10 @@ double clip_grad_norm(const std::vector<NamedVar>& params, double max_norm) {
       chunks.push_back({g.data<float>(), lo, std::min(g.numel(), lo + kChunk)});
     first.push_back(chunks.size());
   }
+  int64_t elements = 0;
+  for (const Chunk& k : chunks) elements += k.hi - k.lo;
+  // The norm: a square and an add per element, each gradient read once.
+  profile_work(2 * elements, static_cast<int64_t>(sizeof(float)) * elements);
   std::vector<double> partial(chunks.size());
   parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
@@ -49,6 +54,7 @@ double clip_grad_norm(const std::vector<NamedVar>& params, double max_norm) {
   const double norm = std::sqrt(sum_sq);
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
     const float factor = static_cast<float>(max_norm / (norm + 1e-6));
+    profile_work(elements, 2 * static_cast<int64_t>(sizeof(float)) * elements);  // scaled in place
     parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t lo, int64_t hi) {
       for (int64_t c = lo; c < hi; ++c) {
         const Chunk& k = chunks[static_cast<size_t>(c)];

@@ -59,7 +59,12 @@ void GradientTree::sum(int64_t lo, int64_t hi, size_t level, const Micro& micro)
   if (hi - lo == 1) {
     {
       const ProfileScope profile("zero_grad", ProfileCategory::optimizer);
-      for (const Var& p : params_) p.zero_grad();
+      int64_t bytes = 0;
+      for (const Var& p : params_) {
+        p.zero_grad();
+        if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());
+      }
+      profile_work(0, bytes);  // each gradient written once
     }
     const bool last = hi == end_;
     if (last) spine_depth_ = level;

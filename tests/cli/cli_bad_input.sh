@@ -181,7 +181,7 @@ bad "--seq-len" eval model.shq --data data/val.bin --seq-len 0
 bad "text.txt" bench text.txt
 bad "--repeats" bench model.shq --repeats 0
 
-# tokenizer / prepare / synthetic / sweep.
+# tokenizer / prepare / synthetic / machine / sweep.
 bad "model.shq" tokenizer encode --tokenizer model.shq --input text.txt
 bad "text.txt" tokenizer decode --tokenizer text.txt --input text.txt
 bad "missing.txt" tokenizer encode --tokenizer tok.bpe --input missing.txt
@@ -190,6 +190,10 @@ bad "--vocab" tokenizer train --input text.txt --vocab 10 -o never.bpe
 bad "model.h5" prepare --input text.txt --tokenizer model.h5 --out never
 bad "$readonly_dir/never" prepare --input text.txt --tokenizer tok.bpe --out "$readonly_dir/never"
 bad "--vocab" synthetic --out never --vocab 0
+bad "--repeats" machine --repeats 0
+bad "--probe-ms" machine --probe-ms 0
+bad "text.txt: not valid JSON" eval model.h5 --data data/val.bin --profile --machine text.txt
+bad "missing.json" eval model.h5 --data data/val.bin --profile --machine missing.json
 bad "model.shq" sweep model.shq
 bad "missing.toml" sweep sweep_no_base.toml
 

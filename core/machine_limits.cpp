@@ -1,0 +1,212 @@
+#include "core/machine_limits.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <ctime>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "core/check.h"
+#include "core/kernel_level.h"
+#include "core/machine_probe_bf16.h"
+#include "core/machine_probe_isa.h"
+
+namespace shamn {
+
+namespace {
+
+const machine_probe_isa::Kernels& kernels() {
+  static const machine_probe_isa::Kernels* const levels[kKernelLevels] = {&machine_probe_isa::kernels_scalar,
+                                                                          &machine_probe_isa::kernels_avx2,
+                                                                          &machine_probe_isa::kernels_avx512};
+  return for_kernel_level(levels);
+}
+
+// Written by every probe so the compiler keeps the loops.
+std::atomic<float> g_sink{0};
+
+// "2048K" / "32M" as sysfs writes sizes, in bytes; 0 when unreadable.
+int64_t parse_cache_size(std::ifstream& in) {
+  int64_t value = 0;
+  char unit = 0;
+  if (!(in >> value)) return 0;
+  in >> unit;
+  if (unit == 'K') return value << 10;
+  if (unit == 'M') return value << 20;
+  return value;
+}
+
+// The size of cpu0's cache of `level` (2 or 3), or 0. sysfs first: it says what
+// this (virtual) machine has, where sysconf may pass the host's L3 through.
+int64_t cache_bytes(int level) {
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level");
+    int found = 0;
+    if (!(level_file >> found)) break;
+    if (found != level) continue;
+    std::ifstream size_file(dir + "size");
+    if (const int64_t bytes = parse_cache_size(size_file); bytes > 0) return bytes;
+  }
+  const long s = sysconf(level == 2 ? _SC_LEVEL2_CACHE_SIZE : _SC_LEVEL3_CACHE_SIZE);
+  return s > 0 ? s : 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Seconds of CPU time this thread has run: a probe's rate is its work over the
+// time it actually ran, so other jobs that take the core away for a while (a
+// shared machine) do not lower the figure.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Runs work(thread, rounds) on `threads` threads started together, `repeats`
+// times; each call returns its units (FLOPs or bytes). The rate of a repeat is
+// the sum over threads of each one's units per CPU second. `rounds` is chosen
+// from a first short run so a repeat lasts about `seconds`.
+template <class Work>
+double median_rate(int threads, int repeats, double seconds, Work&& work) {
+  int64_t rounds = 1;
+  for (;;) {  // calibration on one thread: double until a run takes 5 ms
+    const double t0 = thread_cpu_seconds();
+    work(0, rounds);
+    const double took = thread_cpu_seconds() - t0;
+    if (took > 5e-3 || rounds > (int64_t{1} << 40)) {
+      rounds = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rounds) * seconds / took));
+      break;
+    }
+    rounds *= 2;
+  }
+  std::vector<double> rates;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> rate(static_cast<size_t>(threads), 0);
+    std::barrier sync(threads);
+    auto body = [&](int t) {
+      work(t, 1);  // warm: the thread's buffer into its caches, the clocks up
+      sync.arrive_and_wait();
+      const double t0 = thread_cpu_seconds();
+      const double units = work(t, rounds);
+      rate[static_cast<size_t>(t)] = units / (thread_cpu_seconds() - t0);
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+    body(0);
+    for (std::thread& th : pool) th.join();
+    double total = 0;
+    for (double x : rate) total += x;
+    rates.push_back(total);
+  }
+  return median(rates);
+}
+
+// The rate of `work` on one thread and on `threads`.
+template <class Work>
+ProbeRate one_and_all(const MachineProbeOptions& o, Work&& work) {
+  ProbeRate r;
+  r.one = median_rate(1, o.repeats, o.probe_seconds, work);
+  r.all = o.threads == 1 ? r.one : median_rate(o.threads, o.repeats, o.probe_seconds, work);
+  return r;
+}
+
+// Read bandwidth from a per-thread buffer of `bytes` (a multiple of 1 KiB).
+ProbeRate read_rate(const MachineProbeOptions& o, int64_t bytes) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  std::vector<std::vector<float>> buffers(static_cast<size_t>(o.threads));
+  for (auto& b : buffers) b.assign(static_cast<size_t>(n), 1.0f);  // touched: no page faults while timed
+  const auto& k = kernels();
+  return one_and_all(o, [&](int t, int64_t rounds) {
+    const float* x = buffers[static_cast<size_t>(t)].data();
+    float s = 0;
+    for (int64_t i = 0; i < rounds; ++i) s += k.read_sum(x, n);
+    g_sink.store(s, std::memory_order_relaxed);
+    return static_cast<double>(rounds) * static_cast<double>(bytes);
+  });
+}
+
+// Update bandwidth (y += x) over two per-thread buffers of `bytes` / 2 each.
+ProbeRate update_rate(const MachineProbeOptions& o, int64_t bytes) {
+  const int64_t n = bytes / 2 / static_cast<int64_t>(sizeof(float));
+  std::vector<std::vector<float>> xs(static_cast<size_t>(o.threads)), ys(xs.size());
+  for (size_t t = 0; t < xs.size(); ++t) {
+    xs[t].assign(static_cast<size_t>(n), 1.0f);
+    ys[t].assign(static_cast<size_t>(n), 0.0f);
+  }
+  const auto& k = kernels();
+  return one_and_all(o, [&](int t, int64_t rounds) {
+    float* y = ys[static_cast<size_t>(t)].data();
+    for (int64_t i = 0; i < rounds; ++i) k.add_into(y, xs[static_cast<size_t>(t)].data(), n);
+    g_sink.store(y[0], std::memory_order_relaxed);
+    return static_cast<double>(rounds) * 3.0 * static_cast<double>(n) * sizeof(float);
+  });
+}
+
+int64_t round_to_kib(int64_t bytes) { return std::max<int64_t>(1, bytes >> 10) << 10; }
+
+}  // namespace
+
+MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
+  SHAMN_INPUT_CHECK(o.threads >= 1, "machine limits: threads must be at least 1, got ", o.threads);
+  SHAMN_INPUT_CHECK(o.repeats >= 1, "machine limits: repeats must be at least 1, got ", o.repeats);
+  SHAMN_INPUT_CHECK(o.probe_seconds > 0, "machine limits: probe time must be positive");
+  MachineLimits m;
+  m.kernel = kernel_level_name(kernel_level());
+  m.threads = o.threads;
+  m.repeats = o.repeats;
+  m.l2_bytes = cache_bytes(2);
+  m.l3_bytes = cache_bytes(3);
+  if (m.l2_bytes <= 0 || m.l3_bytes <= 0) {
+    m.cache_sizes_assumed = true;
+    m.l2_bytes = int64_t{1} << 20;
+    m.l3_bytes = int64_t{32} << 20;
+  }
+
+  const auto& k = kernels();
+  m.f32_flops = one_and_all(o, [&](int, int64_t rounds) {
+    double flops = 0;
+    g_sink.store(k.fma_loop(rounds * 64, 1.0f, &flops), std::memory_order_relaxed);
+    return flops;
+  });
+  m.bf16_available = bf16_dot_supported();
+  if (m.bf16_available)
+    m.bf16_flops = one_and_all(o, [&](int, int64_t rounds) {
+      double flops = 0;
+      g_sink.store(bf16_dot_loop(rounds * 64, &flops), std::memory_order_relaxed);
+      return flops;
+    });
+
+  // Half a level's capacity stays in it; the L3 buffers of all threads share
+  // half the L3 (but each is at least twice an L2, so it is not an L2 read);
+  // DRAM reads four times the L3.
+  const int64_t threads = o.threads;
+  m.read_buffer_bytes[0] = round_to_kib(m.l2_bytes / 2);
+  m.read_buffer_bytes[1] = round_to_kib(std::max(m.l3_bytes / (2 * threads), 2 * m.l2_bytes));
+  m.read_buffer_bytes[2] = round_to_kib(std::max(4 * m.l3_bytes / threads, 4 * m.l2_bytes));
+  for (int level = 0; level < kMemoryLevels; ++level) {
+    m.read_bytes[level] = read_rate(o, m.read_buffer_bytes[level]);
+    m.update_bytes[level] = update_rate(o, m.read_buffer_bytes[level]);
+  }
+  return m;
+}
+
+RooflineLimits roofline_limits(const MachineLimits& m) {
+  RooflineLimits r;
+  r.flops_per_s = m.f32_flops.all;
+  for (int level = 0; level < kMemoryLevels; ++level)
+    r.bytes_per_s[level] = std::max(m.read_bytes[level].all, m.update_bytes[level].all);
+  r.capacity_bytes[0] = static_cast<double>(m.l2_bytes) * m.threads;
+  r.capacity_bytes[1] = static_cast<double>(m.l3_bytes);
+  return r;
+}
+
+}  // namespace shamn

@@ -1,0 +1,56 @@
+#pragma once
+// This machine's own limits, measured (`shamn machine`; `--profile` takes its
+// roofline from them): f32 FMA peak at the kernel level in use, bf16 dot
+// products where the CPU has AVX512_BF16, and the bandwidth of a read stream and
+// of an update stream (y += x: two reads, one write) from buffers sized for L2,
+// L3 and DRAM; each on one thread and on `threads` threads at once.
+//
+// Every probe runs a short timed loop (about `probe_seconds`) `repeats` times
+// and keeps the median. A rate is work per second of the CPU time each thread
+// ran (summed over threads): time-slicing with other jobs does not lower it, but
+// sharing caches and memory with them does, so say what else ran. The threads
+// are not pinned.
+#include <cstdint>
+#include <string>
+
+#include "core/roofline.h"
+
+namespace shamn {
+
+struct MachineProbeOptions {
+  int threads = 1;  // "all cores": the threads a run would use
+  int repeats = 5;
+  double probe_seconds = 0.05;
+};
+
+// A rate on one thread and on all of them together (FLOP/s or bytes/s).
+struct ProbeRate {
+  double one = 0, all = 0;
+};
+
+struct MachineLimits {
+  std::string kernel;  // the SIMD level the probes ran at (core/kernel_level.h)
+  int threads = 1;
+  int repeats = 0;
+  int64_t l2_bytes = 0;              // per core
+  int64_t l3_bytes = 0;              // shared
+  bool cache_sizes_assumed = false;  // the OS did not say; 1 MiB and 32 MiB taken
+  ProbeRate f32_flops;
+  bool bf16_available = false;
+  ProbeRate bf16_flops;  // zero where not available
+  // Per-thread buffer sizes (all buffers of a probe together) and rates of the
+  // L2, L3 and DRAM probes (MemoryLevel order). An update moves 12 bytes per
+  // element: x and y read, y written.
+  int64_t read_buffer_bytes[kMemoryLevels] = {};
+  ProbeRate read_bytes[kMemoryLevels];
+  ProbeRate update_bytes[kMemoryLevels];
+};
+
+MachineLimits measure_machine_limits(const MachineProbeOptions& options);
+
+// The figures a run on limits.threads threads is bound by: the all-thread rates
+// (per level the faster of read and update, so an op that writes as much as it
+// reads is not held to the read stream's figure), L2 capacity per core x threads.
+RooflineLimits roofline_limits(const MachineLimits& limits);
+
+}  // namespace shamn

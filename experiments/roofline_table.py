@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The markdown tables of experiments/roofline.md from `--profile` output.
+
+  roofline_table.py RUN.txt STEPS [MIN_SHARE]     ops of RUN over MIN_SHARE % of the step (default 1),
+                                                  per step, then the step and its passes
+  roofline_table.py --compare ONE.txt TWO.txt STEPS [MIN_SHARE]
+                                                  ms per step of each op in two runs (1 and 2 threads)
+                                                  and the speed-up of the second
+
+Rows are the roofline table's (name, category, total ms, GFLOP, MB, bound ms,
+x bound, % step); layers, phases and the step are left out of the op rows.
+"""
+import re
+import sys
+
+NOT_OPS = re.compile(r"^(layers\.|head$|embed$|final_norm$|forward$|backward$|evaluate$|train_step$)")
+
+
+def rows(path):
+    lines = open(path).read().split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("name ") and "x bound" in line)
+    level = " in " in lines[start]  # the column of the level holding most bytes
+    out = {}
+    for line in lines[start + 1:]:
+        if line.startswith("step:"):
+            break
+        p = line.split()
+        if not level:
+            p.insert(5, "")
+        out[(p[0], p[1])] = dict(ms=float(p[2]), gflop=float(p[3]), mb=float(p[4]), level=p[5],
+                                 bound=float(p[6]), ratio=p[7], share=float(p[8]))
+    return out
+
+
+def table(path, steps, min_share):
+    r = rows(path)
+    print("| op | pass | ms/step | GFLOP/step | MB/step | in | bound ms/step | x bound | % step |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+    ops = [(k, v) for k, v in r.items() if not NOT_OPS.match(k[0]) and v["share"] >= min_share]
+    phases = [(k, v) for k, v in r.items() if k[0] in ("train_step", "backward", "forward")]
+    for (name, cat), v in ops:
+        print(f"| {name} | {cat} | {v['ms'] / steps:.1f} | {v['gflop'] / steps:.2f} | {v['mb'] / steps:.0f} "
+              f"| {v['level']} | {v['bound'] / steps:.2f} | {v['ratio']} | {v['share']} |")
+    for (name, cat), v in phases:
+        print(f"| **{name}** | {cat} | {v['ms'] / steps:.1f} | {v['gflop'] / steps:.2f} | {v['mb'] / steps:.0f} "
+              f"| {v['level']} | {v['bound'] / steps:.2f} | {v['ratio']} | {v['share']} |")
+
+
+def compare(one, two, steps, min_share):
+    a, b = rows(one), rows(two)
+    print("| op | pass | ms/step, run 1 | ms/step, run 2 | speed-up | x bound, run 2 |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    keys = [k for k, v in a.items() if k in b and (not NOT_OPS.match(k[0]) or k[0] == "train_step")
+            and v["share"] >= min_share]
+    for name, cat in keys:
+        x, y = a[(name, cat)]["ms"] / steps, b[(name, cat)]["ms"] / steps
+        print(f"| {name} | {cat} | {x:.1f} | {y:.1f} | {x / y:.2f}x | {b[(name, cat)]['ratio']} |")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args and args[0] == "--compare":
+        compare(args[1], args[2], int(args[3]), float(args[4]) if len(args) > 4 else 1.0)
+    elif len(args) >= 2:
+        table(args[0], int(args[1]), float(args[2]) if len(args) > 2 else 1.0)
+    else:
+        sys.exit(__doc__)

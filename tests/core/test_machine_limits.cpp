@@ -1,0 +1,98 @@
+// shamn machine's probes and their JSON: every figure measured is positive (no
+// timing thresholds), the JSON reads back to the same figures, and a broken file
+// is refused naming what is wrong.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "core/check.h"
+#include "core/machine_limits.h"
+#include "core/machine_limits_json.h"
+#include "core/machine_probe_bf16.h"
+
+namespace shamn {
+
+namespace {
+MachineLimits quick_limits(int threads) {
+  MachineProbeOptions o;
+  o.threads = threads;
+  o.repeats = 1;
+  o.probe_seconds = 0.002;
+  return measure_machine_limits(o);
+}
+}  // namespace
+
+TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine]") {
+  const MachineLimits m = quick_limits(2);
+  CHECK(m.threads == 2);
+  CHECK(m.l2_bytes > 0);
+  CHECK(m.l3_bytes > 0);
+  CHECK(m.f32_flops.one > 0);
+  CHECK(m.f32_flops.all > 0);
+  CHECK(m.bf16_available == bf16_dot_supported());
+  if (m.bf16_available) {
+    CHECK(m.bf16_flops.one > 0);
+    CHECK(m.bf16_flops.all > 0);
+  } else {
+    CHECK(m.bf16_flops.one == 0);
+  }
+  for (int level = 0; level < kMemoryLevels; ++level) {
+    INFO(memory_level_name(static_cast<MemoryLevel>(level)));
+    CHECK(m.read_buffer_bytes[level] > 0);
+    CHECK(m.read_bytes[level].one > 0);
+    CHECK(m.read_bytes[level].all > 0);
+    CHECK(m.update_bytes[level].one > 0);
+    CHECK(m.update_bytes[level].all > 0);
+  }
+  // Buffers grow level by level: an L3 read is never an L2 one.
+  CHECK(m.read_buffer_bytes[1] > m.read_buffer_bytes[0]);
+  CHECK(m.read_buffer_bytes[2] > m.read_buffer_bytes[1]);
+
+  const RooflineLimits r = roofline_limits(m);
+  CHECK(r.valid());
+  CHECK(r.flops_per_s == m.f32_flops.all);
+  for (int level = 0; level < kMemoryLevels; ++level)
+    CHECK(r.bytes_per_s[level] == std::max(m.read_bytes[level].all, m.update_bytes[level].all));
+  CHECK(r.capacity_bytes[0] == static_cast<double>(2 * m.l2_bytes));
+  CHECK(r.capacity_bytes[1] == static_cast<double>(m.l3_bytes));
+}
+
+TEST_CASE("machine limits: the JSON reads back to the same figures", "[core][machine]") {
+  const MachineLimits m = quick_limits(1);
+  const nlohmann::json j = nlohmann::json::parse(machine_limits_json(m).dump());
+  const MachineLimits back = machine_limits_from_json(j, "test.json");
+  CHECK(back.kernel == m.kernel);
+  CHECK(back.threads == 1);
+  CHECK(back.l2_bytes == m.l2_bytes);
+  CHECK(back.l3_bytes == m.l3_bytes);
+  CHECK(back.f32_flops.all == Approx(m.f32_flops.all));
+  CHECK(back.bf16_available == m.bf16_available);
+  for (int level = 0; level < kMemoryLevels; ++level) {
+    CHECK(back.read_bytes[level].one == Approx(m.read_bytes[level].one));
+    CHECK(back.read_buffer_bytes[level] == m.read_buffer_bytes[level]);
+    CHECK(back.update_bytes[level].all == Approx(m.update_bytes[level].all));
+  }
+  CHECK(format_machine_limits(m).find("f32 FMA") != std::string::npos);
+}
+
+TEST_CASE("machine limits: a broken file is refused with the key named", "[core][machine]") {
+  const nlohmann::json good = nlohmann::json::parse(machine_limits_json(quick_limits(1)).dump());
+  CHECK_THROWS_WITH(machine_limits_from_json(nlohmann::json::array(), "m.json"),
+                    Catch::Contains("m.json: not a JSON object"));
+  nlohmann::json missing = good;
+  missing.erase("read_gbs");
+  CHECK_THROWS_WITH(machine_limits_from_json(missing, "m.json"), Catch::Contains("missing \"read_gbs\""));
+  nlohmann::json negative = good;
+  negative["f32_fma_gflops"]["all_cores"] = -1.0;
+  CHECK_THROWS_WITH(machine_limits_from_json(negative, "m.json"),
+                    Catch::Contains("\"all_cores\" must be a positive number"));
+  nlohmann::json text = good;
+  text["read_gbs"]["dram"]["one_core"] = "fast";
+  CHECK_THROWS_AS(machine_limits_from_json(text, "m.json"), InputError);
+  nlohmann::json no_bf16 = good;
+  no_bf16["bf16_dot_gflops"] = "not available";
+  CHECK_FALSE(machine_limits_from_json(no_bf16, "m.json").bf16_available);
+  CHECK_THROWS_WITH(read_machine_limits("/no/such/machine.json"), Catch::Contains("/no/such/machine.json"));
+}
+
+}  // namespace shamn
