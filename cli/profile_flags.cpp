@@ -33,7 +33,7 @@ RooflineLimits profile_machine_limits(const ProfileFlags& flags) {
   if (!flags.machine.empty()) {
     const MachineLimits m = read_machine_limits(flags.machine);
     if (m.threads != num_threads())
-      std::fprintf(stderr, "profile: %s was measured on %d threads, this run uses %d\n",
+      std::fprintf(stderr, "roofline: %s was measured on %d threads, this run uses %d\n",
                    flags.machine.c_str(), m.threads, num_threads());
     return roofline_limits(m);
   }
@@ -41,7 +41,8 @@ RooflineLimits profile_machine_limits(const ProfileFlags& flags) {
   o.threads = num_threads();
   o.repeats = 3;
   o.probe_seconds = 0.02;
-  std::fprintf(stderr, "profile: measuring this machine's limits on %d threads (shamn machine)\n", o.threads);
+  std::fprintf(stderr, "roofline: measuring this machine's limits on %d threads (shamn machine)\n",
+               o.threads);
   const MachineLimits m = measure_machine_limits(o);
   std::fprintf(stderr, "%s", format_machine_limits(m).c_str());
   return roofline_limits(m);
