@@ -1,7 +1,10 @@
 #include "autograd/ops_block_sparse.h"
 
+#include <vector>
+
 #include "autograd/dispatch.h"
 #include "autograd/op_work.h"
+#include "core/kernels/activation.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 
@@ -52,6 +55,15 @@ void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* value
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);
 }
 
+// What a segment's layer reads: x itself, or gelu(x) computed into act.
+template <class T>
+const T* segment_input(const T* x, int64_t count, bool gelu_input, std::vector<T>& act) {
+  if (!gelu_input) return x;
+  act.resize(static_cast<size_t>(count));
+  gelu_forward(act.data(), x, count);
+  return act.data();
+}
+
 }  // namespace
 
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
@@ -90,7 +102,8 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
 }
 
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
-                                 const std::vector<BlockSparseOperands>& layers, int64_t block) {
+                                 const std::vector<BlockSparseOperands>& layers, int64_t block,
+                                 SegmentInput input) {
   const ProfileScope profile("block_sparse_linear_segments", ProfileCategory::forward);
   const int64_t G = static_cast<int64_t>(layers.size());
   SHAMN_CHECK(G > 0 && static_cast<int64_t>(offsets.size()) == G + 1,
@@ -120,10 +133,12 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
   }
   const int64_t in = dims.front().in, out = dims.front().out;
   const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
+  const bool gelu_input = input == SegmentInput::gelu;
   if (profiling()) {
     std::vector<bool> has_bias;
     for (const BlockSparseOperands& l : layers) has_bias.push_back(l.bias.defined());
     record_work(op_work::block_sparse_segments_forward(op_work::segment_rows(offsets), dims, has_bias, s));
+    if (gelu_input) record_work(op_work::unary_forward(x.numel(), op_work::kGeluFlops, s));
   }
   Tensor y = Tensor::empty({x.size(0), out}, x.dtype());
   std::vector<Tensor> wv, bv, ci;
@@ -137,11 +152,12 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     const T* xp = x.value().data<T>();
     T* yp = y.data<T>();
     parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<T> act;  // gelu(x) of the segment, gelu_input only
       for (int64_t g = lo; g < hi; ++g) {
         const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
         if (n == 0) continue;
-        forward_rows<T>(yp + r0 * out, xp + r0 * in, wv[g].data<T>(), ci[g].data<int32_t>(),
-                        bv[g].defined() ? bv[g].data<T>() : nullptr, n, dims[g]);
+        forward_rows<T>(yp + r0 * out, segment_input(xp + r0 * in, n * in, gelu_input, act), wv[g].data<T>(),
+                        ci[g].data<int32_t>(), bv[g].defined() ? bv[g].data<T>() : nullptr, n, dims[g]);
       }
     });
   });
@@ -157,6 +173,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       }
       record_work(op_work::block_sparse_segments_backward(op_work::segment_rows(offsets), dims, s,
                                                           node.needs_grad(0), wanted));
+      if (gelu_input) {  // recomputed, then its backward
+        record_work(op_work::unary_forward(xv.numel(), op_work::kGeluFlops, s));
+        if (node.needs_grad(0))
+          record_work(op_work::unary_backward(xv.numel(), op_work::kGeluBackwardFlops, s));
+      }
     }
     dispatch_floating(node.out_dtype, "block_sparse_linear_segments", [&](auto zero) {
       using T = decltype(zero);
@@ -174,11 +195,18 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       const T* dy = node.out_grad.data<T>();
       const T* xp = xv.data<T>();
       parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
+        std::vector<T> act, dact;  // gelu_input: gelu(x) and its gradient, per segment
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
           if (n == 0) continue;
-          backward_rows<T>(grads[g], dy + r0 * out, xp + r0 * in, wv[g].data<T>(), ci[g].data<int32_t>(), n,
-                           dims[g]);
+          const T* x_in = segment_input(xp + r0 * in, n * in, gelu_input, act);
+          GradRows<T> gr = grads[g];
+          if (gelu_input && gr.dx) {
+            dact.assign(static_cast<size_t>(n * in), T(0));
+            gr.dx = dact.data();
+          }
+          backward_rows<T>(gr, dy + r0 * out, x_in, wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g]);
+          if (gelu_input && grads[g].dx) gelu_backward(grads[g].dx, dact.data(), xp + r0 * in, n * in);
         }
       });
     });

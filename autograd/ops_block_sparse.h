@@ -25,7 +25,14 @@ struct BlockSparseOperands {
 // threads; results are bitwise those of one block_sparse_linear per segment.
 // x: [M, in]  offsets: G+1 ascending, 0 .. M  -> [M, out]. A layer with no rows gets
 // no gradient, as if it had not run.
+// With input = gelu the layers read gelu(x) (SPEC 1.6) instead of x: the MoE's
+// down projections after the experts' GELU. gelu(x) is computed per segment
+// as the layers need it and again in the backward, never kept: the step holds
+// one [M, in] activation less (experiments/training_memory.md). The results
+// are bitwise those of block_sparse_linear_segments(gelu(x), ...).
+enum class SegmentInput { as_is, gelu };
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
-                                 const std::vector<BlockSparseOperands>& layers, int64_t block);
+                                 const std::vector<BlockSparseOperands>& layers, int64_t block,
+                                 SegmentInput input = SegmentInput::as_is);
 
 }  // namespace shamn

@@ -1,5 +1,7 @@
 #include "layers/hierarchical_moe.h"
 
+#include <algorithm>
+
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "autograd/ops_block_sparse.h"
@@ -62,8 +64,15 @@ Var HierarchicalMoE::experts_forward(const Var& xs, const MoeDispatch& plan) con
     up.push_back({e->up().values(), e->up().col_index(), e->up().bias()});
     down.push_back({e->down().values(), e->down().col_index(), e->down().bias()});
   }
-  Var h = gelu(with_adapters(xs, block_sparse_linear_segments(xs, plan.offsets, up, options_.up.block), plan,
-                             &MoeExpert::up));
+  const Var pre = with_adapters(xs, block_sparse_linear_segments(xs, plan.offsets, up, options_.up.block),
+                                plan, &MoeExpert::up);
+  // Without adapters on the down projections nothing else reads gelu(pre):
+  // the down projections apply it themselves and do not keep it.
+  const bool down_adapted =
+      std::any_of(experts_.begin(), experts_.end(), [](const MoeExpert* e) { return e->down().has_lora(); });
+  if (!down_adapted)
+    return block_sparse_linear_segments(pre, plan.offsets, down, options_.down.block, SegmentInput::gelu);
+  const Var h = gelu(pre);
   return with_adapters(h, block_sparse_linear_segments(h, plan.offsets, down, options_.down.block), plan,
                        &MoeExpert::down);
 }

@@ -29,8 +29,12 @@ Tensor segment_indices(int64_t begin, int64_t end) {
   return t;
 }
 
-// Three layers over rows [0, 5), [5, 5) (none) and [5, 12) of x, segmented or one by one.
-Grads run(bool segmented, int threads) {
+// How run() applies the layers: segmented, one block_sparse_linear per
+// segment, or segmented reading gelu(x) (fused in the op, or a gelu op before it).
+enum class Mode { segmented, separate, gelu_fused, gelu_op };
+
+// Three layers over rows [0, 5), [5, 5) (none) and [5, 12) of x.
+Grads run(Mode mode, int threads) {
   set_num_threads(threads);
   const int64_t b = 16;
   const std::vector<int64_t> offsets{0, 5, 5, 12};
@@ -42,8 +46,10 @@ Grads run(bool segmented, int threads) {
                       Var(random_tensor({2 * b}, 44 + g, DType::f32), true)});
   const Tensor seed = random_tensor({12, 2 * b}, 47, DType::f32);
   Grads r;
-  if (segmented) {
-    Var y = block_sparse_linear_segments(x, offsets, layers, b);
+  if (mode != Mode::separate) {
+    Var y = mode == Mode::gelu_fused ? block_sparse_linear_segments(x, offsets, layers, b, SegmentInput::gelu)
+            : mode == Mode::gelu_op  ? block_sparse_linear_segments(gelu(x), offsets, layers, b)
+                                     : block_sparse_linear_segments(x, offsets, layers, b);
     sum(mul(y, Var(seed))).backward();
     for (int g = 0; g < 3; ++g)
       if (offsets[g + 1] > offsets[g]) r.y.push_back(y.value().slice(offsets[g], offsets[g + 1]));
@@ -85,7 +91,7 @@ void check_same(const Grads& a, const Grads& b) {
 TEST_CASE("block_sparse_linear_segments equals one block_sparse_linear per segment",
           "[autograd][block_sparse][segments]") {
   test::ThreadCountGuard guard;
-  const Grads segmented = run(true, 2), separate = run(false, 2);
+  const Grads segmented = run(Mode::segmented, 2), separate = run(Mode::separate, 2);
   check_same(segmented, separate);
   CHECK_FALSE(segmented.dw[1].defined());  // the empty segment's layer got no gradient
 }
@@ -93,7 +99,16 @@ TEST_CASE("block_sparse_linear_segments equals one block_sparse_linear per segme
 TEST_CASE("block_sparse_linear_segments is bit-identical with 1 and 2 threads",
           "[autograd][block_sparse][segments][determinism]") {
   test::ThreadCountGuard guard;
-  check_same(run(true, 1), run(true, 2));
+  check_same(run(Mode::segmented, 1), run(Mode::segmented, 2));
+  check_same(run(Mode::gelu_fused, 1), run(Mode::gelu_fused, 2));
+}
+
+TEST_CASE("block_sparse_linear_segments reading gelu(x) equals a gelu op before it, bitwise",
+          "[autograd][block_sparse][segments]") {
+  test::ThreadCountGuard guard;
+  const Grads fused = run(Mode::gelu_fused, 2);
+  check_same(fused, run(Mode::gelu_op, 2));
+  CHECK_FALSE(bitwise_equal(fused.dx, run(Mode::segmented, 2).dx));  // gelu is applied
 }
 
 TEST_CASE("gradcheck: block_sparse_linear_segments", "[autograd][gradcheck][block_sparse][segments]") {
@@ -106,6 +121,20 @@ TEST_CASE("gradcheck: block_sparse_linear_segments", "[autograd][gradcheck][bloc
       },
       {random_tensor({5, 3 * b}, 50), random_tensor({2, 2, b, b}, 51), random_tensor({2 * b}, 52),
        random_tensor({2, 2, b, b}, 53), random_tensor({2, 2, b, b}, 54), random_tensor({2 * b}, 55)});
+}
+
+TEST_CASE("gradcheck: block_sparse_linear_segments reading gelu(x)",
+          "[autograd][gradcheck][block_sparse][segments]") {
+  const int64_t b = 16;
+  const auto ci = patterns();
+  check_gradients(
+      [=](const std::vector<Var>& v) {
+        return block_sparse_linear_segments(v[0], {0, 2, 2, 5},
+                                            {{v[1], ci[0], v[2]}, {v[3], ci[1], Var()}, {v[4], ci[2], v[5]}},
+                                            b, SegmentInput::gelu);
+      },
+      {random_tensor({5, 3 * b}, 56), random_tensor({2, 2, b, b}, 57), random_tensor({2 * b}, 58),
+       random_tensor({2, 2, b, b}, 59), random_tensor({2, 2, b, b}, 60), random_tensor({2 * b}, 61)});
 }
 
 TEST_CASE("block_sparse_linear_segments rejects offsets that do not cover x",
