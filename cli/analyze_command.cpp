@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "core/hdf5_file.h"
+#include "train/analysis_plots.h"
+#include "train/gnuplot.h"
 #include "train/model_analysis.h"
 #include "train/model_checkpoint.h"
 
@@ -20,7 +23,7 @@ namespace shamn::cli {
 namespace {
 
 struct AnalyzeArgs {
-  std::string model, data, format = "llmc";
+  std::string model, data, format = "llmc", plots;
   int64_t windows = 8, seq_len = 256;
   bool json = false;
 };
@@ -137,12 +140,21 @@ ModelAnalysis analyze(const AnalyzeArgs& a, const TokenFile& data) {
 }
 
 void run_analyze(const AnalyzeArgs& a) {
+  SHAMN_INPUT_CHECK(a.plots.empty() || !find_gnuplot().empty(),
+                    "--plots: gnuplot is not installed (apt-get install gnuplot-nox)");
   const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
   const ModelAnalysis result = analyze(a, data);
   if (a.json)
     std::printf("%s\n", to_json(a, result).dump().c_str());
   else
     print_tables(a, result);
+  if (!a.plots.empty()) {
+    const std::vector<std::string> files =
+        write_analysis_plots(result, std::filesystem::path(a.model).filename().string(), a.plots);
+    // With --json, stdout is the JSON object alone.
+    std::FILE* note = a.json ? stderr : stdout;
+    std::fprintf(note, "%s%zu plots in %s\n", a.json ? "" : "\n", files.size(), a.plots.c_str());
+  }
 }
 
 }  // namespace
@@ -170,6 +182,9 @@ void register_analyze_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   c->add_flag("--json", a->json, "one JSON object instead of tables");
+  c->add_option("--plots", a->plots,
+                "also draw the expert-load and memory slot-use distributions into this directory "
+                "(expert_load and memory_slots, .png and .svg; needs gnuplot)");
   c->callback([a] { run_analyze(*a); });
 }
 

@@ -4,7 +4,8 @@
 # greedy text of its f32 export; plot writes valid PNG and SVG files for one
 # run, two runs and a sweep directory; training refreshes RUN_DIR/plots/loss.svg
 # and, without gnuplot, says so once and trains on; analyze reports JSON for a
-# checkpoint and for its f32 export (the same routing) and its int8 one.
+# checkpoint and for its f32 export (the same routing) and its int8 one, and
+# with --plots draws valid PNG and SVG distributions.
 # Usage: cli_analysis.sh SHAMN_BINARY WORKDIR
 set -euo pipefail
 shamn=$(realpath "$1") work=$2
@@ -134,4 +135,16 @@ assert [b["name"] for b in q["block_norms"]] == [b["name"] for b in c["block_nor
 assert len(q["moe"]) == 2 and q["tokens"] == 32 and abs(q["loss"] - c["loss"]) < 0.05 * c["loss"]
 PY
 refused "not a readable HDF5 file" analyze data/val.bin --data data/val.bin
+# --plots: the expert-load and slot-use pictures for both file kinds; without gnuplot, refused before any work.
+"$shamn" --threads 1 analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 --plots pa > plots.txt
+grep -q "^4 plots in pa" plots.txt || fail "analyze --plots: $(tail -1 plots.txt)"
+"$shamn" --threads 1 analyze a_int8.shq --data data/val.bin --windows 2 --seq-len 16 --json --plots pq > pq.json
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' pq.json || fail "--json --plots: stdout is not the JSON alone"
+for d in pa pq; do
+  for p in expert_load memory_slots; do is_png $d/$p.png && is_svg $d/$p.svg; done
+done
+grep -q "expert load" pa/expert_load.svg && grep -q "slots read" pq/memory_slots.svg || fail "plot titles"
+if PATH=/nonexistent "$shamn" analyze run_a/best.h5 --data data/val.bin --plots px 2> err.txt; then fail "--plots without gnuplot"; fi
+grep -qF -- "--plots: gnuplot is not installed" err.txt || fail "--plots without gnuplot: $(cat err.txt)"
+[ ! -e px ] || fail "a refused analyze made its plot directory"
 echo "cli_analysis: ok"
