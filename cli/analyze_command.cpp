@@ -23,7 +23,7 @@ namespace shamn::cli {
 namespace {
 
 struct AnalyzeArgs {
-  std::string model, data, format = "llmc", plots;
+  std::string model, data, format = "llmc", plots, plot_title;
   int64_t windows = 8, seq_len = 256;
   bool json = false;
 };
@@ -149,8 +149,9 @@ void run_analyze(const AnalyzeArgs& a) {
   else
     print_tables(a, result);
   if (!a.plots.empty()) {
-    const std::vector<std::string> files =
-        write_analysis_plots(result, std::filesystem::path(a.model).filename().string(), a.plots);
+    const std::vector<std::string> files = write_analysis_plots(
+        result, a.plot_title.empty() ? std::filesystem::path(a.model).filename().string() : a.plot_title,
+        a.plots);
     // With --json, stdout is the JSON object alone.
     std::FILE* note = a.json ? stderr : stdout;
     std::fprintf(note, "%s%zu plots in %s\n", a.json ? "" : "\n", files.size(), a.plots.c_str());
@@ -185,6 +186,8 @@ void register_analyze_command(CLI::App& app) {
   c->add_option("--plots", a->plots,
                 "also draw the expert-load and memory slot-use distributions into this directory "
                 "(expert_load and memory_slots, .png and .svg; needs gnuplot)");
+  c->add_option("--plot-title", a->plot_title,
+                "what the plots are headed with (default: the model file's name)");
   c->callback([a] { run_analyze(*a); });
 }
 

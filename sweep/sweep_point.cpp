@@ -119,7 +119,8 @@ json analyze_point(const SweepPoint& p, const PointSettings& s) {
   argv.insert(argv.end(), {"--data", p.config.data.val_path, "--format", p.config.data.format});
   argv.insert(argv.end(), {"--windows", std::to_string(s.eval_windows), "--seq-len",
                            std::to_string(p.config.train.seq_len)});
-  if (!find_gnuplot().empty()) argv.insert(argv.end(), {"--plots", in(p, "analysis_plots")});
+  if (!find_gnuplot().empty())
+    argv.insert(argv.end(), {"--plots", in(p, "analysis_plots"), "--plot-title", p.name});
   step(p, "analyze", argv, in(p, "analysis.json"));
   if (stop_requested()) return nullptr;
   const json a = read_json(in(p, "analysis.json"));

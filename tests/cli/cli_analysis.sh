@@ -138,12 +138,14 @@ refused "not a readable HDF5 file" analyze data/val.bin --data data/val.bin
 # --plots: the expert-load and slot-use pictures for both file kinds; without gnuplot, refused before any work.
 "$shamn" --threads 1 analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 --plots pa > plots.txt
 grep -q "^4 plots in pa" plots.txt || fail "analyze --plots: $(tail -1 plots.txt)"
-"$shamn" --threads 1 analyze a_int8.shq --data data/val.bin --windows 2 --seq-len 16 --json --plots pq > pq.json
+"$shamn" --threads 1 analyze a_int8.shq --data data/val.bin --windows 2 --seq-len 16 --json --plots pq \
+  --plot-title "run_a int8" > pq.json
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' pq.json || fail "--json --plots: stdout is not the JSON alone"
 for d in pa pq; do
   for p in expert_load memory_slots; do is_png $d/$p.png && is_svg $d/$p.svg; done
 done
-grep -q "expert load" pa/expert_load.svg && grep -q "slots read" pq/memory_slots.svg || fail "plot titles"
+grep -q "best.h5: expert load" pa/expert_load.svg && grep -q "run_a int8: memory slot reads" pq/memory_slots.svg ||
+  fail "plot titles"
 if PATH=/nonexistent "$shamn" analyze run_a/best.h5 --data data/val.bin --plots px 2> err.txt; then fail "--plots without gnuplot"; fi
 grep -qF -- "--plots: gnuplot is not installed" err.txt || fail "--plots without gnuplot: $(cat err.txt)"
 [ ! -e px ] || fail "a refused analyze made its plot directory"

@@ -65,6 +65,8 @@ if command -v gnuplot > /dev/null; then
     [ "$(head -c 4 "$out/sparse.sparsity=0.5,seed=2/analysis_plots/$p.png" | od -An -tx1 | tr -d ' \n')" = "89504e47" ] ||
       fail "analysis plot $p.png is not a PNG"
   done
+  grep -q "sparse.sparsity=0.5,seed=2: expert load" "$out/sparse.sparsity=0.5,seed=2/analysis_plots/expert_load.svg" ||
+    fail "analysis plots are not headed by their point"
 else
   grep -q "warning: gnuplot is not installed" first.txt || fail "no gnuplot warning"
 fi
