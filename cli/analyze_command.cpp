@@ -142,6 +142,7 @@ ModelAnalysis analyze(const AnalyzeArgs& a, const TokenFile& data) {
 void run_analyze(const AnalyzeArgs& a) {
   SHAMN_INPUT_CHECK(a.plots.empty() || !find_gnuplot().empty(),
                     "--plots: gnuplot is not installed (apt-get install gnuplot-nox)");
+  if (!a.plots.empty()) make_plot_dir(a.plots);  // before the work, so a bad --plots costs none
   const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
   const ModelAnalysis result = analyze(a, data);
   if (a.json)
@@ -170,7 +171,7 @@ void register_analyze_command(CLI::App& app) {
                 "checkpoint (.h5) or model file (.shq: the runtime's forward on the weights as stored)")
       ->required()
       ->check(CLI::ExistingFile);
-  c->add_option("--data", a->data, "token file (llm.c format); token frequencies are counted over all of it")
+  c->add_option("--data", a->data, "token file (--format); token frequencies are counted over all of it")
       ->required()
       ->check(CLI::ExistingFile);
   c->add_option("--format", a->format, "llmc or u16")

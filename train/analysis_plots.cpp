@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "core/check.h"
 #include "train/gnuplot.h"
 
 namespace shamn {
@@ -113,9 +114,16 @@ std::string memory_slots_script(const ModelAnalysis& a, const std::string& title
   return s.str();
 }
 
+void make_plot_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  SHAMN_INPUT_CHECK(!ec && fs::is_directory(dir), "--plots: cannot create the directory '", dir, "'",
+                    ec ? ": " + ec.message() : std::string());
+}
+
 std::vector<std::string> write_analysis_plots(const ModelAnalysis& a, const std::string& title,
                                               const std::string& dir) {
-  fs::create_directories(dir);
+  make_plot_dir(dir);
   std::vector<std::string> written;
   for (const char* ext : {".png", ".svg"}) {
     if (!a.moe.empty()) {

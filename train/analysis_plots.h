@@ -15,7 +15,10 @@ namespace shamn {
 std::string expert_load_script(const ModelAnalysis& a, const std::string& title, const std::string& output);
 std::string memory_slots_script(const ModelAnalysis& a, const std::string& title, const std::string& output);
 
-// Both pictures in both formats into `dir` (created); `title` heads them (the
+// Creates `dir` if need be; InputError naming it when it cannot.
+void make_plot_dir(const std::string& dir);
+
+// Both pictures in both formats into `dir` (make_plot_dir); `title` heads them (the
 // model's name). Returns the files written; a model without MoE or memory
 // layers has none of that picture. InputError when gnuplot is missing or fails.
 std::vector<std::string> write_analysis_plots(const ModelAnalysis& a, const std::string& title,
