@@ -1,15 +1,20 @@
-// `shamn analyze CHECKPOINT --data TOKENS.bin`: how the model's sparse parts
-// are used (train/model_analysis.h), as tables or one JSON object.
+// `shamn analyze MODEL --data TOKENS.bin`: how the model's sparse parts are
+// used (train/model_analysis.h; a .shq file: analysis/shq_analysis.h), as
+// tables or one JSON object.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/shq_analysis.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "core/hdf5_file.h"
+#include "train/analysis_plots.h"
+#include "train/gnuplot.h"
 #include "train/model_analysis.h"
 #include "train/model_checkpoint.h"
 
@@ -18,7 +23,7 @@ namespace shamn::cli {
 namespace {
 
 struct AnalyzeArgs {
-  std::string model, data;
+  std::string model, data, format = "llmc", plots, plot_title;
   int64_t windows = 8, seq_len = 256;
   bool json = false;
 };
@@ -124,21 +129,34 @@ void print_tables(const AnalyzeArgs& args, const ModelAnalysis& a) {
                 b.max, b.cv);
 }
 
-void run_analyze(const AnalyzeArgs& a) {
-  // The runtime's forward keeps its routing to itself (infer/infer_model.cpp);
-  // the checkpoint's own model is the one instrumented.
-  SHAMN_INPUT_CHECK(!is_shq_file(a.model), "analyze takes a checkpoint (.h5) for now; '", a.model,
-                    "' is a .shq file: analyse the checkpoint it was exported from");
+ModelAnalysis analyze(const AnalyzeArgs& a, const TokenFile& data) {
+  if (is_shq_file(a.model))
+    return analyze_shq(InferModel(ShqFile::open(a.model)), data, a.windows, a.seq_len);
   const Hdf5Reader reader(a.model);
   const ModelConfig config = read_checkpoint_config(reader);
   Shamn model(config);
   load_model_tensors(reader, model);
-  const TokenFile data(a.data);
-  const ModelAnalysis result = analyze_model(model, data, a.windows, a.seq_len);
+  return analyze_model(model, data, a.windows, a.seq_len);
+}
+
+void run_analyze(const AnalyzeArgs& a) {
+  SHAMN_INPUT_CHECK(a.plots.empty() || !find_gnuplot().empty(),
+                    "--plots: gnuplot is not installed (apt-get install gnuplot-nox)");
+  if (!a.plots.empty()) make_plot_dir(a.plots);  // before the work, so a bad --plots costs none
+  const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
+  const ModelAnalysis result = analyze(a, data);
   if (a.json)
     std::printf("%s\n", to_json(a, result).dump().c_str());
   else
     print_tables(a, result);
+  if (!a.plots.empty()) {
+    const std::vector<std::string> files = write_analysis_plots(
+        result, a.plot_title.empty() ? std::filesystem::path(a.model).filename().string() : a.plot_title,
+        a.plots);
+    // With --json, stdout is the JSON object alone.
+    std::FILE* note = a.json ? stderr : stdout;
+    std::fprintf(note, "%s%zu plots in %s\n", a.json ? "" : "\n", files.size(), a.plots.c_str());
+  }
 }
 
 }  // namespace
@@ -149,12 +167,16 @@ void register_analyze_command(CLI::App& app) {
       "analyze",
       "how a model's sparse parts are used on a token file: expert load, memory slots, hash buckets, "
       "loss by token frequency, block norms");
-  c->add_option("model", a->model, "checkpoint (.h5; a .shq model file is not supported yet)")
+  c->add_option("model", a->model,
+                "checkpoint (.h5) or model file (.shq: the runtime's forward on the weights as stored)")
       ->required()
       ->check(CLI::ExistingFile);
-  c->add_option("--data", a->data, "token file (llm.c format); token frequencies are counted over all of it")
+  c->add_option("--data", a->data, "token file (--format); token frequencies are counted over all of it")
       ->required()
       ->check(CLI::ExistingFile);
+  c->add_option("--format", a->format, "llmc or u16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"llmc", "u16"}));
   c->add_option("--windows", a->windows, "windows analysed (consecutive, from the start)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -162,6 +184,11 @@ void register_analyze_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   c->add_flag("--json", a->json, "one JSON object instead of tables");
+  c->add_option("--plots", a->plots,
+                "also draw the expert-load and memory slot-use distributions into this directory "
+                "(expert_load and memory_slots, .png and .svg; needs gnuplot)");
+  c->add_option("--plot-title", a->plot_title,
+                "what the plots are headed with (default: the model file's name)");
   c->callback([a] { run_analyze(*a); });
 }
 

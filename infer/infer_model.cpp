@@ -185,8 +185,9 @@ struct InferModel::Impl {
   // Layer l's mixer over the rows of every stream, each after its own history.
   void mixer(const Layer& L, size_t l, float* x, int64_t n, std::span<const StreamStep> steps,
              const Adapters& ad) const;
-  void memory(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const;
-  void moe_block(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const;
+  void memory(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad, RoutingObserver* obs) const;
+  void moe_block(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad,
+                 RoutingObserver* obs) const;
   void logits(const float* z, int64_t n, float* out) const;
   // Each row's cross-entropy against its target, from final-normed rows z [n, D].
   void row_losses(const float* z, int64_t n, const int32_t* targets, double* loss) const;
@@ -547,7 +548,8 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
   for (int64_t i = 0; i < n * D; ++i) x[i] += u[i];
 }
 
-void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const {
+void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad,
+                              RoutingObserver* obs) const {
   const int64_t dh = pk.dh, nk = pk.n, k = pk.k;
   Buffer<float> u(n * D), q(n * 2 * dh);
   rms_norm(x, L.mem_gain, n, D, u.data());
@@ -568,6 +570,7 @@ void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, con
   Buffer<int32_t> slots(n * k);
   Buffer<float> w(n * k);
   product_key_select(slots.data(), w.data(), s1.data(), s2.data(), n, pk);
+  if (obs != nullptr) obs->memory_reads(static_cast<int64_t>(l), slots.data(), w.data(), n);
   parallel_for(0, n, grain_for(k * D), [&](int64_t lo, int64_t hi) {
     for (int64_t m = 0; m < k; ++m) L.mem_values.prefetch_row(slots[lo * k + m]);
     for (int64_t t = lo; t < hi; ++t) {
@@ -580,7 +583,8 @@ void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, con
   });
 }
 
-void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad) const {
+void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad,
+                                 RoutingObserver* obs) const {
   const int64_t G = moe.groups, X = moe.experts(), k = moe.k;
   Buffer<float> u(n * D);
   rms_norm(x, L.moe_gain, n, D, u.data());
@@ -601,6 +605,7 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   select_experts<float>(chosen.data(), pg.data(), P.data(), n, moe);
   Buffer<float> gates(n * k);
   moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
+  if (obs != nullptr) obs->moe_choices(static_cast<int64_t>(l), chosen.data(), gates.data(), n);
 
   // Each expert runs once over the rows of the tokens that chose it, in plan
   // order; a token's outputs are added to x in slot order (thread-count independent).
@@ -811,6 +816,8 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
     for (size_t j = 0; j < i; ++j)
       SHAMN_CHECK(steps[j].state != s.state, "streams ", j, " and ", i, " share one decode state");
     if (s.record != nullptr) s.record->layers.resize(layers.size());
+    SHAMN_CHECK(s.observer == nullptr || steps.size() == 1,
+                "a routing observer sees a forward of one stream");
     n += s.n;
   }
   Buffer<int32_t> tokens(n);
@@ -824,7 +831,8 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
     }
     embed(tokens.data(), n, x.data());
   }
-  const int64_t slices = steps.size() == 1 && steps[0].record == nullptr
+  // An observer is told the rows in order, so its forward is not sliced.
+  const int64_t slices = steps.size() == 1 && steps[0].record == nullptr && steps[0].observer == nullptr
                              ? std::min<int64_t>(num_threads(), n / kMinSliceRows)
                              : 1;
   // The steps' adapters, and each row's.
@@ -855,16 +863,17 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
 void InferModel::Impl::layer(size_t l, float* x, int64_t n, std::span<const StreamStep> steps,
                              const Adapters& ad) const {
   const Layer& L = layers[l];
+  RoutingObserver* observer = steps.size() == 1 ? steps[0].observer : nullptr;  // hidden() checks
   {
     const ProfileScope scope(L.mixer_scope, ProfileCategory::infer);
     mixer(L, l, x, n, steps, ad);
   }
   if (L.has_memory) {
     const ProfileScope scope(L.memory_scope, ProfileCategory::infer);
-    memory(L, l, x, n, ad);
+    memory(L, l, x, n, ad, observer);
   }
   const ProfileScope scope(L.moe_scope, ProfileCategory::infer);
-  moe_block(L, l, x, n, ad);
+  moe_block(L, l, x, n, ad, observer);
 }
 
 void InferModel::Impl::layers_sliced(const StreamStep& s, float* x, int64_t slices,

@@ -43,6 +43,17 @@ struct MixerInputs {
   }
 };
 
+// Sees each layer's sparse choices as the forward makes them, for `shamn
+// analyze` on a model file. Rows are the stream's tokens in order.
+class RoutingObserver {
+ public:
+  virtual ~RoutingObserver() = default;
+  // slots, weights: [n, topk], best first; weights are the softmax of the scores.
+  virtual void memory_reads(int64_t layer, const int32_t* slots, const float* weights, int64_t n) = 0;
+  // experts, gates: [n, k] in selection order; gates normalised over the k.
+  virtual void moe_choices(int64_t layer, const int32_t* experts, const float* gates, int64_t n) = 0;
+};
+
 // One sequence's part of a batched forward: n new tokens after `state`.
 struct StreamStep {
   DecodeState* state = nullptr;
@@ -51,6 +62,7 @@ struct StreamStep {
   bool all_logits = false;               // logits for every token, else for the last one only
   MixerInputs* record = nullptr;         // if set, the n tokens' mixer inputs are appended to it
   const LoraAdapter* adapter = nullptr;  // if set, this stream's rows run with it (infer/lora_adapter.h)
+  RoutingObserver* observer = nullptr;   // if set (a forward of this one stream only), told every choice
 };
 
 class InferModel {

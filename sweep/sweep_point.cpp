@@ -15,6 +15,7 @@
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
 #include "sweep/child_process.h"
+#include "train/gnuplot.h"
 #include "train/train_checkpoint.h"
 
 namespace shamn {
@@ -99,17 +100,65 @@ int64_t record_peak_rss(const SweepPoint& p, int64_t bytes) {
   return peak;
 }
 
+// The mean of f over the array's elements; NaN (null in JSON) for none.
+template <class F>
+double mean_of(const json& array, F f) {
+  double sum = 0;
+  for (const json& x : array) sum += f(x);
+  return array.empty() ? NAN : sum / static_cast<double>(array.size());
+}
+
+// `shamn analyze` of the final checkpoint on the val file, over the windows
+// eval uses: analysis.json, its plots, and the headline numbers of result.json.
+// Null when a stop was requested.
+json analyze_point(const SweepPoint& p, const PointSettings& s) {
+  const std::string ckpt = checkpoint_file(run_dir(p), p.config.train.max_steps);
+  SHAMN_INPUT_CHECK(fs::exists(ckpt), "point ", p.name, ": no final checkpoint '", ckpt,
+                    "' to analyse; delete ", result_path(p), " to retrain the point");
+  std::vector<std::string> argv = {s.exe, "--threads", std::to_string(s.threads), "analyze", ckpt, "--json"};
+  argv.insert(argv.end(), {"--data", p.config.data.val_path, "--format", p.config.data.format});
+  argv.insert(argv.end(), {"--windows", std::to_string(s.eval_windows), "--seq-len",
+                           std::to_string(p.config.train.seq_len)});
+  if (!find_gnuplot().empty())
+    argv.insert(argv.end(), {"--plots", in(p, "analysis_plots"), "--plot-title", p.name});
+  step(p, "analyze", argv, in(p, "analysis.json"));
+  if (stop_requested()) return nullptr;
+  const json a = read_json(in(p, "analysis.json"));
+  const json& thirds = a.at("loss_by_frequency");
+  const auto entropy_ratio = [](const json& m) {
+    return m.at("entropy").get<double>() / m.at("max_entropy").get<double>();
+  };
+  const auto slots_read = [](const json& m) { return m.at("slots_read_share").get<double>(); };
+  return {{"expert_entropy_ratio", mean_of(a.at("moe"), entropy_ratio)},
+          {"memory_slots_read", mean_of(a.at("memory"), slots_read)},
+          {"rare_loss", thirds.at(0).at("loss")},
+          {"frequent_loss", thirds.at(2).at("loss")}};
+}
+
 }  // namespace
 
 std::string result_path(const SweepPoint& p) { return in(p, "result.json"); }
 
 PointState point_state(const SweepPoint& p) {
-  if (fs::exists(result_path(p))) return PointState::finished;
+  if (fs::exists(result_path(p))) {
+    const json j = read_json(result_path(p));
+    for (const std::string& m : sweep_analysis_metric_names())
+      if (!j.contains("metrics") || !j["metrics"].contains(m)) return PointState::unanalysed;
+    return PointState::finished;
+  }
   if (fs::exists(run_dir(p)) && !list_checkpoints(run_dir(p)).empty()) return PointState::interrupted;
   return PointState::fresh;
 }
 
 bool run_point(const SweepPoint& p, const PointSettings& s) {
+  if (point_state(p) == PointState::unanalysed) {
+    const json metrics = analyze_point(p, s);
+    if (metrics.is_null()) return false;
+    json r = read_json(result_path(p));
+    r["metrics"].update(metrics);
+    write_file_atomically(result_path(p), r.dump(2) + "\n", "result");
+    return true;
+  }
   const std::string threads = std::to_string(s.threads);
   const std::string final_ckpt = checkpoint_file(run_dir(p), p.config.train.max_steps);
   if (!fs::exists(final_ckpt)) {
@@ -144,6 +193,8 @@ bool run_point(const SweepPoint& p, const PointSettings& s) {
         "--repeats", "3"},
        in(p, "bench.json"));
   if (stop_requested()) return false;
+  const json analysis = analyze_point(p, s);
+  if (stop_requested()) return false;
   const json eval = read_json(in(p, "eval.json"));
   const json bench = read_json(in(p, "bench.json"));
 
@@ -169,6 +220,7 @@ bool run_point(const SweepPoint& p, const PointSettings& s) {
       {"int8_decode_tok_s", bench.at("decode_tok_s").get<double>()},
       {"int8_file_bytes", bench.at("file_bytes").get<int64_t>()},
   };
+  r["metrics"].update(analysis);
   write_file_atomically(result_path(p), r.dump(2) + "\n", "result");
   return true;
 }
@@ -179,7 +231,9 @@ SweepRow read_point_result(const SweepPoint& p) {
   for (const std::string& m : sweep_metric_names()) {
     SHAMN_INPUT_CHECK(j.contains("metrics") && j["metrics"].contains(m), "'", result_path(p),
                       "' has no metric ", m, ": delete it to rerun the point");
-    row.metrics[m] = j["metrics"][m].get<double>();
+    // null: a number the point has none of (no memory layer: no slot use).
+    const json& v = j["metrics"][m];
+    row.metrics[m] = v.is_null() ? NAN : v.get<double>();
   }
   return row;
 }

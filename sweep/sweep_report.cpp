@@ -70,7 +70,16 @@ const std::vector<std::string>& sweep_metric_names() {
                                                  "eval_f32_ppl",
                                                  "int8_ppl",
                                                  "int8_decode_tok_s",
-                                                 "int8_file_bytes"};
+                                                 "int8_file_bytes",
+                                                 "expert_entropy_ratio",
+                                                 "memory_slots_read",
+                                                 "rare_loss",
+                                                 "frequent_loss"};
+  return names;
+}
+
+const std::vector<std::string>& sweep_analysis_metric_names() {
+  static const std::vector<std::string> names(sweep_metric_names().end() - 4, sweep_metric_names().end());
   return names;
 }
 
@@ -236,6 +245,22 @@ std::string gnuplot_script(const std::vector<SweepAxis>& axes, const std::vector
        "perplexity",
        {{"1:" + col("eval_f32_ppl", false) + ":" + col("eval_f32_ppl", true), " f32"},
         {"1:" + col("int8_ppl", false) + ":" + col("int8_ppl", true), " int8"}},
+       true},
+      {"loss_by_frequency",
+       "val loss on the rarest and most frequent third of token types (shamn analyze)",
+       xlabel,
+       "loss (nats/token)",
+       {{"1:" + col("rare_loss", false) + ":" + col("rare_loss", true), " rare third"},
+        {"1:" + col("frequent_loss", false) + ":" + col("frequent_loss", true), " frequent third"}},
+       true},
+      {"sparse_use",
+       "use of the sparse parts (shamn analyze)",
+       xlabel,
+       "share",
+       {{"1:" + col("expert_entropy_ratio", false) + ":" + col("expert_entropy_ratio", true),
+         " expert-load entropy / max"},
+        {"1:" + col("memory_slots_read", false) + ":" + col("memory_slots_read", true),
+         " memory slots read"}},
        true},
   };
   for (const Plot& p : plots) {

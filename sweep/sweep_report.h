@@ -13,6 +13,12 @@ namespace shamn {
 
 // The metrics one finished point reports, in the order of the CSV columns.
 const std::vector<std::string>& sweep_metric_names();
+// The last of them: `shamn analyze`'s headline numbers on the val file.
+//   expert_entropy_ratio  expert-load entropy / its uniform maximum log(experts),
+//                         mean over MoE layers (1 = every expert equally used)
+//   memory_slots_read     share of memory slots read at least once, mean over memory layers
+//   rare_loss, frequent_loss  mean loss on targets in the rarest / most frequent third of token types
+const std::vector<std::string>& sweep_analysis_metric_names();
 
 struct SweepRow {
   std::string name;

@@ -123,23 +123,26 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
   settings.eval_windows = spec.eval_windows;
 
   std::vector<const SweepPoint*> todo, skipped;
-  int64_t resumable = 0;
+  int64_t resumable = 0, unanalysed = 0;
   for (const SweepPoint& p : points) {
     const PointState state = point_state(p);
     (state == PointState::finished ? skipped : todo).push_back(&p);
     if (state == PointState::interrupted) ++resumable;
+    if (state == PointState::unanalysed) ++unanalysed;
   }
   const auto finished = static_cast<int64_t>(skipped.size());
   std::printf(
-      "sweep %s: %zu points (%zu axes x %zu seeds) in %s; %lld finished (skipped), %lld to resume, "
-      "%lld new; %lld jobs x %lld threads\n",
+      "sweep %s: %zu points (%zu axes x %zu seeds) in %s; %lld finished (skipped), %lld to analyse, "
+      "%lld to resume, %lld new; %lld jobs x %lld threads\n",
       file.c_str(), points.size(), spec.axes.size(), std::max<size_t>(1, spec.seeds.size()),
-      spec.out_dir.c_str(), static_cast<long long>(finished), static_cast<long long>(resumable),
-      static_cast<long long>(todo.size()) - resumable, static_cast<long long>(spec.jobs),
-      static_cast<long long>(settings.threads));
+      spec.out_dir.c_str(), static_cast<long long>(finished), static_cast<long long>(unanalysed),
+      static_cast<long long>(resumable), static_cast<long long>(todo.size()) - resumable - unanalysed,
+      static_cast<long long>(spec.jobs), static_cast<long long>(settings.threads));
   for (const SweepPoint* p : skipped) std::printf("  skipped %s (finished)\n", p->name.c_str());
   if (a.dry_run) {
-    for (const SweepPoint* p : todo) std::printf("  would run %s\n", p->name.c_str());
+    for (const SweepPoint* p : todo)
+      std::printf("  would %s %s\n", point_state(*p) == PointState::unanalysed ? "analyse" : "run",
+                  p->name.c_str());
     return;
   }
   const SweepLock sweep_lock(spec.out_dir);
@@ -156,7 +159,11 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
       const SweepPoint& p = *todo[i];
       {
         std::lock_guard lock(print);
-        std::printf("  %s %s\n", point_state(p) == PointState::interrupted ? "resuming" : "running",
+        const PointState state = point_state(p);
+        std::printf("  %s %s\n",
+                    state == PointState::interrupted  ? "resuming"
+                    : state == PointState::unanalysed ? "analysing (no retraining)"
+                                                      : "running",
                     p.name.c_str());
         std::fflush(stdout);
       }

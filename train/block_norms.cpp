@@ -32,9 +32,16 @@ std::vector<BlockNormStats> block_norm_stats(const Shamn& model) {
       out.push_back(std::sqrt(ss));
     }
   }
+  std::vector<std::pair<std::string, std::vector<double>>> named;
+  for (const std::string& name : order) named.emplace_back(name, std::move(norms[name]));
+  return block_norm_stats(named);
+}
+
+std::vector<BlockNormStats> block_norm_stats(
+    const std::vector<std::pair<std::string, std::vector<double>>>& norms) {
   std::vector<BlockNormStats> stats;
-  for (const std::string& name : order) {
-    std::vector<double> n = norms[name];
+  for (const auto& [name, values] : norms) {
+    std::vector<double> n = values;
     std::sort(n.begin(), n.end());
     BlockNormStats s;
     s.name = name;

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/check.h"
+
 extern char** environ;
 
 namespace shamn {
@@ -71,6 +73,42 @@ std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
   fs::remove(script_path, ignored);
   fs::remove(log_path, ignored);
   return error;
+}
+
+std::string gnuplot_quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string gnuplot_terminal(const std::string& output, int width, int height) {
+  const std::string size = std::to_string(width) + "," + std::to_string(height);
+  if (fs::path(output).extension() == ".svg")
+    return "set terminal svg size " + size + " dynamic background '#ffffff'\n";
+  return "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size " + size +
+         " } else { set terminal png size " + size + " }\n";
+}
+
+void draw_with_gnuplot(const std::string& output,
+                       const std::function<std::string(const std::string&)>& script) {
+  const std::string gnuplot = find_gnuplot();
+  SHAMN_INPUT_CHECK(!gnuplot.empty(), "gnuplot is not installed (apt-get install gnuplot-nox): no ", output);
+  const fs::path out(output);
+  const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  SHAMN_INPUT_CHECK(fs::is_directory(dir), output, ": the directory '", dir.string(), "' does not exist");
+  std::string hidden = ".";  // appended, not "." + ...: GCC 12 warns (-Wrestrict) on that one falsely
+  hidden += out.filename().string();
+  const std::string tmp = (dir / (hidden + ".tmp" + out.extension().string())).string();
+  const std::string body = script(tmp);
+  const std::string error = run_gnuplot(gnuplot, body, (dir / hidden).string());
+  std::error_code ec;
+  if (!error.empty()) {
+    fs::remove(tmp, ec);
+    throw InputError("plot " + output + ": " + error);
+  }
+  SHAMN_INPUT_CHECK(fs::is_regular_file(tmp), "plot ", output, ": gnuplot wrote nothing");
+  fs::rename(tmp, out, ec);
+  SHAMN_INPUT_CHECK(!ec, "cannot write '", output, "': ", ec.message());
 }
 
 }  // namespace shamn

@@ -2,6 +2,7 @@
 // Runs gnuplot on a script, for the plots of `shamn plot` and the trainer's
 // RUN_DIR/plots/loss.svg. gnuplot is optional: nothing that trains or reports
 // numbers needs it, so finding it is a question, not a requirement.
+#include <functional>
 #include <string>
 
 namespace shamn {
@@ -13,5 +14,19 @@ std::string find_gnuplot();
 // Returns "" on success, else what went wrong: gnuplot's first error line.
 std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
                         const std::string& work_prefix);
+
+// A gnuplot single-quoted string ('' is a quote).
+std::string gnuplot_quoted(const std::string& s);
+
+// The `set terminal` line for `output`: .svg gives svg, anything else png
+// (pngcairo where gnuplot has it).
+std::string gnuplot_terminal(const std::string& output, int width, int height);
+
+// Draws `output` (.png or .svg; its directory must exist): gnuplot runs
+// script(tmp), which draws into a private name, then tmp is renamed over the
+// picture, so a reader (a browser refreshing it) never sees half of one.
+// InputError naming `output` when gnuplot is missing or fails.
+void draw_with_gnuplot(const std::string& output,
+                       const std::function<std::string(const std::string&)>& script);
 
 }  // namespace shamn

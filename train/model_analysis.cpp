@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "autograd/variable.h"
 #include "core/kernels/moe_routing.h"
@@ -35,16 +34,12 @@ std::vector<float> linear(const float* x, int64_t N, const Tensor& w, const Tens
   return y;
 }
 
+// Recomputes each layer's routing and memory reads from their inputs into a log.
 struct Collector : LayerObserver {
-  // Per layer, every window's selections appended.
-  std::map<int64_t, std::vector<int32_t>> experts, slots;
-  std::map<int64_t, std::vector<float>> gates, weights;
-  std::map<int64_t, MoeOptions> moe_options;
-  std::map<int64_t, MemoryOptions> memory_options;
+  SelectionLog* log = nullptr;
 
   void memory_input(int64_t layer, const MemoryBank& memory, const Tensor& u) override {
     const MemoryOptions& o = memory.options();
-    memory_options[layer] = o;
     const int64_t N = u.numel() / o.dim;
     const Tensor& bias = parameter(memory, "query.bias");
     const std::vector<float> q = linear(u.data<float>(), N, parameter(memory, "query.weight"), &bias);
@@ -55,13 +50,11 @@ struct Collector : LayerObserver {
     std::vector<int32_t> sl(static_cast<size_t>(N * d.k));
     std::vector<float> w(sl.size());
     product_key_select(sl.data(), w.data(), s1.data(), s2.data(), N, d);
-    slots[layer].insert(slots[layer].end(), sl.begin(), sl.end());
-    weights[layer].insert(weights[layer].end(), w.begin(), w.end());
+    log->add_memory(layer, o, sl.data(), w.data(), N);
   }
 
   void moe_input(int64_t layer, const HierarchicalMoE& moe, const Tensor& u, const Tensor& chosen) override {
     const MoeOptions& o = moe.options();
-    moe_options[layer] = o;
     const int64_t N = u.numel() / o.dim, X = o.experts();
     const std::vector<float> rg = linear(u.data<float>(), N, parameter(moe, "router_group.weight"), nullptr);
     const std::vector<float> re = linear(u.data<float>(), N, parameter(moe, "router_expert.weight"), nullptr);
@@ -71,16 +64,33 @@ struct Collector : LayerObserver {
     // The experts are the forward's own choice; the gates follow from them.
     std::vector<float> g(static_cast<size_t>(N * o.k));
     moe_gates_forward(g.data(), P.data(), chosen.data<int32_t>(), N, X, o.k);
-    experts[layer].insert(experts[layer].end(), chosen.data<int32_t>(), chosen.data<int32_t>() + N * o.k);
-    gates[layer].insert(gates[layer].end(), g.begin(), g.end());
+    log->add_moe(layer, o, chosen.data<int32_t>(), g.data(), N);
   }
 };
 
 }  // namespace
 
-ModelAnalysis analyze_model(const Shamn& model, const TokenFile& data, int64_t windows, int64_t seq_len) {
-  const ModelConfig& c = model.config();
-  const int64_t V = c.vocab_size;
+void SelectionLog::add_moe(int64_t layer, const MoeOptions& o, const int32_t* experts, const float* gates,
+                           int64_t n) {
+  Moe& m = moe[layer];
+  m.k = o.k;
+  m.groups = o.groups;
+  m.experts_per_group = o.experts_per_group;
+  m.experts.insert(m.experts.end(), experts, experts + n * o.k);
+  m.gates.insert(m.gates.end(), gates, gates + n * o.k);
+}
+
+void SelectionLog::add_memory(int64_t layer, const MemoryOptions& o, const int32_t* slots,
+                              const float* weights, int64_t n) {
+  Memory& m = memory[layer];
+  m.topk = o.topk;
+  m.slots = o.size;
+  m.read.insert(m.read.end(), slots, slots + n * o.topk);
+  m.weights.insert(m.weights.end(), weights, weights + n * o.topk);
+}
+
+ModelAnalysis analyze_windows(const TokenFile& data, int64_t V, int64_t windows, int64_t seq_len,
+                              const WindowForward& forward) {
   SHAMN_INPUT_CHECK(windows >= 1 && seq_len >= 1, "--windows and --seq-len must be >= 1");
   SHAMN_INPUT_CHECK(data.size() >= seq_len + 1, "token file '", data.path(), "' has ", data.size(),
                     " tokens; one window of --seq-len ", seq_len, " needs ", seq_len + 1);
@@ -98,18 +108,16 @@ ModelAnalysis analyze_model(const Shamn& model, const TokenFile& data, int64_t w
     ++counts[t];
   }
 
-  Collector collector;
+  SelectionLog log;
   std::vector<double> losses;
   std::vector<int32_t> targets;
-  NoGradGuard no_grad;
+  std::vector<float> logits(static_cast<size_t>(seq_len * V));
   for (int64_t w = 0; w < W; ++w) {
     const Tensor win = data.window(w * seq_len, seq_len + 1, V);
     const int32_t* tok = win.data<int32_t>();
-    const Tensor in = Tensor::from_data<int32_t>({1, seq_len}, std::span<const int32_t>(tok, seq_len));
-    const Tensor logits = model.logits(in, &collector).value();
-    const float* l = logits.data<float>();
+    forward(tok, seq_len, log, logits.data());
     for (int64_t t = 0; t < seq_len; ++t) {
-      const float* row = l + t * V;
+      const float* row = logits.data() + t * V;
       const float m = *std::max_element(row, row + V);
       double z = 0;
       for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - m);
@@ -122,18 +130,29 @@ ModelAnalysis analyze_model(const Shamn& model, const TokenFile& data, int64_t w
   for (double x : losses) total += x;
   a.loss = total / static_cast<double>(std::max<int64_t>(1, a.tokens));
 
-  for (const auto& [layer, e] : collector.experts) {
-    const MoeOptions& o = collector.moe_options[layer];
-    a.moe.push_back(moe_stats(layer, e.data(), collector.gates[layer].data(),
-                              static_cast<int64_t>(e.size()) / o.k, o.k, o.groups, o.experts_per_group));
-  }
-  for (const auto& [layer, s] : collector.slots) {
-    const MemoryOptions& o = collector.memory_options[layer];
-    a.memory.push_back(memory_stats(layer, s.data(), collector.weights[layer].data(),
-                                    static_cast<int64_t>(s.size()) / o.topk, o.topk, o.size));
-  }
-  a.embed = embedding_stats(model.embed().bucket_index(), model.embed().options().buckets);
+  for (const auto& [layer, m] : log.moe)
+    a.moe.push_back(moe_stats(layer, m.experts.data(), m.gates.data(),
+                              static_cast<int64_t>(m.experts.size()) / m.k, m.k, m.groups,
+                              m.experts_per_group));
+  for (const auto& [layer, m] : log.memory)
+    a.memory.push_back(memory_stats(layer, m.read.data(), m.weights.data(),
+                                    static_cast<int64_t>(m.read.size()) / m.topk, m.topk, m.slots));
   a.thirds = frequency_thirds(counts, losses, targets);
+  return a;
+}
+
+ModelAnalysis analyze_model(const Shamn& model, const TokenFile& data, int64_t windows, int64_t seq_len) {
+  const int64_t V = model.config().vocab_size;
+  NoGradGuard no_grad;
+  ModelAnalysis a = analyze_windows(
+      data, V, windows, seq_len, [&](const int32_t* tokens, int64_t T, SelectionLog& log, float* logits) {
+        Collector collector;
+        collector.log = &log;
+        const Tensor in = Tensor::from_data<int32_t>({1, T}, std::span<const int32_t>(tokens, T));
+        const Tensor l = model.logits(in, &collector).value();
+        std::copy_n(l.data<float>(), T * V, logits);
+      });
+  a.embed = embedding_stats(model.embed().bucket_index(), model.embed().options().buckets);
   a.block_sparse = block_norm_stats(model);
   return a;
 }

@@ -4,6 +4,8 @@
 // are of selections (a token picks k experts, reads topk memory slots);
 // entropies are in nats, beside the uniform maximum log(count).
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,9 +83,41 @@ std::vector<FrequencyThird> frequency_thirds(const std::vector<int64_t>& counts,
                                              const std::vector<double>& losses,
                                              const std::vector<int32_t>& targets);
 std::vector<BlockNormStats> block_norm_stats(const Shamn& model);
+// One row per matrix kind, in the order given: the spread of its block norms.
+std::vector<BlockNormStats> block_norm_stats(
+    const std::vector<std::pair<std::string, std::vector<double>>>& norms);
+
+// Every layer's selections, window after window, as a forward reports them
+// (the checkpoint's autograd model or the runtime's).
+struct SelectionLog {
+  struct Moe {
+    int64_t k = 0, groups = 0, experts_per_group = 0;
+    std::vector<int32_t> experts;  // [tokens, k]
+    std::vector<float> gates;      // [tokens, k]
+  };
+  struct Memory {
+    int64_t topk = 0, slots = 0;
+    std::vector<int32_t> read;   // [tokens, topk]
+    std::vector<float> weights;  // [tokens, topk]
+  };
+  std::map<int64_t, Moe> moe;
+  std::map<int64_t, Memory> memory;
+  void add_moe(int64_t layer, const MoeOptions& o, const int32_t* experts, const float* gates, int64_t n);
+  void add_memory(int64_t layer, const MemoryOptions& o, const int32_t* slots, const float* weights,
+                  int64_t n);
+};
+
+// Runs one window, tokens [T], from an empty history: logits [T, V], its
+// selections appended to the log.
+using WindowForward = std::function<void(const int32_t* tokens, int64_t T, SelectionLog& log, float* logits)>;
 
 // Windows i = 0..windows-1 of seq_len + 1 tokens at i * seq_len (inputs and
-// shifted targets, as `shamn loss`), clipped to what the file holds.
+// shifted targets, as `shamn loss`), clipped to what the file holds: the loss,
+// its frequency thirds, the MoE and memory tables. embed and block_sparse are
+// the caller's (they come from the weights, not the forward).
+ModelAnalysis analyze_windows(const TokenFile& data, int64_t vocab, int64_t windows, int64_t seq_len,
+                              const WindowForward& forward);
+// analyze_windows with the checkpoint's own model, plus its embedding and block norms.
 ModelAnalysis analyze_model(const Shamn& model, const TokenFile& data, int64_t windows, int64_t seq_len);
 
 }  // namespace shamn

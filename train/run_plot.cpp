@@ -42,13 +42,6 @@ int64_t tokens_per_step(const std::string& run_dir) {
 
 bool is_run(const fs::path& dir) { return fs::is_regular_file(dir / "metrics.jsonl"); }
 
-// gnuplot single-quoted string: '' is a quote.
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string num(double v) {
   if (!std::isfinite(v)) return "NaN";
   std::ostringstream s;
@@ -204,17 +197,13 @@ std::string curves_script(const std::vector<RunCurves>& runs, const PlotSpec& sp
     s << "EOD\n";
   }
   const int width = 900, height = 60 + 300 * static_cast<int>(panels.size());
-  if (svg)
-    s << "set terminal svg size " << width << "," << height << " dynamic background '#ffffff'\n";
-  else
-    s << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size " << width << ","
-      << height << " } else { set terminal png size " << width << "," << height << " }\n";
-  s << "set output " << quoted(output) << "\nset grid\nset datafile missing 'NaN'\n"
+  s << gnuplot_terminal(output, width, height) << "set output " << gnuplot_quoted(output)
+    << "\nset grid\nset datafile missing 'NaN'\n"
     << "set key " << (runs.size() > 4 ? "outside right top" : "top right") << " noenhanced\n"
     << "set xlabel "
-    << quoted(spec.x == "tokens" ? "training tokens"
-              : spec.x == "time" ? "training time (s)"
-                                 : "step")
+    << gnuplot_quoted(spec.x == "tokens" ? "training tokens"
+                      : spec.x == "time" ? "training time (s)"
+                                         : "step")
     << "\n"
     << "set multiplot layout " << panels.size() << ",1\n";
   const std::map<std::string, int> column = {{"lr", 4}, {"grad_norm", 5}, {"tokens_per_s", 6}};
@@ -223,7 +212,7 @@ std::string curves_script(const std::vector<RunCurves>& runs, const PlotSpec& sp
     for (size_t i = 0; i < runs.size(); ++i) {
       const RunCurves& r = runs[i];
       const std::string c = kColours[i % std::size(kColours)];
-      const std::string title = quoted(r.label);
+      const std::string title = gnuplot_quoted(r.label);
       const bool has_train = std::any_of(train_series(r, panel).begin(), train_series(r, panel).end(),
                                          [](double v) { return std::isfinite(v); });
       if (panel == "loss") {
@@ -232,12 +221,12 @@ std::string curves_script(const std::vector<RunCurves>& runs, const PlotSpec& sp
           items.push_back("$train" + std::to_string(i) + " using 1:2 with lines lw 1 lc rgb '#B0" + c +
                           "' notitle");
           items.push_back("$train" + std::to_string(i) + " using 1:3 with lines lw 2 lc rgb '#" + c +
-                          "' title " + quoted(r.label + (wants("val_loss") ? " train (EMA)" : "")));
+                          "' title " + gnuplot_quoted(r.label + (wants("val_loss") ? " train (EMA)" : "")));
         }
         if (wants("val_loss") && !r.val_steps.empty())
           items.push_back("$val" + std::to_string(i) +
                           " using 1:2 with linespoints dt 2 pt 7 ps 1.2 lc rgb '#" + c + "' title " +
-                          quoted(r.label + " val"));
+                          gnuplot_quoted(r.label + " val"));
       } else if (has_train) {
         items.push_back("$train" + std::to_string(i) + " using 1:" + std::to_string(column.at(panel)) +
                         " with lines lw 1.5 lc rgb '#" + c + "' title " + title);
@@ -247,7 +236,8 @@ std::string curves_script(const std::vector<RunCurves>& runs, const PlotSpec& sp
                                : panel == "lr"        ? "learning rate"
                                : panel == "grad_norm" ? "gradient norm (before clipping)"
                                                       : "train tokens/s";
-    s << "set title " << quoted(panel) << " noenhanced\nset ylabel " << quoted(ylabel) << " noenhanced\n";
+    s << "set title " << gnuplot_quoted(panel) << " noenhanced\nset ylabel " << gnuplot_quoted(ylabel)
+      << " noenhanced\n";
     if (items.empty()) {
       // No data yet (a run before its first record): an empty panel that says so.
       s << "set label 1 'no data yet' at graph 0.5, graph 0.5 center\nplot [0:1] [0:1] NaN notitle\n"
@@ -263,27 +253,7 @@ std::string curves_script(const std::vector<RunCurves>& runs, const PlotSpec& sp
 }
 
 void plot_runs(const std::vector<RunCurves>& runs, const PlotSpec& spec, const std::string& output) {
-  const std::string gnuplot = find_gnuplot();
-  SHAMN_INPUT_CHECK(!gnuplot.empty(), "gnuplot is not installed (apt-get install gnuplot-nox): no plot");
-  const fs::path out(output);
-  const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
-  SHAMN_INPUT_CHECK(fs::is_directory(dir), "-o ", output, ": the directory '", dir.string(),
-                    "' does not exist");
-  // gnuplot draws into a private name, renamed over the picture when complete,
-  // so a reader (a browser refreshing loss.svg) never sees half of one.
-  std::string hidden = ".";  // appended, not "." + ...: GCC 12 warns (-Wrestrict) on that one falsely
-  hidden += out.filename().string();
-  const std::string tmp = (dir / (hidden + ".tmp" + out.extension().string())).string();
-  const std::string body = curves_script(runs, spec, tmp);
-  const std::string error = run_gnuplot(gnuplot, body, (dir / hidden).string());
-  std::error_code ec;
-  if (!error.empty()) {
-    fs::remove(tmp, ec);
-    throw InputError("plot " + output + ": " + error);
-  }
-  SHAMN_INPUT_CHECK(fs::is_regular_file(tmp), "plot ", output, ": gnuplot wrote nothing");
-  fs::rename(tmp, out, ec);
-  SHAMN_INPUT_CHECK(!ec, "cannot write '", output, "': ", ec.message());
+  draw_with_gnuplot(output, [&](const std::string& tmp) { return curves_script(runs, spec, tmp); });
 }
 
 std::string refresh_loss_plot(const std::string& run_dir) {

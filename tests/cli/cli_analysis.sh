@@ -4,7 +4,8 @@
 # greedy text of its f32 export; plot writes valid PNG and SVG files for one
 # run, two runs and a sweep directory; training refreshes RUN_DIR/plots/loss.svg
 # and, without gnuplot, says so once and trains on; analyze reports JSON for a
-# checkpoint and refuses a .shq file by name.
+# checkpoint and for its f32 export (the same routing) and its int8 one, and
+# with --plots draws valid PNG and SVG distributions.
 # Usage: cli_analysis.sh SHAMN_BINARY WORKDIR
 set -euo pipefail
 shamn=$(realpath "$1") work=$2
@@ -105,7 +106,7 @@ gen() { "$shamn" --threads 1 generate "$@" --prompt "The jury said" --max-tokens
 refused "carries its own" generate a_f32.shq --prompt x --tokenizer tok.bpe
 refused "export it first" generate run_a/best.h5 --prompt x --adapter a.lora
 
-# analyze: JSON for a checkpoint; a .shq refused by name.
+# analyze: JSON for a checkpoint, its f32 export (the same routing and slots) and int8 export.
 "$shamn" --threads 1 analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 --json > analyze.json
 python3 - analyze.json <<'PY'
 import json, math, sys
@@ -121,5 +122,31 @@ assert a["embed"]["buckets"] == 64 and a["embed"]["hashes"] == 2
 assert all(b["min"] <= b["median"] <= b["max"] for b in a["block_norms"])
 PY
 "$shamn" analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 | grep -q "^# MoE" || fail "analyze tables"
-refused "analyze takes a checkpoint (.h5) for now; 'a_f32.shq'" analyze a_f32.shq --data data/val.bin
+"$shamn" --threads 1 analyze a_f32.shq --data data/val.bin --windows 2 --seq-len 16 --json > analyze_f32.json
+"$shamn" export run_a/best.h5 --quant int8 -o a_int8.shq > /dev/null
+"$shamn" --threads 1 analyze a_int8.shq --data data/val.bin --windows 2 --seq-len 16 --json > analyze_int8.json
+python3 - analyze.json analyze_f32.json analyze_int8.json <<'PY'
+import json, sys
+c, f, q = (json.load(open(p)) for p in sys.argv[1:])
+assert [m["expert_share"] for m in c["moe"]] == [m["expert_share"] for m in f["moe"]], (c["moe"], f["moe"])
+assert [m["slots_read"] for m in c["memory"]] == [m["slots_read"] for m in f["memory"]]
+assert abs(c["loss"] - f["loss"]) < 1e-4 * c["loss"], (c["loss"], f["loss"])
+assert [b["name"] for b in q["block_norms"]] == [b["name"] for b in c["block_norms"]]
+assert len(q["moe"]) == 2 and q["tokens"] == 32 and abs(q["loss"] - c["loss"]) < 0.05 * c["loss"]
+PY
+refused "not a readable HDF5 file" analyze data/val.bin --data data/val.bin
+# --plots: the expert-load and slot-use pictures for both file kinds; without gnuplot, refused before any work.
+"$shamn" --threads 1 analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 --plots pa > plots.txt
+grep -q "^4 plots in pa" plots.txt || fail "analyze --plots: $(tail -1 plots.txt)"
+"$shamn" --threads 1 analyze a_int8.shq --data data/val.bin --windows 2 --seq-len 16 --json --plots pq \
+  --plot-title "run_a int8" > pq.json
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' pq.json || fail "--json --plots: stdout is not the JSON alone"
+for d in pa pq; do
+  for p in expert_load memory_slots; do is_png $d/$p.png && is_svg $d/$p.svg; done
+done
+grep -q "best.h5: expert load" pa/expert_load.svg && grep -q "run_a int8: memory slot reads" pq/memory_slots.svg ||
+  fail "plot titles"
+if PATH=/nonexistent "$shamn" analyze run_a/best.h5 --data data/val.bin --plots px 2> err.txt; then fail "--plots without gnuplot"; fi
+grep -qF -- "--plots: gnuplot is not installed" err.txt || fail "--plots without gnuplot: $(cat err.txt)"
+[ ! -e px ] || fail "a refused analyze made its plot directory"
 echo "cli_analysis: ok"

@@ -179,6 +179,12 @@ bad "text.txt" eval model.shq --data data/val.bin --seq-len 16 --reference text.
 bad "'data/val.bin' has" eval model.shq --data data/val.bin --seq-len 4096
 bad "--seq-len" eval model.shq --data data/val.bin --seq-len 0
 bad "text.txt" bench text.txt
+bad "text.txt" analyze text.txt --data data/val.bin
+bad "truncated.shq" analyze truncated.shq --data data/val.bin
+bad "is not below the model's vocab_size 300" analyze model.shq --data wide/train.bin --seq-len 16
+bad "'data/val.bin' has" analyze model.h5 --data data/val.bin --seq-len 100000
+bad "--format" analyze model.h5 --data data/val.bin --format u8
+bad "$readonly_dir/plots" analyze model.shq --data data/val.bin --seq-len 16 --plots "$readonly_dir/plots"
 bad "--repeats" bench model.shq --repeats 0
 
 # tokenizer / prepare / synthetic / machine / sweep.

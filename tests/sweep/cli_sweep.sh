@@ -2,8 +2,10 @@
 # `shamn sweep` end to end on configs/ablations/tiny.toml (2 sparsities x 2
 # seeds on a synthetic corpus): results.csv has a row per run and a column per
 # axis and metric, summary.md a row per sparsity, the plots are real PNG/SVG
-# files (when gnuplot is installed); a rerun skips every finished point without
-# touching it; a sweep stopped with SIGINT mid-run resumes on rerun and gives the
+# files (when gnuplot is installed), each point has its analysis (the headline
+# numbers in the CSV, analysis.json, its plots); a rerun skips every finished
+# point without touching it, and fills in the analysis of points finished
+# without one, without retraining; a sweep stopped with SIGINT mid-run resumes on rerun and gives the
 # same numbers as one that never stopped; a changed config in an existing sweep
 # directory, or a second sweep running in it, is refused; a failing point is
 # reported with its error while the others finish.
@@ -19,12 +21,13 @@ out=runs/sweep_tiny
 grep -q "4 points (1 axes x 2 seeds)" first.txt || { cat first.txt; fail "plan line"; }
 [ "$(wc -l < $out/results.csv)" -eq 5 ] || fail "results.csv should have a header and 4 rows"
 /usr/bin/python3 - "$out" <<'PY'
-import csv, math, sys
+import csv, json, math, sys
 out = sys.argv[1]
 rows = list(csv.DictReader(open(f"{out}/results.csv")))
 metrics = ["val_loss", "val_ppl", "train_tokens_per_s", "stored_params", "touched_params_per_token",
            "train_flops_per_token", "peak_rss_mib", "train_wall_s", "eval_f32_ppl", "int8_ppl",
-           "int8_decode_tok_s", "int8_file_bytes"]
+           "int8_decode_tok_s", "int8_file_bytes", "expert_entropy_ratio", "memory_slots_read",
+           "rare_loss", "frequent_loss"]
 assert list(rows[0].keys()) == ["point", "model.sparse.sparsity", "train.seed"] + metrics, rows[0].keys()
 assert sorted((r["model.sparse.sparsity"], r["train.seed"]) for r in rows) == \
     [("0.0", "1"), ("0.0", "2"), ("0.5", "1"), ("0.5", "2")], rows
@@ -36,6 +39,11 @@ for r in rows:
     assert 3.5 < v["val_ppl"] < 40, r
     assert abs(v["int8_ppl"] / v["eval_f32_ppl"] - 1) < 0.05, r
     assert v["touched_params_per_token"] <= v["stored_params"], r
+    assert v["expert_entropy_ratio"] <= 1 and v["memory_slots_read"] <= 1, r
+    # The analysis is of the final checkpoint on the val windows eval reads.
+    a = json.load(open(f"{out}/{r['point']}/analysis.json"))
+    assert a["windows"] == 8 and len(a["moe"]) == 2, a
+    assert v["rare_loss"] == float(f'{a["loss_by_frequency"][0]["loss"]:.6g}'), (r, a["loss_by_frequency"])
 by = {(r["model.sparse.sparsity"], r["train.seed"]): r for r in rows}
 # Sparser blocks: fewer stored parameters and FLOPs; seeds do not change sizes.
 assert float(by[("0.5", "1")]["stored_params"]) < float(by[("0.0", "1")]["stored_params"])
@@ -49,10 +57,16 @@ mean = (float(by[("0.0", "1")]["val_ppl"]) + float(by[("0.0", "2")]["val_ppl"]))
 assert table[0].split("|")[4].strip().startswith(f"{mean:.6g}"[:5]), (table[0], mean)
 PY
 if command -v gnuplot > /dev/null; then
-  for p in val_ppl tokens_per_s ppl_vs_params f32_vs_int8; do
+  for p in val_ppl tokens_per_s ppl_vs_params f32_vs_int8 loss_by_frequency sparse_use; do
     [ "$(head -c 4 $out/plots/$p.png | od -An -tx1 | tr -d ' \n')" = "89504e47" ] || fail "$p.png is not a PNG"
     grep -q "<svg" $out/plots/$p.svg || fail "$p.svg is not an SVG"
   done
+  for p in expert_load memory_slots; do
+    [ "$(head -c 4 "$out/sparse.sparsity=0.5,seed=2/analysis_plots/$p.png" | od -An -tx1 | tr -d ' \n')" = "89504e47" ] ||
+      fail "analysis plot $p.png is not a PNG"
+  done
+  grep -q "sparse.sparsity=0.5,seed=2: expert load" "$out/sparse.sparsity=0.5,seed=2/analysis_plots/expert_load.svg" ||
+    fail "analysis plots are not headed by their point"
 else
   grep -q "warning: gnuplot is not installed" first.txt || fail "no gnuplot warning"
 fi
@@ -63,8 +77,31 @@ stamp > before.txt
 "$shamn" sweep "$sweep" > second.txt
 stamp > after.txt
 cmp before.txt after.txt || fail "a rerun touched finished points"
-grep -q "4 finished (skipped), 0 to resume, 0 new" second.txt || { cat second.txt; fail "rerun plan"; }
+grep -q "4 finished (skipped), 0 to analyse, 0 to resume, 0 new" second.txt || { cat second.txt; fail "rerun plan"; }
 [ "$(grep -c '^  skipped ' second.txt)" -eq 4 ] || fail "each finished point should say skipped"
+
+# Points that finished before sweeps ran the analysis (result.json without its
+# numbers, no analysis.json) get it on a rerun, with the same numbers, and
+# nothing is retrained.
+cp $out/results.csv analysed.csv
+for d in $out/sparse.sparsity=0.0,seed=1 $out/sparse.sparsity=0.5,seed=2; do
+  /usr/bin/python3 - "$d/result.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for m in ["expert_entropy_ratio", "memory_slots_read", "rare_loss", "frequent_loss"]:
+    del r["metrics"][m]
+json.dump(r, open(sys.argv[1], "w"), indent=2)
+PY
+  rm -r "$d/analysis.json" "$d/analysis_plots"
+done
+ls -l --time-style=+%s.%N $out/*/run/*.h5 > ckpts_before.txt
+"$shamn" sweep "$sweep" > third.txt || { cat third.txt; fail "the analysing rerun failed"; }
+grep -q "2 finished (skipped), 2 to analyse, 0 to resume, 0 new" third.txt || { cat third.txt; fail "analyse plan"; }
+[ "$(grep -c '^  analysing (no retraining) ' third.txt)" -eq 2 ] || { cat third.txt; fail "analysing lines"; }
+ls -l --time-style=+%s.%N $out/*/run/*.h5 > ckpts_after.txt
+cmp ckpts_before.txt ckpts_after.txt || fail "the analysing rerun touched checkpoints"
+cmp analysed.csv $out/results.csv || { diff analysed.csv $out/results.csv; fail "filled-in analysis differs"; }
+[ -f "$out/sparse.sparsity=0.5,seed=2/analysis.json" ] || fail "no analysis.json after the rerun"
 
 # Another config in the same directory is refused, naming the file.
 status=0

@@ -1,74 +1,20 @@
 // shamn analyze on models built so the answer is known: routers that tie send
 // every token to the lowest experts, memory keys that make one slot win,
 // bucket indices that collide on purpose, blocks of known norms.
-#include <unistd.h>
 #include <cmath>
-#include <filesystem>
 
-#include "core/config_table.h"
-#include "data/token_file.h"
 #include "helpers.h"
+#include "train/analysis_fixture.h"
 #include "train/model_analysis.h"
 
 using namespace shamn;
+using namespace shamn::test;
 
-namespace {
-
-constexpr const char* kToml = R"([model]
-vocab_size = 64
-dim = 16
-n_layers = 2
-[model.embed]
-buckets = 16
-[model.sparse]
-block = 8
-sparsity = 0.5
-[model.memory]
-size = 16
-topk = 2
-layers = [1]
-[model.moe]
-groups = 2
-experts_per_group = 2
-k = 2
-)";
-
-Tensor param(const Shamn& m, const std::string& name) {
-  for (const NamedVar& p : m.named_parameters())
-    if (p.name == name) return p.var.value();  // shares the storage: writes reach the model
-  FAIL("no parameter " << name);
-  return {};
-}
-
-void fill(Tensor t, float v) {
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v;
-}
-
-struct Fixture {
-  ModelConfig config = ModelConfig::from_table(ConfigTable::parse(kToml, "test"));
-  Shamn model{config};
-  std::string data =
-      (std::filesystem::temp_directory_path() / ("shamn_analysis_" + std::to_string(::getpid()) + ".bin"))
-          .string();
-  Fixture() {
-    model.init(3);
-    std::vector<uint32_t> tokens;
-    for (uint32_t i = 0; i < 2000; ++i) tokens.push_back((i * 7 + i / 13) % 64);
-    write_token_file(data, tokens);
-  }
-  ~Fixture() { std::filesystem::remove(data); }
-};
-
-}  // namespace
+using Fixture = AnalysisFixture;
 
 TEST_CASE("analyze: routers that tie send every token to experts 0 and 1", "[analysis]") {
   Fixture f;
-  // All-zero router weights: uniform probabilities, and ties go to the lower
-  // index (SPEC 1.6): group 0, then its experts 0 and 1, gates 1/2 each.
-  for (int l = 0; l < 2; ++l) {
-    fill(param(f.model, "layers." + std::to_string(l) + ".moe.router_group.weight"), 0);
-    fill(param(f.model, "layers." + std::to_string(l) + ".moe.router_expert.weight"), 0);
-  }
+  tie_routers(f.model);
   const TokenFile data(f.data);
   const ModelAnalysis a = analyze_model(f.model, data, 3, 32);
   REQUIRE(a.windows == 3);
@@ -102,17 +48,7 @@ TEST_CASE("analyze: a trained-looking router spreads its load", "[analysis]") {
 
 TEST_CASE("analyze: memory keys that make slot 0 win", "[analysis]") {
   Fixture f;
-  // A constant query (weight 0, bias 1) and one key per half that scores 5
-  // against it, the others 0: slot 0 = (0, 0) scores 10, slots 1 = (0, 1) and
-  // 4 = (1, 0) score 5, and of those the lower id comes second.
-  fill(param(f.model, "layers.1.memory.query.weight"), 0);
-  fill(param(f.model, "layers.1.memory.query.bias"), 1);
-  for (const char* keys : {"layers.1.memory.keys1", "layers.1.memory.keys2"}) {
-    Tensor k = param(f.model, keys);
-    fill(k, 0);
-    const int64_t dh = k.shape()[1];
-    for (int64_t j = 0; j < dh; ++j) k.data<float>()[j] = 5.0f / static_cast<float>(dh);
-  }
+  memory_prefers_slot_0(f.model);
   const TokenFile data(f.data);
   const ModelAnalysis a = analyze_model(f.model, data, 2, 32);
   REQUIRE(a.memory.size() == 1);
