@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/shq_analysis.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/shq_analysis.h"
 #include "core/hdf5_file.h"
 #include "train/analysis_plots.h"
 #include "train/gnuplot.h"

@@ -1,5 +1,5 @@
 // The runtime's forward with a RoutingObserver that logs every choice.
-#include "analysis/shq_analysis.h"
+#include "cli/shq_analysis.h"
 
 #include <cmath>
 #include <span>

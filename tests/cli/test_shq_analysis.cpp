@@ -3,7 +3,7 @@
 // f32 export agree on every table.
 #include <cmath>
 
-#include "analysis/shq_analysis.h"
+#include "cli/shq_analysis.h"
 #include "helpers.h"
 #include "infer/export_model.h"
 #include "train/analysis_fixture.h"
