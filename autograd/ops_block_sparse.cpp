@@ -55,19 +55,57 @@ void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* value
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);
 }
 
-// What a segment's layer reads: x itself, or gelu(x) computed into act.
+// What a layer reads of its count inputs x: x itself, or act(x) computed into buf.
 template <class T>
-const T* segment_input(const T* x, int64_t count, bool gelu_input, std::vector<T>& act) {
-  if (!gelu_input) return x;
-  act.resize(static_cast<size_t>(count));
-  gelu_forward(act.data(), x, count);
-  return act.data();
+const T* activated(const T* x, int64_t count, InputActivation act, std::vector<T>& buf) {
+  if (act == InputActivation::none) return x;
+  buf.resize(static_cast<size_t>(count));
+  if (act == InputActivation::gelu)
+    gelu_forward(buf.data(), x, count);
+  else
+    silu_forward(buf.data(), x, count);
+  return buf.data();
+}
+
+// dx += dact * act'(x) (accumulates, as the activation ops' backward does).
+template <class T>
+void activation_backward(T* dx, const T* dact, const T* x, int64_t count, InputActivation act) {
+  if (act == InputActivation::gelu)
+    gelu_backward(dx, dact, x, count);
+  else
+    silu_backward(dx, dact, x, count);
+}
+
+// The work of computing act over count inputs (backward: again, and its gradient).
+void record_activation_work(InputActivation act, int64_t count, int64_t s, bool input_grad) {
+  if (act == InputActivation::none) return;
+  const bool gelu = act == InputActivation::gelu;
+  record_work(op_work::unary_forward(count, gelu ? op_work::kGeluFlops : op_work::kSiluFlops, s));
+  if (input_grad)
+    record_work(
+        op_work::unary_backward(count, gelu ? op_work::kGeluBackwardFlops : op_work::kSiluBackwardFlops, s));
+}
+
+// backward_rows for a layer that read act(x): the activation recomputed for
+// the values' gradient, the input's gradient through act' into g.dx.
+template <class T>
+void backward_rows_activated(const GradRows<T>& g, const T* dy, const T* x, const T* values,
+                             const int32_t* ci, int64_t n, const BlockSparseDims& dims, InputActivation act,
+                             std::vector<T>& buf, std::vector<T>& dbuf) {
+  const T* x_in = activated(x, n * dims.in, act, buf);
+  GradRows<T> inner = g;
+  if (act != InputActivation::none && g.dx) {
+    dbuf.assign(static_cast<size_t>(n * dims.in), T(0));
+    inner.dx = dbuf.data();
+  }
+  backward_rows<T>(inner, dy, x_in, values, ci, n, dims);
+  if (act != InputActivation::none && g.dx) activation_backward(g.dx, dbuf.data(), x, n * dims.in, act);
 }
 
 }  // namespace
 
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
-                        int64_t block) {
+                        int64_t block, InputActivation act) {
   const ProfileScope profile("block_sparse_linear", ProfileCategory::forward);
   const BlockSparseDims dims = checked_dims("block_sparse_linear", x, values, col_index, bias, block);
   const int64_t n = x.numel() / dims.in;
@@ -75,10 +113,13 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   out_shape.back() = dims.out;
   const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
   record_work(op_work::block_sparse_forward(n, dims, bias.defined(), s));
+  record_activation_work(act, n * dims.in, s, false);
   Tensor y = Tensor::empty(out_shape, x.dtype());
   dispatch_floating(x.dtype(), "block_sparse_linear", [&](auto zero) {
     using T = decltype(zero);
-    forward_rows<T>(y.data<T>(), x.value().data<T>(), values.value().data<T>(), col_index.data<int32_t>(),
+    std::vector<T> buf;
+    forward_rows<T>(y.data<T>(), activated(x.value().data<T>(), n * dims.in, act, buf),
+                    values.value().data<T>(), col_index.data<int32_t>(),
                     bias.defined() ? bias.value().data<T>() : nullptr, n, dims);
   });
 
@@ -89,21 +130,23 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
     const bool has_bias = node.inputs.size() > 2;
     record_work(op_work::block_sparse_backward(
         n, dims, s, {node.needs_grad(0), node.needs_grad(1), has_bias && node.needs_grad(2)}));
+    record_activation_work(act, n * dims.in, s, node.needs_grad(0));
     dispatch_floating(node.out_dtype, "block_sparse_linear", [&](auto zero) {
       using T = decltype(zero);
       GradRows<T> g;
       if (node.needs_grad(0)) g.dx = node.input_grad(0).data<T>();
       if (node.needs_grad(1)) g.dvalues = node.input_grad(1).data<T>();
       if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
-      backward_rows<T>(g, node.out_grad.data<T>(), xv.data<T>(), wv.data<T>(), col_index.data<int32_t>(), n,
-                       dims);
+      std::vector<T> buf, dbuf;
+      backward_rows_activated<T>(g, node.out_grad.data<T>(), xv.data<T>(), wv.data<T>(),
+                                 col_index.data<int32_t>(), n, dims, act, buf, dbuf);
     });
   });
 }
 
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
                                  const std::vector<BlockSparseOperands>& layers, int64_t block,
-                                 SegmentInput input) {
+                                 InputActivation act) {
   const ProfileScope profile("block_sparse_linear_segments", ProfileCategory::forward);
   const int64_t G = static_cast<int64_t>(layers.size());
   SHAMN_CHECK(G > 0 && static_cast<int64_t>(offsets.size()) == G + 1,
@@ -133,12 +176,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
   }
   const int64_t in = dims.front().in, out = dims.front().out;
   const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
-  const bool gelu_input = input == SegmentInput::gelu;
   if (profiling()) {
     std::vector<bool> has_bias;
     for (const BlockSparseOperands& l : layers) has_bias.push_back(l.bias.defined());
     record_work(op_work::block_sparse_segments_forward(op_work::segment_rows(offsets), dims, has_bias, s));
-    if (gelu_input) record_work(op_work::unary_forward(x.numel(), op_work::kGeluFlops, s));
+    record_activation_work(act, x.numel(), s, false);
   }
   Tensor y = Tensor::empty({x.size(0), out}, x.dtype());
   std::vector<Tensor> wv, bv, ci;
@@ -152,11 +194,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     const T* xp = x.value().data<T>();
     T* yp = y.data<T>();
     parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-      std::vector<T> act;  // gelu(x) of the segment, gelu_input only
+      std::vector<T> buf;  // act(x) of the segment
       for (int64_t g = lo; g < hi; ++g) {
         const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
         if (n == 0) continue;
-        forward_rows<T>(yp + r0 * out, segment_input(xp + r0 * in, n * in, gelu_input, act), wv[g].data<T>(),
+        forward_rows<T>(yp + r0 * out, activated(xp + r0 * in, n * in, act, buf), wv[g].data<T>(),
                         ci[g].data<int32_t>(), bv[g].defined() ? bv[g].data<T>() : nullptr, n, dims[g]);
       }
     });
@@ -173,11 +215,7 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       }
       record_work(op_work::block_sparse_segments_backward(op_work::segment_rows(offsets), dims, s,
                                                           node.needs_grad(0), wanted));
-      if (gelu_input) {  // recomputed, then its backward
-        record_work(op_work::unary_forward(xv.numel(), op_work::kGeluFlops, s));
-        if (node.needs_grad(0))
-          record_work(op_work::unary_backward(xv.numel(), op_work::kGeluBackwardFlops, s));
-      }
+      record_activation_work(act, xv.numel(), s, node.needs_grad(0));
     }
     dispatch_floating(node.out_dtype, "block_sparse_linear_segments", [&](auto zero) {
       using T = decltype(zero);
@@ -195,18 +233,12 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       const T* dy = node.out_grad.data<T>();
       const T* xp = xv.data<T>();
       parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-        std::vector<T> act, dact;  // gelu_input: gelu(x) and its gradient, per segment
+        std::vector<T> buf, dbuf;  // act(x) of the segment and its gradient
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
           if (n == 0) continue;
-          const T* x_in = segment_input(xp + r0 * in, n * in, gelu_input, act);
-          GradRows<T> gr = grads[g];
-          if (gelu_input && gr.dx) {
-            dact.assign(static_cast<size_t>(n * in), T(0));
-            gr.dx = dact.data();
-          }
-          backward_rows<T>(gr, dy + r0 * out, x_in, wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g]);
-          if (gelu_input && grads[g].dx) gelu_backward(grads[g].dx, dact.data(), xp + r0 * in, n * in);
+          backward_rows_activated<T>(grads[g], dy + r0 * out, xp + r0 * in, wv[g].data<T>(),
+                                     ci[g].data<int32_t>(), n, dims[g], act, buf, dbuf);
         }
       });
     });

@@ -6,11 +6,18 @@
 
 namespace shamn {
 
-// y = x W^T + bias with W block-sparse (SPEC 1.3).
+// What a block-sparse op reads from its input x: x itself, or gelu(x) or
+// silu(x) (SPEC 1.6, 1.2), which the op computes as it needs them and again in
+// the backward, and never keeps: a step holds one activation of x's size less
+// than with a separate activation op (experiments/training_memory.md). The
+// results are bitwise those of the activation op followed by the product.
+enum class InputActivation { none, gelu, silu };
+
+// y = act(x) W^T + bias with W block-sparse (SPEC 1.3).
 // x: [..., in]  values: [nob, a, b, b]  col_index: [nob, a] int32  bias: [out] or undefined
 // -> [..., out]. Gradients flow into x, values (active blocks only) and bias.
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
-                        int64_t block);
+                        int64_t block, InputActivation act = InputActivation::none);
 
 // One block-sparse layer's operands (values, col_index, bias as above).
 struct BlockSparseOperands {
@@ -25,14 +32,10 @@ struct BlockSparseOperands {
 // threads; results are bitwise those of one block_sparse_linear per segment.
 // x: [M, in]  offsets: G+1 ascending, 0 .. M  -> [M, out]. A layer with no rows gets
 // no gradient, as if it had not run.
-// With input = gelu the layers read gelu(x) (SPEC 1.6) instead of x: the MoE's
-// down projections after the experts' GELU. gelu(x) is computed per segment
-// as the layers need it and again in the backward, never kept: the step holds
-// one [M, in] activation less (experiments/training_memory.md). The results
-// are bitwise those of block_sparse_linear_segments(gelu(x), ...).
-enum class SegmentInput { as_is, gelu };
+// act as above, per segment (the MoE's down projections read gelu of the up
+// projections' output).
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
                                  const std::vector<BlockSparseOperands>& layers, int64_t block,
-                                 SegmentInput input = SegmentInput::as_is);
+                                 InputActivation act = InputActivation::none);
 
 }  // namespace shamn

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "autograd/ops.h"
 #include "autograd/ops_block_sparse.h"
 #include "layers/init.h"
 
@@ -50,6 +51,12 @@ void BlockSparseLinear::init_own(uint64_t seed, const std::string& prefix) {
 
 Var BlockSparseLinear::forward(const Var& x) const {
   return add_lora_output(x, block_sparse_linear(x, values_, col_index_, bias_, dims_.block));
+}
+
+Var BlockSparseLinear::forward(const Var& x, InputActivation act) const {
+  if (act == InputActivation::none) return forward(x);
+  if (has_lora()) return forward(act == InputActivation::gelu ? gelu(x) : silu(x));
+  return block_sparse_linear(x, values_, col_index_, bias_, dims_.block, act);
 }
 
 }  // namespace shamn

@@ -1,4 +1,5 @@
 #pragma once
+#include "autograd/ops_block_sparse.h"
 #include "core/kernels/block_sparse.h"
 #include "core/model_config.h"
 #include "core/rng.h"
@@ -16,6 +17,9 @@ class BlockSparseLinear : public LoraHost {
  public:
   explicit BlockSparseLinear(const BlockSparseOptions& options, double init_scale = 1.0);
   Var forward(const Var& x) const;
+  // forward(act(x)), the activation applied inside the product and not kept
+  // (autograd/ops_block_sparse.h), unless a LoRA adapter reads act(x) too.
+  Var forward(const Var& x, InputActivation act) const;
 
   const BlockSparseDims& dims() const { return dims_; }
   const Var& values() const { return values_; }

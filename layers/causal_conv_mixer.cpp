@@ -19,6 +19,9 @@ void CausalConvMixer::init_own(uint64_t seed, const std::string& prefix) {
   init_uniform(c, seed, prefix + "conv", 1.0 / std::sqrt(static_cast<double>(options_.kernel)));
 }
 
-Var CausalConvMixer::forward(const Var& u) const { return out_->forward(silu(causal_conv(u, conv_))); }
+// SiLU inside the output projection: its output is never kept (experiments/training_memory.md).
+Var CausalConvMixer::forward(const Var& u) const {
+  return out_->forward(causal_conv(u, conv_), InputActivation::silu);
+}
 
 }  // namespace shamn

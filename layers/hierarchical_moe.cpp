@@ -71,7 +71,7 @@ Var HierarchicalMoE::experts_forward(const Var& xs, const MoeDispatch& plan) con
   const bool down_adapted =
       std::any_of(experts_.begin(), experts_.end(), [](const MoeExpert* e) { return e->down().has_lora(); });
   if (!down_adapted)
-    return block_sparse_linear_segments(pre, plan.offsets, down, options_.down.block, SegmentInput::gelu);
+    return block_sparse_linear_segments(pre, plan.offsets, down, options_.down.block, InputActivation::gelu);
   const Var h = gelu(pre);
   return with_adapters(h, block_sparse_linear_segments(h, plan.offsets, down, options_.down.block), plan,
                        &MoeExpert::down);

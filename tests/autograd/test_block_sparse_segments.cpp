@@ -47,9 +47,10 @@ Grads run(Mode mode, int threads) {
   const Tensor seed = random_tensor({12, 2 * b}, 47, DType::f32);
   Grads r;
   if (mode != Mode::separate) {
-    Var y = mode == Mode::gelu_fused ? block_sparse_linear_segments(x, offsets, layers, b, SegmentInput::gelu)
-            : mode == Mode::gelu_op  ? block_sparse_linear_segments(gelu(x), offsets, layers, b)
-                                     : block_sparse_linear_segments(x, offsets, layers, b);
+    Var y = mode == Mode::gelu_fused
+                ? block_sparse_linear_segments(x, offsets, layers, b, InputActivation::gelu)
+            : mode == Mode::gelu_op ? block_sparse_linear_segments(gelu(x), offsets, layers, b)
+                                    : block_sparse_linear_segments(x, offsets, layers, b);
     sum(mul(y, Var(seed))).backward();
     for (int g = 0; g < 3; ++g)
       if (offsets[g + 1] > offsets[g]) r.y.push_back(y.value().slice(offsets[g], offsets[g + 1]));
@@ -131,7 +132,7 @@ TEST_CASE("gradcheck: block_sparse_linear_segments reading gelu(x)",
       [=](const std::vector<Var>& v) {
         return block_sparse_linear_segments(v[0], {0, 2, 2, 5},
                                             {{v[1], ci[0], v[2]}, {v[3], ci[1], Var()}, {v[4], ci[2], v[5]}},
-                                            b, SegmentInput::gelu);
+                                            b, InputActivation::gelu);
       },
       {random_tensor({5, 3 * b}, 56), random_tensor({2, 2, b, b}, 57), random_tensor({2 * b}, 58),
        random_tensor({2, 2, b, b}, 59), random_tensor({2, 2, b, b}, 60), random_tensor({2 * b}, 61)});

@@ -38,6 +38,41 @@ TEST_CASE("gradcheck: block_sparse_linear on a small generic block", "[autograd]
       {random_tensor({4, 3 * b}, 26), random_tensor({2, 2, b, b}, 27), random_tensor({2 * b}, 28)});
 }
 
+TEST_CASE("gradcheck: block_sparse_linear reading gelu(x) and silu(x)",
+          "[autograd][gradcheck][block_sparse]") {
+  const int64_t b = 16;
+  const Tensor ci = pattern();
+  for (InputActivation act : {InputActivation::gelu, InputActivation::silu})
+    check_gradients(
+        [=](const std::vector<Var>& v) { return block_sparse_linear(v[0], v[1], ci, v[2], b, act); },
+        {random_tensor({2, 3, 3 * b}, 29), random_tensor({2, 2, b, b}, 30), random_tensor({2 * b}, 31)});
+}
+
+TEST_CASE("block_sparse_linear reading act(x) equals the activation op before it, bitwise",
+          "[autograd][block_sparse]") {
+  const int64_t b = 16;
+  const Tensor ci = pattern();
+  for (InputActivation act : {InputActivation::gelu, InputActivation::silu}) {
+    INFO((act == InputActivation::gelu ? "gelu" : "silu"));
+    // The same leaves and upstream gradient through the fused op and through the two ops.
+    std::vector<Tensor> grads[2];
+    Tensor outs[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Var x(random_tensor({5, 3 * b}, 32, DType::f32), true),
+          w(random_tensor({2, 2, b, b}, 33, DType::f32), true),
+          bias(random_tensor({2 * b}, 34, DType::f32), true);
+      const Var y =
+          fused ? block_sparse_linear(x, w, ci, bias, b, act)
+                : block_sparse_linear(act == InputActivation::gelu ? gelu(x) : silu(x), w, ci, bias, b);
+      sum(mul(y, Var(random_tensor({5, 2 * b}, 35, DType::f32)))).backward();
+      outs[fused] = y.value();
+      grads[fused] = {x.grad(), w.grad(), bias.grad()};
+    }
+    CHECK(bitwise_equal(outs[0], outs[1]));
+    for (size_t i = 0; i < 3; ++i) CHECK(bitwise_equal(grads[0][i], grads[1][i]));
+  }
+}
+
 TEST_CASE("block_sparse_linear rejects a bad pattern", "[autograd][block_sparse]") {
   const Var x(random_tensor({2, 48}, 29, DType::f32));
   const Var w(random_tensor({2, 2, 16, 16}, 30, DType::f32));
