@@ -73,7 +73,6 @@ class SpeculativeDecoder {
   Sampler sampler_;
   int64_t k_;
   int64_t vocab_;
-  bool greedy_;
   DecodeState target_state_, draft_state_;
   // The last emitted token, which the target has not run yet; the tokens the
   // draft has not run yet (that one, and the last draft when all were kept).
