@@ -1,10 +1,14 @@
 #include "autograd/ops_block_sparse.h"
 
+#include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "autograd/dispatch.h"
 #include "autograd/op_work.h"
+#include "core/buffer.h"
 #include "core/kernels/activation.h"
+#include "core/kernels/elementwise.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 
@@ -55,11 +59,14 @@ void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* value
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);
 }
 
-// What a layer reads of its count inputs x: x itself, or act(x) computed into buf.
+// What a layer reads of its count inputs x: x itself, or act(x) computed into
+// buf. buf is a Buffer, not a std::vector: the vector's serial zero fill of
+// [N, in] values (and the fresh pages behind it) capped these ops at 2x on 16
+// threads.
 template <class T>
-const T* activated(const T* x, int64_t count, InputActivation act, std::vector<T>& buf) {
+const T* activated(const T* x, int64_t count, InputActivation act, Buffer<T>& buf) {
   if (act == InputActivation::none) return x;
-  buf.resize(static_cast<size_t>(count));
+  buf.reserve_at_least(count);
   if (act == InputActivation::gelu)
     gelu_forward(buf.data(), x, count);
   else
@@ -91,15 +98,25 @@ void record_activation_work(InputActivation act, int64_t count, int64_t s, bool 
 template <class T>
 void backward_rows_activated(const GradRows<T>& g, const T* dy, const T* x, const T* values,
                              const int32_t* ci, int64_t n, const BlockSparseDims& dims, InputActivation act,
-                             std::vector<T>& buf, std::vector<T>& dbuf) {
+                             Buffer<T>& buf, Buffer<T>& dbuf) {
   const T* x_in = activated(x, n * dims.in, act, buf);
   GradRows<T> inner = g;
   if (act != InputActivation::none && g.dx) {
-    dbuf.assign(static_cast<size_t>(n * dims.in), T(0));
+    dbuf.reserve_at_least(n * dims.in);
+    zero_fill(dbuf.data(), n * dims.in);
     inner.dx = dbuf.data();
   }
   backward_rows<T>(inner, dy, x_in, values, ci, n, dims);
   if (act != InputActivation::none && g.dx) activation_backward(g.dx, dbuf.data(), x, n * dims.in, act);
+}
+
+// A segment's activation scratch: at least count values, rounded up to a power
+// of two. Segment sizes change with the routing every step; the rounded sizes
+// recur, so the allocator's cache hands the same blocks back instead of
+// faulting in fresh ones.
+template <class T>
+void reserve_segment_scratch(Buffer<T>& buf, int64_t count) {
+  buf.reserve_at_least(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(count))));
 }
 
 }  // namespace
@@ -117,7 +134,7 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   Tensor y = Tensor::empty(out_shape, x.dtype());
   dispatch_floating(x.dtype(), "block_sparse_linear", [&](auto zero) {
     using T = decltype(zero);
-    std::vector<T> buf;
+    Buffer<T> buf;
     forward_rows<T>(y.data<T>(), activated(x.value().data<T>(), n * dims.in, act, buf),
                     values.value().data<T>(), col_index.data<int32_t>(),
                     bias.defined() ? bias.value().data<T>() : nullptr, n, dims);
@@ -137,7 +154,7 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
       if (node.needs_grad(0)) g.dx = node.input_grad(0).data<T>();
       if (node.needs_grad(1)) g.dvalues = node.input_grad(1).data<T>();
       if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
-      std::vector<T> buf, dbuf;
+      Buffer<T> buf, dbuf;
       backward_rows_activated<T>(g, node.out_grad.data<T>(), xv.data<T>(), wv.data<T>(),
                                  col_index.data<int32_t>(), n, dims, act, buf, dbuf);
     });
@@ -194,10 +211,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     const T* xp = x.value().data<T>();
     T* yp = y.data<T>();
     parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-      std::vector<T> buf;  // act(x) of the segment
+      Buffer<T> buf;  // act(x) of the segment
       for (int64_t g = lo; g < hi; ++g) {
         const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
         if (n == 0) continue;
+        if (act != InputActivation::none) reserve_segment_scratch(buf, n * in);
         forward_rows<T>(yp + r0 * out, activated(xp + r0 * in, n * in, act, buf), wv[g].data<T>(),
                         ci[g].data<int32_t>(), bv[g].defined() ? bv[g].data<T>() : nullptr, n, dims[g]);
       }
@@ -233,10 +251,14 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       const T* dy = node.out_grad.data<T>();
       const T* xp = xv.data<T>();
       parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-        std::vector<T> buf, dbuf;  // act(x) of the segment and its gradient
+        Buffer<T> buf, dbuf;  // act(x) of the segment and its gradient
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
           if (n == 0) continue;
+          if (act != InputActivation::none) {
+            reserve_segment_scratch(buf, n * in);
+            if (dx) reserve_segment_scratch(dbuf, n * in);
+          }
           backward_rows_activated<T>(grads[g], dy + r0 * out, xp + r0 * in, wv[g].data<T>(),
                                      ci[g].data<int32_t>(), n, dims[g], act, buf, dbuf);
         }

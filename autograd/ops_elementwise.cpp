@@ -64,11 +64,14 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
   const Tensor av = kind == BinaryOp::mul ? a.value() : Tensor();
   const Tensor bv = kind == BinaryOp::mul ? b.value() : Tensor();
   return record(name, out, {a, b}, [=](Node& n) {
-    record_work(op_work::binary_backward(work_kind(kind), rows, cols, s, {n.needs_grad(0), n.needs_grad(1)}));
+    // add and sub hand dy itself to a's op where they can (no pass over it).
+    const bool passed = kind != BinaryOp::mul && n.needs_grad(0) && n.pass_grad_to_input(0);
+    record_work(op_work::binary_backward(work_kind(kind), rows, cols, s,
+                                         {n.needs_grad(0) && !passed, n.needs_grad(1)}));
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       const T* dy = n.out_grad.data<T>();
-      if (n.needs_grad(0)) {
+      if (n.needs_grad(0) && !passed) {
         T* da = n.input_grad(0).data<T>();
         if (kind == BinaryOp::mul) {  // da += dy * b (b broadcast)
           Tensor tmp = Tensor::empty({rows, cols}, n.out_dtype);

@@ -46,6 +46,7 @@ Var reshape(const Var& a, const Shape& shape) {
   Tensor out = a.value().reshape(shape);
   return record("reshape", out, {a}, [](Node& n) {
     if (!n.needs_grad(0)) return;
+    if (n.pass_grad_to_input(0)) return;
     record_work(op_work::copy(n.out_grad.numel(), static_cast<int64_t>(dtype_size(n.out_dtype))));
     dispatch_floating(n.out_dtype, "reshape", [&](auto zero) {
       using T = decltype(zero);

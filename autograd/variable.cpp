@@ -86,6 +86,17 @@ Tensor& Node::input_grad(size_t i) {
   return in->grad;
 }
 
+bool Node::pass_grad_to_input(size_t i) {
+  VarImpl* in = inputs[i].impl();
+  if (!in->grad_fn || !out_grad.sole_owner()) return false;
+  Node& producer = *in->grad_fn;
+  if (producer.out_grad.defined() || producer.out_dtype != out_grad.dtype() ||
+      shape_numel(producer.out_shape) != out_grad.numel())
+    return false;
+  producer.out_grad = out_grad.reshape(producer.out_shape);
+  return true;
+}
+
 void Node::release() {
   inputs.clear();
   backward_fn = nullptr;

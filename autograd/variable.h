@@ -100,6 +100,14 @@ class Node {
   bool needs_grad(size_t i) const { return inputs[i].requires_grad(); }
   // Zero-filled on first use; the op's backward adds its contribution into it.
   Tensor& input_grad(size_t i);
+  // For ops whose gradient reaches input i unchanged (dL/dx_i = dL/dy, the same
+  // element count: reshape, the first operand of add): when input i is made by
+  // an op that has no gradient yet and nothing else holds out_grad, that op takes
+  // out_grad itself (viewed in its shape) and this returns true; else false, and
+  // the caller adds out_grad into input_grad(i) as usual. It saves a zero fill
+  // and a read-modify-write pass over the gradient; the values are the same
+  // (0 + g = g; a -0 arrives as -0 where the sum gave +0).
+  bool pass_grad_to_input(size_t i);
   // Drops saved tensors and edges (after backward, or on destruction).
   void release();
 };

@@ -45,6 +45,13 @@ class Buffer {
     size_ = n;
   }
 
+  // At least n values: a smaller Buffer is replaced (contents unspecified), a
+  // larger one kept, so a loop over pieces of different sizes allocates only
+  // when a piece is larger than every one before it.
+  void reserve_at_least(int64_t n) {
+    if (n > size_) resize(n);
+  }
+
   T* data() { return data_; }
   const T* data() const { return data_; }
   int64_t size() const { return size_; }

@@ -45,6 +45,11 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   return t;
 }
 
+bool Tensor::sole_owner() const {
+  return storage_ != nullptr && storage_.use_count() == 1 && offset_bytes_ == 0 &&
+         static_cast<size_t>(numel_) * dtype_size(dtype_) == storage_->nbytes();
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
   t.zero();

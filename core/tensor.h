@@ -85,6 +85,9 @@ class Tensor {
   Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) of dim 0
   Tensor select(int64_t index) const;              // row `index` of dim 0, one dim fewer
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+  // This handle is the only one on its storage and spans all of it: nothing
+  // else can see a write through it, and handing it over moves the whole buffer.
+  bool sole_owner() const;
 
   // Copies.
   Tensor clone() const;

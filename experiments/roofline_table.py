@@ -5,7 +5,8 @@
                                                   per step, then the step and its passes
   roofline_table.py --compare ONE.txt TWO.txt STEPS [MIN_SHARE]
                                                   ms per step of each op in two runs (1 and 2 threads)
-                                                  and the speed-up of the second
+                                                  and the speed-up of the second; STEPS is one count
+                                                  for both or ONE_STEPS,TWO_STEPS
 
 Rows are the roofline table's (name, category, total ms, GFLOP, MB, bound ms,
 x bound, % step); layers, phases and the step are left out of the op rows.
@@ -48,19 +49,20 @@ def table(path, steps, min_share):
 
 def compare(one, two, steps, min_share):
     a, b = rows(one), rows(two)
+    steps_a, steps_b = (int(n) for n in (steps.split(",") if "," in steps else (steps, steps)))
     print("| op | pass | ms/step, run 1 | ms/step, run 2 | speed-up | x bound, run 2 |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     keys = [k for k, v in a.items() if k in b and (not NOT_OPS.match(k[0]) or k[0] == "train_step")
             and v["share"] >= min_share]
     for name, cat in keys:
-        x, y = a[(name, cat)]["ms"] / steps, b[(name, cat)]["ms"] / steps
+        x, y = a[(name, cat)]["ms"] / steps_a, b[(name, cat)]["ms"] / steps_b
         print(f"| {name} | {cat} | {x:.1f} | {y:.1f} | {x / y:.2f}x | {b[(name, cat)]['ratio']} |")
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args and args[0] == "--compare":
-        compare(args[1], args[2], int(args[3]), float(args[4]) if len(args) > 4 else 1.0)
+        compare(args[1], args[2], args[3], float(args[4]) if len(args) > 4 else 1.0)
     elif len(args) >= 2:
         table(args[0], int(args[1]), float(args[2]) if len(args) > 2 else 1.0)
     else:

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/parallel.h"
 
 namespace shamn {
@@ -56,36 +57,53 @@ void axpy(T* y, const T* x, T alpha, int64_t n) {
   });
 }
 
-// dst[C] += sum over rows of src[R, C] (times the optional element-wise weight w[R, C]).
-// Rows are summed in fixed chunks whose partials are added in chunk order, so the
-// result is the same for any thread count.
+// p[0, n) = 0, in parallel: a scratch array of a kernel that accumulates into
+// it (a serial memset of a 100 MB buffer held back every thread but one).
 template <class T>
-void sum_rows_accumulate(T* dst, const T* src, const T* w, int64_t rows, int64_t cols) {
+void zero_fill(T* p, int64_t n) {
+  parallel_for(0, n, kElementGrain, [&](int64_t lo, int64_t hi) { std::fill(p + lo, p + hi, T(0)); });
+}
+
+// dst[C] += sum over rows r of term(r, c) for each column c. Rows are summed in
+// fixed chunks whose partials are added in chunk order, so the result is the
+// same for any thread count. Each chunk zeroes its own partial row, in its own
+// task: no serial fill of the partials.
+template <class T, class Term>
+void sum_rows_accumulate_by(T* dst, int64_t rows, int64_t cols, Term term) {
   constexpr int64_t kRowChunk = 64;
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
   if (chunks <= 1) {  // few rows (one when shapes match): split the columns instead
     parallel_for(0, cols, std::max<int64_t>(1, 4096 / std::max<int64_t>(rows, 1)),
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t r = 0; r < rows; ++r)
-                     for (int64_t c = lo; c < hi; ++c)
-                       dst[c] += w ? src[r * cols + c] * w[r * cols + c] : src[r * cols + c];
+                     for (int64_t c = lo; c < hi; ++c) dst[c] += term(r, c);
                  });
     return;
   }
-  std::vector<T> partial(static_cast<size_t>(chunks * cols), T(0));
+  Buffer<T> partial(chunks * cols);
   parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       T* p = partial.data() + k * cols;
+      std::fill(p, p + cols, T(0));
       const int64_t end = std::min(rows, (k + 1) * kRowChunk);
       for (int64_t r = k * kRowChunk; r < end; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          p[c] += w ? src[r * cols + c] * w[r * cols + c] : src[r * cols + c];
+        for (int64_t c = 0; c < cols; ++c) p[c] += term(r, c);
     }
   });
-  parallel_for(0, cols, 1024, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, cols, 64, [&](int64_t lo, int64_t hi) {
     for (int64_t k = 0; k < chunks; ++k)
-      for (int64_t c = lo; c < hi; ++c) dst[c] += partial[static_cast<size_t>(k * cols + c)];
+      for (int64_t c = lo; c < hi; ++c) dst[c] += partial[k * cols + c];
   });
+}
+
+// dst[C] += sum over rows of src[R, C] (times the optional element-wise weight w[R, C]).
+template <class T>
+void sum_rows_accumulate(T* dst, const T* src, const T* w, int64_t rows, int64_t cols) {
+  if (w)
+    sum_rows_accumulate_by(dst, rows, cols,
+                           [&](int64_t r, int64_t c) { return src[r * cols + c] * w[r * cols + c]; });
+  else
+    sum_rows_accumulate_by(dst, rows, cols, [&](int64_t r, int64_t c) { return src[r * cols + c]; });
 }
 
 // Activations (SPEC 1.4, 1.6). gelu is the tanh form.

@@ -2,7 +2,6 @@
 // RMSNorm (SPEC 1.1): y = x / sqrt(mean(x^2) + eps) * gain, over the last dim.
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "core/kernels/elementwise.h"
 #include "core/parallel.h"
@@ -43,13 +42,13 @@ void rms_norm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* gain, 
     });
   }
   if (dgain) {
-    // x_hat = x * s, then a deterministic column sum of dy * x_hat.
-    std::vector<T> xhat(static_cast<size_t>(rows * dim));
-    parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r)
-        for (int64_t i = 0; i < dim; ++i) xhat[r * dim + i] = x[r * dim + i] * rstd[r];
+    // A deterministic column sum of dy * x_hat, x_hat = x * s formed as it is
+    // read (no [N, D] buffer: filling one serially capped this op at 2x on 16
+    // threads).
+    sum_rows_accumulate_by(dgain, rows, dim, [&](int64_t r, int64_t i) {
+      const T xhat = x[r * dim + i] * rstd[r];
+      return dy[r * dim + i] * xhat;
     });
-    sum_rows_accumulate(dgain, dy, xhat.data(), rows, dim);
   }
 }
 

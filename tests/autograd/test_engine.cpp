@@ -124,3 +124,43 @@ TEST_CASE("backward hooks report each leaf once, when no node left to run touche
   }
   CHECK_FALSE(unused.grad().defined());
 }
+
+// reshape and add hand their output's gradient to the op that made their input
+// when nothing else holds it (Node::pass_grad_to_input). The cases where that
+// must not happen, or must happen once: an input used twice by one add, a
+// tensor with two consumers, and leaves (whose .grad accumulates across calls).
+TEST_CASE("gradients passed through reshape and add are the sums they replace", "[autograd][engine]") {
+  const Tensor xs = random_tensor({4, 3}, 7, DType::f32);
+  const Tensor cs = random_tensor({12}, 8, DType::f32);
+  const Tensor ks = random_tensor({4, 3}, 9, DType::f32);
+  const std::vector<float> x0 = xs.to_vector<float>(), c = cs.to_vector<float>(), k = ks.to_vector<float>();
+  Var x(xs, true), cv(cs, false), kv(ks, false);
+  for (int call = 1; call <= 2; ++call) {
+    Var u = scale(x, 2.0);     // an op's output: may take a passed gradient
+    Var v = reshape(u, {12});  // passes dL/dv on to u's op
+    Var w = add(v, v);         // one op, the same input twice
+    Var z = sum(mul(u, kv));   // u's second consumer, recorded after w
+    Var loss = add(sum(mul(w, cv)), z);
+    loss.backward();
+    const std::vector<float> g = x.grad().to_vector<float>();
+    for (size_t i = 0; i < g.size(); ++i) {
+      const float du = (c[i] + c[i]) + k[i];  // both consumers of u; + commutes exactly
+      CHECK(g[i] == static_cast<float>(call) * (2.0f * du));
+    }
+  }
+  CHECK(x.value().to_vector<float>() == x0);
+}
+
+TEST_CASE("a tensor is its storage's sole owner only when no other handle or view shares it",
+          "[core][tensor]") {
+  Tensor t = Tensor::zeros({4, 2}, DType::f32);
+  CHECK(t.sole_owner());
+  {
+    const Tensor view = t.reshape({8});
+    CHECK_FALSE(t.sole_owner());
+    CHECK_FALSE(view.sole_owner());
+  }
+  CHECK(t.sole_owner());
+  CHECK_FALSE(t.slice(0, 2).sole_owner());
+  CHECK_FALSE(Tensor().sole_owner());
+}
