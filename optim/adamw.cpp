@@ -30,13 +30,15 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
 namespace {
 
 // theta, grad, m, v: [n]. One AdamW update (SPEC 3) with the bias corrections
-// folded into inv_bc1 = 1/(1-b1^t) and inv_sqrt_bc2 = 1/sqrt(1-b2^t). A free
-// function with restrict pointers so the compiler vectorises it.
+// folded into inv_bc1 = 1/(1-b1^t) and inv_sqrt_bc2 = 1/sqrt(1-b2^t), of the
+// gradient times grad_scale (gradient clipping's factor: the same float product
+// as scaling the gradient in place first). A free function with restrict
+// pointers so the compiler vectorises it.
 void adamw_update(float* __restrict theta, const float* __restrict grad, float* __restrict m,
-                  float* __restrict v, int64_t n, float b1, float b2, float inv_bc1, float inv_sqrt_bc2,
-                  float lr, float eps, float wd) {
+                  float* __restrict v, int64_t n, float grad_scale, float b1, float b2, float inv_bc1,
+                  float inv_sqrt_bc2, float lr, float eps, float wd) {
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * grad_scale;
     const float mi = b1 * m[i] + (1.0f - b1) * g;
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;
     m[i] = mi;
@@ -47,7 +49,7 @@ void adamw_update(float* __restrict theta, const float* __restrict grad, float* 
 
 }  // namespace
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, float grad_scale) {
   ++step_;
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
@@ -64,14 +66,14 @@ void AdamW::step(double lr) {
     float* m = s.m.data<float>();
     float* v = s.v.data<float>();
     parallel_for(0, s.param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-      adamw_update(theta + lo, grad + lo, m + lo, v + lo, hi - lo, static_cast<float>(b1),
+      adamw_update(theta + lo, grad + lo, m + lo, v + lo, hi - lo, grad_scale, static_cast<float>(b1),
                    static_cast<float>(b2), inv_bc1, inv_sqrt_bc2, static_cast<float>(lr),
                    static_cast<float>(options_.eps), static_cast<float>(s.weight_decay));
     });
   }
-  // adamw_update's formula: 16 FLOPs (sqrt and division one each); theta, grad,
-  // m and v read, theta, m and v written.
-  profile_work(16 * updated, 7 * static_cast<int64_t>(sizeof(float)) * updated);
+  // adamw_update's formula: 17 FLOPs (the gradient's scale, sqrt and division
+  // one each); theta, grad, m and v read, theta, m and v written.
+  profile_work(17 * updated, 7 * static_cast<int64_t>(sizeof(float)) * updated);
 }
 
 void AdamW::zero_grad() {

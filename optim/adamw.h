@@ -29,8 +29,9 @@ class AdamW {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
 
-  // One update at learning rate lr. Parameters without a gradient are left alone.
-  void step(double lr);
+  // One update at learning rate lr, of every gradient times grad_scale (gradient
+  // clipping's factor, clip_scale). Parameters without a gradient are left alone.
+  void step(double lr, float grad_scale = 1.0f);
   void zero_grad();
 
   int64_t step_count() const { return step_; }

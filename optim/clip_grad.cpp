@@ -17,9 +17,27 @@ struct Chunk {
 };
 constexpr int64_t kChunk = int64_t{1} << 15;
 
+// Sum of x[i]^2 in double over kLanes independent partial sums, combined
+// pairwise: a fixed order (the same bits for any thread count and on every
+// CPU), and a shape the compiler vectorises without reassociating. One running
+// sum was a chain of dependent double adds, about 4 cycles an element: 5% of
+// default's step at 8 x 512 for a pass that DRAM bandwidth allows in a tenth of
+// that.
+double sum_of_squares(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  double lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[i + l]) * x[i + l];
+  for (int l = 0; i < n; ++i, ++l) lane[l] += static_cast<double>(x[i]) * x[i];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
+  return lane[0];
+}
+
 }  // namespace
 
-double clip_grad_norm(const std::vector<NamedVar>& params, double max_norm) {
+double grad_norm(const std::vector<NamedVar>& params) {
   // All chunks of all gradients go into one parallel loop: most parameters are
   // small, and one loop per parameter would run each of them on one thread.
   std::vector<Chunk> chunks;
@@ -39,9 +57,7 @@ double clip_grad_norm(const std::vector<NamedVar>& params, double max_norm) {
   parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       const Chunk& k = chunks[static_cast<size_t>(c)];
-      double s = 0;
-      for (int64_t i = k.lo; i < k.hi; ++i) s += static_cast<double>(k.data[i]) * k.data[i];
-      partial[static_cast<size_t>(c)] = s;
+      partial[static_cast<size_t>(c)] = sum_of_squares(k.data + k.lo, k.hi - k.lo);
     }
   });
   // Per gradient in chunk order, then over gradients in order.
@@ -51,17 +67,30 @@ double clip_grad_norm(const std::vector<NamedVar>& params, double max_norm) {
     for (size_t c = first[g]; c < first[g + 1]; ++c) total += partial[c];
     sum_sq += total;
   }
-  const double norm = std::sqrt(sum_sq);
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
-    const float factor = static_cast<float>(max_norm / (norm + 1e-6));
-    profile_work(elements, 2 * static_cast<int64_t>(sizeof(float)) * elements);  // scaled in place
-    parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t c = lo; c < hi; ++c) {
-        const Chunk& k = chunks[static_cast<size_t>(c)];
-        for (int64_t i = k.lo; i < k.hi; ++i) k.data[i] *= factor;
-      }
+  return std::sqrt(sum_sq);
+}
+
+float clip_scale(double norm, double max_norm) {
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm)
+    return static_cast<float>(max_norm / (norm + 1e-6));
+  return 1.0f;
+}
+
+double clip_grad_norm(const std::vector<NamedVar>& params, double max_norm) {
+  const double norm = grad_norm(params);
+  const float factor = clip_scale(norm, max_norm);
+  if (factor == 1.0f) return norm;
+  int64_t elements = 0;
+  for (const NamedVar& p : params) {
+    const Tensor& g = p.var.grad();
+    if (!g.defined()) continue;
+    elements += g.numel();
+    float* d = g.data<float>();
+    parallel_for(0, g.numel(), kChunk, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) d[i] *= factor;
     });
   }
+  profile_work(elements, 2 * static_cast<int64_t>(sizeof(float)) * elements);  // scaled in place
   return norm;
 }
 

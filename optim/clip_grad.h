@@ -12,4 +12,12 @@ namespace shamn {
 // (the trainer skips such a step).
 double clip_grad_norm(const std::vector<NamedVar>& params, double max_norm);
 
+// The two halves of clip_grad_norm, for a caller that applies the factor while
+// it reads the gradients anyway (the trainer: AdamW::step's grad_scale, so
+// clipping costs no pass of its own). grad_norm is clip_grad_norm's norm, bit
+// for bit; clip_scale is the factor clip_grad_norm scales by (1 when the norm
+// is within max_norm, max_norm <= 0, or the norm is not finite).
+double grad_norm(const std::vector<NamedVar>& params);
+float clip_scale(double norm, double max_norm);
+
 }  // namespace shamn

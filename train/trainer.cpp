@@ -379,14 +379,14 @@ class Run {
     s.ce /= n_micro;
     s.aux /= n_micro;
     if (options_.after_backward) options_.after_backward(state_.step + 1, model_);
-    s.grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer,
-                           [&] { return clip_grad_norm(named_, c_.optim.grad_clip); });
+    // Clipping's factor is applied by AdamW as it reads each gradient: no pass of its own.
+    s.grad_norm = profiled("clip_grad_norm", ProfileCategory::optimizer, [&] { return grad_norm(named_); });
     s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
     if (s.skipped) {
       ++state_.bad_steps;
     } else {
       const ProfileScope profile("adamw_step", ProfileCategory::optimizer);
-      optimizer_.step(s.lr);
+      optimizer_.step(s.lr, clip_scale(s.grad_norm, c_.optim.grad_clip));
       state_.bad_steps = 0;
     }
     state_.optim_step = optimizer_.step_count();

@@ -178,3 +178,63 @@ TEST_CASE("linear warm-up then cosine decay to min_lr", "[optim][schedule]") {
   CHECK_THROWS_WITH((LrSchedule{1.0, 2.0, 0, 10}.validate()), Catch::Contains("optim.min_lr"));
   CHECK_THROWS_WITH((LrSchedule{1.0, 0.0, 20, 10}.validate()), Catch::Contains("optim.warmup_steps"));
 }
+
+// The trainer clips inside AdamW (step's grad_scale) instead of scaling the
+// gradients in place first: the same float products, so the same bits.
+TEST_CASE("AdamW with clip_scale's factor equals clipping the gradients in place first", "[optim][adamw]") {
+  const char* names[] = {"p0", "p1", "p2"};
+  auto values = [](int64_t n, int k, float f) {  // a ragged tail after several norm chunks
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      x[static_cast<size_t>(i)] = std::sin(f * static_cast<float>(i * (k + 1) + k));
+    return x;
+  };
+  auto make = [&] {
+    std::vector<NamedVar> ps;
+    for (int k = 0; k < 3; ++k) {
+      const int64_t n = 40000 + 1237 * k;
+      ps.push_back({names[k], Var(Tensor::from_data<float>({n}, values(n, k, 0.37f)), true)});
+    }
+    return ps;
+  };
+  auto set_grads = [&](std::vector<NamedVar>& ps, int step) {  // norm ~ 200: clipping binds
+    for (int k = 0; k < 3; ++k) {
+      const int64_t n = ps[static_cast<size_t>(k)].var.numel();
+      ps[static_cast<size_t>(k)].var.set_grad(Tensor::from_data<float>({n}, values(n, k + step, 0.11f)));
+    }
+  };
+  std::vector<NamedVar> a = make(), b = make();
+  AdamW opt_a({{"all", a, 0.1}}), opt_b({{"all", b, 0.1}});
+  for (int step = 0; step < 2; ++step) {
+    set_grads(a, step);
+    set_grads(b, step);
+    const double norm_a = clip_grad_norm(a, 1.0);
+    opt_a.step(1e-3);
+    const double norm_b = grad_norm(b);
+    CHECK(norm_b == norm_a);
+    CHECK(clip_scale(norm_b, 1.0) < 1.0f);
+    opt_b.step(1e-3, clip_scale(norm_b, 1.0));
+  }
+  for (size_t k = 0; k < a.size(); ++k)
+    CHECK(a[k].var.value().to_vector<float>() == b[k].var.value().to_vector<float>());
+  const auto sa = opt_a.state_tensors(), sb = opt_b.state_tensors();
+  for (size_t k = 0; k < sa.size(); ++k)
+    CHECK(sa[k].tensor.to_vector<float>() == sb[k].tensor.to_vector<float>());
+  CHECK(clip_scale(0.5, 1.0) == 1.0f);
+  CHECK(clip_scale(5.0, 0.0) == 1.0f);
+  CHECK(clip_scale(NAN, 1.0) == 1.0f);
+}
+
+TEST_CASE("grad_norm sums squares in double: within 1e-12 of a long double sum", "[optim][clip]") {
+  const int64_t n = 300001;
+  std::vector<float> g(static_cast<size_t>(n));
+  long double ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    g[static_cast<size_t>(i)] = static_cast<float>(std::sin(0.001 * static_cast<double>(i))) * 1e3f;
+    ref += static_cast<long double>(g[static_cast<size_t>(i)]) * g[static_cast<size_t>(i)];
+  }
+  Var p(Tensor::zeros({n}), true);
+  p.set_grad(Tensor::from_data<float>({n}, g));
+  const double norm = grad_norm({{"p", p}});
+  CHECK(norm == Approx(static_cast<double>(std::sqrt(ref))).epsilon(1e-12));
+}
