@@ -1,5 +1,7 @@
 #include "autograd/ops_moe.h"
 
+#include <vector>
+
 #include "autograd/dispatch.h"
 #include "autograd/op_work.h"
 #include "core/profiler.h"
@@ -72,6 +74,21 @@ MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts) {
   return plan;
 }
 
+namespace {
+
+// row [count] is a permutation of [0, count): moe_combine's backward then
+// writes every expert row's gradient (a plan from moe_dispatch always is one).
+void check_rows_cover(const int32_t* row, int64_t count) {
+  std::vector<bool> seen(static_cast<size_t>(count), false);
+  for (int64_t j = 0; j < count; ++j) {
+    SHAMN_CHECK(row[j] >= 0 && row[j] < count && !seen[static_cast<size_t>(row[j])], "moe_combine: plan row ",
+                row[j], " at ", j, " is out of range or repeated");
+    seen[static_cast<size_t>(row[j])] = true;
+  }
+}
+
+}  // namespace
+
 Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan) {
   const ProfileScope profile("moe_combine", ProfileCategory::forward);
   const int64_t n = gates.size(0), k = gates.size(1);
@@ -101,7 +118,11 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
       const T* g = gv.data<T>();
       const T* ys = yv.data<T>();
       T* dg = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
-      T* dys = node.needs_grad(1) ? node.input_grad(1).data<T>() : nullptr;
+      // Every expert row belongs to one (token, slot): the rows' gradient is
+      // written whole, so a fresh buffer is stored into, not zeroed and added to.
+      bool fresh = false;
+      T* dys = node.needs_grad(1) ? node.input_grad_to_write(1, &fresh).data<T>() : nullptr;
+      if (fresh) check_rows_cover(kept_row, n * k);
       // Each (token, slot) owns one expert row: no two tasks write the same element.
       parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
         for (int64_t t = lo; t < hi; ++t)
@@ -117,7 +138,10 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
             if (dys) {
               T* dyr = dys + r * dim;
               const T gi = g[t * k + i];
-              for (int64_t d = 0; d < dim; ++d) dyr[d] += gi * dot[d];
+              if (fresh)
+                for (int64_t d = 0; d < dim; ++d) dyr[d] = gi * dot[d];
+              else
+                for (int64_t d = 0; d < dim; ++d) dyr[d] += gi * dot[d];
             }
           }
       });

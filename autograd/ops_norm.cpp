@@ -27,10 +27,11 @@ Var rms_norm(const Var& x, const Var& gain, double eps) {
     record_work(op_work::rms_norm_backward(rows, dim, s, {n.needs_grad(0), n.needs_grad(1)}));
     dispatch_floating(n.out_dtype, "rms_norm", [&](auto zero) {
       using T = decltype(zero);
-      T* dx = n.needs_grad(0) ? n.input_grad(0).data<T>() : nullptr;
+      bool fresh = false;
+      T* dx = n.needs_grad(0) ? n.input_grad_to_write(0, &fresh).data<T>() : nullptr;
       T* dgain = n.needs_grad(1) ? n.input_grad(1).data<T>() : nullptr;
       rms_norm_backward(dx, dgain, n.out_grad.data<T>(), xv.data<T>(), gv.data<T>(), rstd.data<T>(), rows,
-                        dim);
+                        dim, fresh);
     });
   });
 }

@@ -86,6 +86,16 @@ Tensor& Node::input_grad(size_t i) {
   return in->grad;
 }
 
+Tensor& Node::input_grad_to_write(size_t i, bool* fresh) {
+  VarImpl* in = inputs[i].impl();
+  Tensor& g = in->grad_fn ? in->grad_fn->out_grad : in->grad;
+  *fresh = !g.defined();
+  if (*fresh)
+    g = in->grad_fn ? Tensor::empty(in->grad_fn->out_shape, in->grad_fn->out_dtype)
+                    : Tensor::empty(in->value.shape(), in->value.dtype());
+  return g;
+}
+
 bool Node::pass_grad_to_input(size_t i) {
   VarImpl* in = inputs[i].impl();
   if (!in->grad_fn || !out_grad.sole_owner()) return false;

@@ -100,6 +100,13 @@ class Node {
   bool needs_grad(size_t i) const { return inputs[i].requires_grad(); }
   // Zero-filled on first use; the op's backward adds its contribution into it.
   Tensor& input_grad(size_t i);
+  // For ops that write every element of input i's gradient: when nothing has
+  // been added into it yet, a fresh, uninitialised buffer and *fresh = true (the
+  // op stores its values: no zero fill, no read-modify-write); else the buffer
+  // in use and *fresh = false (the op adds, as into input_grad). The same values
+  // either way (0 + g = g; a -0 stays -0 where the sum gave +0). Not for an input
+  // listed twice by the op, unless the op writes this one first.
+  Tensor& input_grad_to_write(size_t i, bool* fresh);
   // For ops whose gradient reaches input i unchanged (dL/dx_i = dL/dy, the same
   // element count: reshape, the first operand of add): when input i is made by
   // an op that has no gradient yet and nothing else holds out_grad, that op takes

@@ -137,6 +137,7 @@ void moe_gates_backward(T* dP, const T* dgates, const T* gates, const T* P, cons
 }
 
 // Fills order [N*k], row [N*k] and offsets [X+1]; checks every id is below X.
+// row is a permutation of [0, N*k): each expert row belongs to one (token, slot).
 void moe_dispatch_plan(int32_t* order, int32_t* row, int64_t* offsets, const int32_t* experts, int64_t n,
                        int64_t k, int64_t X);
 

@@ -24,10 +24,11 @@ void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, in
 }
 
 // dx += s*g*dy - s^3/D * x * sum(g*dy*x)   dgain += sum over rows of dy*x*s
+// (dx = ... instead when overwrite_dx: a fresh buffer, nothing in it to add to).
 // dx or dgain may be null when that gradient is not needed.
 template <class T>
 void rms_norm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* gain, const T* rstd, int64_t rows,
-                       int64_t dim) {
+                       int64_t dim, bool overwrite_dx = false) {
   if (dx) {
     parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
@@ -37,7 +38,10 @@ void rms_norm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* gain, 
         T dot = 0;
         for (int64_t i = 0; i < dim; ++i) dot += gain[i] * dyr[i] * xr[i];
         const T c = s * s * s * dot / T(dim);
-        for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] += s * gain[i] * dyr[i] - c * xr[i];
+        if (overwrite_dx)
+          for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] = s * gain[i] * dyr[i] - c * xr[i];
+        else
+          for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] += s * gain[i] * dyr[i] - c * xr[i];
       }
     });
   }

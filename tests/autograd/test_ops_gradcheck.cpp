@@ -1,6 +1,7 @@
 // A finite-difference gradient check for every autograd op, on odd shapes, in
 // double and in float.
 #include "autograd/ops.h"
+#include "autograd/ops_moe.h"
 #include "helpers.h"
 
 using namespace shamn;
@@ -147,4 +148,39 @@ TEST_CASE("gradcheck directions mode agrees on a large input", "[autograd][gradc
                 {random_tensor({64, 48}, 41), random_tensor({48}, 42, DType::f64, 0.5, 1.5)}, opts);
   INFO(r.report);
   CHECK(r.ok);
+}
+
+// rms_norm and moe_combine store into a fresh input gradient (no zero fill) and
+// add into one that already holds another consumer's contribution: both paths.
+TEST_CASE("gradcheck: rms_norm and moe_combine write a fresh input gradient, add to one in use",
+          "[autograd][gradcheck]") {
+  check_gradients(
+      [](const std::vector<Var>& x) {
+        Var normed = rms_norm(x[0], x[1]);  // runs last in backward: x[0]'s gradient is in use
+        Var side = scale(x[0], 0.5);
+        return add(normed, side);
+      },
+      {random_tensor({4, 9}, 60), random_tensor({9}, 61, DType::f64, 0.5, 1.5)});
+  check_gradients(
+      [](const std::vector<Var>& x) {
+        Var side = scale(x[0], 0.5);
+        Var normed = rms_norm(x[0], x[1]);  // runs first in backward: a fresh gradient
+        return add(normed, side);
+      },
+      {random_tensor({4, 9}, 62), random_tensor({9}, 63, DType::f64, 0.5, 1.5)});
+  // 5 tokens, 2 slots each, 3 experts: expert_rows [10, 4] in plan order. Alone,
+  // the rows' gradient is fresh; twice, the second combine's backward (first to
+  // run) writes it and the first one's adds.
+  const Tensor experts = Tensor::from_data<int32_t>({5, 2}, {0, 2, 1, 0, 2, 1, 0, 1, 2, 0});
+  const MoeDispatch plan = plan_dispatch(experts, 3);
+  const std::vector<Tensor> moe_inputs{random_tensor({10, 4}, 64),
+                                       random_tensor({5, 2}, 65, DType::f64, 0.1, 1.0)};
+  check_gradients([&plan](const std::vector<Var>& x) { return moe_combine(x[0], x[1], plan); }, moe_inputs);
+  check_gradients(
+      [&plan](const std::vector<Var>& x) {
+        Var once = moe_combine(x[0], x[1], plan);
+        Var again = moe_combine(scale(x[0], 3.0), x[1], plan);
+        return add(once, again);
+      },
+      moe_inputs);
 }
