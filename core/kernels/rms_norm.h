@@ -8,14 +8,31 @@
 
 namespace shamn {
 
+// sum over i < n of term(i) in 16 fixed lanes (term i in lane i % 16), the
+// lanes then added left to right: the order of the runtime's RMSNorm
+// (infer/infer_model.cpp), so an f32 model normalises a row to the same bits in
+// training and inference. One running sum was a chain of n dependent adds (its
+// latency, not the loads, set this op's speed).
+template <class T, class Term>
+T lane_sum(int64_t n, Term term) {
+  constexpr int64_t kLanes = 16;
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(i + l);
+  for (; i < n; ++i) lanes[i % kLanes] += term(i);
+  T sum = lanes[0];
+  for (int64_t l = 1; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
 // x, y: [N, D]  gain: [D]  rstd: [N] (1/sqrt(mean(x^2)+eps), saved for backward; may be null)
 template <class T>
 void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int64_t dim, T eps) {
   parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * dim;
-      T ss = 0;
-      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const T ss = lane_sum<T>(dim, [&](int64_t i) { return xr[i] * xr[i]; });
       const T s = T(1) / std::sqrt(ss / T(dim) + eps);
       if (rstd) rstd[r] = s;
       for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = xr[i] * s * gain[i];
@@ -35,8 +52,7 @@ void rms_norm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* gain, 
         const T* xr = x + r * dim;
         const T* dyr = dy + r * dim;
         const T s = rstd[r];
-        T dot = 0;
-        for (int64_t i = 0; i < dim; ++i) dot += gain[i] * dyr[i] * xr[i];
+        const T dot = lane_sum<T>(dim, [&](int64_t i) { return gain[i] * dyr[i] * xr[i]; });
         const T c = s * s * s * dot / T(dim);
         if (overwrite_dx)
           for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] = s * gain[i] * dyr[i] - c * xr[i];
