@@ -35,8 +35,9 @@ Var causal_conv(const Var& u, const Var& conv) {
       using T = decltype(zero);
       const T* dc = node.out_grad.data<T>();
       if (node.needs_grad(0)) {
-        T* du = node.input_grad(0).data<T>();
-        causal_conv_backward_input(du, dc, wv.data<T>(), s);
+        bool fresh = false;  // every element of du is written: store into a fresh buffer
+        T* du = node.input_grad_to_write(0, &fresh).data<T>();
+        causal_conv_backward_input(du, dc, wv.data<T>(), s, fresh);
       }
       if (node.needs_grad(1)) {
         T* dw = node.input_grad(1).data<T>();

@@ -63,14 +63,20 @@ void causal_conv_forward_streaming(float* c, const float* u, float* history, con
   std::copy(next.begin(), next.end(), history);
 }
 
-void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& s) {
+void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& s,
+                                bool overwrite) {
   const std::vector<float> w = transpose_kernel(conv, s);
   const int64_t D = s.dim;
   parallel_for(0, s.batch * s.time, row_grain(D * s.kernel), [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) {
       const int64_t t = row % s.time;
       float* g = du + row * D;
-      for (int64_t i = 0; i < s.kernel && t + i < s.time; ++i) {
+      int64_t i = 0;
+      if (overwrite) {  // tap 0 stores (0 + w0 * g0 is the same value)
+        for (int64_t d = 0; d < D; ++d) g[d] = w[d] * dc[row * D + d];
+        i = 1;
+      }
+      for (; i < s.kernel && t + i < s.time; ++i) {
         const float* wi = w.data() + i * D;
         const float* gi = dc + (row + i) * D;
         for (int64_t d = 0; d < D; ++d) g[d] += wi[d] * gi[d];

@@ -24,7 +24,10 @@ void causal_conv_forward(float* c, const float* u, const float* conv, const Caus
 // over history and u joined (the rows after the history).
 void causal_conv_forward_streaming(float* c, const float* u, float* history, const float* conv,
                                    const CausalConvDims& dims);
-void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& dims);
+// du += the input's gradient; du = ... instead with overwrite (a fresh buffer:
+// no zero fill, no read of it).
+void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& dims,
+                                bool overwrite = false);
 void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, const CausalConvDims& dims);
 
 template <class T>
@@ -40,14 +43,16 @@ void causal_conv_forward_naive(T* c, const T* u, const T* conv, const CausalConv
 }
 
 template <class T>
-void causal_conv_backward_input_naive(T* du, const T* dc, const T* conv, const CausalConvDims& s) {
+void causal_conv_backward_input_naive(T* du, const T* dc, const T* conv, const CausalConvDims& s,
+                                      bool overwrite = false) {
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t t = 0; t < s.time; ++t)
       for (int64_t d = 0; d < s.dim; ++d) {
         double acc = 0.0;
         for (int64_t i = 0; i < s.kernel && t + i < s.time; ++i)
           acc += static_cast<double>(conv[d * s.kernel + i]) * dc[(b * s.time + t + i) * s.dim + d];
-        du[(b * s.time + t) * s.dim + d] += static_cast<T>(acc);
+        T& out = du[(b * s.time + t) * s.dim + d];
+        out = overwrite ? static_cast<T>(acc) : out + static_cast<T>(acc);
       }
 }
 
@@ -68,8 +73,8 @@ inline void causal_conv_forward(double* c, const double* u, const double* conv, 
   causal_conv_forward_naive(c, u, conv, dims);
 }
 inline void causal_conv_backward_input(double* du, const double* dc, const double* conv,
-                                       const CausalConvDims& dims) {
-  causal_conv_backward_input_naive(du, dc, conv, dims);
+                                       const CausalConvDims& dims, bool overwrite = false) {
+  causal_conv_backward_input_naive(du, dc, conv, dims, overwrite);
 }
 inline void causal_conv_backward_kernel(double* dconv, const double* dc, const double* u,
                                         const CausalConvDims& dims) {

@@ -33,6 +33,14 @@ TEST_CASE("gradcheck: causal_conv", "[conv][gradcheck]") {
                   {random_tensor({3, 2, 5}, 3), random_tensor({5, 4}, 4)});
   check_gradients([](const std::vector<Var>& x) { return causal_conv(x[0], x[1]); },
                   {random_tensor({1, 5, 2}, 5), random_tensor({2, 1}, 6)});
+  // u's gradient already in use (scale's backward runs first): added to, not stored.
+  check_gradients(
+      [](const std::vector<Var>& x) {
+        Var conv = causal_conv(x[0], x[1]);
+        Var side = scale(x[0], 0.5);
+        return add(conv, side);
+      },
+      {random_tensor({2, 6, 3}, 7), random_tensor({3, 4}, 8)});
 }
 
 TEST_CASE("causal_conv kernels: fast float kernels match the naive oracle", "[conv][kernels]") {
