@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "infer/quant_dot_paths.h"
 #include "infer/quant_kernels.h"
 
 namespace shamn {
@@ -99,6 +100,28 @@ void quantize_row_q4_fitted(const float* x, BlockQ4* out, int64_t n) {
     pack_q4(buf, fitted_q4_scale(buf, amax), out[b]);
   }
 }
+
+void add_scaled_row_q8(const BlockQ8* in, int64_t n, float w, float* acc) {
+  const int64_t full = n / kQuantBlock;
+  quant_kernels().add_scaled_q8(in, full, w, acc);
+  if (full * kQuantBlock < n)
+    quant_detail::add_scaled_q8_scalar(in + full, n - full * kQuantBlock, w, acc + full * kQuantBlock);
+}
+
+namespace quant_detail {
+
+void add_scaled_q8_scalar(const BlockQ8* in, int64_t n, float w, float* acc) {
+  for (int64_t i = 0; i < n; ++i) {
+    const BlockQ8& b = in[i / kQuantBlock];
+    acc[i] = std::fma(w, b.d * static_cast<float>(b.q[i % kQuantBlock]), acc[i]);
+  }
+}
+
+void add_scaled_blocks_q8_scalar(const BlockQ8* in, int64_t blocks, float w, float* acc) {
+  add_scaled_q8_scalar(in, blocks * kQuantBlock, w, acc);
+}
+
+}  // namespace quant_detail
 
 void dequantize_row_q8(const BlockQ8* in, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {

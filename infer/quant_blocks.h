@@ -58,6 +58,11 @@ void quantize_row_q4(const float* x, BlockQ4* out, int64_t n);
 // rounding's (the search includes its levels).
 void quantize_row_q4_fitted(const float* x, BlockQ4* out, int64_t n);
 
+// in: [quant_blocks(n)]  acc: [n]. acc[i] = fma(w, d * q[i], acc[i]): a
+// dequantised row scaled into an accumulator (a memory-bank value row, an
+// embedding row), on the selected kernel path, the same bits on each.
+void add_scaled_row_q8(const BlockQ8* in, int64_t n, float w, float* acc);
+
 // in: [quant_blocks(n)]  y: [n] (the padding past n is not written)
 void dequantize_row_q8(const BlockQ8* in, float* y, int64_t n);
 void dequantize_row_q4(const BlockQ4* in, float* y, int64_t n);

@@ -38,6 +38,19 @@ SHAMN_TARGET_AVX2 void dot_rows_q4_q8_avx2(const BlockQ4* w, int64_t rows, int64
   dot_rows_blocks(w, rows, blocks_per_row, x, y, q4_pair);
 }
 
+SHAMN_TARGET_AVX2 void add_scaled_q8_avx2(const BlockQ8* in, int64_t blocks, float w, float* acc) {
+  const __m256 vw = _mm256_set1_ps(w);
+  for (int64_t j = 0; j < blocks; ++j) {
+    const __m256 d = _mm256_set1_ps(in[j].d);
+    float* a = acc + j * kQuantBlock;
+    for (int k = 0; k < 4; ++k) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in[j].q + 8 * k));
+      const __m256 v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+      _mm256_storeu_ps(a + 8 * k, _mm256_fmadd_ps(vw, v, _mm256_loadu_ps(a + 8 * k)));
+    }
+  }
+}
+
 }  // namespace shamn::quant_detail
 
 namespace shamn::quant_detail {

@@ -43,11 +43,37 @@ SHAMN_TARGET_AVX512 void dot_rows_q4_q8_avx512(const BlockQ4* w, int64_t rows, i
   dot_rows_blocks(w, rows, blocks_per_row, x, y, q4_pair);
 }
 
-// Two zmm registers per block; the steps and the rounding are the AVX2 path's.
-SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n) {
-  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), margin = _mm512_set1_ps(kHalfMargin);
+namespace {
+
+// Block b of x exactly as the scalar path rounds it: q = x / d rounded half
+// away from zero, clamped to [-127, 127]. Taken when the reciprocal cannot be trusted.
+SHAMN_TARGET_AVX512 void quantize_block_exact(const __m512* v, float d, BlockQ8& out) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
   const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
   const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  for (int k = 0; k < 2; ++k) {
+    const __m512 s = _mm512_div_ps(v[k], _mm512_set1_ps(d));
+    __m512 r = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 away = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, r)), half, _CMP_GE_OQ);
+    // copysign(1, s), in integer ops (and_ps/or_ps would need AVX512DQ).
+    const __m512 step = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(s), sign), _mm512_castps_si512(one)));
+    r = _mm512_mask_add_ps(r, away, r, step);
+    const __m512i q = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q + 16 * k), _mm512_cvtepi32_epi8(q));
+  }
+}
+
+}  // namespace
+
+// Two zmm registers per block. The fast path rounds x * (1 / d) to nearest
+// (even) in the conversion itself: that is the scalar path's integer whenever
+// x * (1 / d) is farther than kHalfMargin from a half (ties, where the two
+// rules differ, are halves too), and |x * (1 / d)| <= 127 + 2.3e-5 needs no
+// clamp. A block with a value near a half, or a non-finite 1 / d (the
+// distance is then NaN), is redone by exact division.
+SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n) {
+  const __m512 near = _mm512_set1_ps(0.5f - kHalfMargin);
   constexpr int64_t kScaleGroup = 16;  // blocks whose scales are divided in one vector
   float buf[kQuantBlock];
   const int64_t blocks = quant_blocks(n);
@@ -65,7 +91,7 @@ SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, in
     const __m512 d16 = _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f));
     _mm512_store_ps(dv, d16);
     // Lanes with d = 0 divide by zero here; those blocks never read their inverse.
-    _mm512_store_ps(invv, _mm512_div_ps(one, d16));
+    _mm512_store_ps(invv, _mm512_div_ps(_mm512_set1_ps(1.0f), d16));
     for (int64_t i = 0; i < nb; ++i) {
       const int64_t b = b0 + i;
       const float* src = q8_source_block(x, n, b, buf);
@@ -81,21 +107,31 @@ SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, in
       __mmask16 near_half = 0;
       for (int k = 0; k < 2; ++k) {
         s[k] = _mm512_mul_ps(v[k], inv);
-        const __m512 a = _mm512_abs_ps(s[k]);
-        const __m512 frac = _mm512_sub_ps(a, _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
-        near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(frac, half)), margin, _CMP_NGE_UQ);
+        const __m512 r = _mm512_roundscale_ps(s[k], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s[k], r)), near, _CMP_NLT_UQ);
       }
-      for (int k = 0; k < 2; ++k) {
-        if (near_half) s[k] = _mm512_div_ps(v[k], _mm512_set1_ps(d));
-        __m512 r = _mm512_roundscale_ps(s[k], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        const __mmask16 away = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s[k], r)), half, _CMP_GE_OQ);
-        // copysign(1, s), in integer ops (and_ps/or_ps would need AVX512DQ).
-        const __m512 step = _mm512_castsi512_ps(
-            _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(s[k]), sign), _mm512_castps_si512(one)));
-        r = _mm512_mask_add_ps(r, away, r, step);
-        const __m512i q = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16 * k), _mm512_cvtepi32_epi8(q));
+      if (near_half) {
+        quantize_block_exact(v, d, out[b]);
+        continue;
       }
+      // s is within 2.3e-5 of an integer's neighbourhood of at most 127.
+      const __m512i q0 = _mm512_cvt_roundps_epi32(s[0], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i q1 = _mm512_cvt_roundps_epi32(s[1], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16), _mm512_cvtepi32_epi8(q1));
+    }
+  }
+}
+
+SHAMN_TARGET_AVX512 void add_scaled_q8_avx512(const BlockQ8* in, int64_t blocks, float w, float* acc) {
+  const __m512 vw = _mm512_set1_ps(w);
+  for (int64_t j = 0; j < blocks; ++j) {
+    const __m512 d = _mm512_set1_ps(in[j].d);
+    float* a = acc + j * kQuantBlock;
+    for (int k = 0; k < 2; ++k) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in[j].q + 16 * k));
+      const __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+      _mm512_storeu_ps(a + 16 * k, _mm512_fmadd_ps(vw, v, _mm512_loadu_ps(a + 16 * k)));
     }
   }
 }

@@ -113,6 +113,10 @@ void WeightMatrix::add_row(int64_t r, float w, float* acc) const {
     return;
   }
   const int64_t seg = segment_length(), seg_blocks = quant_blocks(seg), bpr = blocks_per_row();
+  if (type == WeightType::q8 && !tiled && (seg % kQuantBlock == 0 || seg == cols)) {
+    add_scaled_row_q8(static_cast<const BlockQ8*>(data) + r * bpr, cols, w, acc);
+    return;
+  }
   // Block by block, so the 32-value inner loops vectorise.
   for (int64_t s = 0; s < cols / seg; ++s)
     for (int64_t j = 0; j < seg_blocks; ++j) {

@@ -20,6 +20,10 @@
 //           (each tile loaded once per group of rows), the prefill's product.
 //           Args: batched (0/1), rows, cols, n.
 //
+//   quantize: n activation rows of `cols` values quantised to Q8 blocks with
+//           their block sums (quantize_row_q8 + q8_block_sums), as prefill
+//           does before every product. Args: path, cols, rows; counter Mvals/s.
+//
 //   bench_quant_dot --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -34,6 +38,7 @@
 #include "core/kernel_level.h"
 #include "core/parallel.h"
 #include "core/simd.h"
+#include "infer/low_rank_q8.h"
 #include "infer/quant_blocks.h"
 #include "infer/quant_dot.h"
 #include "infer/quant_tiles.h"
@@ -208,6 +213,27 @@ void BM_batch(benchmark::State& state) {
   set_counters(state, rows * n, cols, double(rows * bpr) * sizeof(shamn::BlockQ8));
 }
 
+void BM_quantize(benchmark::State& state) {
+  const int path = static_cast<int>(state.range(0));
+  const int64_t cols = state.range(1), rows = state.range(2), bpr = shamn::quant_blocks(cols);
+  state.SetLabel(kPathNames[path]);
+  if (!select_path(state, path)) return;
+  // GELU-like activations: mostly small, some near zero, a few large.
+  const std::vector<float> x = random_floats(rows * cols, 4);
+  std::vector<shamn::BlockQ8> xq(static_cast<size_t>(rows * bpr));
+  std::vector<int32_t> sums(xq.size());
+  for (auto _ : state) {
+    for (int64_t t = 0; t < rows; ++t) {
+      shamn::quantize_row_q8(x.data() + t * cols, xq.data() + t * bpr, cols);
+      shamn::q8_block_sums(xq.data() + t * bpr, bpr, sums.data() + t * bpr);
+    }
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["Mvals"] =
+      benchmark::Counter(double(rows * cols) * 1e-6, benchmark::Counter::kIsIterationInvariantRate);
+  shamn::set_kernel_level(shamn::best_kernel_level());
+}
+
 // q8 also runs the f32 baseline (path 3); q4 runs the quantised paths only.
 template <int LastPath>
 void matvec_args(benchmark::internal::Benchmark* b) {
@@ -232,5 +258,7 @@ BENCHMARK(BM_batch)
     ->ArgsProduct({{0, 1}, {32}, {64}, {1, 4, 16, 128}})
     ->ArgsProduct({{0, 1}, {512, 1600}, {512}, {1, 4, 16, 128}})
     ->ArgNames({"batched", "rows", "cols", "n"});
+
+BENCHMARK(BM_quantize)->ArgsProduct({{0, 1, 2}, {512}, {64}})->ArgNames({"path", "cols", "rows"});
 
 BENCHMARK_MAIN();

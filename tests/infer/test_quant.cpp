@@ -249,6 +249,33 @@ TEST_CASE("quantised rows zero-pad their last block and zero blocks have scale 0
   CHECK(q4_value(q4[0], 5) == 0);
 }
 
+TEST_CASE("a quantised row scaled into an accumulator is one fma per value on every path", "[infer][quant]") {
+  KernelGuard guard;
+  for (int64_t n : kLengths) {
+    const std::vector<float> x = make_row(n, Fill::random, 41), start = make_row(n, Fill::random, 42);
+    std::vector<BlockQ8> q(static_cast<size_t>(quant_blocks(n)));
+    quantize_row_q8(x.data(), q.data(), n);
+    const float w = 0.3712f;
+    std::vector<float> want = start;
+    for (int64_t i = 0; i < n; ++i) {
+      const BlockQ8& b = q[i / kQuantBlock];
+      want[i] = std::fma(w, b.d * static_cast<float>(b.q[i % kQuantBlock]), want[i]);
+    }
+    for (KernelLevel k : kAllKernels) {
+      if (!kernel_level_supported(k)) continue;
+      set_kernel_level(k);
+      INFO("kernel " << kernel_level_name(k) << ", n = " << n);
+      // Past n the accumulator is left alone.
+      std::vector<float> acc = start;
+      acc.push_back(-2.5f);
+      add_scaled_row_q8(q.data(), n, w, acc.data());
+      CHECK(acc.back() == -2.5f);
+      acc.pop_back();
+      CHECK(std::memcmp(acc.data(), want.data(), want.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot closely", "[infer][quant]") {
   KernelGuard guard;
   for (KernelLevel k : kAllKernels) {
