@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "core/buffer.h"
@@ -11,6 +12,7 @@
 #include "core/kernels/hash_head.h"
 #include "core/kernels/moe_routing.h"
 #include "core/kernels/product_key.h"
+#include "core/kernels/rms_norm.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 #include "infer/lora_adapter.h"
@@ -402,13 +404,21 @@ class LoraTerm {
   int32_t* tq_sums_ = nullptr;             // [n, tb] their block sums
 };
 
-// y [n, out] += bias [out] (null: nothing). A pass of its own after the
-// product: added right behind the kernel's masked stores, every load of y
-// waited for them (a store-forwarding stall per row block).
+// y [n, out] += bias [out] (null: nothing): the bias of a product whose
+// kernel could not take it in its epilogue (f32 weights, or a LoRA term to add
+// first). A pass of its own after the product: added right behind the
+// kernel's masked stores, every load of y waited for them (a store-forwarding
+// stall per row block).
 void add_bias(float* y, const float* bias, int64_t n, int64_t out) {
   if (bias == nullptr) return;
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < out; ++i) y[t * out + i] += bias[i];
+}
+
+// Quantised weights and no LoRA term to add between the product and the bias:
+// the kernel adds the bias (and, accumulating, the result to y) itself.
+bool epilogue_in_kernel(const WeightMatrix& W, const LoraTerm* lora) {
+  return W.quantized() && !(lora && *lora);
 }
 
 // y[t] = W x[t] + bias for t < n. x: [n, in]  xq: x quantised (quantize_rows
@@ -419,18 +429,19 @@ void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t 
                    const LoraTerm* lora = nullptr) {
   const WeightMatrix& W = L.w;
   const int64_t in = W.cols, out = W.rows, bpr = W.blocks_per_row();
+  const bool fused = epilogue_in_kernel(W, lora);
   parallel_for(0, row_tiles(out), grain_for(kTileRows * in * n), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       const int64_t r0 = c * kTileRows, rn = std::min(kTileRows, out - r0);
       if (W.quantized())
-        W.dot_rows_batch(r0, rn, Q8Rows{xq->q.data(), n, bpr, nullptr, nullptr, xq->sums.data()}, y + r0,
-                         out);
+        W.dot_rows_batch(r0, rn, Q8Rows{xq->q.data(), n, bpr, nullptr, nullptr, xq->sums.data()}, y + r0, out,
+                         TileEpilogue{fused && L.bias ? L.bias + r0 : nullptr});
       else
         for (int64_t t = 0; t < n; ++t) W.dot_rows(r0, rn, InputRow{x + t * in, nullptr}, y + t * out + r0);
       if (lora && *lora) lora->add(y, out, r0, r0 + rn);
     }
   });
-  add_bias(y, L.bias, n, out);
+  if (!fused) add_bias(y, L.bias, n, out);
 }
 
 void dense_forward(const Dense& L, const float* x, int64_t n, float* y) {
@@ -438,13 +449,17 @@ void dense_forward(const Dense& L, const float* x, int64_t n, float* y) {
   dense_product(L, x, &xq, n, y);
 }
 
-// y[t] = W x[t] + bias for a block-sparse W, t < n. Quantised W: x row t is
-// xq row rows[t] (or t), quantised per b-value segment (quantize_rows with
-// segment b). f32 W: x [n, in]. y: [n, out].
+// y[t] = W x[t] + bias for a block-sparse W, t < n (accumulate: y[t] += that).
+// Quantised W: x row t is xq row rows[t] (or t), quantised per b-value segment
+// (quantize_rows with segment b). f32 W: x [n, in]. y: [n, out].
 void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows* xq, const int32_t* rows,
-                          int64_t n, float* y, const LoraTerm* lora = nullptr) {
+                          int64_t n, float* y, const LoraTerm* lora = nullptr, bool accumulate = false) {
   const WeightMatrix& W = L.values;
   const int64_t b = L.block, a = L.active, nib = L.in / b, nob = L.out / b, sb = L.segment_blocks();
+  const bool fused = epilogue_in_kernel(W, lora);
+  // Without the kernel's epilogue the product goes to scratch, biased, then added.
+  Buffer<float> scratch(accumulate && !fused ? n * L.out : 0);
+  float* out = accumulate && !fused ? scratch.data() : y;
   const bool lora_per_block = lora && *lora && b % LowRankQ8::kChunk == 0;
   parallel_for(0, nob, grain_for(b * a * b * n), [&](int64_t lo, int64_t hi) {
     // On the stack for the usual few active blocks: this runs once per call in a decode step.
@@ -459,21 +474,26 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
         // Row block r multiplies its a input segments where they lie (Q8Rows' index).
         for (int64_t m = 0; m < a; ++m)
           for (int64_t s = 0; s < sb; ++s) index[m * sb + s] = static_cast<int32_t>(cols[m] * sb + s);
-        W.dot_rows_batch(r * b, b, Q8Rows{xq->q.data(), n, nib * sb, index, rows, xq->sums.data()}, y + r * b,
-                         L.out);
+        const TileEpilogue e =
+            fused ? TileEpilogue{L.bias ? L.bias + r * b : nullptr, accumulate} : TileEpilogue{};
+        W.dot_rows_batch(r * b, b, Q8Rows{xq->q.data(), n, nib * sb, index, rows, xq->sums.data()},
+                         out + r * b, L.out, e);
       } else {
         for (int64_t t = 0; t < n; ++t) {
           // The a input segments row block r reads, gathered side by side.
           for (int64_t m = 0; m < a; ++m) std::copy_n(x + t * L.in + cols[m] * b, b, gf.data() + m * b);
-          W.dot_rows(r * b, b, InputRow{gf.data(), nullptr}, y + t * L.out + r * b);
+          W.dot_rows(r * b, b, InputRow{gf.data(), nullptr}, out + t * L.out + r * b);
         }
       }
-      if (lora_per_block) lora->add(y, L.out, r * b, (r + 1) * b);
+      if (lora_per_block) lora->add(out, L.out, r * b, (r + 1) * b);
     }
   });
+  if (fused) return;
   // Row blocks narrower than the low-rank kernel's chunk take the term after the product.
-  if (lora && *lora && !lora_per_block) lora->add(y, L.out, 0, L.out);
-  add_bias(y, L.bias, n, L.out);
+  if (lora && *lora && !lora_per_block) lora->add(out, L.out, 0, L.out);
+  add_bias(out, L.bias, n, L.out);
+  if (accumulate)
+    for (int64_t i = 0; i < n * L.out; ++i) y[i] += out[i];
 }
 
 // xq when a block-sparse product quantised its input in segments of whole
@@ -483,27 +503,10 @@ const QuantRows* whole_blocks(const BlockSparse& L, const QuantRows& xq) {
   return L.values.quantized() && L.block % kQuantBlock == 0 ? &xq : nullptr;
 }
 
-// RMSNorm (SPEC 1.1) with the sum of squares in 16 fixed lanes, summed left
-// to right at the end: the training kernel's one serial chain of D adds was a
-// fifth of a batched prefill. The order is fixed, so the result does not depend
-// on the thread count or kernel level; it differs from training's in the last
-// bits only (the f32 runtime is checked against autograd with a tolerance).
+// RMSNorm (SPEC 1.1): training's kernel (its 16 fixed lanes, so an f32 model
+// normalises a row to the same bits in both).
 void rms_norm(const float* x, const float* gain, int64_t n, int64_t D, float* y) {
-  constexpr int64_t kNormLanes = 16;
-  parallel_for(0, n, grain_for(2 * D), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      const float* xt = x + t * D;
-      float lanes[kNormLanes] = {};
-      int64_t i = 0;
-      for (; i + kNormLanes <= D; i += kNormLanes)
-        for (int64_t l = 0; l < kNormLanes; ++l) lanes[l] += xt[i + l] * xt[i + l];
-      for (; i < D; ++i) lanes[i % kNormLanes] += xt[i] * xt[i];
-      float ss = lanes[0];
-      for (int64_t l = 1; l < kNormLanes; ++l) ss += lanes[l];
-      const float s = 1.0f / std::sqrt(ss / static_cast<float>(D) + kNormEps);
-      for (int64_t j = 0; j < D; ++j) y[t * D + j] = xt[j] * s * gain[j];
-    }
-  });
+  rms_norm_forward<float>(y, nullptr, x, gain, n, D, kNormEps);
 }
 
 }  // namespace
@@ -544,14 +547,15 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
   const LoraTerm lora(
       ad, l, [](const LoraLayer& a) { return a.mixer_out; }, LoraInput{c.data(), D, whole_blocks(out, cq)},
       nullptr, n);
-  block_sparse_product(out, c.data(), &cq, nullptr, n, u.data(), &lora);
-  for (int64_t i = 0; i < n * D; ++i) x[i] += u[i];
+  block_sparse_product(out, c.data(), &cq, nullptr, n, x, &lora, /*accumulate=*/true);
 }
 
 void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, const Adapters& ad,
                               RoutingObserver* obs) const {
   const int64_t dh = pk.dh, nk = pk.n, k = pk.k;
   Buffer<float> u(n * D), q(n * 2 * dh);
+  std::optional<ProfileScope> ps;
+  ps.emplace("mem.query", ProfileCategory::infer);
   rms_norm(x, L.mem_gain, n, D, u.data());
   const QuantRows uq = L.query.w.quantized() ? quantize_rows(u.data(), n, D, 0) : QuantRows();
   const LoraTerm lora(
@@ -565,12 +569,18 @@ void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, con
     std::copy_n(q.data() + t * 2 * dh + dh, dh, q2.data() + t * dh);
   }
   Buffer<float> s1(n * nk), s2(n * nk);
+  ps.reset();
+  ps.emplace("mem.keys", ProfileCategory::infer);
   dense_forward(Dense{L.keys1, nullptr}, q1.data(), n, s1.data());
   dense_forward(Dense{L.keys2, nullptr}, q2.data(), n, s2.data());
   Buffer<int32_t> slots(n * k);
   Buffer<float> w(n * k);
+  ps.reset();
+  ps.emplace("mem.select", ProfileCategory::infer);
   product_key_select(slots.data(), w.data(), s1.data(), s2.data(), n, pk);
   if (obs != nullptr) obs->memory_reads(static_cast<int64_t>(l), slots.data(), w.data(), n);
+  ps.reset();
+  ps.emplace("mem.values", ProfileCategory::infer);
   parallel_for(0, n, grain_for(k * D), [&](int64_t lo, int64_t hi) {
     for (int64_t m = 0; m < k; ++m) L.mem_values.prefetch_row(slots[lo * k + m]);
     for (int64_t t = lo; t < hi; ++t) {
@@ -587,6 +597,8 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
                                  RoutingObserver* obs) const {
   const int64_t G = moe.groups, X = moe.experts(), k = moe.k;
   Buffer<float> u(n * D);
+  std::optional<ProfileScope> ps;
+  ps.emplace("moe.route", ProfileCategory::infer);
   rms_norm(x, L.moe_gain, n, D, u.data());
   Buffer<float> rg(n * G), re(n * X);
   // Both routers read u whole-row quantised: quantised once.
@@ -607,6 +619,8 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
   if (obs != nullptr) obs->moe_choices(static_cast<int64_t>(l), chosen.data(), gates.data(), n);
 
+  ps.reset();
+  ps.emplace("moe.experts", ProfileCategory::infer);
   // Each expert runs once over the rows of the tokens that chose it, in plan
   // order; a token's outputs are added to x in slot order (thread-count independent).
   Buffer<int32_t> order(n * k), row(n * k);
@@ -636,20 +650,30 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
       SHAMN_CHECK(up.values.quantized() == up0.values.quantized() && up.block == up0.block,
                   "every expert's up projection has the same type and block");
       float* he = h.data() + r0 * H;
+      std::optional<ProfileScope> ps;
+      ps.emplace("moe.up", ProfileCategory::infer);
       const int32_t* tokens = order.data() + r0;
       const LoraTerm lora_up(
           ad, l, [e](const LoraLayer& a) { return a.up[e]; },
           LoraInput{u.data(), D, whole_blocks(up, *uq_experts), tokens}, tokens, m);
       block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, tokens, m, he, &lora_up);
+      ps.reset();
+      ps.emplace("moe.gelu", ProfileCategory::infer);
       gelu_forward(he, he, m * H);
+      ps.reset();
+      ps.emplace("moe.quant", ProfileCategory::infer);
       const BlockSparse& down = L.experts[e].down;
       const QuantRows hq = down.values.quantized() ? quantize_rows(he, m, H, down.block) : QuantRows();
       const LoraTerm lora_down(
           ad, l, [e](const LoraLayer& a) { return a.down[e]; }, LoraInput{he, H, whole_blocks(down, hq)},
           tokens, m);
+      ps.reset();
+      ps.emplace("moe.down", ProfileCategory::infer);
       block_sparse_product(down, he, &hq, nullptr, m, ys.data() + r0 * D, &lora_down);
     }
   });
+  ps.reset();
+  ps.emplace("moe.combine", ProfileCategory::infer);
   moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);
 }
 

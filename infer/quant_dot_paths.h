@@ -107,35 +107,42 @@ void dot_tiles_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const Block
 
 // The same over n rows of x (infer/quant_tiles.h, dot_tiles_batch).
 void dot_tiles_batch_q8_scalar(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                               int64_t y_stride);
+                               int64_t y_stride, const TileEpilogue& e);
 void dot_tiles_batch_q4_scalar(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                               int64_t y_stride);
+                               int64_t y_stride, const TileEpilogue& e);
 void dot_tiles_batch_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                             int64_t y_stride);
+                             int64_t y_stride, const TileEpilogue& e);
 void dot_tiles_batch_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                             int64_t y_stride);
+                             int64_t y_stride, const TileEpilogue& e);
 void dot_tiles_batch_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                               int64_t y_stride);
+                               int64_t y_stride, const TileEpilogue& e);
 void dot_tiles_batch_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                               int64_t y_stride);
+                               int64_t y_stride, const TileEpilogue& e);
 
 // The batched product as one dot_tiles call per row of x (its blocks gathered
 // first when x has an index): the scalar and AVX2 paths, whose per-row kernels
 // gain little from sharing tile loads.
 template <class Tile>
 void dot_tiles_batch_by_row(void (*dot)(const Tile*, int64_t, int64_t, const BlockQ8*, float*), const Tile* w,
-                            int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride) {
+                            int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride,
+                            const TileEpilogue& e) {
   constexpr int64_t kStack = 64;
   BlockQ8 stack[kStack];
   std::vector<BlockQ8> heap(x.index && bpr > kStack ? static_cast<size_t>(bpr) : 0);
   BlockQ8* gathered = bpr > kStack ? heap.data() : stack;
+  std::vector<float> dots(e.plain() ? 0 : static_cast<size_t>(rows));
   for (int64_t t = 0; t < x.n; ++t) {
     const BlockQ8* row = x.row(t);
     if (x.index) {
       for (int64_t j = 0; j < bpr; ++j) gathered[j] = x.block(t, j);
       row = gathered;
     }
-    dot(w, rows, bpr, row, y + t * y_stride);
+    if (e.plain()) {
+      dot(w, rows, bpr, row, y + t * y_stride);
+    } else {
+      dot(w, rows, bpr, row, dots.data());
+      apply_epilogue(dots.data(), rows, e, y + t * y_stride);
+    }
   }
 }
 

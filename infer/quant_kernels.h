@@ -25,7 +25,7 @@ struct QuantTypeKernels {
   void (*dot_tiles)(const Tile* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y);
   // The same for n rows of x: y [n, y_stride]
   void (*dot_tiles_batch)(const Tile* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                          int64_t y_stride);
+                          int64_t y_stride, const TileEpilogue& e);
 };
 
 struct QuantKernels {

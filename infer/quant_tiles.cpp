@@ -96,14 +96,14 @@ void dot_tiles(const TileQ4* w, int64_t rows, int64_t bpr, const BlockQ8* x, flo
   quant_kernels().q4.dot_tiles(w, rows, bpr, x, y);
 }
 
-void dot_tiles_batch(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                     int64_t y_stride) {
-  quant_kernels().q8.dot_tiles_batch(w, rows, bpr, x, y, y_stride);
+void dot_tiles_batch(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride,
+                     const TileEpilogue& e) {
+  quant_kernels().q8.dot_tiles_batch(w, rows, bpr, x, y, y_stride, e);
 }
 
-void dot_tiles_batch(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                     int64_t y_stride) {
-  quant_kernels().q4.dot_tiles_batch(w, rows, bpr, x, y, y_stride);
+void dot_tiles_batch(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride,
+                     const TileEpilogue& e) {
+  quant_kernels().q4.dot_tiles_batch(w, rows, bpr, x, y, y_stride, e);
 }
 
 }  // namespace shamn
@@ -117,12 +117,12 @@ void dot_tiles_q4_scalar(const TileQ4* w, int64_t rows, int64_t bpr, const Block
   dot_tiles_scalar(w, rows, bpr, x, y);
 }
 void dot_tiles_batch_q8_scalar(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                               int64_t y_stride) {
-  dot_tiles_batch_by_row(dot_tiles_q8_scalar, w, rows, bpr, x, y, y_stride);
+                               int64_t y_stride, const TileEpilogue& e) {
+  dot_tiles_batch_by_row(dot_tiles_q8_scalar, w, rows, bpr, x, y, y_stride, e);
 }
 void dot_tiles_batch_q4_scalar(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                               int64_t y_stride) {
-  dot_tiles_batch_by_row(dot_tiles_q4_scalar, w, rows, bpr, x, y, y_stride);
+                               int64_t y_stride, const TileEpilogue& e) {
+  dot_tiles_batch_by_row(dot_tiles_q4_scalar, w, rows, bpr, x, y, y_stride, e);
 }
 
 }  // namespace shamn::quant_detail

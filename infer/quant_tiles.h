@@ -78,11 +78,33 @@ struct Q8Rows {
   const BlockQ8& block(int64_t t, int64_t j) const { return x[offset(t, j)]; }
 };
 
+// What a batched product does with each result on its way out, while it is
+// still in a register: y = dot + bias[r] (no bias: dot), or with accumulate
+// y = y + (dot + bias[r]). The same floats as storing dot and adding the bias,
+// then the product to y, in passes of their own (which cost a pass over y
+// each, and a store-forwarding stall where they ran right behind the kernel).
+struct TileEpilogue {
+  const float* bias = nullptr;  // [rows] of this call, or null
+  bool accumulate = false;
+  bool plain() const { return bias == nullptr && !accumulate; }
+};
+
 // w: [row_tiles(rows), bpr] tiles  x: n rows of bpr blocks  y: [n, y_stride]
-// y[t * y_stride + r] = dot(row r, x row t): the matrix-matrix form of
-// prefill and evaluation. Bitwise dot_tiles row by row of x, but the fast path
-// loads each tile once for a group of x rows instead of once per row.
-void dot_tiles_batch(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride);
-void dot_tiles_batch(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride);
+// y[t * y_stride + r] = dot(row r, x row t), through the epilogue e: the
+// matrix-matrix form of prefill and evaluation. Bitwise dot_tiles row by row
+// of x, but the fast path loads each tile once for a group of x rows instead
+// of once per row.
+void dot_tiles_batch(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride,
+                     const TileEpilogue& e = {});
+void dot_tiles_batch(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y, int64_t y_stride,
+                     const TileEpilogue& e = {});
+
+// out[i] = dot[i] through e, for one row of n results (the scalar epilogue).
+inline void apply_epilogue(const float* dot, int64_t n, const TileEpilogue& e, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = e.bias ? dot[i] + e.bias[i] : dot[i];
+    out[i] = e.accumulate ? out[i] + v : v;
+  }
+}
 
 }  // namespace shamn

@@ -126,6 +126,14 @@ struct TileRegsQ4 {
 template <class Tile>
 using TileRegs = std::conditional_t<std::is_same_v<Tile, TileQ8>, TileRegsQ8, TileRegsQ4>;
 
+// Stores the n = popcount(mask) results of tile t through the epilogue.
+SHAMN_TARGET_AVX512 inline void store_tile(float* y, __mmask16 mask, __m512 v, const TileEpilogue& e,
+                                           int64_t t) {
+  if (e.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e.bias + t * kTileRows));
+  if (e.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+  _mm512_mask_storeu_ps(y, mask, v);
+}
+
 constexpr int kGroup = 4;
 
 // G rows of x against every tile. xb: [G, bpr] block pointers, xs: [G, bpr]
@@ -135,7 +143,7 @@ constexpr int kGroup = 4;
 template <class Tile, int G>
 SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, int64_t bpr,
                                                   const BlockQ8* const* xb, const int32_t* xs,
-                                                  float* const* y) {
+                                                  float* const* y, const TileEpilogue& e) {
   for (int64_t t = 0; t * kTileRows < rows; ++t) {
     const Tile* wt = w + t * bpr;
     __m512 sum[G];
@@ -160,7 +168,7 @@ SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, i
       for (int u = 0; u < G; ++u) sum[u] = _mm512_add_ps(sum[u], _mm512_setzero_ps());
     const int64_t n = std::min<int64_t>(kTileRows, rows - t * kTileRows);
     for (int u = 0; u < G; ++u)
-      _mm512_mask_storeu_ps(y[u] + t * kTileRows, static_cast<__mmask16>((1u << n) - 1), sum[u]);
+      store_tile(y[u] + t * kTileRows, static_cast<__mmask16>((1u << n) - 1), sum[u], e, t);
   }
 }
 
@@ -171,7 +179,7 @@ SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, i
 // general path's.
 template <class Tile, int B>
 SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, const Q8Rows& x, float* y,
-                                                 int64_t y_stride) {
+                                                 int64_t y_stride, const TileEpilogue& e) {
   static_assert(B >= 1 && B <= 2 && B < kLanes);
   for (int64_t t = 0; t * kTileRows < rows; ++t) {
     const Tile* wt = w + t * B;
@@ -191,16 +199,16 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
         const __m512 lane = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), _mm512_setzero_ps());
         sum = j == 0 ? lane : _mm512_add_ps(sum, lane);
       }
-      _mm512_mask_storeu_ps(y + u * y_stride + t * kTileRows, mask, _mm512_add_ps(sum, _mm512_setzero_ps()));
+      store_tile(y + u * y_stride + t * kTileRows, mask, _mm512_add_ps(sum, _mm512_setzero_ps()), e, t);
     }
   }
 }
 
 template <class Tile>
 SHAMN_TARGET_AVX512 void dot_tiles_batch_avx512(const Tile* w, int64_t rows, int64_t bpr, const Q8Rows& x,
-                                                float* y, int64_t y_stride) {
-  if (bpr == 1) return tiles_few_blocks_avx512<Tile, 1>(w, rows, x, y, y_stride);
-  if (bpr == 2) return tiles_few_blocks_avx512<Tile, 2>(w, rows, x, y, y_stride);
+                                                float* y, int64_t y_stride, const TileEpilogue& e) {
+  if (bpr == 1) return tiles_few_blocks_avx512<Tile, 1>(w, rows, x, y, y_stride, e);
+  if (bpr == 2) return tiles_few_blocks_avx512<Tile, 2>(w, rows, x, y, y_stride, e);
   // A decode step calls this for every row block of every matrix: short rows
   // keep their block pointers on the stack (a heap allocation per call cost a
   // fifth of a decoded token).
@@ -224,16 +232,16 @@ SHAMN_TARGET_AVX512 void dot_tiles_batch_avx512(const Tile* w, int64_t rows, int
     }
     switch (g) {
       case 4:
-        tiles_times_group_avx512<Tile, 4>(w, rows, bpr, xb, xs, yg);
+        tiles_times_group_avx512<Tile, 4>(w, rows, bpr, xb, xs, yg, e);
         break;
       case 3:
-        tiles_times_group_avx512<Tile, 3>(w, rows, bpr, xb, xs, yg);
+        tiles_times_group_avx512<Tile, 3>(w, rows, bpr, xb, xs, yg, e);
         break;
       case 2:
-        tiles_times_group_avx512<Tile, 2>(w, rows, bpr, xb, xs, yg);
+        tiles_times_group_avx512<Tile, 2>(w, rows, bpr, xb, xs, yg, e);
         break;
       default:
-        tiles_times_group_avx512<Tile, 1>(w, rows, bpr, xb, xs, yg);
+        tiles_times_group_avx512<Tile, 1>(w, rows, bpr, xb, xs, yg, e);
     }
   }
 }
@@ -301,20 +309,22 @@ SHAMN_TARGET_AVX2 void dot_tiles_avx2(const Tile* w, int64_t rows, int64_t bpr, 
 }  // namespace
 
 SHAMN_TARGET_AVX512 void dot_tiles_batch_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr,
-                                                   const Q8Rows& x, float* y, int64_t y_stride) {
-  dot_tiles_batch_avx512(w, rows, bpr, x, y, y_stride);
+                                                   const Q8Rows& x, float* y, int64_t y_stride,
+                                                   const TileEpilogue& e) {
+  dot_tiles_batch_avx512(w, rows, bpr, x, y, y_stride, e);
 }
 SHAMN_TARGET_AVX512 void dot_tiles_batch_q4_avx512(const TileQ4* w, int64_t rows, int64_t bpr,
-                                                   const Q8Rows& x, float* y, int64_t y_stride) {
-  dot_tiles_batch_avx512(w, rows, bpr, x, y, y_stride);
+                                                   const Q8Rows& x, float* y, int64_t y_stride,
+                                                   const TileEpilogue& e) {
+  dot_tiles_batch_avx512(w, rows, bpr, x, y, y_stride, e);
 }
 void dot_tiles_batch_q8_avx2(const TileQ8* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                             int64_t y_stride) {
-  dot_tiles_batch_by_row(dot_tiles_q8_avx2, w, rows, bpr, x, y, y_stride);
+                             int64_t y_stride, const TileEpilogue& e) {
+  dot_tiles_batch_by_row(dot_tiles_q8_avx2, w, rows, bpr, x, y, y_stride, e);
 }
 void dot_tiles_batch_q4_avx2(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x, float* y,
-                             int64_t y_stride) {
-  dot_tiles_batch_by_row(dot_tiles_q4_avx2, w, rows, bpr, x, y, y_stride);
+                             int64_t y_stride, const TileEpilogue& e) {
+  dot_tiles_batch_by_row(dot_tiles_q4_avx2, w, rows, bpr, x, y, y_stride, e);
 }
 
 SHAMN_TARGET_AVX512 void dot_tiles_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x,

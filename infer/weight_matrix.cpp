@@ -69,21 +69,24 @@ void WeightMatrix::dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const {
   }
 }
 
-void WeightMatrix::dot_rows_batch(int64_t r0, int64_t n, const Q8Rows& x, float* y, int64_t y_stride) const {
+void WeightMatrix::dot_rows_batch(int64_t r0, int64_t n, const Q8Rows& x, float* y, int64_t y_stride,
+                                  const TileEpilogue& e) const {
   SHAMN_CHECK(quantized(), "dot_rows_batch takes quantised weights");
   const int64_t bpr = blocks_per_row();
   if (tiled) {
     SHAMN_CHECK(r0 % kTileRows == 0, "tiled rows start on a tile, got row ", r0);
     if (type == WeightType::q8)
-      dot_tiles_batch(static_cast<const TileQ8*>(data) + r0 / kTileRows * bpr, n, bpr, x, y, y_stride);
+      dot_tiles_batch(static_cast<const TileQ8*>(data) + r0 / kTileRows * bpr, n, bpr, x, y, y_stride, e);
     else
-      dot_tiles_batch(static_cast<const TileQ4*>(data) + r0 / kTileRows * bpr, n, bpr, x, y, y_stride);
+      dot_tiles_batch(static_cast<const TileQ4*>(data) + r0 / kTileRows * bpr, n, bpr, x, y, y_stride, e);
     return;
   }
   std::vector<BlockQ8> row(static_cast<size_t>(bpr));
+  std::vector<float> dots(static_cast<size_t>(n));
   for (int64_t t = 0; t < x.n; ++t) {
     for (int64_t j = 0; j < bpr; ++j) row[j] = x.block(t, j);
-    dot_rows(r0, n, InputRow{nullptr, row.data()}, y + t * y_stride);
+    dot_rows(r0, n, InputRow{nullptr, row.data()}, dots.data());
+    apply_epilogue(dots.data(), n, e, y + t * y_stride);
   }
 }
 

@@ -50,9 +50,11 @@ struct WeightMatrix {
   // needs r0 to be a multiple of 16 (kTileRows).
   void dot_rows(int64_t r0, int64_t n, InputRow x, float* y) const;
   // Quantised only. y[t * y_stride + i] = W[r0 + i] . (x row t) for i < n,
-  // t < x.n: the matrix-matrix product of batched prefill and evaluation,
-  // bitwise dot_rows row by row. A tiled matrix needs r0 % kTileRows == 0.
-  void dot_rows_batch(int64_t r0, int64_t n, const Q8Rows& x, float* y, int64_t y_stride) const;
+  // t < x.n, through the epilogue e (its bias indexed by i): the
+  // matrix-matrix product of batched prefill and evaluation, bitwise dot_rows
+  // row by row. A tiled matrix needs r0 % kTileRows == 0.
+  void dot_rows_batch(int64_t r0, int64_t n, const Q8Rows& x, float* y, int64_t y_stride,
+                      const TileEpilogue& e = {}) const;
   // Asks the CPU to start loading row r (row-major layouts; a no-op for tiled
   // ones): random rows are read from DRAM, and naming them early overlaps the misses.
   void prefetch_row(int64_t r) const;
