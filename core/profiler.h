@@ -22,6 +22,7 @@
 // profile_intern().
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,22 @@ decltype(auto) profiled(const char* name, ProfileCategory category, F&& f) {
   const ProfileScope scope(name, category);
   return f();
 }
+
+// Consecutive phases of one function, each timed as a scope of its own
+// without nesting the code in blocks: next() closes the current phase and
+// opens the next one; the last closes with this object.
+class ProfilePhases {
+ public:
+  ProfilePhases(const char* first, ProfileCategory category) : category_(category) { next(first); }
+  void next(const char* name) {
+    scope_.reset();
+    scope_.emplace(name, category_);
+  }
+
+ private:
+  ProfileCategory category_;
+  std::optional<ProfileScope> scope_;
+};
 
 // A scope for one layer of a model ("layers.3.moe"): autograd nodes recorded
 // inside it remember the name so their backward is attributed to the layer.

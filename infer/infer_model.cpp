@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <set>
 
 #include "core/buffer.h"
@@ -529,6 +528,7 @@ void InferModel::Impl::embed(const int32_t* tokens, int64_t n, float* x) const {
 void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std::span<const StreamStep> steps,
                              const Adapters& ad) const {
   Buffer<float> u(n * D), c(n * D);
+  ProfilePhases phase("mixer.conv", ProfileCategory::infer);
   rms_norm(x, L.mix_gain, n, D, u.data());
   // Each stream's rows continue its own history: the one place streams differ.
   int64_t r0 = 0;
@@ -541,12 +541,15 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
                                   CausalConvDims{1, s.n, D, K});
     r0 += s.n;
   }
+  phase.next("mixer.silu");
   silu_forward(c.data(), c.data(), n * D);
+  phase.next("mixer.quantise");
   const BlockSparse& out = L.mixer_out;
   const QuantRows cq = out.values.quantized() ? quantize_rows(c.data(), n, D, out.block) : QuantRows();
   const LoraTerm lora(
       ad, l, [](const LoraLayer& a) { return a.mixer_out; }, LoraInput{c.data(), D, whole_blocks(out, cq)},
       nullptr, n);
+  phase.next("mixer.out");
   block_sparse_product(out, c.data(), &cq, nullptr, n, x, &lora, /*accumulate=*/true);
 }
 
@@ -554,8 +557,7 @@ void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, con
                               RoutingObserver* obs) const {
   const int64_t dh = pk.dh, nk = pk.n, k = pk.k;
   Buffer<float> u(n * D), q(n * 2 * dh);
-  std::optional<ProfileScope> ps;
-  ps.emplace("mem.query", ProfileCategory::infer);
+  ProfilePhases phase("memory.query", ProfileCategory::infer);
   rms_norm(x, L.mem_gain, n, D, u.data());
   const QuantRows uq = L.query.w.quantized() ? quantize_rows(u.data(), n, D, 0) : QuantRows();
   const LoraTerm lora(
@@ -569,18 +571,15 @@ void InferModel::Impl::memory(const Layer& L, size_t l, float* x, int64_t n, con
     std::copy_n(q.data() + t * 2 * dh + dh, dh, q2.data() + t * dh);
   }
   Buffer<float> s1(n * nk), s2(n * nk);
-  ps.reset();
-  ps.emplace("mem.keys", ProfileCategory::infer);
+  phase.next("memory.keys");
   dense_forward(Dense{L.keys1, nullptr}, q1.data(), n, s1.data());
   dense_forward(Dense{L.keys2, nullptr}, q2.data(), n, s2.data());
   Buffer<int32_t> slots(n * k);
   Buffer<float> w(n * k);
-  ps.reset();
-  ps.emplace("mem.select", ProfileCategory::infer);
+  phase.next("memory.select");
   product_key_select(slots.data(), w.data(), s1.data(), s2.data(), n, pk);
   if (obs != nullptr) obs->memory_reads(static_cast<int64_t>(l), slots.data(), w.data(), n);
-  ps.reset();
-  ps.emplace("mem.values", ProfileCategory::infer);
+  phase.next("memory.values");
   parallel_for(0, n, grain_for(k * D), [&](int64_t lo, int64_t hi) {
     for (int64_t m = 0; m < k; ++m) L.mem_values.prefetch_row(slots[lo * k + m]);
     for (int64_t t = lo; t < hi; ++t) {
@@ -597,8 +596,7 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
                                  RoutingObserver* obs) const {
   const int64_t G = moe.groups, X = moe.experts(), k = moe.k;
   Buffer<float> u(n * D);
-  std::optional<ProfileScope> ps;
-  ps.emplace("moe.route", ProfileCategory::infer);
+  ProfilePhases phase("moe.route", ProfileCategory::infer);
   rms_norm(x, L.moe_gain, n, D, u.data());
   Buffer<float> rg(n * G), re(n * X);
   // Both routers read u whole-row quantised: quantised once.
@@ -619,8 +617,7 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
   if (obs != nullptr) obs->moe_choices(static_cast<int64_t>(l), chosen.data(), gates.data(), n);
 
-  ps.reset();
-  ps.emplace("moe.experts", ProfileCategory::infer);
+  phase.next("moe.dispatch");
   // Each expert runs once over the rows of the tokens that chose it, in plan
   // order; a token's outputs are added to x in slot order (thread-count independent).
   Buffer<int32_t> order(n * k), row(n * k);
@@ -650,30 +647,25 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
       SHAMN_CHECK(up.values.quantized() == up0.values.quantized() && up.block == up0.block,
                   "every expert's up projection has the same type and block");
       float* he = h.data() + r0 * H;
-      std::optional<ProfileScope> ps;
-      ps.emplace("moe.up", ProfileCategory::infer);
+      ProfilePhases expert_phase("moe.up", ProfileCategory::infer);
       const int32_t* tokens = order.data() + r0;
       const LoraTerm lora_up(
           ad, l, [e](const LoraLayer& a) { return a.up[e]; },
           LoraInput{u.data(), D, whole_blocks(up, *uq_experts), tokens}, tokens, m);
       block_sparse_product(up, xs.size() ? xs.data() + r0 * D : nullptr, uq_experts, tokens, m, he, &lora_up);
-      ps.reset();
-      ps.emplace("moe.gelu", ProfileCategory::infer);
+      expert_phase.next("moe.gelu");
       gelu_forward(he, he, m * H);
-      ps.reset();
-      ps.emplace("moe.quant", ProfileCategory::infer);
+      expert_phase.next("moe.quantise");
       const BlockSparse& down = L.experts[e].down;
       const QuantRows hq = down.values.quantized() ? quantize_rows(he, m, H, down.block) : QuantRows();
       const LoraTerm lora_down(
           ad, l, [e](const LoraLayer& a) { return a.down[e]; }, LoraInput{he, H, whole_blocks(down, hq)},
           tokens, m);
-      ps.reset();
-      ps.emplace("moe.down", ProfileCategory::infer);
+      expert_phase.next("moe.down");
       block_sparse_product(down, he, &hq, nullptr, m, ys.data() + r0 * D, &lora_down);
     }
   });
-  ps.reset();
-  ps.emplace("moe.combine", ProfileCategory::infer);
+  phase.next("moe.combine");
   moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);
 }
 

@@ -13,6 +13,7 @@ const QuantKernels kScalar = {
     {dot_q4_q8_scalar, dot_rows_q4_q8_scalar, dot_tiles_q4_scalar, dot_tiles_batch_q4_scalar},
     quantize_row_q8_scalar,
     add_scaled_blocks_q8_scalar,
+    add_scaled_tile_q8_scalar,
     q8_block_sums_scalar,
     low_rank_add_q8_scalar,
 };
@@ -22,6 +23,7 @@ const QuantKernels kAvx2 = {
     {dot_q4_q8_avx2, dot_rows_q4_q8_avx2, dot_tiles_q4_avx2, dot_tiles_batch_q4_avx2},
     quantize_row_q8_avx2,
     add_scaled_q8_avx2,
+    add_scaled_tile_q8_avx2,
     q8_block_sums_avx2,
     low_rank_add_q8_avx2,
 };
@@ -31,6 +33,7 @@ const QuantKernels kAvx512 = {
     {dot_q4_q8_avx512, dot_rows_q4_q8_avx512, dot_tiles_q4_avx512, dot_tiles_batch_q4_avx512},
     quantize_row_q8_avx512,
     add_scaled_q8_avx512,
+    add_scaled_tile_q8_avx512,
     q8_block_sums_avx2,
     low_rank_add_q8_avx512,
 };

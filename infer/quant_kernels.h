@@ -35,6 +35,8 @@ struct QuantKernels {
   void (*quantize_row_q8)(const float* x, BlockQ8* out, int64_t n);
   // acc[32 j + i] = fma(w, in[j].d * in[j].q[i], acc[32 j + i]) for j < blocks (add_scaled_row_q8)
   void (*add_scaled_q8)(const BlockQ8* in, int64_t blocks, float w, float* acc);
+  // add_scaled_tile_row_q8 (infer/quant_tiles.h)
+  void (*add_scaled_tile_q8)(const TileQ8* tiles, int64_t bpr, int64_t i, float w, float* acc);
   // sums[j] = the sum of block j's values (q8_block_sums, infer/low_rank_q8.h)
   void (*block_sums)(const BlockQ8* x, int64_t blocks, int32_t* sums);
   // low_rank_add_q8 (infer/low_rank_q8.h)

@@ -88,6 +88,10 @@ BlockQ4 tile_block(const TileQ4* tiles, int64_t bpr, int64_t r, int64_t j) {
   return b;
 }
 
+void add_scaled_tile_row_q8(const TileQ8* tiles, int64_t bpr, int64_t i, float w, float* acc) {
+  quant_kernels().add_scaled_tile_q8(tiles, bpr, i, w, acc);
+}
+
 void dot_tiles(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
   quant_kernels().q8.dot_tiles(w, rows, bpr, x, y);
 }
@@ -109,6 +113,13 @@ void dot_tiles_batch(const TileQ4* w, int64_t rows, int64_t bpr, const Q8Rows& x
 }  // namespace shamn
 
 namespace shamn::quant_detail {
+
+void add_scaled_tile_q8_scalar(const TileQ8* tiles, int64_t bpr, int64_t i, float w, float* acc) {
+  for (int64_t j = 0; j < bpr; ++j) {
+    const BlockQ8 b = tile_block(tiles, bpr, i, j);
+    add_scaled_q8_scalar(&b, kQuantBlock, w, acc + j * kQuantBlock);
+  }
+}
 
 void dot_tiles_q8_scalar(const TileQ8* w, int64_t rows, int64_t bpr, const BlockQ8* x, float* y) {
   dot_tiles_scalar(w, rows, bpr, x, y);

@@ -51,6 +51,11 @@ void pack_tiles(const BlockQ4* src, int64_t rows, int64_t bpr, TileQ4* out);
 BlockQ8 tile_block(const TileQ8* tiles, int64_t bpr, int64_t r, int64_t j);
 BlockQ4 tile_block(const TileQ4* tiles, int64_t bpr, int64_t r, int64_t j);
 
+// tiles: one row tile's bpr tiles  acc: [bpr * 32]. Row i (< 16) of them
+// dequantised and scaled into acc as add_scaled_row_q8 does (the same bits):
+// an embedding row read straight from the tiled table the head multiplies by.
+void add_scaled_tile_row_q8(const TileQ8* tiles, int64_t bpr, int64_t i, float w, float* acc);
+
 // w: [row_tiles(rows), bpr] tiles  x: [bpr]  y: [rows]
 // y[r] = dot(row r, x), the same float as dot_q8_q8 / dot_q4_q8 on the
 // row-major layout (the canonical order of infer/quant_dot.h), on the calling

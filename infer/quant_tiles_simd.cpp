@@ -306,7 +306,44 @@ SHAMN_TARGET_AVX2 void dot_tiles_avx2(const Tile* w, int64_t rows, int64_t bpr, 
   }
 }
 
+// Row i's 32 values of a TileQ8 in element order: 4 bytes from each of the 8 groups, 64 bytes apart.
+SHAMN_TARGET_AVX2 inline __m256i tile_row_values(const TileQ8& t, int64_t i) {
+  const __m256i groups = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.q[0][i]), groups, 4);
+}
+
 }  // namespace
+
+SHAMN_TARGET_AVX2 void add_scaled_tile_q8_avx2(const TileQ8* tiles, int64_t bpr, int64_t i, float w,
+                                               float* acc) {
+  const __m256 vw = _mm256_set1_ps(w);
+  for (int64_t j = 0; j < bpr; ++j) {
+    const __m256i q = tile_row_values(tiles[j], i);
+    const __m256 d = _mm256_set1_ps(tiles[j].d[i]);
+    float* a = acc + j * kQuantBlock;
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    for (int k = 0; k < 4; ++k) {
+      const __m128i bytes = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
+      const __m256 v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+      _mm256_storeu_ps(a + 8 * k, _mm256_fmadd_ps(vw, v, _mm256_loadu_ps(a + 8 * k)));
+    }
+  }
+}
+
+SHAMN_TARGET_AVX512 void add_scaled_tile_q8_avx512(const TileQ8* tiles, int64_t bpr, int64_t i, float w,
+                                                   float* acc) {
+  const __m512 vw = _mm512_set1_ps(w);
+  for (int64_t j = 0; j < bpr; ++j) {
+    const __m256i q = tile_row_values(tiles[j], i);
+    const __m512 d = _mm512_set1_ps(tiles[j].d[i]);
+    float* a = acc + j * kQuantBlock;
+    for (int k = 0; k < 2; ++k) {
+      const __m128i bytes = k ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q);
+      const __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
+      _mm512_storeu_ps(a + 16 * k, _mm512_fmadd_ps(vw, v, _mm512_loadu_ps(a + 16 * k)));
+    }
+  }
+}
 
 SHAMN_TARGET_AVX512 void dot_tiles_batch_q8_avx512(const TileQ8* w, int64_t rows, int64_t bpr,
                                                    const Q8Rows& x, float* y, int64_t y_stride,

@@ -120,6 +120,11 @@ void WeightMatrix::add_row(int64_t r, float w, float* acc) const {
     add_scaled_row_q8(static_cast<const BlockQ8*>(data) + r * bpr, cols, w, acc);
     return;
   }
+  if (type == WeightType::q8 && tiled && cols % kQuantBlock == 0 && seg % kQuantBlock == 0) {
+    add_scaled_tile_row_q8(static_cast<const TileQ8*>(data) + r / kTileRows * bpr, bpr, r % kTileRows, w,
+                           acc);
+    return;
+  }
   // Block by block, so the 32-value inner loops vectorise.
   for (int64_t s = 0; s < cols / seg; ++s)
     for (int64_t j = 0; j < seg_blocks; ++j) {

@@ -276,6 +276,28 @@ TEST_CASE("a quantised row scaled into an accumulator is one fma per value on ev
   }
 }
 
+TEST_CASE("a row of a tiled matrix scales into an accumulator as the row-major row does, on every path",
+          "[infer][quant]") {
+  KernelGuard guard;
+  const int64_t rows = 21, bpr = 5, cols = bpr * kQuantBlock;
+  std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 61);
+  w8[3].q[7] = -128;
+  std::vector<TileQ8> t8(static_cast<size_t>(row_tiles(rows) * bpr));
+  pack_tiles(w8.data(), rows, bpr, t8.data());
+  const std::vector<float> start = make_row(cols, Fill::random, 62);
+  for (KernelLevel k : kAllKernels) {
+    if (!kernel_level_supported(k)) continue;
+    set_kernel_level(k);
+    for (int64_t r = 0; r < rows; ++r) {
+      INFO("kernel " << kernel_level_name(k) << ", row " << r);
+      std::vector<float> want = start, got = start;
+      add_scaled_row_q8(w8.data() + r * bpr, cols, -0.731f, want.data());
+      add_scaled_tile_row_q8(t8.data() + r / kTileRows * bpr, bpr, r % kTileRows, -0.731f, got.data());
+      REQUIRE(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("every quant kernel equals the scalar one bit for bit and the f64 dot closely", "[infer][quant]") {
   KernelGuard guard;
   for (KernelLevel k : kAllKernels) {
