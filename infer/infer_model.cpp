@@ -222,12 +222,12 @@ QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) 
       BlockQ8* row = xq.q.data() + t * bpr;
       // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
       if (seg % kQuantBlock == 0) {
-        quantize_row_q8(x + t * in, row, in);
+        quantize_row_q8_sums(x + t * in, row, xq.sums.data() + t * bpr, in);
       } else {
         for (int64_t s = 0; s < in / seg; ++s)
           quantize_row_q8(x + t * in + s * seg, row + s * quant_blocks(seg), seg);
+        q8_block_sums(row, bpr, xq.sums.data() + t * bpr);
       }
-      q8_block_sums(row, bpr, xq.sums.data() + t * bpr);
     }
   });
   return xq;

@@ -72,7 +72,13 @@ float fitted_q4_scale(const float* buf, float amax) {
 
 }  // namespace
 
-void quantize_row_q8(const float* x, BlockQ8* out, int64_t n) { quant_kernels().quantize_row_q8(x, out, n); }
+void quantize_row_q8(const float* x, BlockQ8* out, int64_t n) {
+  quant_kernels().quantize_row_q8(x, out, nullptr, n);
+}
+
+void quantize_row_q8_sums(const float* x, BlockQ8* out, int32_t* sums, int64_t n) {
+  quant_kernels().quantize_row_q8(x, out, sums, n);
+}
 
 void quantize_row_q8_scalar(const float* x, BlockQ8* out, int64_t n) {
   float buf[kQuantBlock];
@@ -109,6 +115,16 @@ void add_scaled_row_q8(const BlockQ8* in, int64_t n, float w, float* acc) {
 }
 
 namespace quant_detail {
+
+void quantize_row_q8_sums_scalar(const float* x, BlockQ8* out, int32_t* sums, int64_t n) {
+  quantize_row_q8_scalar(x, out, n);
+  if (sums) q8_block_sums_scalar(out, quant_blocks(n), sums);
+}
+
+void quantize_row_q8_sums_avx2(const float* x, BlockQ8* out, int32_t* sums, int64_t n) {
+  quantize_row_q8_avx2(x, out, n);
+  if (sums) q8_block_sums_avx2(out, quant_blocks(n), sums);
+}
 
 void add_scaled_q8_scalar(const BlockQ8* in, int64_t n, float w, float* acc) {
   for (int64_t i = 0; i < n; ++i) {

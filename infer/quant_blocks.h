@@ -51,6 +51,9 @@ inline constexpr int64_t quant_blocks(int64_t n) { return (n + kQuantBlock - 1) 
 // (infer/quant_dot.h); both give the same bytes.
 void quantize_row_q8(const float* x, BlockQ8* out, int64_t n);
 void quantize_row_q8_scalar(const float* x, BlockQ8* out, int64_t n);
+// The same, and sums[j] = the sum of block j's 32 values (what the VNNI
+// products need; q8_block_sums, infer/low_rank_q8.h), in one pass.
+void quantize_row_q8_sums(const float* x, BlockQ8* out, int32_t* sums, int64_t n);
 void quantize_row_q4(const float* x, BlockQ4* out, int64_t n);
 // For weights (export): the same format, each block's scale refitted by least
 // squares over a small search. Slower, and a single element may err by more

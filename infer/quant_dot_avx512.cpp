@@ -46,11 +46,13 @@ SHAMN_TARGET_AVX512 void dot_rows_q4_q8_avx512(const BlockQ4* w, int64_t rows, i
 namespace {
 
 // Block b of x exactly as the scalar path rounds it: q = x / d rounded half
-// away from zero, clamped to [-127, 127]. Taken when the reciprocal cannot be trusted.
-SHAMN_TARGET_AVX512 void quantize_block_exact(const __m512* v, float d, BlockQ8& out) {
+// away from zero, clamped to [-127, 127]. Taken when the reciprocal cannot be
+// trusted. Returns the block's values summed in 16 int32 lanes.
+SHAMN_TARGET_AVX512 __m512i quantize_block_exact(const __m512* v, float d, BlockQ8& out) {
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
   const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
   const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  __m512i sum = _mm512_setzero_si512();
   for (int k = 0; k < 2; ++k) {
     const __m512 s = _mm512_div_ps(v[k], _mm512_set1_ps(d));
     __m512 r = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -61,7 +63,36 @@ SHAMN_TARGET_AVX512 void quantize_block_exact(const __m512* v, float d, BlockQ8&
     r = _mm512_mask_add_ps(r, away, r, step);
     const __m512i q = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q + 16 * k), _mm512_cvtepi32_epi8(q));
+    sum = _mm512_add_epi32(sum, q);
   }
+  return sum;
+}
+
+// v[b] (16 vectors) -> one vector whose lane b is op over v[b]'s 16 lanes: a
+// tree of 15 lane-crossing steps instead of a 4-step horizontal reduction per
+// vector. Op is max or add on values where either is exact (maxima; sums of
+// at most 32 values of magnitude <= 127, integers below 2^24).
+template <class Op>
+SHAMN_TARGET_AVX512 __m512 reduce_each(const __m512* v, Op op) {
+  __m512 c[8], e[4], g[2];
+  // [a0 a1 a2 a3] (128-bit chunks) with [b0 b1 b2 b3] -> [a0+a2, a1+a3, b0+b2, b1+b3]
+  for (int p = 0; p < 8; ++p)
+    c[p] = op(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+              _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+  // -> chunk k of e[q] is block 4q + k's four partial lanes
+  for (int q = 0; q < 4; ++q)
+    e[q] = op(_mm512_shuffle_f32x4(c[2 * q], c[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(c[2 * q], c[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // -> chunk k of g[s]: lanes 0-1 block 8s + k, lanes 2-3 block 8s + 4 + k
+  for (int t = 0; t < 2; ++t)
+    g[t] = op(_mm512_shuffle_ps(e[2 * t], e[2 * t + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_ps(e[2 * t], e[2 * t + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // -> chunk k, lane m: block 4m + k
+  const __m512 r = op(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // lane b takes block b from lane 4 * (b % 4) + b / 4
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, r);
 }
 
 }  // namespace
@@ -71,28 +102,36 @@ SHAMN_TARGET_AVX512 void quantize_block_exact(const __m512* v, float d, BlockQ8&
 // x * (1 / d) is farther than kHalfMargin from a half (ties, where the two
 // rules differ, are halves too), and |x * (1 / d)| <= 127 + 2.3e-5 needs no
 // clamp. A block with a value near a half, or a non-finite 1 / d (the
-// distance is then NaN), is redone by exact division.
-SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n) {
+// distance is then NaN), is redone by exact division. Maxima and block sums
+// of 16 blocks at a time are reduced together (reduce_each).
+SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int32_t* sums, int64_t n) {
   const __m512 near = _mm512_set1_ps(0.5f - kHalfMargin);
-  constexpr int64_t kScaleGroup = 16;  // blocks whose scales are divided in one vector
+  const auto max = [](__m512 a, __m512 b) SHAMN_TARGET_AVX512 { return _mm512_max_ps(a, b); };
+  const auto add = [](__m512 a, __m512 b) SHAMN_TARGET_AVX512 { return _mm512_add_ps(a, b); };
+  constexpr int64_t kGroup = 16;  // blocks whose maxima, scales and sums are vectors
   float buf[kQuantBlock];
   const int64_t blocks = quant_blocks(n);
-  for (int64_t b0 = 0; b0 < blocks; b0 += kScaleGroup) {
-    const int64_t nb = std::min(kScaleGroup, blocks - b0);
-    // Each block's max |x| first, then d = max / 127 and 1 / d for all of them:
-    // the two divisions per block were a serial chain that stalled every block.
-    alignas(64) float amax[kScaleGroup] = {};
-    for (int64_t i = 0; i < nb; ++i) {
+  for (int64_t b0 = 0; b0 < blocks; b0 += kGroup) {
+    const int64_t nb = std::min(kGroup, blocks - b0);
+    __m512 m[kGroup];
+    for (int64_t i = 0; i < kGroup; ++i) {
+      if (i >= nb) {
+        m[i] = _mm512_setzero_ps();
+        continue;
+      }
       const float* src = q8_source_block(x, n, b0 + i, buf);
-      amax[i] = _mm512_reduce_max_ps(
-          _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src)), _mm512_abs_ps(_mm512_loadu_ps(src + 16))));
+      m[i] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src)), _mm512_abs_ps(_mm512_loadu_ps(src + 16)));
     }
-    alignas(64) float dv[kScaleGroup], invv[kScaleGroup];
-    const __m512 d16 = _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f));
+    // d = max / 127 and 1 / d for all 16 blocks in one vector each.
+    alignas(64) float dv[kGroup], invv[kGroup];
+    const __m512 d16 = _mm512_div_ps(reduce_each(m, max), _mm512_set1_ps(127.0f));
     _mm512_store_ps(dv, d16);
     // Lanes with d = 0 divide by zero here; those blocks never read their inverse.
     _mm512_store_ps(invv, _mm512_div_ps(_mm512_set1_ps(1.0f), d16));
-    for (int64_t i = 0; i < nb; ++i) {
+    __m512 part[kGroup];  // each block's values summed in 16 lanes (as floats, exactly)
+    for (int64_t i = 0; i < kGroup; ++i) {
+      part[i] = _mm512_setzero_ps();
+      if (i >= nb) continue;
       const int64_t b = b0 + i;
       const float* src = q8_source_block(x, n, b, buf);
       const __m512 v[2] = {_mm512_loadu_ps(src), _mm512_loadu_ps(src + 16)};
@@ -111,15 +150,18 @@ SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, in
         near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s[k], r)), near, _CMP_NLT_UQ);
       }
       if (near_half) {
-        quantize_block_exact(v, d, out[b]);
+        part[i] = _mm512_cvtepi32_ps(quantize_block_exact(v, d, out[b]));
         continue;
       }
-      // s is within 2.3e-5 of an integer's neighbourhood of at most 127.
       const __m512i q0 = _mm512_cvt_roundps_epi32(s[0], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       const __m512i q1 = _mm512_cvt_roundps_epi32(s[1], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q), _mm512_cvtepi32_epi8(q0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16), _mm512_cvtepi32_epi8(q1));
+      part[i] = _mm512_cvtepi32_ps(_mm512_add_epi32(q0, q1));
     }
+    if (sums)
+      _mm512_mask_storeu_epi32(sums + b0, static_cast<__mmask16>((1u << nb) - 1),
+                               _mm512_cvtps_epi32(reduce_each(part, add)));
   }
 }
 

@@ -58,6 +58,9 @@ float dot_q4_q8_avx2(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 float dot_q8_q8_avx512(const BlockQ8* a, const BlockQ8* b, int64_t blocks);
 float dot_q4_q8_avx512(const BlockQ4* w, const BlockQ8* x, int64_t blocks);
 void quantize_row_q8_avx2(const float* x, BlockQ8* out, int64_t n);
+// The kernel-table forms (sums may be null): quantise, then sum the blocks.
+void quantize_row_q8_sums_scalar(const float* x, BlockQ8* out, int32_t* sums, int64_t n);
+void quantize_row_q8_sums_avx2(const float* x, BlockQ8* out, int32_t* sums, int64_t n);
 // add_scaled_row_q8's kernels: the scalar one over n values (any n), the
 // others over whole blocks.
 void add_scaled_q8_scalar(const BlockQ8* in, int64_t n, float w, float* acc);
@@ -67,7 +70,7 @@ void add_scaled_q8_avx512(const BlockQ8* in, int64_t blocks, float w, float* acc
 void add_scaled_tile_q8_scalar(const TileQ8* tiles, int64_t bpr, int64_t i, float w, float* acc);
 void add_scaled_tile_q8_avx2(const TileQ8* tiles, int64_t bpr, int64_t i, float w, float* acc);
 void add_scaled_tile_q8_avx512(const TileQ8* tiles, int64_t bpr, int64_t i, float w, float* acc);
-void quantize_row_q8_avx512(const float* x, BlockQ8* out, int64_t n);
+void quantize_row_q8_avx512(const float* x, BlockQ8* out, int32_t* sums, int64_t n);
 // The paths of q8_block_sums and low_rank_add_q8 (infer/low_rank_q8.h); AVX-512 uses AVX2's sums.
 void q8_block_sums_scalar(const BlockQ8* x, int64_t blocks, int32_t* sums);
 void q8_block_sums_avx2(const BlockQ8* x, int64_t blocks, int32_t* sums);

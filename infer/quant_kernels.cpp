@@ -11,7 +11,7 @@ using namespace quant_detail;
 const QuantKernels kScalar = {
     {dot_q8_q8_scalar, dot_rows_q8_q8_scalar, dot_tiles_q8_scalar, dot_tiles_batch_q8_scalar},
     {dot_q4_q8_scalar, dot_rows_q4_q8_scalar, dot_tiles_q4_scalar, dot_tiles_batch_q4_scalar},
-    quantize_row_q8_scalar,
+    quantize_row_q8_sums_scalar,
     add_scaled_blocks_q8_scalar,
     add_scaled_tile_q8_scalar,
     q8_block_sums_scalar,
@@ -21,7 +21,7 @@ const QuantKernels kScalar = {
 const QuantKernels kAvx2 = {
     {dot_q8_q8_avx2, dot_rows_q8_q8_avx2, dot_tiles_q8_avx2, dot_tiles_batch_q8_avx2},
     {dot_q4_q8_avx2, dot_rows_q4_q8_avx2, dot_tiles_q4_avx2, dot_tiles_batch_q4_avx2},
-    quantize_row_q8_avx2,
+    quantize_row_q8_sums_avx2,
     add_scaled_q8_avx2,
     add_scaled_tile_q8_avx2,
     q8_block_sums_avx2,

@@ -31,8 +31,9 @@ struct QuantTypeKernels {
 struct QuantKernels {
   QuantTypeKernels<BlockQ8, TileQ8> q8;
   QuantTypeKernels<BlockQ4, TileQ4> q4;
-  // Activations are always quantised to Q8: x [n] -> out [quant_blocks(n)].
-  void (*quantize_row_q8)(const float* x, BlockQ8* out, int64_t n);
+  // Activations are always quantised to Q8: x [n] -> out [quant_blocks(n)],
+  // and when sums is not null each block's sum of values (quantize_row_q8_sums).
+  void (*quantize_row_q8)(const float* x, BlockQ8* out, int32_t* sums, int64_t n);
   // acc[32 j + i] = fma(w, in[j].d * in[j].q[i], acc[32 j + i]) for j < blocks (add_scaled_row_q8)
   void (*add_scaled_q8)(const BlockQ8* in, int64_t blocks, float w, float* acc);
   // add_scaled_tile_row_q8 (infer/quant_tiles.h)

@@ -21,7 +21,7 @@
 //           Args: batched (0/1), rows, cols, n.
 //
 //   quantize: n activation rows of `cols` values quantised to Q8 blocks with
-//           their block sums (quantize_row_q8 + q8_block_sums), as prefill
+//           their block sums (quantize_row_q8_sums), as prefill
 //           does before every product. Args: path, cols, rows; counter Mvals/s.
 //
 //   bench_quant_dot --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -38,7 +38,6 @@
 #include "core/kernel_level.h"
 #include "core/parallel.h"
 #include "core/simd.h"
-#include "infer/low_rank_q8.h"
 #include "infer/quant_blocks.h"
 #include "infer/quant_dot.h"
 #include "infer/quant_tiles.h"
@@ -223,10 +222,8 @@ void BM_quantize(benchmark::State& state) {
   std::vector<shamn::BlockQ8> xq(static_cast<size_t>(rows * bpr));
   std::vector<int32_t> sums(xq.size());
   for (auto _ : state) {
-    for (int64_t t = 0; t < rows; ++t) {
-      shamn::quantize_row_q8(x.data() + t * cols, xq.data() + t * bpr, cols);
-      shamn::q8_block_sums(xq.data() + t * bpr, bpr, sums.data() + t * bpr);
-    }
+    for (int64_t t = 0; t < rows; ++t)
+      shamn::quantize_row_q8_sums(x.data() + t * cols, xq.data() + t * bpr, sums.data() + t * bpr, cols);
     benchmark::DoNotOptimize(sums.data());
   }
   state.counters["Mvals"] =

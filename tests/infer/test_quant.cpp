@@ -164,6 +164,16 @@ TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ti
         quantize_row_q8(x.data(), simd.data(), n);
         quantize_row_q8_scalar(x.data(), scalar.data(), n);
         CHECK(std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(BlockQ8)) == 0);
+        // With the block sums, in one pass: the same bytes and each block's sum of values.
+        std::vector<BlockQ8> fused(simd.size());
+        std::vector<int32_t> sums(simd.size(), -1);
+        quantize_row_q8_sums(x.data(), fused.data(), sums.data(), n);
+        CHECK(std::memcmp(fused.data(), scalar.data(), fused.size() * sizeof(BlockQ8)) == 0);
+        for (size_t b = 0; b < scalar.size(); ++b) {
+          int32_t want = 0;
+          for (int i = 0; i < kQuantBlock; ++i) want += scalar[b].q[i];
+          CHECK(sums[b] == want);
+        }
       }
   }
   // amax 127 makes d = 1, so k + 0.5 is an exact tie: it rounds away from zero.
@@ -219,10 +229,17 @@ TEST_CASE("q8 quantisation by reciprocal matches exact division on values near h
     if (!kernel_level_supported(level)) continue;
     set_kernel_level(level);
     quantize_row_q8(x.data(), simd.data(), blocks * kQuantBlock);
+    std::vector<BlockQ8> fused(simd.size());
+    std::vector<int32_t> sums(simd.size());
+    quantize_row_q8_sums(x.data(), fused.data(), sums.data(), blocks * kQuantBlock);
     for (int64_t b = 0; b < blocks; ++b) {
       INFO("kernel " << kernel_level_name(level) << ", block " << b << ", first value "
                      << x[b * kQuantBlock]);
       REQUIRE(std::memcmp(&simd[b], &scalar[b], sizeof(BlockQ8)) == 0);
+      REQUIRE(std::memcmp(&fused[b], &scalar[b], sizeof(BlockQ8)) == 0);
+      int32_t want = 0;
+      for (int i = 0; i < kQuantBlock; ++i) want += scalar[b].q[i];
+      REQUIRE(sums[b] == want);
     }
   }
 }
