@@ -2,6 +2,8 @@
 
 #include "core/check.h"
 #include "core/gemm.h"
+#include "core/kernel_level.h"
+#include "core/kernels/product_key_isa.h"
 #include "core/parallel.h"
 
 namespace shamn {
@@ -23,10 +25,8 @@ constexpr int64_t kScoreTileFloats = 1 << 17;
 // Tokens per task in the per-token loops: roughly 16K multiply-adds each.
 int64_t token_grain(const ProductKeyDims& d) { return std::max<int64_t>(1, 16384 / (2 * d.n + d.k * d.dim)); }
 
-struct Scored {
-  float s;  // ranked score (never NaN)
-  int32_t id;
-};
+using product_key_isa::kRankLanes;
+using product_key_isa::Scored;
 
 // Above this many entries a final cut (nth_element) precedes the counting selection.
 constexpr int64_t kRankSelectMax = 128;
@@ -36,40 +36,13 @@ constexpr auto ranks_above = [](const Scored& x, const Scored& y) {
   return x.s > y.s || (x.s == y.s && x.id < y.id);
 };
 
-// Writes the k best of buf[0..m) to out, best first, by counting for each entry how
-// many entries rank above it: m*m compares without a branch, kRankLanes entries at a
-// time in vector lanes; for the few dozen entries left here that beats nth_element +
-// sort. rs and rid are scratch for m scores and ids rounded up to whole lane groups.
-constexpr int64_t kRankLanes = 16;
+const product_key_isa::Kernels* const kLevels[] = {
+    &product_key_isa::kernels_scalar, &product_key_isa::kernels_avx2, &product_key_isa::kernels_avx512};
+const product_key_isa::Kernels& isa() { return for_kernel_level(kLevels); }
 
+// The k best of buf[0..m), best first (product_key_isa.h), on the selected SIMD level.
 void rank_select(const Scored* buf, int64_t m, int64_t k, Scored* out, float* rs, int32_t* rid) {
-  for (int64_t i = 0; i < m; ++i) {
-    rs[i] = buf[i].s;
-    rid[i] = buf[i].id;
-  }
-  for (int64_t i = m; i % kRankLanes != 0; ++i) {  // padding lanes: counted, never stored
-    rs[i] = 0;
-    rid[i] = 0;
-  }
-  for (int64_t i0 = 0; i0 < m; i0 += kRankLanes) {
-    float si[kRankLanes];
-    int32_t ii[kRankLanes], above[kRankLanes] = {};
-    for (int64_t l = 0; l < kRankLanes; ++l) {
-      si[l] = rs[i0 + l];
-      ii[l] = rid[i0 + l];
-    }
-    for (int64_t j = 0; j < m; ++j) {
-      const float sj = rs[j];
-      const int32_t ij = rid[j];
-      // Keeps GCC 12 on one vector compare-and-add per j (it otherwise unrolls this
-      // into scalar code and the selection runs 40% slower).
-#pragma GCC unroll 1
-      for (int64_t l = 0; l < kRankLanes; ++l)
-        above[l] += static_cast<int32_t>(sj > si[l]) | static_cast<int32_t>((sj == si[l]) & (ij < ii[l]));
-    }
-    for (int64_t l = 0; l < kRankLanes && i0 + l < m; ++l)
-      if (above[l] < k) out[above[l]] = {si[l], ii[l]};
-  }
+  isa().rank_select(buf, m, k, out, rs, rid);
 }
 
 // Candidates are appended to a buffer and, when it fills, cut back to the k best
@@ -175,11 +148,7 @@ void top_k_row(const float* score, int64_t n, int64_t k, SelectScratch& sc, floa
     float mean, stddev;
     row_moments(score, n, mean, stddev);
     const float guess = mean + sc.z * stddev;
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      buf[m] = {score[i], static_cast<int32_t>(i)};
-      m += score[i] > guess;
-    }
+    const int64_t m = isa().compact_above(score, n, guess, buf);
     if (m >= k) {
       top.size = m;
       done = true;

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <random>
 #include <vector>
 
 #include "autograd/ops.h"
 #include "autograd/ops_product_key.h"
+#include "core/kernel_level.h"
+#include "core/kernels/product_key.h"
 #include "core/rng.h"
 #include "helpers.h"
 
@@ -335,4 +338,36 @@ TEST_CASE("product-key memory: bad shapes and sizes are errors", "[autograd][mem
   CHECK_THROWS_WITH(product_key_memory(q, keys, keys, few_values, 2), Contains("n*n = 25"));
   const Var q64(random_tensor({3, 8}, 48, DType::f64));
   CHECK_THROWS_WITH(product_key_memory(q64, keys, keys, values, 2), Contains("dtypes"));
+}
+
+TEST_CASE("product-key memory: the selection is the same at every kernel level", "[autograd][memory]") {
+  const KernelLevel saved = kernel_level();
+  // n = 256 (the SPEC's, whole vector groups) and 75 (a partial group); ties
+  // from a coarse grid in half the tokens; wide and narrow score spreads.
+  for (const ProductKeyDims& d : {ProductKeyDims{256, 8, 32, 4}, ProductKeyDims{75, 8, 12, 4}}) {
+    const int64_t N = 64;
+    std::mt19937 gen(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> s1(static_cast<size_t>(N * d.n)), s2(s1.size());
+    for (int64_t i = 0; i < N * d.n; ++i) {
+      const bool coarse = (i / d.n) % 2 == 1;
+      s1[i] = coarse ? std::round(2 * normal(gen)) : normal(gen);
+      s2[i] = coarse ? std::round(2 * normal(gen)) : 3 * normal(gen);
+    }
+    std::vector<int32_t> want_slots(static_cast<size_t>(N * d.k));
+    std::vector<float> want_w(want_slots.size());
+    set_kernel_level(KernelLevel::scalar);
+    product_key_select(want_slots.data(), want_w.data(), s1.data(), s2.data(), N, d);
+    for (KernelLevel level : {KernelLevel::avx2, KernelLevel::avx512}) {
+      if (!kernel_level_supported(level)) continue;
+      set_kernel_level(level);
+      std::vector<int32_t> slots(want_slots.size());
+      std::vector<float> w(want_w.size());
+      product_key_select(slots.data(), w.data(), s1.data(), s2.data(), N, d);
+      INFO("kernel " << kernel_level_name(level) << ", n " << d.n);
+      CHECK(slots == want_slots);
+      CHECK(w == want_w);
+    }
+  }
+  set_kernel_level(saved);
 }
