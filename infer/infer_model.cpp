@@ -44,6 +44,8 @@ constexpr int64_t kTaskMacs = 1 << 15;
 // Routed rows (tokens x k) from which a MoE block runs its experts as parallel
 // tasks: below it (a decode step) the experts' products are split instead.
 constexpr int64_t kParallelExpertRows = 32;
+// Rows of the mixer convolved, activated and quantised together (32 KiB of c at D = 512).
+constexpr int64_t kMixerChunkRows = 16;
 
 int64_t grain_for(int64_t macs_per_item) {
   return std::max<int64_t>(1, kTaskMacs / std::max<int64_t>(macs_per_item, 1));
@@ -212,24 +214,39 @@ struct QuantRows {
   const BlockQ8* data() const { return q.data(); }
 };
 
-// x: [n, in] -> [n, quant_blocks per row]: each row quantised in segments of
-// `segment` values (0 = whole rows), the blocking of the matrices that read it.
-QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) {
-  const int64_t seg = segment > 0 ? segment : in, bpr = in / seg * quant_blocks(seg);
-  QuantRows xq{Buffer<BlockQ8>(n * bpr), Buffer<int32_t>(n * bpr)};
-  parallel_for(0, n, grain_for(in), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      BlockQ8* row = xq.q.data() + t * bpr;
-      // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
-      if (seg % kQuantBlock == 0) {
-        quantize_row_q8_sums(x + t * in, row, xq.sums.data() + t * bpr, in);
-      } else {
-        for (int64_t s = 0; s < in / seg; ++s)
-          quantize_row_q8(x + t * in + s * seg, row + s * quant_blocks(seg), seg);
-        q8_block_sums(row, bpr, xq.sums.data() + t * bpr);
-      }
+int64_t quant_row_blocks(int64_t in, int64_t segment) {
+  const int64_t seg = segment > 0 ? segment : in;
+  return in / seg * quant_blocks(seg);
+}
+
+// Rows [t0, t1) of x [., in] into xq (allocated for them): each row quantised
+// in segments of `segment` values (0 = whole rows), the blocking of the
+// matrices that read it.
+void quantize_rows_range(QuantRows& xq, const float* x, int64_t t0, int64_t t1, int64_t in, int64_t segment) {
+  const int64_t seg = segment > 0 ? segment : in, bpr = quant_row_blocks(in, segment);
+  for (int64_t t = t0; t < t1; ++t) {
+    BlockQ8* row = xq.q.data() + t * bpr;
+    // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
+    if (seg % kQuantBlock == 0) {
+      quantize_row_q8_sums(x + t * in, row, xq.sums.data() + t * bpr, in);
+    } else {
+      for (int64_t s = 0; s < in / seg; ++s)
+        quantize_row_q8(x + t * in + s * seg, row + s * quant_blocks(seg), seg);
+      q8_block_sums(row, bpr, xq.sums.data() + t * bpr);
     }
-  });
+  }
+}
+
+QuantRows alloc_quant_rows(int64_t n, int64_t in, int64_t segment) {
+  const int64_t bpr = quant_row_blocks(in, segment);
+  return QuantRows{Buffer<BlockQ8>(n * bpr), Buffer<int32_t>(n * bpr)};
+}
+
+// x: [n, in] -> [n, quant_blocks per row], as quantize_rows_range.
+QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) {
+  QuantRows xq = alloc_quant_rows(n, in, segment);
+  parallel_for(0, n, grain_for(in),
+               [&](int64_t lo, int64_t hi) { quantize_rows_range(xq, x, lo, hi, in, segment); });
   return xq;
 }
 
@@ -528,24 +545,47 @@ void InferModel::Impl::embed(const int32_t* tokens, int64_t n, float* x) const {
 void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std::span<const StreamStep> steps,
                              const Adapters& ad) const {
   Buffer<float> u(n * D), c(n * D);
-  ProfilePhases phase("mixer.conv", ProfileCategory::infer);
+  ProfilePhases phase("mixer.norm", ProfileCategory::infer);
   rms_norm(x, L.mix_gain, n, D, u.data());
-  // Each stream's rows continue its own history: the one place streams differ.
-  int64_t r0 = 0;
-  for (const StreamStep& s : steps) {
+  for (int64_t r0 = 0; const StreamStep& s : steps) {
     if (s.record != nullptr) {
       std::vector<float>& rows = s.record->layers[l];
       rows.insert(rows.end(), u.data() + r0 * D, u.data() + (r0 + s.n) * D);
     }
-    causal_conv_forward_streaming(c.data() + r0 * D, u.data() + r0 * D, s.state->history[l].data(), L.conv,
-                                  CausalConvDims{1, s.n, D, K});
     r0 += s.n;
   }
-  phase.next("mixer.silu");
-  silu_forward(c.data(), c.data(), n * D);
-  phase.next("mixer.quantise");
+  // The convolution, SiLU and quantisation run a chunk of rows at a time, so
+  // the chunk's c is still in L1 for the next two (over the whole window they
+  // were three passes through L2 and beyond). Each stream's rows continue its
+  // own history: the one place streams differ.
   const BlockSparse& out = L.mixer_out;
-  const QuantRows cq = out.values.quantized() ? quantize_rows(c.data(), n, D, out.block) : QuantRows();
+  QuantRows cq = out.values.quantized() ? alloc_quant_rows(n, D, out.block) : QuantRows();
+  struct Chunk {
+    int64_t row0, t0, t1;  // the stream's first row in u and c, its rows [t0, t1)
+    float* history;
+  };
+  std::vector<Chunk> chunks;
+  for (int64_t r0 = 0; const StreamStep& s : steps) {
+    for (int64_t t = 0; t < s.n; t += kMixerChunkRows)
+      chunks.push_back({r0, t, std::min(s.n, t + kMixerChunkRows), s.state->history[l].data()});
+    r0 += s.n;
+  }
+  phase.next("mixer.conv");
+  const CausalConvTaps taps(L.conv, D, K);
+  parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const Chunk& ch = chunks[i];
+      float* cs = c.data() + ch.row0 * D;
+      causal_conv_rows_streaming(cs, u.data() + ch.row0 * D, ch.history, taps, ch.t0, ch.t1);
+      silu_forward(cs + ch.t0 * D, cs + ch.t0 * D, (ch.t1 - ch.t0) * D);
+      if (out.values.quantized())
+        quantize_rows_range(cq, c.data(), ch.row0 + ch.t0, ch.row0 + ch.t1, D, out.block);
+    }
+  });
+  for (int64_t r0 = 0; const StreamStep& s : steps) {
+    causal_conv_advance_history(s.state->history[l].data(), u.data() + r0 * D, s.n, D, K);
+    r0 += s.n;
+  }
   const LoraTerm lora(
       ad, l, [](const LoraLayer& a) { return a.mixer_out; }, LoraInput{c.data(), D, whole_blocks(out, cq)},
       nullptr, n);

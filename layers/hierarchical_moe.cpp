@@ -38,8 +38,7 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u) const {
   dispatch_floating(u.dtype(), "moe", [&](auto zero) {
     using T = decltype(zero);
     Tensor pg = Tensor::empty({n, o.groups}, u.dtype());
-    for (int64_t t = 0; t < n; ++t)
-      softmax_row(pg.data<T>() + t * o.groups, rg.value().data<T>() + t * o.groups, o.groups);
+    softmax_rows(pg.data<T>(), rg.value().data<T>(), n, o.groups);
     select_experts(experts.data<int32_t>(), pg.data<T>(), P.value().data<T>(), n, shape);
   });
   Var gates = moe_gates(P, experts);

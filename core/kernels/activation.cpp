@@ -1,5 +1,7 @@
 #include "core/kernels/activation.h"
 
+#include <cmath>
+
 #include "core/kernel_level.h"
 #include "core/kernels/activation_isa.h"
 #include "core/kernels/elementwise.h"
@@ -26,6 +28,7 @@ void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {
   kernels().sigmoid_backward(dx, dy, y, n);
 }
 double logsumexp(const float* x, int64_t n) { return kernels().logsumexp(x, n); }
+void exp_forward(float* y, const float* x, int64_t n) { kernels().exp_forward(y, x, n); }
 
 void gelu_forward(double* y, const double* x, int64_t n) {
   map_forward(y, x, n, [](double v) { return Gelu<double>::forward(v); });
@@ -44,6 +47,9 @@ void sigmoid_forward(double* y, const double* x, int64_t n) {
 }
 void sigmoid_backward(double* dx, const double* dy, const double* y, int64_t n) {
   map_backward(dx, dy, y, y, n, [](double, double s) { return s * (1.0 - s); });
+}
+void exp_forward(double* y, const double* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
 }
 
 }  // namespace shamn

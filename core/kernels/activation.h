@@ -21,6 +21,9 @@ void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n);  /
 // calling thread; the exps are float (within 2 ulp), the log double. The same
 // bits at every kernel level. +-inf or NaN maximum: returned as it is.
 double logsumexp(const float* x, int64_t n);
+// y[i] = exp(x[i]) (within 2 ulp; y may be x) on the calling thread, the same
+// bits at every kernel level: for short arrays inside a caller's parallel loop.
+void exp_forward(float* y, const float* x, int64_t n);
 
 // f64 (gradient checks): the obvious scalar formulas of core/kernels/elementwise.h
 // element by element, the naive twins, under the same names.
@@ -30,5 +33,6 @@ void silu_forward(double* y, const double* x, int64_t n);
 void silu_backward(double* dx, const double* dy, const double* x, int64_t n);
 void sigmoid_forward(double* y, const double* x, int64_t n);
 void sigmoid_backward(double* dx, const double* dy, const double* y, int64_t n);
+void exp_forward(double* y, const double* x, int64_t n);
 
 }  // namespace shamn

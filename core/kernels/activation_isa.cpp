@@ -128,11 +128,19 @@ double logsumexp(const float* x, int64_t n) {
   return static_cast<double>(mx) + std::log(static_cast<double>(simd::sum(acc[0] + acc[1])));
 }
 
+// On the calling thread: short arrays (a chunk of router rows) inside callers'
+// own parallel loops.
+void exp_forward(float* y, const float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) simd::store(y + i, simd::exp(simd::load(x + i)));
+  if (i < n) store_n(y + i, simd::exp(load_n(x + i, n - i)), n - i);
+}
+
 SHAMN_ISA_END
 
 namespace shamn::activation_isa {
 SHAMN_ISA_TABLE(Kernels) = {&::shamn::SHAMN_ISA_NS::gelu_forward,    &::shamn::SHAMN_ISA_NS::gelu_backward,
                             &::shamn::SHAMN_ISA_NS::silu_forward,    &::shamn::SHAMN_ISA_NS::silu_backward,
                             &::shamn::SHAMN_ISA_NS::sigmoid_forward, &::shamn::SHAMN_ISA_NS::sigmoid_backward,
-                            &::shamn::SHAMN_ISA_NS::logsumexp};
+                            &::shamn::SHAMN_ISA_NS::logsumexp,       &::shamn::SHAMN_ISA_NS::exp_forward};
 }  // namespace shamn::activation_isa

@@ -13,6 +13,7 @@ struct Kernels {
   void (*sigmoid_forward)(float* y, const float* x, int64_t n);
   void (*sigmoid_backward)(float* dx, const float* dy, const float* y, int64_t n);
   double (*logsumexp)(const float* x, int64_t n);
+  void (*exp_forward)(float* y, const float* x, int64_t n);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

@@ -67,16 +67,29 @@ void causal_conv_forward(float* c, const float* u, const float* conv, const Caus
 void causal_conv_forward_streaming(float* c, const float* u, float* history, const float* conv,
                                    const CausalConvDims& s) {
   SHAMN_CHECK(s.batch == 1, "causal_conv_forward_streaming: one sequence, not ", s.batch);
-  const std::vector<float> w = transpose_kernel(conv, s);
-  const int64_t D = s.dim, H = s.kernel - 1, n = s.time;
+  const CausalConvTaps taps(conv, s.dim, s.kernel);
+  parallel_for(0, s.time, row_grain(s.dim * s.kernel),
+               [&](int64_t lo, int64_t hi) { causal_conv_rows_streaming(c, u, history, taps, lo, hi); });
+  causal_conv_advance_history(history, u, s.time, s.dim, s.kernel);
+}
+
+CausalConvTaps::CausalConvTaps(const float* conv, int64_t d, int64_t k)
+    : w(transpose_kernel(conv, CausalConvDims{1, 0, d, k})), dim(d), kernel(k) {}
+
+void causal_conv_rows_streaming(float* c, const float* u, const float* history, const CausalConvTaps& taps,
+                                int64_t t0, int64_t t1) {
+  const int64_t D = taps.dim, H = taps.kernel - 1;
   auto input_at = [&](int64_t t) { return t >= 0 ? u + t * D : history + (H + t) * D; };
-  parallel_for(0, n, row_grain(D * s.kernel), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      conv_row(c + t * D, w.data(), D, s.kernel, [&](int64_t i) { return input_at(t - i); });
-  });
-  // The new history, oldest first: rows n-H .. n-1 of history and u joined.
+  for (int64_t t = t0; t < t1; ++t)
+    conv_row(c + t * D, taps.w.data(), D, taps.kernel, [&](int64_t i) { return input_at(t - i); });
+}
+
+void causal_conv_advance_history(float* history, const float* u, int64_t T, int64_t D, int64_t K) {
+  const int64_t H = K - 1;
+  auto input_at = [&](int64_t t) { return t >= 0 ? u + t * D : history + (H + t) * D; };
+  // The new history, oldest first: rows T-H .. T-1 of history and u joined.
   std::vector<float> next(static_cast<size_t>(H * D));
-  for (int64_t j = 0; j < H; ++j) std::copy_n(input_at(n - H + j), D, next.data() + j * D);
+  for (int64_t j = 0; j < H; ++j) std::copy_n(input_at(T - H + j), D, next.data() + j * D);
   std::copy(next.begin(), next.end(), history);
 }
 

@@ -7,6 +7,7 @@
 // Backward kernels accumulate (+=). The float kernels give the same bits for any
 // thread count; the `_naive` twins are the test oracle and the f64 path.
 #include <cstdint>
+#include <vector>
 
 namespace shamn {
 
@@ -24,6 +25,23 @@ void causal_conv_forward(float* c, const float* u, const float* conv, const Caus
 // over history and u joined (the rows after the history).
 void causal_conv_forward_streaming(float* c, const float* u, float* history, const float* conv,
                                    const CausalConvDims& dims);
+
+// The kernel conv [D, K] transposed to taps [K, D] (D contiguous, the layout
+// every row of the convolution reads), for callers that convolve a sequence a
+// few rows at a time.
+struct CausalConvTaps {
+  CausalConvTaps(const float* conv, int64_t d, int64_t k);  // conv [d, k]
+  std::vector<float> w;                                     // [K, D]
+  int64_t dim = 0, kernel = 0;
+};
+// Rows [t0, t1) of causal_conv_forward_streaming's c, on the calling thread;
+// history is only read. u, c: the sequence's [T, D] (rows t0-K+1 .. t1-1 of u
+// are read, those before row 0 from history). The same bits as the whole call.
+void causal_conv_rows_streaming(float* c, const float* u, const float* history, const CausalConvTaps& taps,
+                                int64_t t0, int64_t t1);
+// history [K-1, D] <- the last K-1 rows of history and u [T, D] joined: what
+// causal_conv_forward_streaming leaves there.
+void causal_conv_advance_history(float* history, const float* u, int64_t T, int64_t D, int64_t K);
 // du += the input's gradient; du = ... instead with overwrite (a fresh buffer:
 // no zero fill, no read of it).
 void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& dims,

@@ -96,8 +96,7 @@ void BM_MoeRouting(benchmark::State& state) {
     Var rg = matmul(u, wg, false, true);
     Var P = router_probs(rg, matmul(u, we, false, true), shape);
     Tensor pg = Tensor::empty({kTokens, 4});
-    for (int64_t t = 0; t < kTokens; ++t)
-      softmax_row(pg.data<float>() + t * 4, rg.value().data<float>() + t * 4, int64_t{4});
+    softmax_rows(pg.data<float>(), rg.value().data<float>(), kTokens, int64_t{4});
     Tensor experts = Tensor::empty({kTokens, 2}, DType::i32);
     select_experts(experts.data<int32_t>(), pg.data<float>(), P.value().data<float>(), kTokens, shape);
     Var gates = moe_gates(P, experts);

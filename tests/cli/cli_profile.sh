@@ -111,7 +111,7 @@ assert {("eval_window", "eval"), ("embed", "infer"), ("layers.0.mixer", "infer")
 trace, spans, _ = load_trace(f"{w}/bench.json")
 assert {("prefill", "step"), ("decode_token", "step"), ("layers.0.moe", "infer")} <= kinds(spans)
 # Each layer's ops, nested in the layer's span.
-ops = {("mixer.conv", "infer"), ("mixer.silu", "infer"), ("mixer.quantise", "infer"), ("mixer.out", "infer"),
+ops = {("mixer.norm", "infer"), ("mixer.conv", "infer"), ("mixer.out", "infer"),
        ("memory.query", "infer"), ("memory.keys", "infer"), ("memory.select", "infer"),
        ("memory.values", "infer"), ("moe.route", "infer"), ("moe.dispatch", "infer"), ("moe.up", "infer"),
        ("moe.gelu", "infer"), ("moe.quantise", "infer"), ("moe.down", "infer"), ("moe.combine", "infer")}

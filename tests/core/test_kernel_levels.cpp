@@ -17,6 +17,7 @@
 #include "core/kernels/block_sparse.h"
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
+#include "core/kernels/moe_routing.h"
 
 using namespace shamn;
 
@@ -170,6 +171,39 @@ TEST_CASE("logsumexp gives the same bits at every kernel level and the f64 value
   }
   const float inf_row[3] = {1.0f, INFINITY, 2.0f};
   CHECK(logsumexp(inf_row, 3) == INFINITY);
+}
+
+TEST_CASE("exp_forward and the router softmax give the same bits at every kernel level, near std::exp",
+          "[kernels][levels]") {
+  // Lengths around the 16-lane step; arguments over the whole float range of exp.
+  const int64_t lengths[] = {1, 15, 16, 17, 33, 320};
+  const std::vector<float> x = random_floats(320, 17, -90.0f, 88.0f);
+  require_same_bits_at_every_level([&] {
+    std::vector<float> out;
+    for (int64_t n : lengths) {
+      std::vector<float> y(static_cast<size_t>(n));
+      exp_forward(y.data(), x.data(), n);
+      out.insert(out.end(), y.begin(), y.end());
+    }
+    return out;
+  });
+  std::vector<float> y(x.size());
+  exp_forward(y.data(), x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("x = " << x[i]);
+    CHECK(y[i] == Approx(std::exp(static_cast<double>(x[i]))).epsilon(3e-7).margin(1e-37));
+  }
+  // 37 tokens of a 4 x 4 router: chunks of 16 and a tail.
+  const MoeShape shape{4, 4, 1, 2};
+  const int64_t n = 37;
+  const std::vector<float> rg = random_floats(static_cast<size_t>(n * 4), 3, -6.0f, 6.0f);
+  const std::vector<float> re = random_floats(static_cast<size_t>(n * 16), 4, -6.0f, 6.0f);
+  require_same_bits_at_every_level([&] {
+    std::vector<float> P(static_cast<size_t>(n * 16)), pg(static_cast<size_t>(n * 4)), pe(P.size());
+    router_probs_forward(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, shape);
+    P.insert(P.end(), pg.begin(), pg.end());
+    return P;
+  });
 }
 
 TEST_CASE("the hash head gives the same bits at every kernel level", "[kernels][levels]") {
