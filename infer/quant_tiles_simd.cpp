@@ -196,6 +196,10 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
     const TileRegs<Tile> r0(wt[0]);
     const TileRegs<Tile> r1(wt[B - 1]);
     const __m512 wd[2] = {_mm512_loadu_ps(wt[0].d), _mm512_loadu_ps(wt[B - 1].d)};
+    // The next B tiles (this call's next rows, or the next call's: a matrix's
+    // row blocks lie one after another) load while this one's tokens run.
+    const char* next = reinterpret_cast<const char*>(wt + B);
+    for (size_t off = 0; off < B * sizeof(Tile); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
     const int64_t nr = std::min<int64_t>(kTileRows, rows - t * kTileRows);
     const auto mask = static_cast<__mmask16>((1u << nr) - 1);
     // No bias adds +0, which changes nothing after the +0 below (which made -0 +0 already).
