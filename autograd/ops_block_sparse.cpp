@@ -9,6 +9,7 @@
 #include "core/buffer.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/elementwise.h"
+#include "core/kernels/rows.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 
@@ -119,6 +120,16 @@ void reserve_segment_scratch(Buffer<T>& buf, int64_t count) {
   buf.reserve_at_least(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(count))));
 }
 
+// A segment's n input rows from r0: x's rows themselves, or (rows given) x's
+// rows rows[r0..r0+n) gathered into buf.
+template <class T>
+const T* segment_rows(const T* x, const int32_t* rows, int64_t r0, int64_t n, int64_t in, Buffer<T>& buf) {
+  if (rows == nullptr) return x + r0 * in;
+  reserve_segment_scratch(buf, n * in);
+  gather_rows_forward(buf.data(), x, rows + r0, n, in);
+  return buf.data();
+}
+
 }  // namespace
 
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
@@ -163,16 +174,22 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
 
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
                                  const std::vector<BlockSparseOperands>& layers, int64_t block,
-                                 InputActivation act) {
+                                 InputActivation act, const Tensor& rows) {
   const ProfileScope profile("block_sparse_linear_segments", ProfileCategory::forward);
   const int64_t G = static_cast<int64_t>(layers.size());
   SHAMN_CHECK(G > 0 && static_cast<int64_t>(offsets.size()) == G + 1,
               "block_sparse_linear_segments: ", offsets.size(), " offsets for ", G,
               " layers (want layers + 1)");
   SHAMN_CHECK(x.dim() == 2, "block_sparse_linear_segments: x must be 2-D, got ", x.value().str());
-  SHAMN_CHECK(offsets.front() == 0 && offsets.back() == x.size(0),
-              "block_sparse_linear_segments: offsets span [", offsets.front(), ", ", offsets.back(),
-              "), x has ", x.size(0), " rows");
+  const bool gathered = rows.defined();
+  const int64_t M = gathered ? rows.numel() : x.size(0), R = x.size(0);
+  if (gathered) {
+    SHAMN_CHECK(rows.dtype() == DType::i32 && rows.dim() == 1, "block_sparse_linear_segments: rows ",
+                rows.str(), " are not int32 [M]");
+    check_row_indices(rows.data<int32_t>(), M, R, "block_sparse_linear_segments");
+  }
+  SHAMN_CHECK(offsets.front() == 0 && offsets.back() == M, "block_sparse_linear_segments: offsets span [",
+              offsets.front(), ", ", offsets.back(), "), the input has ", M, " rows");
   std::vector<BlockSparseDims> dims;
   std::vector<Var> inputs{x};
   // Input positions of each layer's values and bias (-1: no bias).
@@ -197,9 +214,10 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     std::vector<bool> has_bias;
     for (const BlockSparseOperands& l : layers) has_bias.push_back(l.bias.defined());
     record_work(op_work::block_sparse_segments_forward(op_work::segment_rows(offsets), dims, has_bias, s));
-    record_activation_work(act, x.numel(), s, false);
+    record_activation_work(act, M * in, s, false);
+    if (gathered) record_work(op_work::gather_rows_forward(M, R, in, s));
   }
-  Tensor y = Tensor::empty({x.size(0), out}, x.dtype());
+  Tensor y = Tensor::empty({M, out}, x.dtype());
   std::vector<Tensor> wv, bv, ci;
   for (const BlockSparseOperands& l : layers) {
     wv.push_back(l.values.value());
@@ -209,14 +227,16 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
   dispatch_floating(x.dtype(), "block_sparse_linear_segments", [&](auto zero) {
     using T = decltype(zero);
     const T* xp = x.value().data<T>();
+    const int32_t* rp = gathered ? rows.data<int32_t>() : nullptr;
     T* yp = y.data<T>();
     parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-      Buffer<T> buf;  // act(x) of the segment
+      Buffer<T> buf, rows_buf;  // act(x) of the segment; its rows of x, gathered
       for (int64_t g = lo; g < hi; ++g) {
         const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
         if (n == 0) continue;
         if (act != InputActivation::none) reserve_segment_scratch(buf, n * in);
-        forward_rows<T>(yp + r0 * out, activated(xp + r0 * in, n * in, act, buf), wv[g].data<T>(),
+        const T* xg = segment_rows(xp, rp, r0, n, in, rows_buf);
+        forward_rows<T>(yp + r0 * out, activated(xg, n * in, act, buf), wv[g].data<T>(),
                         ci[g].data<int32_t>(), bv[g].defined() ? bv[g].data<T>() : nullptr, n, dims[g]);
       }
     });
@@ -233,12 +253,18 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       }
       record_work(op_work::block_sparse_segments_backward(op_work::segment_rows(offsets), dims, s,
                                                           node.needs_grad(0), wanted));
-      record_activation_work(act, xv.numel(), s, node.needs_grad(0));
+      record_activation_work(act, M * in, s, node.needs_grad(0));
+      if (gathered) {
+        record_work(op_work::gather_rows_forward(M, R, in, s));  // the rows again
+        if (node.needs_grad(0)) record_work(op_work::gather_rows_backward(M, R, in, s));
+      }
     }
     dispatch_floating(node.out_dtype, "block_sparse_linear_segments", [&](auto zero) {
       using T = decltype(zero);
       // Gradient buffers are fetched (and zero-filled) here, before the tasks start.
-      T* dx = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
+      // Gathered rows get theirs in input order first, scatter-added below.
+      Tensor dx_rows = gathered && node.needs_grad(0) ? Tensor::zeros({M, in}, node.out_dtype) : Tensor();
+      T* dx = !node.needs_grad(0) ? nullptr : gathered ? dx_rows.data<T>() : node.input_grad(0).data<T>();
       std::vector<GradRows<T>> grads(static_cast<size_t>(G));
       for (int64_t g = 0; g < G; ++g) {
         if (offsets[g + 1] == offsets[g]) continue;
@@ -250,8 +276,9 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       }
       const T* dy = node.out_grad.data<T>();
       const T* xp = xv.data<T>();
+      const int32_t* rp = gathered ? rows.data<int32_t>() : nullptr;
       parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-        Buffer<T> buf, dbuf;  // act(x) of the segment and its gradient
+        Buffer<T> buf, dbuf, rows_buf;  // act(x) of the segment and its gradient; its rows of x
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
           if (n == 0) continue;
@@ -259,10 +286,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
             reserve_segment_scratch(buf, n * in);
             if (dx) reserve_segment_scratch(dbuf, n * in);
           }
-          backward_rows_activated<T>(grads[g], dy + r0 * out, xp + r0 * in, wv[g].data<T>(),
-                                     ci[g].data<int32_t>(), n, dims[g], act, buf, dbuf);
+          backward_rows_activated<T>(grads[g], dy + r0 * out, segment_rows(xp, rp, r0, n, in, rows_buf),
+                                     wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g], act, buf, dbuf);
         }
       });
+      if (gathered && dx) scatter_add_rows(node.input_grad(0).data<T>(), dx, rp, M, R, in);
     });
   });
 }

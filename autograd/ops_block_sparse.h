@@ -34,8 +34,13 @@ struct BlockSparseOperands {
 // no gradient, as if it had not run.
 // act as above, per segment (the MoE's down projections read gelu of the up
 // projections' output).
+// With rows (int32 [M], defined), x is a table [R, in] and the op's input row i
+// is x row rows[i] (the MoE's tokens in dispatch order): each segment gathers
+// its rows into scratch as it runs, forward and backward, so the gathered
+// [M, in] copy is never kept for the backward; x's gradient is scatter-added
+// as gather_rows' backward does. Bitwise gather_rows followed by the op.
 Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offsets,
                                  const std::vector<BlockSparseOperands>& layers, int64_t block,
-                                 InputActivation act = InputActivation::none);
+                                 InputActivation act = InputActivation::none, const Tensor& rows = Tensor());
 
 }  // namespace shamn

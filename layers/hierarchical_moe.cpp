@@ -52,19 +52,31 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u) const {
                            (static_cast<double>(n) * o.k) / static_cast<double>(n));
   Var aux = sum(mul(P, Var(weight)));
 
-  Var ys = experts_forward(gather_rows(u2, plan.order), plan);
+  Var ys = experts_forward(u2, plan);
   Var y = moe_combine(ys, gates, plan);
   return {reshape(y, u.shape()), aux, experts};
 }
 
-Var HierarchicalMoE::experts_forward(const Var& xs, const MoeDispatch& plan) const {
+Var HierarchicalMoE::experts_forward(const Var& u, const MoeDispatch& plan) const {
   std::vector<BlockSparseOperands> up, down;
   for (const MoeExpert* e : experts_) {
     up.push_back({e->up().values(), e->up().col_index(), e->up().bias()});
     down.push_back({e->down().values(), e->down().col_index(), e->down().bias()});
   }
-  const Var pre = with_adapters(xs, block_sparse_linear_segments(xs, plan.offsets, up, options_.up.block),
-                                plan, &MoeExpert::up);
+  // The up projections read their tokens' rows of u through the plan, so no
+  // gathered [N*k, D] copy is kept for the backward; adapters on them read
+  // the gathered rows, which then exist anyway.
+  const bool up_adapted =
+      std::any_of(experts_.begin(), experts_.end(), [](const MoeExpert* e) { return e->up().has_lora(); });
+  Var pre;
+  if (up_adapted) {
+    const Var xs = gather_rows(u, plan.order);
+    pre = with_adapters(xs, block_sparse_linear_segments(xs, plan.offsets, up, options_.up.block), plan,
+                        &MoeExpert::up);
+  } else {
+    pre = block_sparse_linear_segments(u, plan.offsets, up, options_.up.block, InputActivation::none,
+                                       plan.order);
+  }
   // Without adapters on the down projections nothing else reads gelu(pre):
   // the down projections apply it themselves and do not keep it.
   const bool down_adapted =

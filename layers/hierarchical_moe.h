@@ -38,9 +38,9 @@ class HierarchicalMoE : public Module {
     Tensor experts;  // int32 [N, k] chosen experts (for statistics)
   };
   Output forward(const Var& u) const;
-  // Every expert on its rows of xs ([N*k, D], the routed tokens in plan order),
-  // the experts running concurrently: [N*k, D].
-  Var experts_forward(const Var& xs, const MoeDispatch& plan) const;
+  // Every expert on its routed tokens' rows of u ([N, D]; plan.order lists
+  // them by expert), the experts running concurrently: [N*k, D] in plan order.
+  Var experts_forward(const Var& u, const MoeDispatch& plan) const;
 
   const MoeOptions& options() const { return options_; }
   const MoeExpert& expert(int64_t e) const { return *experts_[static_cast<size_t>(e)]; }

@@ -1,5 +1,6 @@
 // block_sparse_linear_segments: bitwise equal to one block_sparse_linear per row
-// segment (values and gradients, empty segments included), gradient checks, and
+// segment (values and gradients, empty segments included), reading its rows
+// through an index bitwise equal to gather_rows before it, gradient checks, and
 // thread-count independence.
 #include "autograd/ops.h"
 #include "autograd/ops_block_sparse.h"
@@ -30,8 +31,13 @@ Tensor segment_indices(int64_t begin, int64_t end) {
 }
 
 // How run() applies the layers: segmented, one block_sparse_linear per
-// segment, or segmented reading gelu(x) (fused in the op, or a gelu op before it).
-enum class Mode { segmented, separate, gelu_fused, gelu_op };
+// segment, segmented reading gelu(x) (fused in the op, or a gelu op before it),
+// or segmented over rows of a 7-row table picked by an index (read through the
+// op's rows, or gathered by gather_rows first), each table row read twice or
+// not at all, as the MoE's tokens are.
+enum class Mode { segmented, separate, gelu_fused, gelu_op, rows_in_op, gather_op };
+
+Tensor table_rows() { return Tensor::from_data<int32_t>({12}, {3, 0, 5, 1, 6, 2, 0, 5, 3, 1, 6, 2}); }
 
 // Three layers over rows [0, 5), [5, 5) (none) and [5, 12) of x.
 Grads run(Mode mode, int threads) {
@@ -39,7 +45,8 @@ Grads run(Mode mode, int threads) {
   const int64_t b = 16;
   const std::vector<int64_t> offsets{0, 5, 5, 12};
   const auto ci = patterns();
-  Var x(random_tensor({12, 3 * b}, 40, DType::f32), true);
+  const bool table = mode == Mode::rows_in_op || mode == Mode::gather_op;
+  Var x(random_tensor({table ? 7 : 12, 3 * b}, 40, DType::f32), true);
   std::vector<BlockSparseOperands> layers;
   for (int g = 0; g < 3; ++g)
     layers.push_back({Var(random_tensor({2, 2, b, b}, 41 + g, DType::f32), true), ci[g],
@@ -50,7 +57,11 @@ Grads run(Mode mode, int threads) {
     Var y = mode == Mode::gelu_fused
                 ? block_sparse_linear_segments(x, offsets, layers, b, InputActivation::gelu)
             : mode == Mode::gelu_op ? block_sparse_linear_segments(gelu(x), offsets, layers, b)
-                                    : block_sparse_linear_segments(x, offsets, layers, b);
+            : mode == Mode::rows_in_op
+                ? block_sparse_linear_segments(x, offsets, layers, b, InputActivation::none, table_rows())
+            : mode == Mode::gather_op
+                ? block_sparse_linear_segments(gather_rows(x, table_rows()), offsets, layers, b)
+                : block_sparse_linear_segments(x, offsets, layers, b);
     sum(mul(y, Var(seed))).backward();
     for (int g = 0; g < 3; ++g)
       if (offsets[g + 1] > offsets[g]) r.y.push_back(y.value().slice(offsets[g], offsets[g + 1]));
@@ -112,6 +123,32 @@ TEST_CASE("block_sparse_linear_segments reading gelu(x) equals a gelu op before 
   CHECK_FALSE(bitwise_equal(fused.dx, run(Mode::segmented, 2).dx));  // gelu is applied
 }
 
+TEST_CASE("block_sparse_linear_segments reading rows through an index equals gather_rows before it, bitwise",
+          "[autograd][block_sparse][segments]") {
+  test::ThreadCountGuard guard;
+  for (int threads : {1, 2}) {
+    INFO(threads << " threads");
+    const Grads in_op = run(Mode::rows_in_op, threads);
+    check_same(in_op, run(Mode::gather_op, threads));
+    CHECK(in_op.dx.size(0) == 7);  // the gradient is the table's
+  }
+}
+
+TEST_CASE("gradcheck: block_sparse_linear_segments reading rows through an index",
+          "[autograd][gradcheck][block_sparse][segments]") {
+  const int64_t b = 16;
+  const auto ci = patterns();
+  const Tensor rows = Tensor::from_data<int32_t>({5}, {2, 0, 2, 3, 0});
+  check_gradients(
+      [=](const std::vector<Var>& v) {
+        return block_sparse_linear_segments(v[0], {0, 2, 2, 5},
+                                            {{v[1], ci[0], v[2]}, {v[3], ci[1], Var()}, {v[4], ci[2], v[5]}},
+                                            b, InputActivation::none, rows);
+      },
+      {random_tensor({4, 3 * b}, 62), random_tensor({2, 2, b, b}, 63), random_tensor({2 * b}, 64),
+       random_tensor({2, 2, b, b}, 65), random_tensor({2, 2, b, b}, 66), random_tensor({2 * b}, 67)});
+}
+
 TEST_CASE("gradcheck: block_sparse_linear_segments", "[autograd][gradcheck][block_sparse][segments]") {
   const int64_t b = 16;
   const auto ci = patterns();
@@ -146,4 +183,11 @@ TEST_CASE("block_sparse_linear_segments rejects offsets that do not cover x",
   CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 3}, layers, 16), Catch::Contains("4 rows"));
   CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 2, 4}, layers, 16),
                     Catch::Contains("offsets for 1 layers"));
+  // Through an index: it must count the rows, and every entry must be a row of x.
+  const Tensor rows = Tensor::from_data<int32_t>({3}, {0, 4, 1});
+  CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 3}, layers, 16, InputActivation::none, rows),
+                    Catch::Contains("index 4 at position 1"));
+  CHECK_THROWS_WITH(block_sparse_linear_segments(x, {0, 4}, layers, 16, InputActivation::none,
+                                                 Tensor::from_data<int32_t>({3}, {0, 1, 2})),
+                    Catch::Contains("3 rows"));
 }
