@@ -27,9 +27,10 @@ Var reduce_all(const char* name, const Var& a, double factor) {
     using T = decltype(zero);
     out.data<T>()[0] = static_cast<T>(factor * total<T>(a.value()));
   });
-  return record(name, out, {a}, [name, factor, s](Node& n) {
+  const int64_t count = a.numel();
+  return record(name, out, {a}, [name, factor, s, count](Node& n) {
     if (!n.needs_grad(0)) return;
-    record_work(op_work::reduce_backward(n.inputs[0].numel(), s));
+    record_work(op_work::reduce_backward(count, s));
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       Tensor& da = n.input_grad(0);

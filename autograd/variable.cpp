@@ -120,6 +120,18 @@ Var record(const char* name, Tensor out, std::vector<Var> inputs, std::function<
   if (!grad_enabled()) return result;
   const bool any = std::any_of(inputs.begin(), inputs.end(), [](const Var& v) { return v.requires_grad(); });
   if (!any) return result;
+  // A non-leaf input is kept as an edge to its producer, without its value:
+  // the backward reads only the tensors its op captured, so an intermediate
+  // that no op saved is freed as soon as its caller drops it (a residual
+  // branch's output, which the add's backward does not read).
+  for (Var& in : inputs) {
+    if (!in.defined() || in.impl_->grad_fn == nullptr) continue;
+    Var edge;
+    edge.impl_ = std::make_shared<VarImpl>();
+    edge.impl_->requires_grad = in.impl_->requires_grad;
+    edge.impl_->grad_fn = in.impl_->grad_fn;
+    in = std::move(edge);
+  }
   result.impl_->requires_grad = true;
   result.impl_->grad_fn = std::make_shared<Node>(name, std::move(inputs), std::move(backward),
                                                  result.impl_->value.shape(), result.impl_->value.dtype());

@@ -13,7 +13,8 @@
 //     });
 //   }
 // The backward lambda captures what it needs (Tensors share storage, so capture is
-// cheap), reads n.out_grad (dL/dy) and ACCUMULATES into n.input_grad(i), which is
+// cheap; n.inputs hold no values of non-leaf inputs), reads n.out_grad (dL/dy) and
+// ACCUMULATES into n.input_grad(i), which is
 // zero-filled on first use. Never capture the output Var itself (that would be a cycle).
 #include <cstdint>
 #include <functional>
@@ -90,6 +91,9 @@ class Node {
 
   const char* name;
   uint64_t sequence;  // creation order: inputs' nodes always have lower numbers
+  // The op's inputs: leaves as they are; a non-leaf as an edge to its
+  // producer (grad_fn, requires_grad) without its value, which the backward
+  // must not read (capture what it needs).
   std::vector<Var> inputs;
   std::function<void(Node&)> backward_fn;
   Shape out_shape;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "core/aligned.h"
 #include "helpers.h"
 
 using namespace shamn;
@@ -43,6 +44,30 @@ TEST_CASE("backward frees the graph, a second backward is a clear error", "[auto
   loss.backward();
   CHECK(root.lock()->inputs.empty());
   CHECK_THROWS_WITH(loss.backward(), Catch::Contains("already freed"));
+}
+
+TEST_CASE("an intermediate no backward reads is freed when its caller drops it; one that is read is kept",
+          "[autograd][engine]") {
+  // 1 MiB tensors: blocks the allocator counts (core/aligned.h).
+  constexpr size_t kMiB = size_t{1} << 20;
+  Var x(random_tensor({512, 512}, 3, DType::f32), true);
+  const size_t before = live_block_bytes();
+  Var residual;
+  {
+    const Var branch = scale(x, 2.0);  // add's backward does not read it
+    residual = add(x, branch);
+  }
+  CHECK(live_block_bytes() - before == kMiB);  // the sum only
+  Var product;
+  {
+    const Var branch = scale(x, 2.0);  // mul's backward reads it
+    product = mul(x, branch);
+  }
+  CHECK(live_block_bytes() - before == 3 * kMiB);  // and the product with its saved factor
+  sum(add(residual, product)).backward();
+  // d/dx (x + 2x + x * 2x) = 3 + 4x
+  const std::vector<float> xv = x.value().to_vector<float>(), g = x.grad().to_vector<float>();
+  for (size_t i = 0; i < xv.size(); i += 4099) CHECK(g[i] == Approx(3.0f + 4.0f * xv[i]));
 }
 
 TEST_CASE("errors: non-scalar backward, no gradient, bad requires_grad", "[autograd][engine]") {
