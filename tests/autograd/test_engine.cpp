@@ -46,7 +46,7 @@ TEST_CASE("backward frees the graph, a second backward is a clear error", "[auto
   CHECK_THROWS_WITH(loss.backward(), Catch::Contains("already freed"));
 }
 
-TEST_CASE("an intermediate no backward reads is freed when its caller drops it; one that is read is kept",
+TEST_CASE("an intermediate no backward reads is freed when its caller drops it, one that is read is kept",
           "[autograd][engine]") {
   // 1 MiB tensors: blocks the allocator counts (core/aligned.h).
   constexpr size_t kMiB = size_t{1} << 20;
