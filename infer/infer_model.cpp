@@ -554,10 +554,11 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
     }
     r0 += s.n;
   }
-  // The convolution, SiLU and quantisation run a chunk of rows at a time, so
-  // the chunk's c is still in L1 for the next two (over the whole window they
-  // were three passes through L2 and beyond). Each stream's rows continue its
-  // own history: the one place streams differ.
+  // The convolution, SiLU and quantisation run a chunk of rows at a time (the
+  // chunk's c still in L1 for the next two) in one parallel loop. Against three
+  // whole-window passes this measured no faster on a 2 MiB-L2 machine, where
+  // the window fit L2 anyway (experiments/inference.md, fifth pass). Each
+  // stream's rows continue its own history: the one place streams differ.
   const BlockSparse& out = L.mixer_out;
   QuantRows cq = out.values.quantized() ? alloc_quant_rows(n, D, out.block) : QuantRows();
   struct Chunk {

@@ -31,8 +31,9 @@ struct MoeShape {
 
 // Softmax of each of `rows` rows of n values, max-shifted, x and y: [rows, n]
 // (y may be x). The exponentials of all rows are one exp_forward call: float
-// goes through the vectorised exp (the same bits at every kernel level, a
-// tenth of the time of a scalar std::exp per value), f64 through std::exp.
+// goes through the vectorised exp (the same bits at every kernel level; the
+// routers' softmax went from 2.6% to 1.2% of a runtime prefill against a
+// scalar std::exp per value), f64 through std::exp.
 template <class T>
 void softmax_rows(T* y, const T* x, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
