@@ -11,6 +11,7 @@
 #include "core/kernels/elementwise.h"
 #include "core/kernels/rows.h"
 #include "core/parallel.h"
+#include "core/product_precision.h"
 #include "core/profiler.h"
 
 namespace shamn {
@@ -41,7 +42,9 @@ BlockSparseDims checked_dims(const char* op, const Var& x, const Var& values, co
 template <class T>
 void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T* bias, int64_t n,
                   const BlockSparseDims& dims) {
-  block_sparse_forward(y, x, values, ci, bias, n, dims);
+  Buffer<T> rx, rw;  // bf16-rounded operands (product_precision.h)
+  block_sparse_forward(y, product_operand(x, n * dims.in, rx),
+                       product_operand(values, dims.value_count(), rw), ci, bias, n, dims);
 }
 
 // Gradient destinations of one layer; null where no gradient is wanted.
@@ -55,9 +58,13 @@ struct GradRows {
 template <class T>
 void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values, const int32_t* ci,
                    int64_t n, const BlockSparseDims& dims) {
-  if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims);
-  if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims);
-  if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);
+  if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);  // a sum, not a product: as it is
+  Buffer<T> rdy, rx, rw;  // bf16-rounded operands (product_precision.h)
+  if (g.dx || g.dvalues) dy = product_operand(dy, n * dims.out, rdy);
+  if (g.dx)
+    block_sparse_backward_input(g.dx, dy, product_operand(values, dims.value_count(), rw), ci, n, dims);
+  if (g.dvalues)
+    block_sparse_backward_values(g.dvalues, dy, product_operand(x, n * dims.in, rx), ci, n, dims);
 }
 
 // What a layer reads of its count inputs x: x itself, or act(x) computed into

@@ -2,6 +2,7 @@
 #include "autograd/op_work.h"
 #include "autograd/ops.h"
 #include "core/gemm.h"
+#include "core/product_precision.h"
 #include "core/profiler.h"
 
 namespace shamn {
@@ -35,7 +36,9 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   Tensor out = Tensor::empty(out_shape, a.dtype());
   dispatch_floating(a.dtype(), "matmul", [&](auto zero) {
     using T = decltype(zero);
-    gemm(ta, tb, M, N, K, T(1), a.value().data<T>(), lda, b.value().data<T>(), ldb, T(0), out.data<T>(), N);
+    Buffer<T> ra, rb;  // bf16-rounded operands (product_precision.h)
+    gemm(ta, tb, M, N, K, T(1), product_operand(a.value().data<T>(), a.numel(), ra), lda,
+         product_operand(b.value().data<T>(), b.numel(), rb), ldb, T(0), out.data<T>(), N);
   });
 
   const Tensor av = a.value(), bv = b.value();
@@ -43,11 +46,11 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
     record_work(op_work::matmul_backward(M, N, K, s, {n.needs_grad(0), n.needs_grad(1)}));
     dispatch_floating(av.dtype(), "matmul", [&](auto zero) {
       using T = decltype(zero);
-      const T* A = av.data<T>();
-      const T* B = bv.data<T>();
-      const T* dC = n.out_grad.data<T>();  // [M, N]
+      Buffer<T> ra, rb, rdc;  // rounded again rather than kept from the forward
+      const T* dC = product_operand(n.out_grad.data<T>(), M * N, rdc);  // [M, N]
       if (n.needs_grad(0)) {
         T* dA = n.input_grad(0).data<T>();
+        const T* B = product_operand(bv.data<T>(), bv.numel(), rb);
         if (!trans_a)  // dA[M,K] += dC[M,N] op(B)^T
           gemm(Trans::no, trans_b ? Trans::no : Trans::yes, M, K, N, T(1), dC, N, B, ldb, T(1), dA, K);
         else  // dA_stored[K,M] += op(B)[K,N] dC^T
@@ -55,6 +58,7 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
       }
       if (n.needs_grad(1)) {
         T* dB = n.input_grad(1).data<T>();
+        const T* A = product_operand(av.data<T>(), av.numel(), ra);
         if (!trans_b)  // dB[K,N] += op(A)^T dC
           gemm(trans_a ? Trans::no : Trans::yes, Trans::no, K, N, M, T(1), A, lda, dC, N, T(1), dB, N);
         else  // dB_stored[N,K] += dC^T op(A)

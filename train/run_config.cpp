@@ -36,6 +36,7 @@ const std::set<std::string>& all_known_keys() {
               "train.max_bad_steps",
               "train.init_from",
               "train.prefetch",
+              "train.precision",
               "train.overlap_exchange",
               "train.bucket_mib",
               "optim",
@@ -115,6 +116,8 @@ void RunConfig::validate() const {
   non_negative(train.eval_every, "train.eval_every");
   positive(train.eval_batches, "train.eval_batches");
   positive(train.max_bad_steps, "train.max_bad_steps");
+  SHAMN_CONFIG_CHECK(train.precision == "f32" || train.precision == "bf16", "train.precision",
+                     "train.precision must be \"f32\" or \"bf16\", got \"", train.precision, "\"");
   SHAMN_CONFIG_CHECK(train.bucket_mib >= 0.001 && train.bucket_mib <= 4096, "train.bucket_mib",
                      "train.bucket_mib must lie in [0.001, 4096], got ", train.bucket_mib);
 
@@ -183,6 +186,7 @@ RunConfig RunConfig::from_table(const ConfigTable& t) {
   r.integer("train.max_bad_steps", c.train.max_bad_steps);
   r.text("train.init_from", c.train.init_from);
   r.boolean("train.prefetch", c.train.prefetch);
+  r.text("train.precision", c.train.precision);
   r.boolean("train.overlap_exchange", c.train.overlap_exchange);
   r.real("train.bucket_mib", c.train.bucket_mib);
 
@@ -233,12 +237,14 @@ std::string RunConfig::to_toml() const {
       << "\nkeep_last = " << train.keep_last << "\neval_every = " << train.eval_every
       << "\neval_batches = " << train.eval_batches << "\nmax_bad_steps = " << train.max_bad_steps
       << "\ninit_from = " << s(train.init_from) << "\nprefetch = " << (train.prefetch ? "true" : "false")
-      << "\noverlap_exchange = " << (train.overlap_exchange ? "true" : "false")
-      << "\nbucket_mib = " << f(train.bucket_mib) << "\n\n[optim]\nlr = " << f(optim.lr)
-      << "\nmin_lr = " << f(optim.min_lr) << "\nwarmup_steps = " << optim.warmup_steps
-      << "\nweight_decay = " << f(optim.weight_decay) << "\ngrad_clip = " << f(optim.grad_clip)
-      << "\nbeta1 = " << f(optim.beta1) << "\nbeta2 = " << f(optim.beta2) << "\neps = " << f(optim.eps)
-      << "\n";
+      << "\noverlap_exchange = " << (train.overlap_exchange ? "true" : "false") << "\nbucket_mib = "
+      << f(train.bucket_mib)
+      // Written only when not the default, as [lora] below.
+      << (train.precision == "f32" ? "" : "\nprecision = " + s(train.precision))
+      << "\n\n[optim]\nlr = " << f(optim.lr) << "\nmin_lr = " << f(optim.min_lr)
+      << "\nwarmup_steps = " << optim.warmup_steps << "\nweight_decay = " << f(optim.weight_decay)
+      << "\ngrad_clip = " << f(optim.grad_clip) << "\nbeta1 = " << f(optim.beta1)
+      << "\nbeta2 = " << f(optim.beta2) << "\neps = " << f(optim.eps) << "\n";
   // Written only when used, so the resolved configs of runs without adapters (and
   // the sweep directories that compare them) stay as they were.
   if (lora.enabled() || !lora.targets.empty()) {

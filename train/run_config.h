@@ -38,6 +38,9 @@ struct TrainConfig {
   int64_t max_bad_steps = 5;  // non-finite steps in a row before the run stops
   std::string init_from;      // "" = fresh init; else a (model-only) checkpoint
   bool prefetch = true;
+  // Operands of the matmuls and block-sparse products: "f32" or "bf16"
+  // (core/product_precision.h).
+  std::string precision = "f32";
   // Data parallel: sum gradient buckets over the ranks while the backward pass
   // runs (train/grad_exchange.h), in buckets of about bucket_mib MiB.
   bool overlap_exchange = true;

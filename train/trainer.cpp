@@ -16,6 +16,7 @@
 #include "core/fault.h"
 #include "core/hdf5_file.h"
 #include "core/process_memory.h"
+#include "core/product_precision.h"
 #include "core/profiler.h"
 #include "core/timing.h"
 #include "data/batch_loader.h"
@@ -581,6 +582,7 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   const RunConfig& c = config;
   Communicator& comm = world();
   check_rank_count(c, comm.size());
+  const ScopedProductPrecision precision(product_precision_from_string(c.train.precision, "train.precision"));
   Console console{options.quiet || !comm.is_root(), std::nullopt};
   if (comm.is_root()) check_run_dir(c.train.out_dir, resuming, console);
   DataFiles data = open_data(c);

@@ -20,6 +20,7 @@ the layers (SPEC 1.1-1.7), the model, init, checkpoint and token-file I/O
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -408,7 +409,9 @@ class HashEmbedding(nn.Module):
 
     def head_cross_entropy(self, z, targets, chunk=256):
         """Mean CE of the tied head's logits, by chunks of rows, never holding [N, V] logits."""
-        s = z @ self.table.t()                                  # bucket scores [N, buckets]
+        # Under autocast the scores come out bf16; the loss runs in the table's
+        # precision, as autocast runs cross_entropy (a no-op otherwise).
+        s = (z @ self.table.t()).to(self.table.dtype)          # bucket scores [N, buckets]
         total = TiedHeadCrossEntropySum.apply(s, self.importance, self.bucket_index, targets, chunk)
         return total / z.shape[0]
 
@@ -506,7 +509,7 @@ class MemoryBank(nn.Module):
         s2 = q[:, self.dh:] @ self.keys2.t()
         sigma, slots = memory_select(s1, s2, self.topk)
         w = torch.softmax(sigma, dim=-1)                        # [N, k]
-        out = F.embedding_bag(slots, self.values, per_sample_weights=w, mode="sum")
+        out = F.embedding_bag(slots, self.values, per_sample_weights=w.to(self.values.dtype), mode="sum")
         return out.reshape(u.shape)
 
 
@@ -899,13 +902,18 @@ def cmd_bench(args):
               {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
     optim = torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     params = [p for _, p in named]
+    # --autocast bf16: PyTorch's own mixed precision (its CPU autocast runs the
+    # matmul-like ops in bf16, the rest in f32), for shamn's train.precision.
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.autocast == "bf16"
+                else contextlib.nullcontext())
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         times = []
         for i in range(args.warmup + args.steps):
             start = time.perf_counter()
             optim.zero_grad(set_to_none=True)
-            loss, _, _ = model(inputs, targets)
+            with autocast:
+                loss, _, _ = model(inputs, targets)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optim.step()
@@ -916,7 +924,7 @@ def cmd_bench(args):
                           "tokens_per_s": args.batch * args.seq / median, "step_s_median": median,
                           "step_s_min": min(times),
                           "step_s_all": [round(t, 4) for t in times], "warmup": args.warmup,
-                          "loss": loss.item(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+                          "loss": loss.item(), "autocast": args.autocast, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
                           "loadavg_1m": os.getloadavg()[0]}), flush=True)
 
 
@@ -960,6 +968,8 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                   help="run the forward under torch.autocast (bf16)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=cmd_bench)
 

@@ -4,6 +4,7 @@
 // thread-count independence.
 #include "autograd/ops.h"
 #include "autograd/ops_block_sparse.h"
+#include "core/product_precision.h"
 #include "helpers.h"
 
 using namespace shamn;
@@ -132,6 +133,20 @@ TEST_CASE("block_sparse_linear_segments reading rows through an index equals gat
     check_same(in_op, run(Mode::gather_op, threads));
     CHECK(in_op.dx.size(0) == 7);  // the gradient is the table's
   }
+}
+
+TEST_CASE("block_sparse_linear_segments under bf16: the same equalities, and not the f32 numbers",
+          "[autograd][block_sparse][segments][bf16]") {
+  test::ThreadCountGuard guard;
+  const Grads f32 = run(Mode::segmented, 2);
+  const ScopedProductPrecision bf16(ProductPrecision::bf16);
+  const Grads segmented = run(Mode::segmented, 2);
+  check_same(segmented, run(Mode::separate, 2));
+  check_same(segmented, run(Mode::segmented, 1));
+  check_same(run(Mode::gelu_fused, 2), run(Mode::gelu_op, 2));
+  check_same(run(Mode::rows_in_op, 2), run(Mode::gather_op, 2));
+  CHECK_FALSE(bitwise_equal(segmented.y[0], f32.y[0]));
+  CHECK_FALSE(bitwise_equal(segmented.dx, f32.dx));
 }
 
 TEST_CASE("gradcheck: block_sparse_linear_segments reading rows through an index",

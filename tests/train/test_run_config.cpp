@@ -49,6 +49,8 @@ TEST_CASE("a minimal run config gets the documented defaults", "[train][config]"
   CHECK(c.train.seed == 1);
   CHECK(c.train.keep_last == 3);
   CHECK(c.train.prefetch);
+  CHECK(c.train.precision == "f32");
+  CHECK(c.to_toml().find("precision") == std::string::npos);  // written only when bf16
   CHECK(c.optim.lr == 1e-3);
   CHECK(c.optim.grad_clip == 1.0);
   CHECK(c.optim.beta2 == 0.95);
@@ -61,11 +63,13 @@ TEST_CASE("the resolved run config round-trips exactly", "[train][config]") {
   RunConfig c = RunConfig::from_toml(valid(), "run.toml");
   c.data.tokenizer = "odd \"name\"\\with\ttab";
   c.optim.lr = 1.0 / 3.0;
+  c.train.precision = "bf16";
   const std::string text = c.to_toml();
   const RunConfig d = RunConfig::from_toml(text, "resolved");
   CHECK(d.to_toml() == text);
   CHECK(d.data.tokenizer == c.data.tokenizer);
   CHECK(d.optim.lr == c.optim.lr);
+  CHECK(d.train.precision == "bf16");
 }
 
 TEST_CASE("run config: --set overrides keys of every section with TOML values", "[train][config]") {
@@ -138,6 +142,7 @@ TEST_CASE("bad run configs name the file, line and key", "[train][config]") {
       {valid() + "[log]\nprogress = \"sometimes\"\n", {}, "run.toml:24: log.progress must be \"auto\""},
       {replace(valid(), "[data]\n", "[data]\nformat = \"u32\"\n"), {}, "run.toml:15: data.format must be"},
       {replace(valid(), "seq_len = 32", "seq_len = -5"), {}, "run.toml:18: train.seq_len must be >= 1"},
+      {valid(), {"train.precision=\"fp16\""}, "--set train.precision: train.precision must be \"f32\" or"},
       // the SPEC's model checks still name file, line and key
       {replace(valid(), "block = 16", "block = 48"), {}, "run.toml:6: model.sparse.block = 48 must divide"},
       // overrides are named as such

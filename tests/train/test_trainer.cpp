@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/hdf5_file.h"
+#include "core/product_precision.h"
 #include "helpers.h"
 #include "train/stop_signal.h"
 #include "train/train_checkpoint.h"
@@ -68,6 +69,25 @@ TEST_CASE("training is identical with 1 and 2 threads and without prefetch", "[t
   require_same_tensors(checkpoint_file(fx.path("one"), 6), checkpoint_file(fx.path("sync"), 6));
   CHECK(metrics_without_timing(fx.path("one/metrics.jsonl")) ==
         metrics_without_timing(fx.path("two/metrics.jsonl")));
+}
+
+TEST_CASE("bf16 products: identical with 1 and 2 threads, not the f32 numbers, still learning",
+          "[train][trainer][bf16]") {
+  TrainFixture fx("bf16");
+  const std::vector<std::string> sets = {"train.max_steps=6", "train.eval_every=3",
+                                         "train.precision=\"bf16\""};
+  ThreadCountGuard restore;
+  set_num_threads(1);
+  const TrainResult one = train(fx.config("one", sets), quiet());
+  set_num_threads(2);
+  train(fx.config("two", sets), quiet());
+  const TrainResult f32 = train(fx.config("f32", {"train.max_steps=6", "train.eval_every=3"}), quiet());
+  require_same_tensors(checkpoint_file(fx.path("one"), 6), checkpoint_file(fx.path("two"), 6));
+  CHECK(metrics_without_timing(fx.path("one/metrics.jsonl")) ==
+        metrics_without_timing(fx.path("two/metrics.jsonl")));
+  CHECK(one.last_val_loss != f32.last_val_loss);
+  CHECK(std::abs(one.last_val_loss - f32.last_val_loss) < 0.05 * f32.last_val_loss);
+  CHECK(product_precision() == ProductPrecision::f32);  // the run's setting ends with it
 }
 
 TEST_CASE("checkpoints: every N steps, the last N kept, best.h5, resumable contents", "[train][trainer]") {

@@ -1,0 +1,20 @@
+#include "core/bf16.h"
+
+#include "core/parallel.h"
+
+namespace shamn {
+namespace {
+
+// Values per task: the rounding is a few integer ops per value, so a task
+// needs many to outweigh its scheduling.
+constexpr int64_t kRoundGrain = int64_t{1} << 16;
+
+}  // namespace
+
+void round_to_bf16(float* dst, const float* src, int64_t n) {
+  parallel_for(0, n, kRoundGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) dst[i] = round_to_bf16(src[i]);
+  });
+}
+
+}  // namespace shamn

@@ -1,0 +1,25 @@
+#pragma once
+// bfloat16 rounding: a float's 8 exponent bits and top 7 mantissa bits, kept in
+// a float whose low 16 bits are zero. The product of two such values is exact
+// in f32 (8 x 8 significant bits), so f32 FMAs over rounded operands give what
+// bf16 dot-product hardware computes with f32 accumulation, up to summation
+// order.
+#include <bit>
+#include <cstdint>
+
+namespace shamn {
+
+// Round to nearest, ties to even (as VCVTNEPS2BF16 and PyTorch's bfloat16 cast).
+// NaN stays a (quiet) NaN; infinities stay; a finite value above the largest
+// bf16 rounds to infinity; subnormals round like any other value.
+inline float round_to_bf16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  return std::bit_cast<float>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+// dst[i] = round_to_bf16(src[i]); dst may be src. Parallel over large n.
+void round_to_bf16(float* dst, const float* src, int64_t n);
+
+}  // namespace shamn

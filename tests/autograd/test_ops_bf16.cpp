@@ -1,0 +1,100 @@
+// train.precision = "bf16": a product under bf16 equals the f32 product of its
+// operands rounded to bf16, in the forward and in every gradient (the seed of
+// the backward is rounded in the test, so its rounding in the op is a no-op and
+// the f32 op on rounded inputs is the oracle); and it differs from f32.
+#include "autograd/ops.h"
+#include "autograd/ops_block_sparse.h"
+#include "core/bf16.h"
+#include "core/product_precision.h"
+#include "helpers.h"
+
+using namespace shamn;
+using test::random_tensor;
+
+namespace {
+
+Tensor rounded(const Tensor& t) {
+  Tensor r = t.clone();
+  round_to_bf16(r.data<float>(), r.data<float>(), r.numel());
+  return r;
+}
+
+struct Result {
+  Tensor y;
+  std::vector<Tensor> grads;
+};
+
+// f(inputs) and the gradients of sum(f * seed) with respect to every input.
+Result run(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& inputs,
+           const Tensor& seed) {
+  std::vector<Var> vars;
+  for (const Tensor& t : inputs) vars.emplace_back(t.clone(), true);
+  Var y = f(vars);
+  sum(mul(y, Var(seed))).backward();
+  Result r{y.value(), {}};
+  for (const Var& v : vars) r.grads.push_back(v.grad());
+  return r;
+}
+
+bool same(const Result& a, const Result& b) {
+  if (!bitwise_equal(a.y, b.y)) return false;
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    if (!bitwise_equal(a.grads[i], b.grads[i])) return false;
+  return true;
+}
+
+// bf16 on raw inputs == f32 on rounded inputs, != f32 on raw inputs.
+void check_bf16_product(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& raw,
+                        const Shape& out_shape, std::vector<bool> round = {}) {
+  round.resize(raw.size(), true);
+  const Tensor seed = rounded(random_tensor(out_shape, 90, DType::f32));
+  std::vector<Tensor> pre_rounded;
+  for (size_t i = 0; i < raw.size(); ++i) pre_rounded.push_back(round[i] ? rounded(raw[i]) : raw[i]);
+  Result bf16;
+  {
+    const ScopedProductPrecision scope(ProductPrecision::bf16);
+    bf16 = run(f, raw, seed);
+  }
+  CHECK(same(bf16, run(f, pre_rounded, seed)));
+  CHECK_FALSE(bitwise_equal(bf16.y, run(f, raw, seed).y));
+}
+
+}  // namespace
+
+TEST_CASE("bf16 matmul: the f32 product of rounded operands, all transposes", "[autograd][bf16]") {
+  test::ThreadCountGuard guard;
+  const int64_t M = 37, N = 45, K = 29;  // more rows than the unpacked path takes
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        INFO("threads " << threads << " trans_a " << ta << " trans_b " << tb);
+        const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 81, DType::f32);
+        const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 82, DType::f32);
+        check_bf16_product([=](const std::vector<Var>& v) { return matmul(v[0], v[1], ta, tb); }, {a, b},
+                           {M, N});
+      }
+  }
+  // A product of one row (the unpacked path).
+  check_bf16_product([](const std::vector<Var>& v) { return matmul(v[0], v[1], false, true); },
+                     {random_tensor({1, 33}, 83, DType::f32), random_tensor({20, 33}, 84, DType::f32)},
+                     {1, 20});
+}
+
+TEST_CASE("bf16 block_sparse_linear: the f32 product of rounded operands, bias in f32",
+          "[autograd][bf16][block_sparse]") {
+  test::ThreadCountGuard guard;
+  const int64_t b = 16;
+  const Tensor ci = Tensor::from_data<int32_t>({2, 2}, {0, 2, 1, 2});
+  const Tensor x = random_tensor({9, 3 * b}, 85, DType::f32);
+  const Tensor w = random_tensor({2, 2, b, b}, 86, DType::f32);
+  const Tensor bias = random_tensor({2 * b}, 87, DType::f32);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    INFO("threads " << threads);
+    // The bias is added, not multiplied: it is not rounded.
+    check_bf16_product(
+        [=](const std::vector<Var>& v) { return block_sparse_linear(v[0], v[1], ci, v[2], b); }, {x, w, bias},
+        {9, 2 * b}, {true, true, false});
+  }
+}
