@@ -42,9 +42,8 @@ BlockSparseDims checked_dims(const char* op, const Var& x, const Var& values, co
 template <class T>
 void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T* bias, int64_t n,
                   const BlockSparseDims& dims) {
-  Buffer<T> rx, rw;  // bf16-rounded operands (product_precision.h)
-  block_sparse_forward(y, product_operand(x, n * dims.in, rx),
-                       product_operand(values, dims.value_count(), rw), ci, bias, n, dims);
+  // Under bf16 the kernels round the operands as they pack them.
+  block_sparse_forward(y, x, values, ci, bias, n, dims, product_precision());
 }
 
 // Gradient destinations of one layer; null where no gradient is wanted.
@@ -58,13 +57,10 @@ struct GradRows {
 template <class T>
 void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values, const int32_t* ci,
                    int64_t n, const BlockSparseDims& dims) {
-  if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);  // a sum, not a product: as it is
-  Buffer<T> rdy, rx, rw;  // bf16-rounded operands (product_precision.h)
-  if (g.dx || g.dvalues) dy = product_operand(dy, n * dims.out, rdy);
-  if (g.dx)
-    block_sparse_backward_input(g.dx, dy, product_operand(values, dims.value_count(), rw), ci, n, dims);
-  if (g.dvalues)
-    block_sparse_backward_values(g.dvalues, dy, product_operand(x, n * dims.in, rx), ci, n, dims);
+  const ProductPrecision p = product_precision();
+  if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims, p);
+  if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims, p);
+  if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);  // a sum of dy: f32 under bf16 too
 }
 
 // What a layer reads of its count inputs x: x itself, or act(x) computed into

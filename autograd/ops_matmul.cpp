@@ -36,9 +36,9 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   Tensor out = Tensor::empty(out_shape, a.dtype());
   dispatch_floating(a.dtype(), "matmul", [&](auto zero) {
     using T = decltype(zero);
-    Buffer<T> ra, rb;  // bf16-rounded operands (product_precision.h)
-    gemm(ta, tb, M, N, K, T(1), product_operand(a.value().data<T>(), a.numel(), ra), lda,
-         product_operand(b.value().data<T>(), b.numel(), rb), ldb, T(0), out.data<T>(), N);
+    // Under bf16 the GEMM rounds its operands as it packs them.
+    gemm(ta, tb, M, N, K, T(1), a.value().data<T>(), lda, b.value().data<T>(), ldb, T(0), out.data<T>(), N,
+         product_precision());
   });
 
   const Tensor av = a.value(), bv = b.value();
@@ -46,23 +46,23 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
     record_work(op_work::matmul_backward(M, N, K, s, {n.needs_grad(0), n.needs_grad(1)}));
     dispatch_floating(av.dtype(), "matmul", [&](auto zero) {
       using T = decltype(zero);
-      Buffer<T> ra, rb, rdc;  // rounded again rather than kept from the forward
-      const T* dC = product_operand(n.out_grad.data<T>(), M * N, rdc);  // [M, N]
+      const T* A = av.data<T>();
+      const T* B = bv.data<T>();
+      const T* dC = n.out_grad.data<T>();  // [M, N]
+      const ProductPrecision p = product_precision();
       if (n.needs_grad(0)) {
         T* dA = n.input_grad(0).data<T>();
-        const T* B = product_operand(bv.data<T>(), bv.numel(), rb);
         if (!trans_a)  // dA[M,K] += dC[M,N] op(B)^T
-          gemm(Trans::no, trans_b ? Trans::no : Trans::yes, M, K, N, T(1), dC, N, B, ldb, T(1), dA, K);
+          gemm(Trans::no, trans_b ? Trans::no : Trans::yes, M, K, N, T(1), dC, N, B, ldb, T(1), dA, K, p);
         else  // dA_stored[K,M] += op(B)[K,N] dC^T
-          gemm(tb, Trans::yes, K, M, N, T(1), B, ldb, dC, N, T(1), dA, M);
+          gemm(tb, Trans::yes, K, M, N, T(1), B, ldb, dC, N, T(1), dA, M, p);
       }
       if (n.needs_grad(1)) {
         T* dB = n.input_grad(1).data<T>();
-        const T* A = product_operand(av.data<T>(), av.numel(), ra);
         if (!trans_b)  // dB[K,N] += op(A)^T dC
-          gemm(trans_a ? Trans::no : Trans::yes, Trans::no, K, N, M, T(1), A, lda, dC, N, T(1), dB, N);
+          gemm(trans_a ? Trans::no : Trans::yes, Trans::no, K, N, M, T(1), A, lda, dC, N, T(1), dB, N, p);
         else  // dB_stored[N,K] += dC^T op(A)
-          gemm(Trans::yes, ta, N, K, M, T(1), dC, N, A, lda, T(1), dB, K);
+          gemm(Trans::yes, ta, N, K, M, T(1), dC, N, A, lda, T(1), dB, K, p);
       }
     });
   });

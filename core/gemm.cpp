@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/gemm_isa.h"
 #include "core/kernel_level.h"
@@ -89,6 +90,13 @@ void gemm_direct(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, c
   });
 }
 
+// [rows, cols] at stride ld -> a contiguous copy rounded to bf16.
+std::vector<float> rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) round_to_bf16(out.data() + r * cols, src + r * ld, cols);
+  return out;
+}
+
 template <class T>
 void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
@@ -119,7 +127,7 @@ void check_args(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const T* A,
 }  // namespace
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, ProductPrecision p) {
   check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {
@@ -127,14 +135,21 @@ void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float a
     return;
   }
   if (M <= (trans_b == Trans::yes ? kDirectRowsBt : kDirectRowsB)) {
+    if (p == ProductPrecision::bf16) {  // rounded copies (the packed path rounds in its panels)
+      const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;
+      const std::vector<float> a = rounded_copy(A, ta ? K : M, ta ? M : K, lda);
+      const std::vector<float> b = rounded_copy(B, tb ? N : K, tb ? K : N, ldb);
+      gemm_direct(trans_a, trans_b, M, N, K, alpha, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, C, ldc);
+      return;
+    }
     gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  for_kernel_level(kLevels).packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  for_kernel_level(kLevels).packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p);
 }
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
-          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc, ProductPrecision) {
   check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0) {

@@ -4,22 +4,30 @@
 // op(A) = A (A stored [M,K], row stride lda >= K) or A^T (A stored [K,M], lda >= M);
 // op(B) = B (B stored [K,N], ldb >= N) or B^T (B stored [N,K], ldb >= K).
 // beta == 0 overwrites C without reading it (NaNs in C do not propagate).
+// With p = bf16 the product reads A and B rounded to bf16 (rounded in the packed
+// panels: the result of rounding them first), sums in f32 (train.precision,
+// core/product_precision.h).
 //
 // The float version is the fast one (packed panels, SIMD micro-kernel, parallel
 // over tiles of C with oneTBB). Each element of C is summed over K in a fixed order
 // by exactly one task, so results do not depend on the thread count.
 #include <cstdint>
 
+#include "core/product_precision.h"
+
 namespace shamn {
 
 enum class Trans : bool { no = false, yes = true };
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+          ProductPrecision p = ProductPrecision::f32);
 
-// Double precision, for gradient checks: straightforward, not tuned.
+// Double precision, for gradient checks: straightforward, not tuned; never
+// rounded (p is ignored).
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
-          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc,
+          ProductPrecision p = ProductPrecision::f32);
 
 // The slow, obvious triple loop (accumulating in double): the test oracle.
 template <class T>

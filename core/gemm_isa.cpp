@@ -235,10 +235,19 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// bf16 operands: a packed panel rounded in place, while it is still in L1/L2
+// (count a multiple of kVec: panels are whole MR or NR groups).
+void round_panel(float* p, int64_t count) {
+  for (int64_t i = 0; i < count; i += simd::kVec)
+    simd::vstoreu(p + i, simd::vround_bf16(simd::vloadu(p + i)));
+}
+
 }  // namespace
 
 void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 ProductPrecision precision) {
+  const bool bf16 = precision == ProductPrecision::bf16;
   const int64_t kc_max = std::min(K, KC);
   const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
   ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
@@ -274,6 +283,7 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
         for (int64_t q = lo; q < hi; ++q) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
           pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);
+          if (bf16) round_panel(bp + q * NR * kc, NR * kc);
         }
       });
 
@@ -290,6 +300,7 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
           const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
           // Packed right before use, the A micro-panel is still in L1 for the kernels.
           pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
+          if (bf16) round_panel(ap, MR * kc);
           float* crow = C + p * MR * ldc + jc;
           for (int64_t q = q0; q < q1; ++q) {
             const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));

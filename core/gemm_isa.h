@@ -10,7 +10,8 @@ namespace shamn::gemm_isa {
 
 struct Kernels {
   void (*packed)(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 ProductPrecision p);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

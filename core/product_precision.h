@@ -9,12 +9,7 @@
 // the same order. So a bf16 run gives the same numbers at any thread count and
 // kernel level, on any CPU. Master weights, gradients, AdamW state and every
 // other op stay f32.
-#include <cstdint>
 #include <string>
-#include <type_traits>
-
-#include "core/bf16.h"
-#include "core/buffer.h"
 
 namespace shamn {
 
@@ -41,19 +36,5 @@ class ScopedProductPrecision {
  private:
   ProductPrecision saved_;
 };
-
-// What a product reads of its n-value operand x: x itself, or (float operands
-// under bf16) x rounded into buf. Doubles (gradient checks) are never rounded.
-template <class T>
-const T* product_operand(const T* x, int64_t n, Buffer<T>& buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (product_precision() == ProductPrecision::bf16) {
-      buf.reserve_at_least(n);
-      round_to_bf16(buf.data(), x, n);
-      return buf.data();
-    }
-  }
-  return x;
-}
 
 }  // namespace shamn

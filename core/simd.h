@@ -33,6 +33,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/bf16.h"
 #include "core/isa.h"
 
 SHAMN_ISA_PUSH
@@ -54,6 +55,18 @@ inline Vec vsplat(float s) { return _mm512_set1_ps(s); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+// round_to_bf16 (core/bf16.h) of every lane, NaNs included: the same bits.
+inline Vec vround_bf16(Vec v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), high);
+  const __m512i quiet_nan = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), high);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet_nan));
+}
 #elif SHAMN_ISA_SIMD == 1
 using Vec = __m256;
 inline constexpr int kVec = 8;
@@ -66,6 +79,19 @@ inline Vec vsplat(float s) { return _mm256_set1_ps(s); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+// round_to_bf16 (core/bf16.h) of every lane, NaNs included: the same bits.
+inline Vec vround_bf16(Vec v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), high);
+  const __m256i quiet_nan = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), high);
+  // Both sides are below 2^31 after the mask: the signed compare is the unsigned one.
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet_nan, nan));
+}
 #else
 // Eight plain floats the compiler may vectorise itself; vfma rounds once (std::fma,
 // one instruction where the baseline has FMA).
@@ -98,6 +124,10 @@ inline Vec vadd(Vec a, Vec b) {
 inline Vec vmul(Vec a, Vec b) {
   for (int l = 0; l < kVec; ++l) a.f[l] *= b.f[l];
   return a;
+}
+inline Vec vround_bf16(Vec v) {
+  for (float& x : v.f) x = round_to_bf16(x);
+  return v;
 }
 #endif
 

@@ -2,6 +2,7 @@
 # Bitwise before/after check for refactors: a few training steps of tiny and small
 # on a synthetic corpus, then every tensor's CRC-32 of the last checkpoint.
 #   experiments/checkpoint_crc.sh SHAMN OUT_DIR          # writes OUT_DIR/{tiny,small}.crc
+#   SET='train.precision="bf16"' experiments/checkpoint_crc.sh ...   # one more --set for both runs
 #   experiments/checkpoint_crc.sh --compare DIR_A DIR_B  # equal tensors and metrics?
 # Run it with the binary before and after a change, then compare the two directories.
 set -euo pipefail
@@ -35,6 +36,8 @@ if [ "${1:-}" = --compare ]; then
   exit $status
 fi
 shamn=$1 out=$2
+extra=()
+[ -z "${SET:-}" ] || extra=(--set "$SET")
 synth=${SYNTH_DIR:-/tmp/shamn_crc_synth}
 rm -rf "$out"; mkdir -p "$out"
 [ -f "$synth/train.bin" ] || "$shamn" synthetic --out "$synth" --vocab 8192 --successors 4 --tokens 400000 > /dev/null
@@ -42,7 +45,7 @@ for cfg in tiny small; do
   "$shamn" --threads 2 train "$repo/configs/$cfg.toml" --set data.train_path="\"$synth/train.bin\"" \
     --set data.val_path="\"$synth/val.bin\"" --set train.max_steps=3 --set train.eval_every=3 \
     --set optim.warmup_steps=1 --set train.batch_size=4 --set train.seq_len=64 \
-    --set train.out_dir="\"$out/$cfg\"" > "$out/$cfg.log"
+    --set train.out_dir="\"$out/$cfg\"" "${extra[@]}" > "$out/$cfg.log"
   "$shamn" info "$(ls "$out/$cfg"/ckpt_*.h5 | tail -1)" --tensors > "$out/$cfg.crc"
 done
 echo "$out/tiny.crc, $out/small.crc"

@@ -30,18 +30,18 @@ void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
 }
 
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
-                          const float* bias, int64_t n, const BlockSparseDims& dims) {
-  for_kernel_level(kLevels).forward(y, x, values, col_index, bias, n, dims);
+                          const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+  for_kernel_level(kLevels).forward(y, x, values, col_index, bias, n, dims, p);
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
-                                 int64_t n, const BlockSparseDims& dims) {
-  for_kernel_level(kLevels).backward_input(dx, dy, values, col_index, n, dims);
+                                 int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+  for_kernel_level(kLevels).backward_input(dx, dy, values, col_index, n, dims, p);
 }
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                                  int64_t n, const BlockSparseDims& dims) {
-  for_kernel_level(kLevels).backward_values(dvalues, dy, x, col_index, n, dims);
+                                  int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+  for_kernel_level(kLevels).backward_values(dvalues, dy, x, col_index, n, dims, p);
 }
 
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims) {

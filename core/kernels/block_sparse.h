@@ -13,6 +13,8 @@
 // thread count.
 #include <cstdint>
 
+#include "core/product_precision.h"
+
 namespace shamn {
 
 struct BlockSparseDims {
@@ -30,12 +32,18 @@ struct BlockSparseDims {
 // entries in [0, nib).
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& dims);
 
+// With p = bf16 the products read x, dy and values rounded to bf16 (rounded as
+// the fast kernels pack them; the result of rounding them first), bias and
+// sums f32 (train.precision, core/product_precision.h).
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
-                          const float* bias, int64_t n, const BlockSparseDims& dims);
+                          const float* bias, int64_t n, const BlockSparseDims& dims,
+                          ProductPrecision p = ProductPrecision::f32);
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
-                                 int64_t n, const BlockSparseDims& dims);
+                                 int64_t n, const BlockSparseDims& dims,
+                                 ProductPrecision p = ProductPrecision::f32);
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                                  int64_t n, const BlockSparseDims& dims);
+                                  int64_t n, const BlockSparseDims& dims,
+                                  ProductPrecision p = ProductPrecision::f32);
 // dbias[out] += sum over rows of dy (fixed order: thread-count independent).
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims);
 
@@ -99,17 +107,21 @@ void block_sparse_backward_bias_naive(T* dbias, const T* dy, int64_t n, const Bl
 }
 
 // f64 (gradient checks) runs the naive twins under the fast kernels' names, so an
-// op templated on the scalar calls one name for both dtypes.
+// op templated on the scalar calls one name for both dtypes; f64 operands are
+// never rounded (the precision is ignored).
 inline void block_sparse_forward(double* y, const double* x, const double* values, const int32_t* col_index,
-                                 const double* bias, int64_t n, const BlockSparseDims& dims) {
+                                 const double* bias, int64_t n, const BlockSparseDims& dims,
+                                 ProductPrecision = ProductPrecision::f32) {
   block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
 }
 inline void block_sparse_backward_input(double* dx, const double* dy, const double* values,
-                                        const int32_t* col_index, int64_t n, const BlockSparseDims& dims) {
+                                        const int32_t* col_index, int64_t n, const BlockSparseDims& dims,
+                                        ProductPrecision = ProductPrecision::f32) {
   block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
 }
 inline void block_sparse_backward_values(double* dvalues, const double* dy, const double* x,
-                                         const int32_t* col_index, int64_t n, const BlockSparseDims& dims) {
+                                         const int32_t* col_index, int64_t n, const BlockSparseDims& dims,
+                                         ProductPrecision = ProductPrecision::f32) {
   block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
 }
 inline void block_sparse_backward_bias(double* dbias, const double* dy, int64_t n,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/kernels/block_sparse.h"
 #include "core/kernels/block_sparse_isa.h"
 #include "core/kernels/block_sparse_simd.h"
@@ -119,7 +120,7 @@ class NextTile {
 
 // ---------------------------------------------------------------------------------
 
-template <int MR, int NV>
+template <int MR, int NV, bool Round>
 void forward_fast(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
                   int64_t n, const BlockSparseDims& d) {
   constexpr int64_t NR = NV * kVec;
@@ -134,8 +135,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
     for (int64_t blk = lo; blk < hi; ++blk) {
       const int64_t r = blk / a, m = blk % a;
       for (int64_t j = 0; j < jn; ++j)
-        bsr::pack_transposed(values + (blk * b + j * NR) * b, b, NR, b,
-                             wp + (r * jn + j) * panel + m * b * NR, NR);
+        bsr::pack_transposed<Round>(values + (blk * b + j * NR) * b, b, NR, b,
+                                    wp + (r * jn + j) * panel + m * b * NR, NR);
     }
   });
 
@@ -151,8 +152,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
         for (const int32_t c : used)
-          bsr::pack_transposed(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b, xp + (p * d.in + c * b) * MR,
-                               MR);
+          bsr::pack_transposed<Round>(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b,
+                                      xp + (p * d.in + c * b) * MR, MR);
       }
       const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
       NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out);
@@ -194,7 +195,7 @@ ColumnIndex index_by_column(const int32_t* col_index, const BlockSparseDims& d) 
   return ix;
 }
 
-template <int MR, int NV>
+template <int MR, int NV, bool Round>
 void backward_input_fast(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
                          const BlockSparseDims& d) {
   constexpr int64_t NR = NV * kVec;
@@ -212,7 +213,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
       for (int64_t j = 0; j < jn; ++j) {
         float* dst = wt + (s * jn + j * cnt) * b * NR;
         for (int64_t e = 0; e < cnt; ++e)
-          bsr::pack_rows<NR>(values + ix.block[s + e] * b * b + j * NR, b, b, dst + e * b * NR);
+          bsr::pack_rows<NR, Round>(values + ix.block[s + e] * b * b + j * NR, b, b, dst + e * b * NR);
       }
     }
   });
@@ -227,7 +228,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
       const int64_t panels = ceil_div(rows, MR);
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        bsr::pack_transposed(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
+        bsr::pack_transposed<Round>(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
       }
       const int64_t c0 = g * tt.per_group, c1 = std::min(nib, c0 + tt.per_group);
       NextTile next(tt, u, n, (c1 - c0) * jn * panels, dy, d.out, dx, d.in);
@@ -247,7 +248,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
   });
 }
 
-template <int MR, int NV>
+template <int MR, int NV, bool Round>
 void backward_values_fast(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
                           int64_t n, const BlockSparseDims& d) {
   constexpr int64_t NR = NV * kVec;
@@ -269,9 +270,9 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
     parallel_for(0, kc, 16, [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t) {
         const float* g_row = dy + (t0 + t) * d.out;
-        for (int64_t r = 0; r < nob; ++r) bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
+        for (int64_t r = 0; r < nob; ++r) bsr::copy_floats16<Round>(gc + (r * kc + t) * b, g_row + r * b, b);
         const float* x_row = x + (t0 + t) * d.in;
-        for (const int32_t c : used) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
+        for (const int32_t c : used) bsr::copy_floats16<Round>(xc + (c * kc + t) * b, x_row + c * b, b);
       }
     });
     const int64_t blocks = nob * a;
@@ -290,39 +291,82 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
 
 bool fast_path(int64_t n, const BlockSparseDims& d) { return n > 0 && d.block % kFastMultiple == 0; }
 
+// The naive loops' operands under bf16: rounded copies (block sizes the fast
+// kernels do not take; not a hot path).
+std::vector<float> rounded_copy(const float* x, int64_t count) {
+  std::vector<float> r(static_cast<size_t>(count));
+  round_to_bf16(r.data(), x, count);
+  return r;
+}
+
+template <bool Round>
+void forward_shaped(float* y, const float* x, const float* values, const int32_t* col_index,
+                    const float* bias, int64_t n, const BlockSparseDims& dims) {
+  if (is_wide(dims.block)) {
+    forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(y, x, values, col_index, bias, n, dims);
+  } else {
+    forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv, Round>(y, x, values, col_index, bias, n, dims);
+  }
+}
+
+template <bool Round>
+void backward_input_shaped(float* dx, const float* dy, const float* values, const int32_t* col_index,
+                           int64_t n, const BlockSparseDims& dims) {
+  if (is_wide(dims.block)) {
+    backward_input_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(dx, dy, values, col_index, n, dims);
+  } else {
+    backward_input_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv, Round>(dx, dy, values, col_index, n,
+                                                                           dims);
+  }
+}
+
+template <bool Round>
+void backward_values_shaped(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
+                            int64_t n, const BlockSparseDims& dims) {
+  if (is_wide_grad(dims.block)) {
+    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv, Round>(dvalues, dy, x, col_index, n, dims);
+  } else {
+    backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv, Round>(dvalues, dy, x, col_index, n, dims);
+  }
+}
+
 }  // namespace
 
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
-                          const float* bias, int64_t n, const BlockSparseDims& dims) {
+                          const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+  const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
-    block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
-  } else if (is_wide(dims.block)) {
-    forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv>(y, x, values, col_index, bias, n, dims);
-  } else {
-    forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(y, x, values, col_index, bias, n, dims);
+    if (!bf16) return block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
+    const std::vector<float> xr = rounded_copy(x, n * dims.in), wr = rounded_copy(values, dims.value_count());
+    return block_sparse_forward_naive(y, xr.data(), wr.data(), col_index, bias, n, dims);
   }
+  if (bf16) return forward_shaped<true>(y, x, values, col_index, bias, n, dims);
+  forward_shaped<false>(y, x, values, col_index, bias, n, dims);
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
-                                 int64_t n, const BlockSparseDims& dims) {
+                                 int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+  const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
-    block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
-  } else if (is_wide(dims.block)) {
-    backward_input_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv>(dx, dy, values, col_index, n, dims);
-  } else {
-    backward_input_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv>(dx, dy, values, col_index, n, dims);
+    if (!bf16) return block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
+    const std::vector<float> gr = rounded_copy(dy, n * dims.out),
+                             wr = rounded_copy(values, dims.value_count());
+    return block_sparse_backward_input_naive(dx, gr.data(), wr.data(), col_index, n, dims);
   }
+  if (bf16) return backward_input_shaped<true>(dx, dy, values, col_index, n, dims);
+  backward_input_shaped<false>(dx, dy, values, col_index, n, dims);
 }
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                                  int64_t n, const BlockSparseDims& dims) {
+                                  int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+  const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
-    block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
-  } else if (is_wide_grad(dims.block)) {
-    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv>(dvalues, dy, x, col_index, n, dims);
-  } else {
-    backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv>(dvalues, dy, x, col_index, n, dims);
+    if (!bf16) return block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
+    const std::vector<float> gr = rounded_copy(dy, n * dims.out), xr = rounded_copy(x, n * dims.in);
+    return block_sparse_backward_values_naive(dvalues, gr.data(), xr.data(), col_index, n, dims);
   }
+  if (bf16) return backward_values_shaped<true>(dvalues, dy, x, col_index, n, dims);
+  backward_values_shaped<false>(dvalues, dy, x, col_index, n, dims);
 }
 
 SHAMN_ISA_END

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/bf16.h"
 #include "core/simd.h"
 
 SHAMN_ISA_PUSH
@@ -127,10 +128,13 @@ class PrefetchStream {
 
 // ---------------------------------------------------------------------------------
 // Packing: dst[k * width + i] = src[i * ld + k] for k < cols and i < width, rows at
-// or beyond `rows` read as zero (so padded tile rows hold harmless zeros).
+// or beyond `rows` read as zero (so padded tile rows hold harmless zeros). With
+// Round, every packer stores round_to_bf16 of what it reads (train.precision =
+// "bf16": the products' operands rounded as they are packed, no extra pass).
 
 #if SHAMN_ISA_SIMD == 2
 
+template <bool Round = false>
 inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
   __m512 r[16];
   for (int i0 = 0; i0 < width; i0 += 16) {
@@ -143,6 +147,9 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
         r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, src + (i0 + i) * ld + k0) : _mm512_setzero_ps();
+      if constexpr (Round)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) r[i] = simd::vround_bf16(r[i]);
       simd::transpose_16x16(r);
       float* d = dst + k0 * width + i0;
       for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * width, store_mask, r[k]);
@@ -152,11 +159,12 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 
 #else
 
+template <bool Round = false>
 inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
   for (int64_t k = 0; k < cols; ++k) {
     float* d = dst + k * width;
     int i = 0;
-    for (; i < std::min(rows, width); ++i) d[i] = src[i * ld + k];
+    for (; i < std::min(rows, width); ++i) d[i] = Round ? round_to_bf16(src[i * ld + k]) : src[i * ld + k];
     for (; i < width; ++i) d[i] = 0.0f;
   }
 }
@@ -164,17 +172,28 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 #endif
 
 // dst[k * W + i] = src[k * ld + i] for k < rows: W-float row slices made contiguous.
-template <int W>
+template <int W, bool Round = false>
 inline void pack_rows(const float* src, int64_t ld, int64_t rows, float* dst) {
-  for (int64_t k = 0; k < rows; ++k) std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
+  static_assert(W % kVec == 0);
+  for (int64_t k = 0; k < rows; ++k) {
+    if constexpr (Round) {
+      for (int v = 0; v < W; v += kVec) vstoreu(dst + k * W + v, simd::vround_bf16(vloadu(src + k * ld + v)));
+    } else {
+      std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
+    }
+  }
 }
 
 // dst[0:n] = src[0:n] for n a multiple of 16: inline vector moves, where a memcpy call
 // per short block slice would cost more than the copy.
+template <bool Round = false>
 inline void copy_floats16(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; i += 16)
 #pragma GCC unroll 4
-    for (int v = 0; v < 16 / kVec; ++v) vstoreu(dst + i + v * kVec, vloadu(src + i + v * kVec));
+    for (int v = 0; v < 16 / kVec; ++v) {
+      const vfloat x = vloadu(src + i + v * kVec);
+      vstoreu(dst + i + v * kVec, Round ? simd::vround_bf16(x) : x);
+    }
 }
 
 }  // namespace SHAMN_ISA_NS

@@ -5,6 +5,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops_block_sparse.h"
 #include "core/bf16.h"
+#include "core/kernel_level.h"
 #include "core/product_precision.h"
 #include "helpers.h"
 
@@ -61,40 +62,54 @@ void check_bf16_product(const std::function<Var(const std::vector<Var>&)>& f, co
 
 }  // namespace
 
-TEST_CASE("bf16 matmul: the f32 product of rounded operands, all transposes", "[autograd][bf16]") {
+TEST_CASE("bf16 matmul: the f32 product of rounded operands, all transposes and kernel levels",
+          "[autograd][bf16]") {
   test::ThreadCountGuard guard;
   const int64_t M = 37, N = 45, K = 29;  // more rows than the unpacked path takes
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        INFO("threads " << threads << " trans_a " << ta << " trans_b " << tb);
-        const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 81, DType::f32);
-        const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 82, DType::f32);
-        check_bf16_product([=](const std::vector<Var>& v) { return matmul(v[0], v[1], ta, tb); }, {a, b},
-                           {M, N});
-      }
+  for (int level = 0; level < kKernelLevels; ++level) {
+    if (!kernel_level_supported(static_cast<KernelLevel>(level))) continue;
+    const ScopedKernelLevel scoped(static_cast<KernelLevel>(level));
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          INFO("level " << kernel_level_name(static_cast<KernelLevel>(level)) << " threads " << threads
+                        << " trans_a " << ta << " trans_b " << tb);
+          const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 81, DType::f32);
+          const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 82, DType::f32);
+          check_bf16_product([=](const std::vector<Var>& v) { return matmul(v[0], v[1], ta, tb); }, {a, b},
+                             {M, N});
+        }
+    }
   }
-  // A product of one row (the unpacked path).
+  // A product of one row (the unpacked path, on rounded copies).
   check_bf16_product([](const std::vector<Var>& v) { return matmul(v[0], v[1], false, true); },
                      {random_tensor({1, 33}, 83, DType::f32), random_tensor({20, 33}, 84, DType::f32)},
                      {1, 20});
 }
 
-TEST_CASE("bf16 block_sparse_linear: the f32 product of rounded operands, bias in f32",
+TEST_CASE("bf16 block_sparse_linear: the f32 product of rounded operands at every kernel level, bias in f32",
           "[autograd][bf16][block_sparse]") {
   test::ThreadCountGuard guard;
-  const int64_t b = 16;
   const Tensor ci = Tensor::from_data<int32_t>({2, 2}, {0, 2, 1, 2});
-  const Tensor x = random_tensor({9, 3 * b}, 85, DType::f32);
-  const Tensor w = random_tensor({2, 2, b, b}, 86, DType::f32);
-  const Tensor bias = random_tensor({2 * b}, 87, DType::f32);
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    INFO("threads " << threads);
-    // The bias is added, not multiplied: it is not rounded.
-    check_bf16_product(
-        [=](const std::vector<Var>& v) { return block_sparse_linear(v[0], v[1], ci, v[2], b); }, {x, w, bias},
-        {9, 2 * b}, {true, true, false});
+  // 16 and 32: the fast kernels' two tile shapes, rounding as they pack; 3: the
+  // naive loops on rounded copies.
+  for (int64_t b : {16, 32, 3}) {
+    const Tensor x = random_tensor({9, 3 * b}, 85, DType::f32);
+    const Tensor w = random_tensor({2, 2, b, b}, 86, DType::f32);
+    const Tensor bias = random_tensor({2 * b}, 87, DType::f32);
+    for (int level = 0; level < kKernelLevels; ++level) {
+      if (!kernel_level_supported(static_cast<KernelLevel>(level))) continue;
+      const ScopedKernelLevel scoped(static_cast<KernelLevel>(level));
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        INFO("block " << b << " level " << kernel_level_name(static_cast<KernelLevel>(level)) << " threads "
+                      << threads);
+        // The bias is added, not multiplied: it is not rounded.
+        check_bf16_product(
+            [=](const std::vector<Var>& v) { return block_sparse_linear(v[0], v[1], ci, v[2], b); },
+            {x, w, bias}, {9, 2 * b}, {true, true, false});
+      }
+    }
   }
 }
