@@ -17,4 +17,10 @@ void round_to_bf16(float* dst, const float* src, int64_t n) {
   });
 }
 
+std::vector<float> rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) round_to_bf16(out.data() + r * cols, src + r * ld, cols);
+  return out;
+}
+
 }  // namespace shamn

@@ -6,6 +6,7 @@
 // order.
 #include <bit>
 #include <cstdint>
+#include <vector>
 
 namespace shamn {
 
@@ -21,5 +22,10 @@ inline float round_to_bf16(float x) {
 
 // dst[i] = round_to_bf16(src[i]); dst may be src. Parallel over large n.
 void round_to_bf16(float* dst, const float* src, int64_t n);
+
+// src: [rows, cols] at row stride ld -> a contiguous [rows, cols] copy rounded
+// to bf16 (ld = cols for a flat array): the operands of the few products that
+// do not round as they pack.
+std::vector<float> rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld);
 
 }  // namespace shamn

@@ -90,13 +90,6 @@ void gemm_direct(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, c
   });
 }
 
-// [rows, cols] at stride ld -> a contiguous copy rounded to bf16.
-std::vector<float> rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) round_to_bf16(out.data() + r * cols, src + r * ld, cols);
-  return out;
-}
-
 template <class T>
 void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {

@@ -202,7 +202,6 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
     for (size_t off = 0; off < B * sizeof(Tile); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
     const int64_t nr = std::min<int64_t>(kTileRows, rows - t * kTileRows);
     const auto mask = static_cast<__mmask16>((1u << nr) - 1);
-    // No bias adds +0, which changes nothing after the +0 below (which made -0 +0 already).
     const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + t * kTileRows) : _mm512_setzero_ps();
     for (int64_t u = 0; u < n; ++u) {
       const int64_t base = (tokens ? tokens[u] : u) * stride;
@@ -216,7 +215,10 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
         const __m512 lane = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), _mm512_setzero_ps());
         sum = j == 0 ? lane : _mm512_add_ps(sum, lane);
       }
-      __m512 v = _mm512_add_ps(_mm512_add_ps(sum, _mm512_setzero_ps()), b);
+      // The general path adds +0 for the empty lanes, and +0 for no bias: here
+      // neither changes a bit, since a lane fma(scale, isum, +0) is never -0 and
+      // so neither is their sum (x + 0 = x for every other x, NaN included).
+      __m512 v = bias ? _mm512_add_ps(sum, b) : sum;
       float* yu = y + u * y_stride + t * kTileRows;
       if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, yu), v);
       _mm512_mask_storeu_ps(yu, mask, v);

@@ -318,7 +318,7 @@ class Run {
     if (c_.lora.enabled())
       console_.say(fmt("LoRA: %.0f adapter parameters train (%.3f%% of the model), the base is frozen",
                        double(trainable_count()), 100.0 * double(trainable_count()) / params));
-    if (c_.train.precision == "bf16")
+    if (product_precision() == ProductPrecision::bf16)  // set by train() from train.precision
       console_.say("precision: matmul and block-sparse operands rounded to bf16, sums and weights f32");
     if (comm_.is_root())
       metrics_.emplace((fs::path(run_dir_) / "metrics.jsonl").string(), resuming, state_.step);

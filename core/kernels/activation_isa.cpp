@@ -61,16 +61,47 @@ inline void store_n(float* p, F v, int64_t count) {
   std::memcpy(p, buf, sizeof(float) * static_cast<size_t>(count));
 }
 
+// Four vectors per iteration: each lane's value is a long dependent chain (the
+// exp's polynomial, a division), so groups give the core independent work, and
+// the pointers are captured by value so that a store through y does not make
+// the compiler reload them (1.2x over a vector at a time, the same bits). y may
+// be x: a group's loads come before its stores.
 template <class Fn>
 void map_forward16(float* y, const float* x, int64_t n) {
-  for_blocks(n, [&](int64_t i, int64_t c) { store_n(y + i, Fn::forward(load_n(x + i, c)), c); });
+  const int64_t full = n / 16;
+  parallel_for(0, (n + 15) / 16, 1024, [y, x, n, full](int64_t lo, int64_t hi) {
+    const int64_t end = std::min(hi, full);
+    int64_t b = lo;
+    for (; b + 4 <= end; b += 4) {
+      F v[4];
+      for (int k = 0; k < 4; ++k) v[k] = Fn::forward(simd::load(x + (b + k) * 16));
+      for (int k = 0; k < 4; ++k) simd::store(y + (b + k) * 16, v[k]);
+    }
+    for (; b < hi; ++b) {
+      const int64_t i = b * 16, c = std::min<int64_t>(16, n - i);
+      store_n(y + i, Fn::forward(load_n(x + i, c)), c);
+    }
+  });
 }
 
 template <class Fn>
 void map_backward16(float* dx, const float* dy, const float* x, int64_t n) {
-  for_blocks(n, [&](int64_t i, int64_t c) {
-    const F g = load_n(dx + i, c) + load_n(dy + i, c) * Fn::derivative(load_n(x + i, c));
-    store_n(dx + i, g, c);
+  const int64_t full = n / 16;
+  parallel_for(0, (n + 15) / 16, 1024, [dx, dy, x, n, full](int64_t lo, int64_t hi) {
+    const int64_t end = std::min(hi, full);
+    int64_t b = lo;
+    for (; b + 4 <= end; b += 4) {
+      F g[4];
+      for (int k = 0; k < 4; ++k) {
+        const int64_t i = (b + k) * 16;
+        g[k] = simd::load(dx + i) + simd::load(dy + i) * Fn::derivative(simd::load(x + i));
+      }
+      for (int k = 0; k < 4; ++k) simd::store(dx + (b + k) * 16, g[k]);
+    }
+    for (; b < hi; ++b) {
+      const int64_t i = b * 16, c = std::min<int64_t>(16, n - i);
+      store_n(dx + i, load_n(dx + i, c) + load_n(dy + i, c) * Fn::derivative(load_n(x + i, c)), c);
+    }
   });
 }
 

@@ -291,13 +291,9 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
 
 bool fast_path(int64_t n, const BlockSparseDims& d) { return n > 0 && d.block % kFastMultiple == 0; }
 
-// The naive loops' operands under bf16: rounded copies (block sizes the fast
-// kernels do not take; not a hot path).
-std::vector<float> rounded_copy(const float* x, int64_t count) {
-  std::vector<float> r(static_cast<size_t>(count));
-  round_to_bf16(r.data(), x, count);
-  return r;
-}
+// The naive loops' operands under bf16 (block sizes the fast kernels do not
+// take; not a hot path): rounded copies of count floats.
+std::vector<float> rounded_flat(const float* x, int64_t count) { return rounded_copy(x, 1, count, count); }
 
 template <bool Round>
 void forward_shaped(float* y, const float* x, const float* values, const int32_t* col_index,
@@ -337,7 +333,7 @@ void block_sparse_forward(float* y, const float* x, const float* values, const i
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
     if (!bf16) return block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
-    const std::vector<float> xr = rounded_copy(x, n * dims.in), wr = rounded_copy(values, dims.value_count());
+    const std::vector<float> xr = rounded_flat(x, n * dims.in), wr = rounded_flat(values, dims.value_count());
     return block_sparse_forward_naive(y, xr.data(), wr.data(), col_index, bias, n, dims);
   }
   if (bf16) return forward_shaped<true>(y, x, values, col_index, bias, n, dims);
@@ -349,8 +345,8 @@ void block_sparse_backward_input(float* dx, const float* dy, const float* values
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
     if (!bf16) return block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
-    const std::vector<float> gr = rounded_copy(dy, n * dims.out),
-                             wr = rounded_copy(values, dims.value_count());
+    const std::vector<float> gr = rounded_flat(dy, n * dims.out),
+                             wr = rounded_flat(values, dims.value_count());
     return block_sparse_backward_input_naive(dx, gr.data(), wr.data(), col_index, n, dims);
   }
   if (bf16) return backward_input_shaped<true>(dx, dy, values, col_index, n, dims);
@@ -362,7 +358,7 @@ void block_sparse_backward_values(float* dvalues, const float* dy, const float* 
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
     if (!bf16) return block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
-    const std::vector<float> gr = rounded_copy(dy, n * dims.out), xr = rounded_copy(x, n * dims.in);
+    const std::vector<float> gr = rounded_flat(dy, n * dims.out), xr = rounded_flat(x, n * dims.in);
     return block_sparse_backward_values_naive(dvalues, gr.data(), xr.data(), col_index, n, dims);
   }
   if (bf16) return backward_values_shaped<true>(dvalues, dy, x, col_index, n, dims);
