@@ -66,6 +66,37 @@ TEST_CASE("causal_conv kernels: fast float kernels match the naive oracle", "[co
   }
 }
 
+TEST_CASE("causal_conv's kernel gradient is each (channel, tap)'s float FMA chain over rows in order",
+          "[conv][kernels]") {
+  // 4 taps take the register path for whole 16-channel slices, other tap counts
+  // and the last partial slice (67 = 4 x 16 + 3) the buffer path: both must be the
+  // plain chain, whatever the thread count.
+  for (int64_t K : {int64_t{4}, int64_t{3}}) {
+    const CausalConvDims s{.batch = 2, .time = 21, .dim = 67, .kernel = K};
+    const Tensor u = random_tensor({2, 21, 67}, 40).to(DType::f32),
+                 dc = random_tensor({2, 21, 67}, 41).to(DType::f32);
+    std::vector<float> want(static_cast<size_t>(67 * K), 0.5f);
+    for (int64_t d = 0; d < s.dim; ++d)
+      for (int64_t i = 0; i < K; ++i) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < s.batch; ++b)
+          for (int64_t t = i; t < s.time; ++t)
+            acc = std::fma(dc.data<float>()[(b * s.time + t) * s.dim + d],
+                           u.data<float>()[(b * s.time + t - i) * s.dim + d], acc);
+        want[d * K + i] += acc;
+      }
+    test::ThreadCountGuard guard;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<float> got(want.size(), 0.5f);
+      causal_conv_backward_kernel(got.data(), dc.data<float>(), u.data<float>(), s);
+      INFO("K = " << K << ", " << threads << " thread(s)");
+      for (size_t j = 0; j < want.size(); ++j)
+        REQUIRE(std::bit_cast<uint32_t>(got[j]) == std::bit_cast<uint32_t>(want[j]));
+    }
+  }
+}
+
 TEST_CASE("causal_conv streaming: chunks continued from a history give the bits of one pass",
           "[conv][kernels]") {
   // One sequence of T tokens after H = K-1 earlier ones: the earlier ones as the
