@@ -49,10 +49,13 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
       T* dq = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
       T* dk1 = node.needs_grad(1) ? node.input_grad(1).data<T>() : nullptr;
       T* dk2 = node.needs_grad(2) ? node.input_grad(2).data<T>() : nullptr;
-      T* dv = node.needs_grad(3) ? node.input_grad(3).data<T>() : nullptr;
+      // The values' gradient (the memory bank, 134 MB at the default size) is
+      // written, not added, when nothing is in it yet: no zero fill first.
+      bool fresh = false;
+      T* dv = node.needs_grad(3) ? node.input_grad_to_write(3, &fresh).data<T>() : nullptr;
       const T* dout = node.out_grad.data<T>();
       product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(), vv.data<T>(),
-                           slots.data<int32_t>(), weights.data<T>(), N, d);
+                           slots.data<int32_t>(), weights.data<T>(), N, d, fresh);
     });
   });
 }

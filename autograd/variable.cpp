@@ -36,10 +36,14 @@ void Var::set_grad(Tensor grad) {
   SHAMN_CHECK(grad.shape() == value().shape() && grad.dtype() == value().dtype(), "set_grad: gradient ",
               grad.str(), " for value ", value().str());
   impl_->grad = std::move(grad);
+  impl_->grad_zero_pending = false;
 }
 
-void Var::zero_grad() const {
-  if (impl_->grad.defined()) impl_->grad.zero();
+void Var::zero_grad() const { impl_->grad_zero_pending = impl_->grad.defined(); }
+
+void Var::fill_pending_zeros() const {
+  impl_->grad.zero();
+  impl_->grad_zero_pending = false;
 }
 
 void Var::replace_value(Tensor value) const {
@@ -48,6 +52,7 @@ void Var::replace_value(Tensor value) const {
               " tensor cannot require a gradient");
   impl_->value = std::move(value);
   impl_->grad = Tensor();
+  impl_->grad_zero_pending = false;
 }
 
 Node::Node(const char* name_, std::vector<Var> inputs_, std::function<void(Node&)> backward, Shape out_shape_,
@@ -83,14 +88,19 @@ Tensor& Node::input_grad(size_t i) {
     return producer.out_grad;
   }
   if (!in->grad.defined()) in->grad = Tensor::zeros(in->value.shape(), in->value.dtype());
+  if (in->grad_zero_pending) {
+    in->grad.zero();
+    in->grad_zero_pending = false;
+  }
   return in->grad;
 }
 
 Tensor& Node::input_grad_to_write(size_t i, bool* fresh) {
   VarImpl* in = inputs[i].impl();
   Tensor& g = in->grad_fn ? in->grad_fn->out_grad : in->grad;
-  *fresh = !g.defined();
-  if (*fresh)
+  *fresh = !g.defined() || (!in->grad_fn && in->grad_zero_pending);
+  if (!in->grad_fn) in->grad_zero_pending = false;  // the op writes every element
+  if (!g.defined())
     g = in->grad_fn ? Tensor::empty(in->grad_fn->out_shape, in->grad_fn->out_dtype)
                     : Tensor::empty(in->value.shape(), in->value.dtype());
   return g;
@@ -164,6 +174,7 @@ void Var::backward_impl(const Tensor& seed, const BackwardHooks* hooks) const {
   NoGradGuard no_grad;
   if (is_leaf()) {
     if (!impl_->grad.defined()) impl_->grad = Tensor::zeros(shape(), dtype());
+    if (impl_->grad_zero_pending) fill_pending_zeros();
     dispatch_floating(dtype(), "backward", [&](auto zero) {
       using T = decltype(zero);
       impl_->grad.vector<T>() += seed.vector<T>();

@@ -32,6 +32,9 @@ struct BackwardHooks;
 struct VarImpl {
   Tensor value;
   Tensor grad;  // leaves only; allocated (zeroed) on first accumulation
+  // zero_grad() was called and nothing has written grad since: it reads as zeros
+  // but its buffer was not filled yet (see Var::zero_grad).
+  bool grad_zero_pending = false;
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // null for leaves
 };
@@ -55,10 +58,18 @@ class Var {
   const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
 
   // Leaf gradient; undefined until a backward pass reached this leaf.
-  const Tensor& grad() const { return impl_->grad; }
+  const Tensor& grad() const {
+    if (impl_->grad_zero_pending) fill_pending_zeros();
+    return impl_->grad;
+  }
+  // Whether a gradient buffer exists, without filling pending zeros.
+  bool has_grad() const { return impl_->grad.defined(); }
   // Points the gradient at caller-owned storage (e.g. an arena); must match shape/dtype.
   void set_grad(Tensor grad);
-  // Zeroes the gradient buffer in place (keeps the allocation).
+  // Zeroes the gradient, keeping the allocation. Lazily: the buffer is filled
+  // when something reads or adds into it, and not at all when the first op of
+  // the next backward pass writes every element (Node::input_grad_to_write):
+  // for the memory bank's 134 MB of values that is a pass over them saved.
   void zero_grad() const;
   // Replaces a leaf's value (e.g. converting a module to f64 for gradient checks);
   // every handle to this Var sees the new tensor. Drops the gradient.
@@ -80,6 +91,7 @@ class Var {
  private:
   friend Var record(const char*, Tensor, std::vector<Var>, std::function<void(Node&)>);
   void backward_impl(const Tensor& seed, const BackwardHooks* hooks) const;
+  void fill_pending_zeros() const;
   std::shared_ptr<VarImpl> impl_;
 };
 

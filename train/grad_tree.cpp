@@ -58,13 +58,10 @@ void GradientTree::add_left(const Level& l, size_t i) {
 void GradientTree::sum(int64_t lo, int64_t hi, size_t level, const Micro& micro) {
   if (hi - lo == 1) {
     {
+      // Marks the gradients zero; the buffers are filled (or written over) by
+      // the backward pass's ops, whose profile rows count those bytes.
       const ProfileScope profile("zero_grad", ProfileCategory::optimizer);
-      int64_t bytes = 0;
-      for (const Var& p : params_) {
-        p.zero_grad();
-        if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());
-      }
-      profile_work(0, bytes);  // each gradient written once
+      for (const Var& p : params_) p.zero_grad();
     }
     const bool last = hi == end_;
     if (last) spine_depth_ = level;

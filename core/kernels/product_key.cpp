@@ -282,7 +282,7 @@ void gather_tokens(float* out, const float* values, const int32_t* slots, const 
 // the same sums for any thread count (the pattern of rows.h scatter_add_rows).
 void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const int32_t* rows,
                              const float* coef, const int32_t* count, int64_t per_token, const float* src,
-                             int64_t src_stride, int64_t N) {
+                             int64_t src_stride, int64_t N, bool overwrite = false) {
   auto entries_of = [&](int64_t t) { return count ? count[t] : per_token; };
   std::vector<int64_t> start(static_cast<size_t>(num_rows) + 1, 0);
   for (int64_t t = 0; t < N; ++t)
@@ -295,6 +295,11 @@ void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const in
       const int64_t e = t * per_token + j;
       order[static_cast<size_t>(fill[rows[e]]++)] = e;
     }
+  if (overwrite)  // rows no entry reaches are zero; the others are stored below
+    parallel_for(0, num_rows, std::max<int64_t>(1, 16384 / dim), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r)
+        if (start[r + 1] == start[r]) std::fill_n(dst + r * dim, dim, 0.0f);
+    });
   std::vector<int32_t> used;
   for (int64_t r = 0; r < num_rows; ++r)
     if (start[r + 1] > start[r]) used.push_back(static_cast<int32_t>(r));
@@ -309,7 +314,10 @@ void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const in
         const int64_t e = order[static_cast<size_t>(i)];
         const float* s = src + (e / per_token) * src_stride;
         const float w = coef[e];
-        for (int64_t c = 0; c < dim; ++c) out[c] += w * s[c];
+        if (overwrite && i == start[r])  // the value 0 + w s would have (up to the sign of a zero)
+          for (int64_t c = 0; c < dim; ++c) out[c] = w * s[c];
+        else
+          for (int64_t c = 0; c < dim; ++c) out[c] += w * s[c];
       }
     }
   });
@@ -439,20 +447,21 @@ void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const fl
 }
 
 void product_key_backward_values(float* dvalues, const float* dout, const int32_t* slots,
-                                 const float* weights, int64_t N, const ProductKeyDims& d) {
-  scatter_add_scaled_rows(dvalues, d.slots(), d.dim, slots, weights, nullptr, d.k, dout, d.dim, N);
+                                 const float* weights, int64_t N, const ProductKeyDims& d, bool overwrite) {
+  scatter_add_scaled_rows(dvalues, d.slots(), d.dim, slots, weights, nullptr, d.k, dout, d.dim, N, overwrite);
 }
 
 void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalues, const float* dout,
                           const float* q, const float* keys1, const float* keys2, const float* values,
-                          const int32_t* slots, const float* weights, int64_t N, const ProductKeyDims& d) {
+                          const int32_t* slots, const float* weights, int64_t N, const ProductKeyDims& d,
+                          bool overwrite_values) {
   check_product_key_dims(d);
   if (dq || dkeys1 || dkeys2) {
     std::vector<float> dsigma(static_cast<size_t>(N * d.k));
     product_key_backward_scores(dsigma.data(), dout, values, slots, weights, N, d);
     product_key_backward_keys(dq, dkeys1, dkeys2, dsigma.data(), q, keys1, keys2, slots, N, d);
   }
-  if (dvalues) product_key_backward_values(dvalues, dout, slots, weights, N, d);
+  if (dvalues) product_key_backward_values(dvalues, dout, slots, weights, N, d, overwrite_values);
 }
 
 }  // namespace shamn

@@ -65,9 +65,13 @@ void product_key_select(int32_t* slots, float* weights, const float* s1, const f
 void product_key_gather(float* out, const float* values, const int32_t* slots, const float* weights,
                         int64_t N, const ProductKeyDims& d);
 
+// Accumulates into dq, dkeys1, dkeys2 and dvalues (those not null); with
+// overwrite_values, dvalues is written instead (every element: the rows no token
+// read are zeroed), so it needs no zero fill first.
 void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalues, const float* dout,
                           const float* q, const float* keys1, const float* keys2, const float* values,
-                          const int32_t* slots, const float* weights, int64_t N, const ProductKeyDims& d);
+                          const int32_t* slots, const float* weights, int64_t N, const ProductKeyDims& d,
+                          bool overwrite_values = false);
 
 // The backward's stages, exposed for the benchmark.
 // dsigma[m] = w[m] * (g[m] - sum_j w[j] g[j]) with g[m] = dout . values[slots[m]]
@@ -78,9 +82,11 @@ void product_key_backward_scores(float* dsigma, const float* dout, const float* 
 void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const float* dsigma, const float* q,
                                const float* keys1, const float* keys2, const int32_t* slots, int64_t N,
                                const ProductKeyDims& d);
-// dvalues[slots[m]] += weights[m] * dout.
+// dvalues[slots[m]] += weights[m] * dout (with overwrite: written, rows no slot
+// names zeroed).
 void product_key_backward_values(float* dvalues, const float* dout, const int32_t* slots,
-                                 const float* weights, int64_t N, const ProductKeyDims& d);
+                                 const float* weights, int64_t N, const ProductKeyDims& d,
+                                 bool overwrite = false);
 
 // ---------------------------------------------------------------------------------
 // The slow, obvious twins: full sorts, every candidate pair, sums in double. The test
@@ -197,7 +203,9 @@ inline void product_key_forward(double* out, int32_t* slots, double* weights, co
 inline void product_key_backward(double* dq, double* dkeys1, double* dkeys2, double* dvalues,
                                  const double* dout, const double* q, const double* keys1,
                                  const double* keys2, const double* values, const int32_t* slots,
-                                 const double* weights, int64_t N, const ProductKeyDims& d) {
+                                 const double* weights, int64_t N, const ProductKeyDims& d,
+                                 bool overwrite_values = false) {
+  if (dvalues && overwrite_values) std::fill_n(dvalues, d.slots() * d.dim, 0.0);
   product_key_backward_naive(dq, dkeys1, dkeys2, dvalues, dout, q, keys1, keys2, values, slots, weights, N,
                              d);
 }

@@ -37,6 +37,28 @@ TEST_CASE("backward accumulates into leaves across calls and zero_grad resets", 
   CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 0, 0});
 }
 
+TEST_CASE("zero_grad fills lazily: what reads, adds into or writes the gradient next sees zeros",
+          "[autograd][engine]") {
+  Var x(random_tensor({4, 9}, 21, DType::f32), true);
+  const Var gain(Tensor::full({9}, 1.5));
+  sum(rms_norm(x, gain)).backward();  // rms_norm writes every element of x's gradient
+  const std::vector<float> once = x.grad().to_vector<float>();
+  // Garbage in the buffer, then zero_grad: the next full write stores over it.
+  x.grad().fill(123.0);
+  x.zero_grad();
+  CHECK(x.has_grad());
+  sum(rms_norm(x, gain)).backward();
+  CHECK(x.grad().to_vector<float>() == once);
+  // An op that adds (mul's backward) adds to zeros.
+  x.grad().fill(5.0);
+  x.zero_grad();
+  sum(scale(x, 2.0)).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(36, 2.0f));
+  // A plain read sees zeros.
+  x.zero_grad();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(36, 0.0f));
+}
+
 TEST_CASE("backward frees the graph, a second backward is a clear error", "[autograd][engine]") {
   Var x(Tensor::from_data<float>({2}, {1, 2}), true);
   Var loss = sum(gelu(x));

@@ -320,6 +320,30 @@ TEST_CASE("product-key memory: the float backward equals the naive one", "[autog
   }
 }
 
+TEST_CASE("product-key memory: the values' gradient written over garbage equals it added to zeros",
+          "[autograd][memory]") {
+  // 81 value rows, 6 tokens x 4 slots: most rows are read by no token, so the
+  // written gradient must zero them; the others hold their entries' sums.
+  const int64_t N = 6;
+  const ProductKeyDims d{9, 5, 4, 11};
+  const Tensor q = random_tensor({N, 10}, 51, DType::f32);
+  const Tensor k1 = random_tensor({9, 5}, 52, DType::f32);
+  const Tensor k2 = random_tensor({9, 5}, 53, DType::f32);
+  const Tensor v = random_tensor({81, 11}, 54, DType::f32);
+  const Tensor dout = random_tensor({N, 11}, 55, DType::f32);
+  const Lookup fwd = run_fast(q, k1, k2, v, N, d);
+  Tensor added = Tensor::zeros({81, 11}), written = Tensor::full({81, 11}, 123.0);
+  for (bool overwrite : {false, true})
+    product_key_backward(nullptr, nullptr, nullptr, (overwrite ? written : added).data<float>(),
+                         dout.data<float>(), q.data<float>(), k1.data<float>(), k2.data<float>(),
+                         v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d, overwrite);
+  // Equal as numbers (a written -0 may stand where the sum gave +0).
+  CHECK(written.to_vector<float>() == added.to_vector<float>());
+  int64_t zero_rows = 0;
+  for (int64_t r = 0; r < 81; ++r) zero_rows += added.to_vector<float>()[r * 11] == 0.0f;
+  CHECK(zero_rows > 40);
+}
+
 TEST_CASE("product-key memory: bad shapes and sizes are errors", "[autograd][memory]") {
   const Var q(random_tensor({3, 8}, 41, DType::f32));
   const Var keys(random_tensor({5, 4}, 42, DType::f32));
