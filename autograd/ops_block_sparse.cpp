@@ -47,9 +47,11 @@ void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T*
 }
 
 // Gradient destinations of one layer; null where no gradient is wanted.
+// dx_fresh: dx holds nothing to add to, so its gradient is written.
 template <class T>
 struct GradRows {
   T* dx = nullptr;
+  bool dx_fresh = false;
   T* dvalues = nullptr;
   T* dbias = nullptr;
 };
@@ -58,7 +60,7 @@ template <class T>
 void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values, const int32_t* ci,
                    int64_t n, const BlockSparseDims& dims) {
   const ProductPrecision p = product_precision();
-  if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims, p);
+  if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims, p, g.dx_fresh);
   if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims, p);
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);  // a sum of dy: f32 under bf16 too
 }
@@ -78,13 +80,14 @@ const T* activated(const T* x, int64_t count, InputActivation act, Buffer<T>& bu
   return buf.data();
 }
 
-// dx += dact * act'(x) (accumulates, as the activation ops' backward does).
+// dx += dact * act'(x), or dx = ... with overwrite (dact may be dx then).
 template <class T>
-void activation_backward(T* dx, const T* dact, const T* x, int64_t count, InputActivation act) {
+void activation_backward(T* dx, const T* dact, const T* x, int64_t count, InputActivation act,
+                         bool overwrite) {
   if (act == InputActivation::gelu)
-    gelu_backward(dx, dact, x, count);
+    gelu_backward(dx, dact, x, count, overwrite);
   else
-    silu_backward(dx, dact, x, count);
+    silu_backward(dx, dact, x, count, overwrite);
 }
 
 // The work of computing act over count inputs (backward: again, and its gradient).
@@ -98,20 +101,25 @@ void record_activation_work(InputActivation act, int64_t count, int64_t s, bool 
 }
 
 // backward_rows for a layer that read act(x): the activation recomputed for
-// the values' gradient, the input's gradient through act' into g.dx.
+// the values' gradient, the input's gradient through act' into g.dx. A fresh
+// g.dx takes the product's gradient and is then scaled by act'(x) in place;
+// else the product's gradient goes through dbuf (written, not zero-filled).
 template <class T>
 void backward_rows_activated(const GradRows<T>& g, const T* dy, const T* x, const T* values,
                              const int32_t* ci, int64_t n, const BlockSparseDims& dims, InputActivation act,
                              Buffer<T>& buf, Buffer<T>& dbuf) {
   const T* x_in = activated(x, n * dims.in, act, buf);
   GradRows<T> inner = g;
-  if (act != InputActivation::none && g.dx) {
-    dbuf.reserve_at_least(n * dims.in);
-    zero_fill(dbuf.data(), n * dims.in);
-    inner.dx = dbuf.data();
+  const bool through_act = act != InputActivation::none && g.dx;
+  if (through_act) {
+    if (!g.dx_fresh) {
+      dbuf.reserve_at_least(n * dims.in);
+      inner.dx = dbuf.data();
+    }
+    inner.dx_fresh = true;
   }
   backward_rows<T>(inner, dy, x_in, values, ci, n, dims);
-  if (act != InputActivation::none && g.dx) activation_backward(g.dx, dbuf.data(), x, n * dims.in, act);
+  if (through_act) activation_backward(g.dx, inner.dx, x, n * dims.in, act, g.dx_fresh);
 }
 
 // A segment's activation scratch: at least count values, rounded up to a power
@@ -165,7 +173,7 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
     dispatch_floating(node.out_dtype, "block_sparse_linear", [&](auto zero) {
       using T = decltype(zero);
       GradRows<T> g;
-      if (node.needs_grad(0)) g.dx = node.input_grad(0).data<T>();
+      if (node.needs_grad(0)) g.dx = node.input_grad_to_write(0, &g.dx_fresh).template data<T>();
       if (node.needs_grad(1)) g.dvalues = node.input_grad(1).data<T>();
       if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
       Buffer<T> buf, dbuf;
@@ -264,15 +272,22 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     }
     dispatch_floating(node.out_dtype, "block_sparse_linear_segments", [&](auto zero) {
       using T = decltype(zero);
-      // Gradient buffers are fetched (and zero-filled) here, before the tasks start.
-      // Gathered rows get theirs in input order first, scatter-added below.
-      Tensor dx_rows = gathered && node.needs_grad(0) ? Tensor::zeros({M, in}, node.out_dtype) : Tensor();
-      T* dx = !node.needs_grad(0) ? nullptr : gathered ? dx_rows.data<T>() : node.input_grad(0).data<T>();
+      // Gradient buffers are fetched here, before the tasks start. Gathered rows
+      // get theirs in input order first (written), scatter-added below. The
+      // segments cover every row of dx, so a fresh dx is written, not zero-filled.
+      Tensor dx_rows = gathered && node.needs_grad(0) ? Tensor::empty({M, in}, node.out_dtype) : Tensor();
+      bool dx_fresh = gathered;
+      T* dx = !node.needs_grad(0) ? nullptr
+              : gathered          ? dx_rows.data<T>()
+                                  : node.input_grad_to_write(0, &dx_fresh).data<T>();
       std::vector<GradRows<T>> grads(static_cast<size_t>(G));
       for (int64_t g = 0; g < G; ++g) {
         if (offsets[g + 1] == offsets[g]) continue;
         const auto [values_at, bias_at] = slot[static_cast<size_t>(g)];
-        if (dx) grads[g].dx = dx + offsets[g] * in;
+        if (dx) {
+          grads[g].dx = dx + offsets[g] * in;
+          grads[g].dx_fresh = dx_fresh;
+        }
         if (node.needs_grad(values_at)) grads[g].dvalues = node.input_grad(values_at).data<T>();
         if (bias_at >= 0 && node.needs_grad(static_cast<size_t>(bias_at)))
           grads[g].dbias = node.input_grad(static_cast<size_t>(bias_at)).data<T>();

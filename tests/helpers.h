@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "autograd/gradcheck.h"
 #include "core/parallel.h"
@@ -26,6 +28,19 @@ inline Tensor random_indices(const Shape& shape, int32_t num_rows, uint64_t seed
   for (int64_t i = 0; i < t.numel(); ++i)
     t.data<int32_t>()[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(num_rows)));
   return t;
+}
+
+// n floats uniform in [-1, 1).
+inline std::vector<float> uniform_floats(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  Rng rng(seed, 97);
+  for (float& x : v) x = static_cast<float>(rng.uniform() * 2.0 - 1.0);
+  return v;
+}
+
+// The same size and the same bits (NaN payloads and signs of zero included).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Largest |a[i] - b[i]| over two tensors of the same size (any dtypes).

@@ -2,6 +2,8 @@
 // Fast float activations over contiguous arrays (16 lanes at a time with a
 // vectorised exp): gelu (tanh form, SPEC 1.6), silu and sigmoid, and their
 // backward passes (which accumulate). x, y, dx, dy: [n].
+// With overwrite, gelu/silu backward write dx = dy * f'(x) instead (a fresh
+// buffer; dx may be dy then, an in-place product).
 // gelu(x) = 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3) is computed
 // as x * sigmoid(2u), the same function with one exp and no tanh. Every element
 // goes through the same 16-lane code (a short tail is padded), so the result does
@@ -11,9 +13,9 @@
 namespace shamn {
 
 void gelu_forward(float* y, const float* x, int64_t n);
-void gelu_backward(float* dx, const float* dy, const float* x, int64_t n);
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite = false);
 void silu_forward(float* y, const float* x, int64_t n);
-void silu_backward(float* dx, const float* dy, const float* x, int64_t n);
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite = false);
 void sigmoid_forward(float* y, const float* x, int64_t n);
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n);  // y: the output
 
@@ -28,9 +30,9 @@ void exp_forward(float* y, const float* x, int64_t n);
 // f64 (gradient checks): the obvious scalar formulas of core/kernels/elementwise.h
 // element by element, the naive twins, under the same names.
 void gelu_forward(double* y, const double* x, int64_t n);
-void gelu_backward(double* dx, const double* dy, const double* x, int64_t n);
+void gelu_backward(double* dx, const double* dy, const double* x, int64_t n, bool overwrite = false);
 void silu_forward(double* y, const double* x, int64_t n);
-void silu_backward(double* dx, const double* dy, const double* x, int64_t n);
+void silu_backward(double* dx, const double* dy, const double* x, int64_t n, bool overwrite = false);
 void sigmoid_forward(double* y, const double* x, int64_t n);
 void sigmoid_backward(double* dx, const double* dy, const double* y, int64_t n);
 void exp_forward(double* y, const double* x, int64_t n);

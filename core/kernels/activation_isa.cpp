@@ -37,16 +37,6 @@ struct Silu16 {
   }
 };
 
-// Runs f(out16, in16...) over blocks of 16 elements, in parallel over blocks; the
-// last, partial block goes through a padded copy.
-template <class Block>
-void for_blocks(int64_t n, Block&& block) {
-  const int64_t blocks = (n + 15) / 16;
-  parallel_for(0, blocks, 1024, [&](int64_t lo, int64_t hi) {
-    for (int64_t b = lo; b < hi; ++b) block(b * 16, std::min<int64_t>(16, n - b * 16));
-  });
-}
-
 inline F load_n(const float* p, int64_t count) {
   if (count == 16) return simd::load(p);
   float buf[16] = {};
@@ -61,69 +51,70 @@ inline void store_n(float* p, F v, int64_t count) {
   std::memcpy(p, buf, sizeof(float) * static_cast<size_t>(count));
 }
 
-// Four vectors per iteration: each lane's value is a long dependent chain (the
-// exp's polynomial, a division), so groups give the core independent work, and
-// the pointers are captured by value so that a store through y does not make
-// the compiler reload them (1.2x over a vector at a time, the same bits). y may
-// be x: a group's loads come before its stores.
-template <class Fn>
-void map_forward16(float* y, const float* x, int64_t n) {
+// out[i .. i+16) = value(load, i) for every 16-element block i of [0, n), in
+// parallel over blocks; value reads its operands as load(p + i). Four full
+// blocks per iteration: each lane's value is a long dependent chain (the exp's
+// polynomial, a division), so groups give the core independent work, and value
+// is copied into the task so that its pointers stay in registers across the
+// stores (1.2x over a block at a time, the same bits). The last, partial block
+// is loaded zero-padded. out may be an operand: a group's loads come before
+// its stores.
+template <class Value>
+void map16(float* out, int64_t n, const Value& value) {
   const int64_t full = n / 16;
-  parallel_for(0, (n + 15) / 16, 1024, [y, x, n, full](int64_t lo, int64_t hi) {
+  parallel_for(0, (n + 15) / 16, 1024, [out, n, full, value](int64_t lo, int64_t hi) {
+    const Value f = value;
+    const auto load = [](const float* p) { return simd::load(p); };
     const int64_t end = std::min(hi, full);
     int64_t b = lo;
     for (; b + 4 <= end; b += 4) {
       F v[4];
-      for (int k = 0; k < 4; ++k) v[k] = Fn::forward(simd::load(x + (b + k) * 16));
-      for (int k = 0; k < 4; ++k) simd::store(y + (b + k) * 16, v[k]);
+      for (int k = 0; k < 4; ++k) v[k] = f(load, (b + k) * 16);
+      for (int k = 0; k < 4; ++k) simd::store(out + (b + k) * 16, v[k]);
     }
     for (; b < hi; ++b) {
       const int64_t i = b * 16, c = std::min<int64_t>(16, n - i);
-      store_n(y + i, Fn::forward(load_n(x + i, c)), c);
+      store_n(out + i, f([c](const float* p) { return load_n(p, c); }, i), c);
     }
   });
 }
 
 template <class Fn>
-void map_backward16(float* dx, const float* dy, const float* x, int64_t n) {
-  const int64_t full = n / 16;
-  parallel_for(0, (n + 15) / 16, 1024, [dx, dy, x, n, full](int64_t lo, int64_t hi) {
-    const int64_t end = std::min(hi, full);
-    int64_t b = lo;
-    for (; b + 4 <= end; b += 4) {
-      F g[4];
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = (b + k) * 16;
-        g[k] = simd::load(dx + i) + simd::load(dy + i) * Fn::derivative(simd::load(x + i));
-      }
-      for (int k = 0; k < 4; ++k) simd::store(dx + (b + k) * 16, g[k]);
-    }
-    for (; b < hi; ++b) {
-      const int64_t i = b * 16, c = std::min<int64_t>(16, n - i);
-      store_n(dx + i, load_n(dx + i, c) + load_n(dy + i, c) * Fn::derivative(load_n(x + i, c)), c);
-    }
-  });
+void map_forward16(float* y, const float* x, int64_t n) {
+  map16(y, n, [x](auto load, int64_t i) { return Fn::forward(load(x + i)); });
+}
+
+// dx += dy * f'(x), or dx = dy * f'(x) with overwrite (dx may be dy then).
+template <class Fn>
+void map_backward16(float* dx, const float* dy, const float* x, int64_t n, bool overwrite) {
+  if (overwrite) {
+    map16(dx, n, [dy, x](auto load, int64_t i) { return load(dy + i) * Fn::derivative(load(x + i)); });
+  } else {
+    map16(dx, n, [dx, dy, x](auto load, int64_t i) {
+      return load(dx + i) + load(dy + i) * Fn::derivative(load(x + i));
+    });
+  }
 }
 
 }  // namespace
 
 void gelu_forward(float* y, const float* x, int64_t n) { map_forward16<Gelu16>(y, x, n); }
-void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
-  map_backward16<Gelu16>(dx, dy, x, n);
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite) {
+  map_backward16<Gelu16>(dx, dy, x, n, overwrite);
 }
 void silu_forward(float* y, const float* x, int64_t n) { map_forward16<Silu16>(y, x, n); }
-void silu_backward(float* dx, const float* dy, const float* x, int64_t n) {
-  map_backward16<Silu16>(dx, dy, x, n);
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite) {
+  map_backward16<Silu16>(dx, dy, x, n, overwrite);
 }
 
 void sigmoid_forward(float* y, const float* x, int64_t n) {
-  for_blocks(n, [&](int64_t i, int64_t c) { store_n(y + i, sigmoid16(load_n(x + i, c)), c); });
+  map16(y, n, [x](auto load, int64_t i) { return sigmoid16(load(x + i)); });
 }
 
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {
-  for_blocks(n, [&](int64_t i, int64_t c) {
-    const F s = load_n(y + i, c);
-    store_n(dx + i, load_n(dx + i, c) + load_n(dy + i, c) * s * (splat(1.0f) - s), c);
+  map16(dx, n, [dx, dy, y](auto load, int64_t i) {
+    const F s = load(y + i);
+    return load(dx + i) + load(dy + i) * s * (splat(1.0f) - s);
   });
 }
 

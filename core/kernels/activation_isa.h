@@ -7,9 +7,9 @@ namespace shamn::activation_isa {
 
 struct Kernels {
   void (*gelu_forward)(float* y, const float* x, int64_t n);
-  void (*gelu_backward)(float* dx, const float* dy, const float* x, int64_t n);
+  void (*gelu_backward)(float* dx, const float* dy, const float* x, int64_t n, bool overwrite);
   void (*silu_forward)(float* y, const float* x, int64_t n);
-  void (*silu_backward)(float* dx, const float* dy, const float* x, int64_t n);
+  void (*silu_backward)(float* dx, const float* dy, const float* x, int64_t n, bool overwrite);
   void (*sigmoid_forward)(float* y, const float* x, int64_t n);
   void (*sigmoid_backward)(float* dx, const float* dy, const float* y, int64_t n);
   double (*logsumexp)(const float* x, int64_t n);

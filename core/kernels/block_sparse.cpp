@@ -35,8 +35,8 @@ void block_sparse_forward(float* y, const float* x, const float* values, const i
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
-                                 int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
-  for_kernel_level(kLevels).backward_input(dx, dy, values, col_index, n, dims, p);
+                                 int64_t n, const BlockSparseDims& dims, ProductPrecision p, bool overwrite) {
+  for_kernel_level(kLevels).backward_input(dx, dy, values, col_index, n, dims, p, overwrite);
 }
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,

@@ -6,11 +6,13 @@
 // Operands (N rows of activations):
 //   x: [N, in]  values: [nob, a, b, b]  col_index: [nob, a] int32 (sorted)  bias: [out]
 //   y, dy: [N, out]   dx: [N, in]   dvalues: [nob, a, b, b]   dbias: [out]
-// Backward kernels accumulate (+=). Fast float kernels and the slow, obvious
+// Backward kernels accumulate (+=); grad input writes dx instead with overwrite
+// (a fresh buffer: no zero fill, no read). Fast float kernels and the slow, obvious
 // `_naive` twins (the test oracle, and the f64 path for gradient checks). The float
 // kernels are packed, SIMD and parallel for blocks that are multiples of 16 (16, 32,
 // 64, ...); other block sizes run the naive loops. Results are bit-identical for any
 // thread count.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/product_precision.h"
@@ -40,7 +42,7 @@ void block_sparse_forward(float* y, const float* x, const float* values, const i
                           ProductPrecision p = ProductPrecision::f32);
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
                                  int64_t n, const BlockSparseDims& dims,
-                                 ProductPrecision p = ProductPrecision::f32);
+                                 ProductPrecision p = ProductPrecision::f32, bool overwrite = false);
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
                                   int64_t n, const BlockSparseDims& dims,
                                   ProductPrecision p = ProductPrecision::f32);
@@ -66,8 +68,9 @@ void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t
 
 template <class T>
 void block_sparse_backward_input_naive(T* dx, const T* dy, const T* values, const int32_t* col_index,
-                                       int64_t n, const BlockSparseDims& d) {
+                                       int64_t n, const BlockSparseDims& d, bool overwrite = false) {
   const int64_t b = d.block, a = d.active;
+  if (overwrite) std::fill_n(dx, n * d.in, T(0));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < d.row_blocks(); ++r)
       for (int64_t m = 0; m < a; ++m) {
@@ -116,8 +119,8 @@ inline void block_sparse_forward(double* y, const double* x, const double* value
 }
 inline void block_sparse_backward_input(double* dx, const double* dy, const double* values,
                                         const int32_t* col_index, int64_t n, const BlockSparseDims& dims,
-                                        ProductPrecision = ProductPrecision::f32) {
-  block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
+                                        ProductPrecision = ProductPrecision::f32, bool overwrite = false) {
+  block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims, overwrite);
 }
 inline void block_sparse_backward_values(double* dvalues, const double* dy, const double* x,
                                          const int32_t* col_index, int64_t n, const BlockSparseDims& dims,

@@ -197,7 +197,7 @@ ColumnIndex index_by_column(const int32_t* col_index, const BlockSparseDims& d) 
 
 template <int MR, int NV, bool Round>
 void backward_input_fast(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
-                         const BlockSparseDims& d) {
+                         const BlockSparseDims& d, bool overwrite) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, nib = d.col_blocks(), jn = b / NR;
   const ColumnIndex ix = index_by_column(col_index, d);
@@ -237,10 +237,14 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
         for (int64_t j = 0; j < jn; ++j)
           for (int64_t p = 0; p < panels; ++p) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-            if (cnt > 0)
+            float* dx_tile = dx + (t0 + p * MR) * d.in + c * b + j * NR;
+            if (cnt > 0) {
               tile_kernel<MR, NV>(cnt, b, gp + p * d.out * MR, ix.row.data() + s, b * MR, MR,
-                                  wt + (s * jn + j * cnt) * b * NR, NR,
-                                  dx + (t0 + p * MR) * d.in + c * b + j * NR, d.in, nullptr, true, mr);
+                                  wt + (s * jn + j * cnt) * b * NR, NR, dx_tile, d.in, nullptr, !overwrite,
+                                  mr);
+            } else if (overwrite) {  // a column no block row reads: its gradient is zero
+              for (int i = 0; i < mr; ++i) std::fill_n(dx_tile + i * d.in, NR, 0.0f);
+            }
             next.step();
           }
       }
@@ -307,12 +311,13 @@ void forward_shaped(float* y, const float* x, const float* values, const int32_t
 
 template <bool Round>
 void backward_input_shaped(float* dx, const float* dy, const float* values, const int32_t* col_index,
-                           int64_t n, const BlockSparseDims& dims) {
+                           int64_t n, const BlockSparseDims& dims, bool overwrite) {
   if (is_wide(dims.block)) {
-    backward_input_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(dx, dy, values, col_index, n, dims);
+    backward_input_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(dx, dy, values, col_index, n, dims,
+                                                                       overwrite);
   } else {
-    backward_input_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv, Round>(dx, dy, values, col_index, n,
-                                                                           dims);
+    backward_input_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv, Round>(dx, dy, values, col_index, n, dims,
+                                                                           overwrite);
   }
 }
 
@@ -341,16 +346,16 @@ void block_sparse_forward(float* y, const float* x, const float* values, const i
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
-                                 int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+                                 int64_t n, const BlockSparseDims& dims, ProductPrecision p, bool overwrite) {
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
-    if (!bf16) return block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims);
+    if (!bf16) return block_sparse_backward_input_naive(dx, dy, values, col_index, n, dims, overwrite);
     const std::vector<float> gr = rounded_flat(dy, n * dims.out),
                              wr = rounded_flat(values, dims.value_count());
-    return block_sparse_backward_input_naive(dx, gr.data(), wr.data(), col_index, n, dims);
+    return block_sparse_backward_input_naive(dx, gr.data(), wr.data(), col_index, n, dims, overwrite);
   }
-  if (bf16) return backward_input_shaped<true>(dx, dy, values, col_index, n, dims);
-  backward_input_shaped<false>(dx, dy, values, col_index, n, dims);
+  if (bf16) return backward_input_shaped<true>(dx, dy, values, col_index, n, dims, overwrite);
+  backward_input_shaped<false>(dx, dy, values, col_index, n, dims, overwrite);
 }
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,

@@ -64,15 +64,23 @@ void zero_fill(T* p, int64_t n) {
   parallel_for(0, n, kElementGrain, [&](int64_t lo, int64_t hi) { std::fill(p + lo, p + hi, T(0)); });
 }
 
+// Rows per partial of sum_rows_accumulate_by.
+inline constexpr int64_t kSumRowChunk = 64;
+struct NoRowVisit {
+  void operator()(int64_t) const {}
+};
+
 // dst[C] += sum over rows r of term(r, c) for each column c. Rows are summed in
 // fixed chunks whose partials are added in chunk order, so the result is the
 // same for any thread count. Each chunk zeroes its own partial row, in its own
-// task: no serial fill of the partials.
-template <class T, class Term>
-void sum_rows_accumulate_by(T* dst, int64_t rows, int64_t cols, Term term) {
-  constexpr int64_t kRowChunk = 64;
+// task: no serial fill of the partials. visit(r), when given, runs just before
+// row r's terms are read (another pass over the row, fused while it is in cache).
+template <class T, class Term, class Visit = NoRowVisit>
+void sum_rows_accumulate_by(T* dst, int64_t rows, int64_t cols, Term term, Visit visit = {}) {
+  constexpr int64_t kRowChunk = kSumRowChunk;
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
   if (chunks <= 1) {  // few rows (one when shapes match): split the columns instead
+    for (int64_t r = 0; r < rows; ++r) visit(r);
     parallel_for(0, cols, std::max<int64_t>(1, 4096 / std::max<int64_t>(rows, 1)),
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t r = 0; r < rows; ++r)
@@ -86,8 +94,10 @@ void sum_rows_accumulate_by(T* dst, int64_t rows, int64_t cols, Term term) {
       T* p = partial.data() + k * cols;
       std::fill(p, p + cols, T(0));
       const int64_t end = std::min(rows, (k + 1) * kRowChunk);
-      for (int64_t r = k * kRowChunk; r < end; ++r)
+      for (int64_t r = k * kRowChunk; r < end; ++r) {
+        visit(r);
         for (int64_t c = 0; c < cols; ++c) p[c] += term(r, c);
+      }
     }
   });
   parallel_for(0, cols, 64, [&](int64_t lo, int64_t hi) {

@@ -101,7 +101,9 @@ F chunk_logsumexp(const float* slab, const float* importance, const int32_t* buc
 //   part[t * h + j]           += sum over lanes of p * slab[bucket_index[t, j]]
 // Each block of tokens gets its p first (independent exps the out-of-order core can
 // overlap), then the scatter. The lane sums of 16 consecutive (t, j) pairs are taken
-// together (simd::sum16).
+// together (simd::sum16). Compiled per combination of the two outputs, so the
+// token loop tests neither.
+template <bool WantSlab, bool WantPart>
 void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
                             const float* importance, const int32_t* bucket_index, int64_t vocab, int64_t h) {
   alignas(64) F block[kTokenBlock];
@@ -118,8 +120,9 @@ void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_
       const int32_t* b = bucket_index + (t0 + t) * h;
       for (int64_t j = 0; j < h; ++j) {
         const int64_t off = static_cast<int64_t>(b[j]) * kRows;
-        if (dslab) simd::store(dslab + off, simd::fmadd(simd::splat(w[j]), p, simd::load(dslab + off)));
-        if (part) {
+        if constexpr (WantSlab)
+          simd::store(dslab + off, simd::fmadd(simd::splat(w[j]), p, simd::load(dslab + off)));
+        if constexpr (WantPart) {
           prod[pending++] = p * simd::load(slab + off);
           if (pending == kRows) {
             simd::store(part + k0, simd::load(part + k0) + simd::sum16(prod));
@@ -131,6 +134,19 @@ void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_
     }
   }
   for (int i = 0; i < pending; ++i) part[k0 + i] += simd::sum(prod[i]);
+}
+
+void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
+                            const float* importance, const int32_t* bucket_index, int64_t vocab, int64_t h) {
+  if (dslab && part)
+    chunk_softmax_backward<true, true>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab,
+                                       h);
+  else if (dslab)
+    chunk_softmax_backward<true, false>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab,
+                                        h);
+  else if (part)
+    chunk_softmax_backward<false, true>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab,
+                                        h);
 }
 
 void bucket_scores(float* scores, const float* z, const float* table, int64_t n, const HashDims& d) {

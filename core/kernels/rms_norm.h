@@ -46,30 +46,36 @@ void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, in
 template <class T>
 void rms_norm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* gain, const T* rstd, int64_t rows,
                        int64_t dim, bool overwrite_dx = false) {
+  const auto dx_row = [=](int64_t r) {
+    const T* xr = x + r * dim;
+    const T* dyr = dy + r * dim;
+    const T s = rstd[r];
+    const T dot = lane_sum<T>(dim, [&](int64_t i) { return gain[i] * dyr[i] * xr[i]; });
+    const T c = s * s * s * dot / T(dim);
+    if (overwrite_dx)
+      for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] = s * gain[i] * dyr[i] - c * xr[i];
+    else
+      for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] += s * gain[i] * dyr[i] - c * xr[i];
+  };
+  // dgain: a deterministic column sum of dy * x_hat, x_hat = x * s formed as it
+  // is read (no [N, D] buffer: filling one serially capped this op at 2x on 16
+  // threads).
+  const auto dgain_term = [=](int64_t r, int64_t i) {
+    const T xhat = x[r * dim + i] * rstd[r];
+    return dy[r * dim + i] * xhat;
+  };
+  if (dx && dgain && rows > kSumRowChunk) {
+    // One pass: each row's dx, then its terms into the chunk's partial of the
+    // column sum, while the row is in L1 (the same sums as sum_rows_accumulate_by).
+    sum_rows_accumulate_by(dgain, rows, dim, dgain_term, dx_row);
+    return;
+  }
   if (dx) {
     parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        const T* xr = x + r * dim;
-        const T* dyr = dy + r * dim;
-        const T s = rstd[r];
-        const T dot = lane_sum<T>(dim, [&](int64_t i) { return gain[i] * dyr[i] * xr[i]; });
-        const T c = s * s * s * dot / T(dim);
-        if (overwrite_dx)
-          for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] = s * gain[i] * dyr[i] - c * xr[i];
-        else
-          for (int64_t i = 0; i < dim; ++i) dx[r * dim + i] += s * gain[i] * dyr[i] - c * xr[i];
-      }
+      for (int64_t r = lo; r < hi; ++r) dx_row(r);
     });
   }
-  if (dgain) {
-    // A deterministic column sum of dy * x_hat, x_hat = x * s formed as it is
-    // read (no [N, D] buffer: filling one serially capped this op at 2x on 16
-    // threads).
-    sum_rows_accumulate_by(dgain, rows, dim, [&](int64_t r, int64_t i) {
-      const T xhat = x[r * dim + i] * rstd[r];
-      return dy[r * dim + i] * xhat;
-    });
-  }
+  if (dgain) sum_rows_accumulate_by(dgain, rows, dim, dgain_term);
 }
 
 }  // namespace shamn

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/kernels/activation.h"
@@ -40,5 +42,44 @@ TEST_CASE("fast gelu, silu, sigmoid and their derivatives match the formulas", "
           const double s = 1 / (1 + std::exp(-v));
           return s * (1 - s);
         });
+  }
+}
+
+TEST_CASE("gelu and silu backward with overwrite write what adding into zeros gives, in place too",
+          "[core][activation]") {
+  for (int64_t n : {5, 16, 67, 5000}) {
+    std::vector<float> x(n), dy(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = -6.0f + 0.37f * static_cast<float>(i % 31);
+      dy[i] = 0.5f - 0.013f * static_cast<float>(i % 77);
+    }
+    for (bool gelu : {true, false}) {
+      INFO((gelu ? "gelu" : "silu") << " n=" << n);
+      const auto backward = [&](float* dx, const float* g, bool overwrite) {
+        if (gelu)
+          gelu_backward(dx, g, x.data(), n, overwrite);
+        else
+          silu_backward(dx, g, x.data(), n, overwrite);
+      };
+      std::vector<float> added(n, 0.0f), written(n, std::numeric_limits<float>::quiet_NaN()), in_place = dy;
+      backward(added.data(), dy.data(), false);
+      backward(written.data(), dy.data(), true);
+      backward(in_place.data(), in_place.data(), true);
+      // 0 + g and g differ only in the sign of a zero.
+      for (int64_t i = 0; i < n; ++i) {
+        CHECK(written[i] == added[i]);
+        CHECK(std::memcmp(&written[i], &in_place[i], sizeof(float)) == 0);
+      }
+      std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), add_d(n, 0.0),
+          write_d(n, std::numeric_limits<double>::quiet_NaN());
+      if (gelu) {
+        gelu_backward(add_d.data(), dyd.data(), xd.data(), n);
+        gelu_backward(write_d.data(), dyd.data(), xd.data(), n, true);
+      } else {
+        silu_backward(add_d.data(), dyd.data(), xd.data(), n);
+        silu_backward(write_d.data(), dyd.data(), xd.data(), n, true);
+      }
+      CHECK(write_d == add_d);
+    }
   }
 }

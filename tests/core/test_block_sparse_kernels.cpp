@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/gemm.h"
@@ -115,10 +115,6 @@ Results run_naive(const Problem& p, bool with_bias) {
   return r;
 }
 
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("block-sparse kernels: fast equals naive over shapes, blocks and sparsities",
@@ -155,12 +151,38 @@ TEST_CASE("block-sparse kernels: bit-identical for 1 and 2 threads", "[kernels][
         const Results one = run_fast(p, true);
         set_num_threads(2);
         const Results two = run_fast(p, true);
-        CHECK(bit_equal(one.y, two.y));
-        CHECK(bit_equal(one.dx, two.dx));
-        CHECK(bit_equal(one.dvalues, two.dvalues));
-        CHECK(bit_equal(one.dbias, two.dbias));
+        CHECK(test::same_bits(one.y, two.y));
+        CHECK(test::same_bits(one.dx, two.dx));
+        CHECK(test::same_bits(one.dvalues, two.dvalues));
+        CHECK(test::same_bits(one.dbias, two.dbias));
       }
     }
+}
+
+TEST_CASE("block-sparse grad input with overwrite writes over garbage what adding into zeros gives",
+          "[kernels][block_sparse][determinism]") {
+  test::ThreadCountGuard guard;
+  // At 90% sparsity most column blocks of 20 have no active block: their
+  // gradient is zero and must still be written. Block 48 runs the naive loops.
+  for (int64_t block : {16, 32, 48})
+    for (int64_t n : {7, 130})
+      for (int threads : {1, 2}) {
+        DYNAMIC_SECTION("b " << block << " N " << n << " threads " << threads) {
+          set_num_threads(threads);
+          const BlockSparseDims d = make_dims(block, 20, 3, 0.9);
+          const Problem p(d, n, 29);
+          std::vector<float> added(static_cast<size_t>(n * d.in), 0.0f);
+          std::vector<float> written(added.size(), std::numeric_limits<float>::quiet_NaN());
+          block_sparse_backward_input(added.data(), p.dy.data(), p.values.data(), p.ci.data(), n, d);
+          block_sparse_backward_input(written.data(), p.dy.data(), p.values.data(), p.ci.data(), n, d,
+                                      ProductPrecision::f32, true);
+          CHECK(test::same_bits(written, added));
+          std::vector<float> naive(added.size(), std::numeric_limits<float>::quiet_NaN());
+          block_sparse_backward_input_naive(naive.data(), p.dy.data(), p.values.data(), p.ci.data(), n, d,
+                                            true);
+          check_close(naive, added, 2e-5, "dx");
+        }
+      }
 }
 
 TEST_CASE("block-sparse kernels: sparsity 0 equals the dense matmul", "[kernels][block_sparse]") {

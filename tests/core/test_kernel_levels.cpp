@@ -134,19 +134,22 @@ TEST_CASE("activations give the same bits at every kernel level", "[kernels][lev
     const int64_t n = static_cast<int64_t>(x.size());
     std::vector<float> out;
     for (int f = 0; f < 3; ++f) {
-      std::vector<float> y(x.size()), dx(x.size(), 0.25f);
+      std::vector<float> y(x.size()), dx(x.size(), 0.25f), in_place = dy;  // in_place: written over dy
       if (f == 0) {
         gelu_forward(y.data(), x.data(), n);
         gelu_backward(dx.data(), dy.data(), x.data(), n);
+        gelu_backward(in_place.data(), in_place.data(), x.data(), n, true);
       } else if (f == 1) {
         silu_forward(y.data(), x.data(), n);
         silu_backward(dx.data(), dy.data(), x.data(), n);
+        silu_backward(in_place.data(), in_place.data(), x.data(), n, true);
       } else {
         sigmoid_forward(y.data(), x.data(), n);
         sigmoid_backward(dx.data(), dy.data(), y.data(), n);
       }
       out.insert(out.end(), y.begin(), y.end());
       out.insert(out.end(), dx.begin(), dx.end());
+      if (f < 2) out.insert(out.end(), in_place.begin(), in_place.end());
     }
     return out;
   });

@@ -1,0 +1,58 @@
+// The RMSNorm kernels against the formula in double, and the backward's one-pass
+// form (dx and dgain together) against its two passes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "core/kernels/rms_norm.h"
+#include "core/parallel.h"
+#include "helpers.h"
+
+using namespace shamn;
+
+using test::same_bits;
+using test::uniform_floats;
+
+TEST_CASE("rms_norm backward: dx and dgain in one pass equal the two passes and the formula",
+          "[core][rms_norm][determinism]") {
+  test::ThreadCountGuard guard;
+  constexpr int64_t dim = 96;
+  // 64 rows is one partial of the column sum (two passes then); more rows fuse.
+  for (int64_t rows : {3, 64, 65, 300})
+    for (int threads : {1, 2}) {
+      DYNAMIC_SECTION("rows " << rows << " threads " << threads) {
+        set_num_threads(threads);
+        const std::vector<float> x = uniform_floats(rows * dim, 1), dy = uniform_floats(rows * dim, 2),
+                                 gain = uniform_floats(dim, 3);
+        std::vector<float> y(x.size()), rstd(static_cast<size_t>(rows));
+        rms_norm_forward(y.data(), rstd.data(), x.data(), gain.data(), rows, dim, 1e-5f);
+
+        std::vector<float> dx(x.size(), 0.5f), dgain(dim, 0.25f);
+        rms_norm_backward(dx.data(), dgain.data(), dy.data(), x.data(), gain.data(), rstd.data(), rows, dim);
+        std::vector<float> dx_alone(x.size(), 0.5f), dgain_alone(dim, 0.25f);
+        rms_norm_backward<float>(dx_alone.data(), nullptr, dy.data(), x.data(), gain.data(), rstd.data(),
+                                 rows, dim);
+        rms_norm_backward<float>(nullptr, dgain_alone.data(), dy.data(), x.data(), gain.data(), rstd.data(),
+                                 rows, dim);
+        CHECK(same_bits(dx, dx_alone));
+        CHECK(same_bits(dgain, dgain_alone));
+
+        std::vector<double> dgain_ref(dim, 0.25);
+        for (int64_t r = 0; r < rows; ++r) {
+          double ss = 0, dot = 0;
+          for (int64_t i = 0; i < dim; ++i) {
+            ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+            dot += static_cast<double>(gain[i]) * dy[r * dim + i] * x[r * dim + i];
+          }
+          const double s = 1.0 / std::sqrt(ss / dim + 1e-5);
+          for (int64_t i = 0; i < dim; ++i) {
+            const double want = 0.5 + s * gain[i] * dy[r * dim + i] - s * s * s * dot / dim * x[r * dim + i];
+            CHECK(dx[r * dim + i] == Approx(want).margin(1e-5));
+            dgain_ref[i] += static_cast<double>(dy[r * dim + i]) * x[r * dim + i] * s;
+          }
+        }
+        for (int64_t i = 0; i < dim; ++i) CHECK(dgain[i] == Approx(dgain_ref[i]).margin(1e-4));
+      }
+    }
+}
