@@ -49,7 +49,7 @@ TEST_CASE("zero_grad fills lazily: what reads, adds into or writes the gradient 
   CHECK(x.has_grad());
   sum(rms_norm(x, gain)).backward();
   CHECK(x.grad().to_vector<float>() == once);
-  // An op that adds (mul's backward) adds to zeros.
+  // An op that adds into its input's gradient (scale's backward) adds to zeros.
   x.grad().fill(5.0);
   x.zero_grad();
   sum(scale(x, 2.0)).backward();

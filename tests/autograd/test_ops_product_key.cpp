@@ -295,25 +295,38 @@ TEST_CASE("product-key memory: identical with 1 and 2 threads", "[autograd][memo
   }
 }
 
+// Random f32 operands of a memory with 9 x 9 slots of width 11 (dh 5, top 4)
+// over N tokens, and the fast forward's lookup, for the backward tests.
+struct BackwardCase {
+  int64_t N;
+  ProductKeyDims d{9, 5, 4, 11};
+  Tensor q, k1, k2, v, dout;
+  Lookup fwd;
+  BackwardCase(int64_t tokens, uint64_t seed)
+      : N(tokens),
+        q(random_tensor({N, 10}, seed, DType::f32)),
+        k1(random_tensor({9, 5}, seed + 1, DType::f32)),
+        k2(random_tensor({9, 5}, seed + 2, DType::f32)),
+        v(random_tensor({81, 11}, seed + 3, DType::f32)),
+        dout(random_tensor({N, 11}, seed + 4, DType::f32)),
+        fwd(run_fast(q, k1, k2, v, N, d)) {}
+};
+
 TEST_CASE("product-key memory: the float backward equals the naive one", "[autograd][memory]") {
-  const int64_t N = 37;
-  const ProductKeyDims d{9, 5, 4, 11};
-  const Tensor q = random_tensor({N, 10}, 31, DType::f32);
-  const Tensor k1 = random_tensor({9, 5}, 32, DType::f32);
-  const Tensor k2 = random_tensor({9, 5}, 33, DType::f32);
-  const Tensor v = random_tensor({81, 11}, 34, DType::f32);
-  const Tensor dout = random_tensor({N, 11}, 35, DType::f32);
-  const Lookup fwd = run_fast(q, k1, k2, v, N, d);
+  const BackwardCase c(37, 31);
+  const int64_t N = c.N;
   std::vector<Tensor> fast{Tensor::zeros({N, 10}), Tensor::zeros({9, 5}), Tensor::zeros({9, 5}),
                            Tensor::zeros({81, 11})};
   product_key_backward(fast[0].data<float>(), fast[1].data<float>(), fast[2].data<float>(),
-                       fast[3].data<float>(), dout.data<float>(), q.data<float>(), k1.data<float>(),
-                       k2.data<float>(), v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d);
+                       fast[3].data<float>(), c.dout.data<float>(), c.q.data<float>(), c.k1.data<float>(),
+                       c.k2.data<float>(), c.v.data<float>(), c.fwd.slots.data(), c.fwd.weights.data(), N,
+                       c.d);
   std::vector<Tensor> naive{Tensor::zeros({N, 10}), Tensor::zeros({9, 5}), Tensor::zeros({9, 5}),
                             Tensor::zeros({81, 11})};
   product_key_backward_naive(naive[0].data<float>(), naive[1].data<float>(), naive[2].data<float>(),
-                             naive[3].data<float>(), dout.data<float>(), q.data<float>(), k1.data<float>(),
-                             k2.data<float>(), v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d);
+                             naive[3].data<float>(), c.dout.data<float>(), c.q.data<float>(),
+                             c.k1.data<float>(), c.k2.data<float>(), c.v.data<float>(), c.fwd.slots.data(),
+                             c.fwd.weights.data(), N, c.d);
   for (size_t i = 0; i < fast.size(); ++i) {
     INFO("gradient " << i);
     check_close(fast[i].to_vector<float>(), naive[i].to_vector<float>(), 1e-5);
@@ -324,23 +337,17 @@ TEST_CASE("product-key memory: the values' gradient written over garbage equals 
           "[autograd][memory]") {
   // 81 value rows, 6 tokens x 4 slots: most rows are read by no token, so the
   // written gradient must zero them; the others hold their entries' sums.
-  const int64_t N = 6;
-  const ProductKeyDims d{9, 5, 4, 11};
-  const Tensor q = random_tensor({N, 10}, 51, DType::f32);
-  const Tensor k1 = random_tensor({9, 5}, 52, DType::f32);
-  const Tensor k2 = random_tensor({9, 5}, 53, DType::f32);
-  const Tensor v = random_tensor({81, 11}, 54, DType::f32);
-  const Tensor dout = random_tensor({N, 11}, 55, DType::f32);
-  const Lookup fwd = run_fast(q, k1, k2, v, N, d);
+  const BackwardCase c(6, 51);
   Tensor added = Tensor::zeros({81, 11}), written = Tensor::full({81, 11}, 123.0);
   for (bool overwrite : {false, true})
     product_key_backward(nullptr, nullptr, nullptr, (overwrite ? written : added).data<float>(),
-                         dout.data<float>(), q.data<float>(), k1.data<float>(), k2.data<float>(),
-                         v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d, overwrite);
+                         c.dout.data<float>(), c.q.data<float>(), c.k1.data<float>(), c.k2.data<float>(),
+                         c.v.data<float>(), c.fwd.slots.data(), c.fwd.weights.data(), c.N, c.d, overwrite);
   // Equal as numbers (a written -0 may stand where the sum gave +0).
-  CHECK(written.to_vector<float>() == added.to_vector<float>());
+  const std::vector<float> sums = added.to_vector<float>();
+  CHECK(written.to_vector<float>() == sums);
   int64_t zero_rows = 0;
-  for (int64_t r = 0; r < 81; ++r) zero_rows += added.to_vector<float>()[r * 11] == 0.0f;
+  for (int64_t r = 0; r < 81; ++r) zero_rows += sums[static_cast<size_t>(r * 11)] == 0.0f;
   CHECK(zero_rows > 40);
 }
 
