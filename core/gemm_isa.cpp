@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/chunk_fold.h"
 #include "core/gemm_isa.h"
 #include "core/parallel.h"
 #include "core/scratch.h"
@@ -20,9 +21,10 @@
 //   micro-kernel: C[MR, NR] = alpha * A[MR, KC] * B[KC, NR] + beta' * C
 // There is no MC block: with the A micro-panel resident in L1 and the B panel read
 // sequentially, an L2-sized A block bought nothing in measurements.
-// Threads only ever split M (and N when M is short), never K, so each element of C is
-// produced by one kernel call per KC block in a fixed order: bit-identical results for
-// any thread count.
+// Threads split M (and N when M is short). Products with few tiles of C and a long K
+// split K instead (gemm_split_k), with the same sums added in the same order: each
+// element of C is produced by one kernel call per KC block, added in a fixed order,
+// so results are bit-identical for any thread count.
 
 SHAMN_ISA_BEGIN
 namespace {
@@ -242,21 +244,85 @@ void round_panel(float* p, int64_t count) {
     simd::vstoreu(p + i, simd::vround_bf16(simd::vloadu(p + i)));
 }
 
+// Products with few tiles of C against a long K, a weight gradient above all
+// (C [16, 512] summed over 49,152 tokens): the loop below would run two parallel
+// loops per K block over a handful of tiles each. Here the K blocks are the
+// parallel work (core/chunk_fold.h): block c's partial is alpha * op(A) op(B) over
+// its K slice, exactly what the loop below adds into C for it, and the partials
+// are added into C in block order, beta applied with the first: the same bits.
+constexpr int64_t kSplitMaxC = int64_t{1} << 18;  // floats of C: 1 MiB per partial
+
+// Split when C has few row panels for the threads, or when K has blocks enough to
+// keep every thread busy (measured on 2 threads: the memory query's gradient, C
+// [256, 512] over 49,152 tokens, 1.08x faster split; C [512, 512] over 4,096 the same).
+bool split_k(int64_t M, int64_t N, int64_t K, int threads) {
+  if (threads <= 1 || in_serial_scope() || K <= KC || M * N > kSplitMaxC) return false;
+  return ceil_div(M, MR) < 4 * threads || ceil_div(K, KC) >= 4 * threads;
+}
+
+void gemm_split_k(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool bf16) {
+  const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
+  const int64_t m_panels = ceil_div(M, MR);
+  const auto block_product = [&](int64_t block, float* out) {  // out [M, N], dense
+    const int64_t pc = block * KC;
+    const int64_t kc = std::min(KC, K - pc);
+    ScratchLease bpack(tls_bpack, static_cast<size_t>(kc * nc_max) + kPackPad);
+    ScratchLease apack(tls_apack, static_cast<size_t>(MR * kc) + kPackPad);
+    float* bp = bpack.get();
+    float* ap = apack.get();
+    for (int64_t jc = 0; jc < N; jc += NC) {
+      const int64_t nc = std::min(NC, N - jc);
+      const int64_t n_panels = ceil_div(nc, NR);
+      for (int64_t q = 0; q < n_panels; ++q) {
+        const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
+        pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);
+        if (bf16) round_panel(bp + q * NR * kc, NR * kc);
+      }
+      for (int64_t p = 0; p < m_panels; ++p) {
+        const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
+        pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
+        if (bf16) round_panel(ap, MR * kc);
+        for (int64_t q = 0; q < n_panels; ++q) {
+          const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
+          micro_kernel(kc, ap, bp + q * NR * kc, out + p * MR * N + jc + q * NR, N, alpha, 0.0f, mr, nr);
+        }
+      }
+    }
+  };
+  // As combine() and the edge tiles: C + r after the first block, beta's rule with it.
+  const auto add_block = [&](int64_t block, const float* in, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float* __restrict c = C + i * ldc;
+      const float* __restrict r = in + i * N;
+      if (block > 0 || beta == 1.0f) {
+        for (int64_t j = 0; j < N; ++j) c[j] = c[j] + r[j];
+      } else if (beta == 0.0f) {
+        std::copy(r, r + N, c);
+      } else {
+        for (int64_t j = 0; j < N; ++j) c[j] = std::fma(beta, c[j], r[j]);
+      }
+    }
+  };
+  fold_chunks_in_order<float>(ceil_div(K, KC), M, N, block_product, add_block);
+}
+
 }  // namespace
 
 void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                  ProductPrecision precision) {
   const bool bf16 = precision == ProductPrecision::bf16;
-  const int64_t kc_max = std::min(K, KC);
-  const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
-  ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
-  float* bp = bpack.get();
-
   // Small products run on the calling thread: waking a TBB worker costs about as much
   // as the whole product below ~128^3 (measured: no 2-thread speedup up to 192^3).
   const bool serial = M * N * K < kParallelWork;
   const int threads = serial ? 1 : num_threads();
+  if (split_k(M, N, K, threads))
+    return gemm_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+  const int64_t kc_max = std::min(K, KC);
+  const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
+  ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
+  float* bp = bpack.get();
   const int64_t m_panels = ceil_div(M, MR);
 
   for (int64_t jc = 0; jc < N; jc += NC) {

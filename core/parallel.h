@@ -39,13 +39,16 @@ class SerialScope {
   bool active_;
 };
 
+// Whether parallel_for on this thread runs inline (inside an active SerialScope).
+inline bool in_serial_scope() { return detail::serial_depth > 0; }
+
 // f(lo, hi) over [begin, end) in chunks of at least `grain` iterations.
 // Runs inline when there is a single thread or a single chunk, or inside a SerialScope.
 template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   if (end <= begin) return;
   if (grain < 1) grain = 1;
-  if (num_threads() == 1 || end - begin <= grain || detail::serial_depth > 0) {
+  if (num_threads() == 1 || end - begin <= grain || in_serial_scope()) {
     f(begin, end);
     return;
   }

@@ -13,15 +13,6 @@ const activation_isa::Kernels* const kLevels[] = {
     &activation_isa::kernels_scalar, &activation_isa::kernels_avx2, &activation_isa::kernels_avx512};
 const activation_isa::Kernels& kernels() { return for_kernel_level(kLevels); }
 
-// dx += dy * df(x), or dx = dy * df(x) with overwrite (dx may be dy).
-template <class DF>
-void backward_f64(double* dx, const double* dy, const double* x, int64_t n, bool overwrite, DF df) {
-  if (!overwrite) return map_backward(dx, dy, x, x, n, [df](double v, double) { return df(v); });
-  parallel_for(0, n, kElementGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) dx[i] = dy[i] * df(x[i]);
-  });
-}
-
 }  // namespace
 
 void gelu_forward(float* y, const float* x, int64_t n) { kernels().gelu_forward(y, x, n); }
@@ -43,13 +34,15 @@ void gelu_forward(double* y, const double* x, int64_t n) {
   map_forward(y, x, n, [](double v) { return Gelu<double>::forward(v); });
 }
 void gelu_backward(double* dx, const double* dy, const double* x, int64_t n, bool overwrite) {
-  backward_f64(dx, dy, x, n, overwrite, [](double v) { return Gelu<double>::derivative(v); });
+  map_backward(
+      dx, dy, x, x, n, [](double v, double) { return Gelu<double>::derivative(v); }, overwrite);
 }
 void silu_forward(double* y, const double* x, int64_t n) {
   map_forward(y, x, n, [](double v) { return Silu<double>::forward(v); });
 }
 void silu_backward(double* dx, const double* dy, const double* x, int64_t n, bool overwrite) {
-  backward_f64(dx, dy, x, n, overwrite, [](double v) { return Silu<double>::derivative(v); });
+  map_backward(
+      dx, dy, x, x, n, [](double v, double) { return Silu<double>::derivative(v); }, overwrite);
 }
 void sigmoid_forward(double* y, const double* x, int64_t n) {
   map_forward(y, x, n, [](double v) { return sigmoid(v); });

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/buffer.h"
+#include "core/chunk_fold.h"
 #include "core/parallel.h"
 
 namespace shamn {
@@ -41,11 +41,17 @@ void map_forward(T* out, const T* in, int64_t n, F f) {
   });
 }
 
-// din[i] += dout[i] * f'(in[i], out[i])
+// din[i] += dout[i] * f'(in[i], out[i]), or din[i] = ... with overwrite (a
+// fresh gradient: no zero fill, no read; din may be dout).
 template <class T, class DF>
-void map_backward(T* din, const T* dout, const T* in, const T* out, int64_t n, DF dfdx) {
+void map_backward(T* din, const T* dout, const T* in, const T* out, int64_t n, DF dfdx,
+                  bool overwrite = false) {
   parallel_for(0, n, kElementGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) din[i] += dout[i] * dfdx(in[i], out[i]);
+    if (overwrite) {
+      for (int64_t i = lo; i < hi; ++i) din[i] = dout[i] * dfdx(in[i], out[i]);
+    } else {
+      for (int64_t i = lo; i < hi; ++i) din[i] += dout[i] * dfdx(in[i], out[i]);
+    }
   });
 }
 
@@ -71,9 +77,9 @@ struct NoRowVisit {
 };
 
 // dst[C] += sum over rows r of term(r, c) for each column c. Rows are summed in
-// fixed chunks whose partials are added in chunk order, so the result is the
-// same for any thread count. Each chunk zeroes its own partial row, in its own
-// task: no serial fill of the partials. visit(r), when given, runs just before
+// fixed chunks whose partials are added in chunk order (core/chunk_fold.h), so
+// the result is the same for any thread count. Each chunk zeroes its own partial
+// row, in its own task: no serial fill of the partials. visit(r), when given, runs just before
 // row r's terms are read (another pass over the row, fused while it is in cache).
 template <class T, class Term, class Visit = NoRowVisit>
 void sum_rows_accumulate_by(T* dst, int64_t rows, int64_t cols, Term term, Visit visit = {}) {
@@ -88,22 +94,20 @@ void sum_rows_accumulate_by(T* dst, int64_t rows, int64_t cols, Term term, Visit
                  });
     return;
   }
-  Buffer<T> partial(chunks * cols);
-  parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t k = lo; k < hi; ++k) {
-      T* p = partial.data() + k * cols;
-      std::fill(p, p + cols, T(0));
-      const int64_t end = std::min(rows, (k + 1) * kRowChunk);
-      for (int64_t r = k * kRowChunk; r < end; ++r) {
-        visit(r);
-        for (int64_t c = 0; c < cols; ++c) p[c] += term(r, c);
-      }
-    }
-  });
-  parallel_for(0, cols, 64, [&](int64_t lo, int64_t hi) {
-    for (int64_t k = 0; k < chunks; ++k)
-      for (int64_t c = lo; c < hi; ++c) dst[c] += partial[k * cols + c];
-  });
+  // dst as `cols` rows of one value, so that the partials are added over ranges of columns.
+  fold_chunks_in_order<T>(
+      chunks, cols, 1,
+      [&](int64_t k, T* p) {
+        std::fill(p, p + cols, T(0));
+        const int64_t end = std::min(rows, (k + 1) * kRowChunk);
+        for (int64_t r = k * kRowChunk; r < end; ++r) {
+          visit(r);
+          for (int64_t c = 0; c < cols; ++c) p[c] += term(r, c);
+        }
+      },
+      [&](int64_t, const T* p, int64_t lo, int64_t hi) {
+        for (int64_t c = lo; c < hi; ++c) dst[c] += p[c];
+      });
 }
 
 // dst[C] += sum over rows of src[R, C] (times the optional element-wise weight w[R, C]).

@@ -42,6 +42,12 @@ const Shape kShapes[] = {
     {"fwd_y4096x512_x4096x2048_W512x2048T", shamn::Trans::no, shamn::Trans::yes, 4096, 512, 2048},
     {"bwd_dx4096x2048_dy4096x512_W512x2048", shamn::Trans::no, shamn::Trans::no, 4096, 2048, 512},
     {"bwd_dW512x2048_dy4096x512T_x4096x2048", shamn::Trans::yes, shamn::Trans::no, 512, 2048, 4096},
+    // The default model's weight gradients over a batch of 96 x 512 tokens: the
+    // routers' (16 experts, 4 groups) and the memory query's (key_dim 256). C has
+    // few tiles and K is long: gemm splits K between threads (core/gemm_isa.cpp).
+    {"bwd_dW16x512_dy49152x16T_x49152x512", shamn::Trans::yes, shamn::Trans::no, 16, 512, 49152},
+    {"bwd_dW4x512_dy49152x4T_x49152x512", shamn::Trans::yes, shamn::Trans::no, 4, 512, 49152},
+    {"bwd_dW256x512_dy49152x256T_x49152x512", shamn::Trans::yes, shamn::Trans::no, 256, 512, 49152},
 };
 
 struct Operands {

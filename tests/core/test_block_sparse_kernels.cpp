@@ -159,6 +159,24 @@ TEST_CASE("block-sparse kernels: bit-identical for 1 and 2 threads", "[kernels][
     }
 }
 
+TEST_CASE("block-sparse grad values: chunks summed in parallel give the bits of the serial chunk loop",
+          "[kernels][block_sparse][determinism]") {
+  // 32 active blocks: fewer than 4 per thread at 16 threads, so the token chunks
+  // (five of them, the last one short) become the parallel work there; 1 and 2
+  // threads walk the chunks in order.
+  test::ThreadCountGuard guard;
+  const BlockSparseDims d = make_dims(32, 16, 16, 0.9);
+  const Problem p(d, 1100, 23);
+  std::vector<std::vector<float>> grads;
+  for (int threads : {1, 2, 16}) {
+    set_num_threads(threads);
+    grads.push_back(random_floats(d.value_count(), 92));
+    block_sparse_backward_values(grads.back().data(), p.dy.data(), p.x.data(), p.ci.data(), p.n, d);
+  }
+  CHECK(test::same_bits(grads[0], grads[1]));
+  CHECK(test::same_bits(grads[0], grads[2]));
+}
+
 TEST_CASE("block-sparse grad input with overwrite writes over garbage what adding into zeros gives",
           "[kernels][block_sparse][determinism]") {
   test::ThreadCountGuard guard;

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -260,6 +262,27 @@ TEST_CASE("gemm float is bit-identical with 1 and 2 threads", "[gemm][threads]")
         const std::vector<float> two = p.run_fast(p.c0);
         INFO(p.describe());
         CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+      }
+}
+
+TEST_CASE("gemm float: a long K split over threads gives the bits of the serial K loop", "[gemm][threads]") {
+  // C with few tiles against K of several KC blocks (a weight gradient's shape): with
+  // many threads the K blocks are summed in parallel and added in order, beta with
+  // the first; with one thread they are walked in order. NaN in C checks beta == 0.
+  ThreadCountGuard guard;
+  uint32_t seed = 4500;
+  for (Trans ta : kTrans)
+    for (Trans tb : kTrans)
+      for (const auto& [alpha, beta] : {std::pair{1.0f, 1.0f}, {0.5f, 0.0f}, {1.0f, 0.25f}}) {
+        Problem<float> p(ta, tb, 16, 100, 1500, alpha, beta, 1, seed++);
+        if (beta == 0.0f) std::fill(p.c0.begin(), p.c0.end(), std::numeric_limits<float>::quiet_NaN());
+        shamn::set_num_threads(1);
+        const std::vector<float> one = p.run_fast(p.c0);
+        shamn::set_num_threads(8);
+        const std::vector<float> eight = p.run_fast(p.c0);
+        INFO(p.describe());
+        CHECK(std::memcmp(one.data(), eight.data(), one.size() * sizeof(float)) == 0);
+        CHECK(compare(p, eight, p.run_naive(), p.c0) == 0);
       }
 }
 

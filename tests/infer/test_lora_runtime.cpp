@@ -33,6 +33,7 @@ using test::factors;
 using test::load_adapter;
 using test::model_toml;
 using test::random_tokens;
+using test::same_bits;
 using test::Spec;
 using test::TestModel;
 
@@ -45,10 +46,6 @@ std::vector<float> logits_with(const InferModel& m, const std::vector<int32_t>& 
   step.adapter = a;
   m.forward(std::span(&step, 1), out.data());
   return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 double mean_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
