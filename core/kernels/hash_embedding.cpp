@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/kernels/elementwise.h"
+#include "core/kernels/key_groups.h"
 #include "core/parallel.h"
 #include "core/simd.h"
 
@@ -59,31 +60,23 @@ void hash_embedding_forward(float* out, const float* table, const float* importa
   });
 }
 
-// Entries (position p, hash j) are grouped by their bucket with a counting sort, kept
+// Entries (position p, hash j) are grouped by their bucket (key_groups.h), kept
 // in (p, j) order inside each bucket; each bucket row then adds its entries in that
 // order, in parallel over buckets: no atomics, the same sums for any thread count.
 void hash_embedding_backward_table(float* dtable, const float* dout, const float* importance,
                                    const int32_t* bucket_index, const int32_t* tokens, int64_t n,
                                    const HashDims& d) {
-  const int64_t h = d.hashes, dim = d.dim, entries = n * h;
-  std::vector<int64_t> start(static_cast<size_t>(d.buckets) + 1, 0);
-  std::vector<int32_t> entry_bucket(static_cast<size_t>(entries));
-  for (int64_t e = 0; e < entries; ++e) {
-    const int32_t b = bucket_index[static_cast<int64_t>(tokens[e / h]) * h + e % h];
-    entry_bucket[static_cast<size_t>(e)] = b;
-    ++start[static_cast<size_t>(b) + 1];
-  }
-  for (int64_t b = 0; b < d.buckets; ++b) start[b + 1] += start[b];
-  std::vector<int64_t> order(static_cast<size_t>(entries));
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  for (int64_t e = 0; e < entries; ++e)
-    order[static_cast<size_t>(fill[entry_bucket[static_cast<size_t>(e)]]++)] = e;
+  const int64_t h = d.hashes, dim = d.dim;
+  const KeyGroups by_bucket = group_by_key(n * h, d.buckets, [&](int64_t e) {
+    return int64_t{bucket_index[static_cast<int64_t>(tokens[e / h]) * h + e % h]};
+  });
+  const std::vector<int64_t>& start = by_bucket.start;
 
   parallel_for(0, d.buckets, row_grain(dim), [&](int64_t lo, int64_t hi) {
     for (int64_t b = lo; b < hi; ++b) {
       float* row = dtable + b * dim;
       for (int64_t k = start[b]; k < start[b + 1]; ++k) {
-        const int64_t e = order[static_cast<size_t>(k)];
+        const int64_t e = by_bucket.order[k];
         const int64_t p = e / h;
         const float w = importance[static_cast<int64_t>(tokens[p]) * h + e % h];
         const float* g = dout + p * dim;

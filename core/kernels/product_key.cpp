@@ -1,8 +1,10 @@
 #include "core/kernels/product_key.h"
 
+#include "core/buffer.h"
 #include "core/check.h"
 #include "core/gemm.h"
 #include "core/kernel_level.h"
+#include "core/kernels/key_groups.h"
 #include "core/kernels/product_key_isa.h"
 #include "core/parallel.h"
 
@@ -278,23 +280,16 @@ void gather_tokens(float* out, const float* values, const int32_t* slots, const 
 
 // dst[rows[e]] += coef[e] * src[t * src_stride : + dim] over the entries e = t*per_token + j,
 // j < count[t] (every j when count is null). Entries are grouped by destination row
-// with a counting sort and each row adds them in entry order, in parallel over rows:
+// (key_groups.h) and each row adds them in entry order, in parallel over rows:
 // the same sums for any thread count (the pattern of rows.h scatter_add_rows).
 void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const int32_t* rows,
                              const float* coef, const int32_t* count, int64_t per_token, const float* src,
                              int64_t src_stride, int64_t N, bool overwrite = false) {
-  auto entries_of = [&](int64_t t) { return count ? count[t] : per_token; };
-  std::vector<int64_t> start(static_cast<size_t>(num_rows) + 1, 0);
-  for (int64_t t = 0; t < N; ++t)
-    for (int64_t j = 0; j < entries_of(t); ++j) ++start[rows[t * per_token + j] + 1];
-  for (int64_t r = 0; r < num_rows; ++r) start[r + 1] += start[r];
-  std::vector<int64_t> order(static_cast<size_t>(start[num_rows]));
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  for (int64_t t = 0; t < N; ++t)
-    for (int64_t j = 0; j < entries_of(t); ++j) {
-      const int64_t e = t * per_token + j;
-      order[static_cast<size_t>(fill[rows[e]]++)] = e;
-    }
+  const KeyGroups by_row = group_by_key(N * per_token, num_rows, [&](int64_t e) {
+    return count && e % per_token >= count[e / per_token] ? int64_t{-1} : int64_t{rows[e]};
+  });
+  const std::vector<int64_t>& start = by_row.start;
+  const Buffer<int64_t>& order = by_row.order;
   if (overwrite)  // rows no entry reaches are zero; the others are stored below
     parallel_for(0, num_rows, std::max<int64_t>(1, 16384 / dim), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r)
@@ -311,7 +306,7 @@ void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const in
       const int64_t r = used[static_cast<size_t>(u)];
       float* out = dst + r * dim;
       for (int64_t i = start[r]; i < start[r + 1]; ++i) {
-        const int64_t e = order[static_cast<size_t>(i)];
+        const int64_t e = order[i];
         const float* s = src + (e / per_token) * src_stride;
         const float w = coef[e];
         if (overwrite && i == start[r])  // the value 0 + w s would have (up to the sign of a zero)
@@ -417,9 +412,11 @@ void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const fl
                                const ProductKeyDims& d) {
   if (!dq && !dkeys1 && !dkeys2) return;
   const int64_t n = d.n, k = d.k, dh = d.dh;
-  const size_t nk = static_cast<size_t>(N * k);
-  std::vector<int32_t> rows1(nk), rows2(nk), count1(static_cast<size_t>(N)), count2(static_cast<size_t>(N));
-  std::vector<float> coef1(nk), coef2(nk);
+  const int64_t nk = N * k;
+  // Uninitialised (a serial zero fill of 1.6M entries each held back 16 threads):
+  // a token writes its count, and the rows and coefficients below its count.
+  Buffer<int32_t> rows1(nk), rows2(nk), count1(N), count2(N);
+  Buffer<float> coef1(nk), coef2(nk);
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t e = t * k;
@@ -457,7 +454,7 @@ void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalue
                           bool overwrite_values) {
   check_product_key_dims(d);
   if (dq || dkeys1 || dkeys2) {
-    std::vector<float> dsigma(static_cast<size_t>(N * d.k));
+    Buffer<float> dsigma(N * d.k);  // every entry written
     product_key_backward_scores(dsigma.data(), dout, values, slots, weights, N, d);
     product_key_backward_keys(dq, dkeys1, dkeys2, dsigma.data(), q, keys1, keys2, slots, N, d);
   }

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/kernels/elementwise.h"
+#include "core/kernels/key_groups.h"
 #include "core/parallel.h"
 
 namespace shamn {
@@ -28,22 +29,18 @@ void gather_rows_forward(T* out, const T* table, const int32_t* idx, int64_t n, 
 }
 
 // dst[idx[i], :] += src[i, :]   src: [N, D]  idx: [N] int32  dst: [R, D]
-// Positions are grouped by destination row (a counting sort), and each destination
+// Positions are grouped by destination row (key_groups.h), and each destination
 // row adds its sources in increasing position order, in parallel over destination
 // rows: no atomics, and the same sums for any thread count.
 template <class T>
 void scatter_add_rows(T* dst, const T* src, const int32_t* idx, int64_t n, int64_t num_rows, int64_t dim) {
-  std::vector<int64_t> start(static_cast<size_t>(num_rows) + 1, 0);
-  for (int64_t i = 0; i < n; ++i) ++start[static_cast<size_t>(idx[i]) + 1];
-  for (int64_t r = 0; r < num_rows; ++r) start[r + 1] += start[r];
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(fill[idx[i]]++)] = i;
+  const KeyGroups by_row = group_by_key(n, num_rows, [idx](int64_t i) { return int64_t{idx[i]}; });
+  const std::vector<int64_t>& start = by_row.start;
   parallel_for(0, num_rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       T* d = dst + r * dim;
       for (int64_t k = start[r]; k < start[r + 1]; ++k) {
-        const T* s = src + order[static_cast<size_t>(k)] * dim;
+        const T* s = src + by_row.order[k] * dim;
         for (int64_t c = 0; c < dim; ++c) d[c] += s[c];
       }
     }
