@@ -22,7 +22,9 @@ struct KeyGroups {
   Buffer<int64_t> order;       // [entries kept], grouped
 };
 
-// Entries per counting block: independent of the thread count.
+// Entries per counting block, at least: independent of the thread count. A block
+// also has at least 4 entries per group, so that its counts (one per group) cost
+// less than its entries (the memory's values have 65,536 groups).
 inline constexpr int64_t kKeyGroupBlock = int64_t{1} << 16;
 
 // key(e) is entry e's group in [0, groups), or negative to leave e out.
@@ -30,15 +32,16 @@ template <class Key>
 KeyGroups group_by_key(int64_t entries, int64_t groups, Key key) {
   KeyGroups out;
   out.start.assign(static_cast<size_t>(groups) + 1, 0);
-  const int64_t blocks = std::max<int64_t>(1, (entries + kKeyGroupBlock - 1) / kKeyGroupBlock);
+  const int64_t block = std::max(kKeyGroupBlock, 4 * groups);
+  const int64_t blocks = std::max<int64_t>(1, (entries + block - 1) / block);
   // slot[blk * groups + g]: block blk's entries in g, then where they start within g.
   Buffer<int64_t> slot(blocks * groups);
   parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t blk = lo; blk < hi; ++blk) {
       int64_t* count = slot.data() + blk * groups;
       std::fill(count, count + groups, int64_t{0});
-      const int64_t end = std::min(entries, (blk + 1) * kKeyGroupBlock);
-      for (int64_t e = blk * kKeyGroupBlock; e < end; ++e) {
+      const int64_t end = std::min(entries, (blk + 1) * block);
+      for (int64_t e = blk * block; e < end; ++e) {
         const int64_t g = key(e);
         if (g >= 0) ++count[g];
       }
@@ -60,8 +63,8 @@ KeyGroups group_by_key(int64_t entries, int64_t groups, Key key) {
   parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t blk = lo; blk < hi; ++blk) {
       int64_t* next = slot.data() + blk * groups;
-      const int64_t end = std::min(entries, (blk + 1) * kKeyGroupBlock);
-      for (int64_t e = blk * kKeyGroupBlock; e < end; ++e) {
+      const int64_t end = std::min(entries, (blk + 1) * block);
+      for (int64_t e = blk * block; e < end; ++e) {
         const int64_t g = key(e);
         if (g >= 0) out.order[out.start[g] + next[g]++] = e;
       }

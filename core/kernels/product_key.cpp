@@ -278,16 +278,15 @@ void gather_tokens(float* out, const float* values, const int32_t* slots, const 
   }
 }
 
-// dst[rows[e]] += coef[e] * src[t * src_stride : + dim] over the entries e = t*per_token + j,
-// j < count[t] (every j when count is null). Entries are grouped by destination row
-// (key_groups.h) and each row adds them in entry order, in parallel over rows:
-// the same sums for any thread count (the pattern of rows.h scatter_add_rows).
+// dst[rows[e]] += coef[e] * src[t * src_stride : + dim] over the entries e = t*per_token + j
+// whose row is not negative. Entries are grouped by destination row (key_groups.h)
+// and each row adds them in entry order, in parallel over rows: the same sums for
+// any thread count (the pattern of rows.h scatter_add_rows).
 void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const int32_t* rows,
-                             const float* coef, const int32_t* count, int64_t per_token, const float* src,
-                             int64_t src_stride, int64_t N, bool overwrite = false) {
-  const KeyGroups by_row = group_by_key(N * per_token, num_rows, [&](int64_t e) {
-    return count && e % per_token >= count[e / per_token] ? int64_t{-1} : int64_t{rows[e]};
-  });
+                             const float* coef, int64_t per_token, const float* src, int64_t src_stride,
+                             int64_t N, bool overwrite = false) {
+  const KeyGroups by_row =
+      group_by_key(N * per_token, num_rows, [rows](int64_t e) { return int64_t{rows[e]}; });
   const std::vector<int64_t>& start = by_row.start;
   const Buffer<int64_t>& order = by_row.order;
   if (overwrite)  // rows no entry reaches are zero; the others are stored below
@@ -414,7 +413,8 @@ void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const fl
   const int64_t n = d.n, k = d.k, dh = d.dh;
   const int64_t nk = N * k;
   // Uninitialised (a serial zero fill of 1.6M entries each held back 16 threads):
-  // a token writes its count, and the rows and coefficients below its count.
+  // a token writes its k rows (-1 past its count, left out of the scatter) and
+  // the coefficients below its count.
   Buffer<int32_t> rows1(nk), rows2(nk), count1(N), count2(N);
   Buffer<float> coef1(nk), coef2(nk);
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
@@ -422,6 +422,8 @@ void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const fl
       const int64_t e = t * k;
       count1[t] = collect_key_rows(&rows1[e], &coef1[e], slots + e, dsigma + e, n, k, true);
       count2[t] = collect_key_rows(&rows2[e], &coef2[e], slots + e, dsigma + e, n, k, false);
+      std::fill(&rows1[e] + count1[t], &rows1[e] + k, -1);
+      std::fill(&rows2[e] + count2[t], &rows2[e] + k, -1);
       if (!dq) continue;
       float* dq1 = dq + t * 2 * dh;
       float* dq2 = dq1 + dh;
@@ -437,15 +439,13 @@ void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const fl
       }
     }
   });
-  if (dkeys1)
-    scatter_add_scaled_rows(dkeys1, n, dh, rows1.data(), coef1.data(), count1.data(), k, q, 2 * dh, N);
-  if (dkeys2)
-    scatter_add_scaled_rows(dkeys2, n, dh, rows2.data(), coef2.data(), count2.data(), k, q + dh, 2 * dh, N);
+  if (dkeys1) scatter_add_scaled_rows(dkeys1, n, dh, rows1.data(), coef1.data(), k, q, 2 * dh, N);
+  if (dkeys2) scatter_add_scaled_rows(dkeys2, n, dh, rows2.data(), coef2.data(), k, q + dh, 2 * dh, N);
 }
 
 void product_key_backward_values(float* dvalues, const float* dout, const int32_t* slots,
                                  const float* weights, int64_t N, const ProductKeyDims& d, bool overwrite) {
-  scatter_add_scaled_rows(dvalues, d.slots(), d.dim, slots, weights, nullptr, d.k, dout, d.dim, N, overwrite);
+  scatter_add_scaled_rows(dvalues, d.slots(), d.dim, slots, weights, d.k, dout, d.dim, N, overwrite);
 }
 
 void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalues, const float* dout,
