@@ -21,19 +21,8 @@
 #include <cstdint>
 #include <cstring>
 
-// GCC 12 warns falsely about _mm512_undefined_ps() inside its own intrinsics (GCC bug
-// 105593); the warning is attributed to the header, so silence it there.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-
 #include "core/bf16.h"
+#include "core/intrinsics.h"
 #include "core/isa.h"
 
 SHAMN_ISA_PUSH

@@ -224,6 +224,13 @@ int64_t quant_row_blocks(int64_t in, int64_t segment) {
 // matrices that read it.
 void quantize_rows_range(QuantRows& xq, const float* x, int64_t t0, int64_t t1, int64_t in, int64_t segment) {
   const int64_t seg = segment > 0 ? segment : in, bpr = quant_row_blocks(in, segment);
+  if (seg % kQuantBlock == 0 && in % kQuantBlock == 0) {
+    // Rows of whole blocks lie end to end in x and in xq: one call quantises
+    // them all (the same bytes; the kernel overlaps one group of blocks' scales
+    // with the previous group's values, which one call per row cannot).
+    quantize_row_q8_sums(x + t0 * in, xq.q.data() + t0 * bpr, xq.sums.data() + t0 * bpr, (t1 - t0) * in);
+    return;
+  }
   for (int64_t t = t0; t < t1; ++t) {
     BlockQ8* row = xq.q.data() + t * bpr;
     // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
@@ -665,7 +672,10 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   Buffer<int64_t> offsets(X + 1);
   moe_dispatch_plan(order.data(), row.data(), offsets.data(), chosen.data(), n, k, X);
   const int64_t H = L.experts.front().up.out;
-  Buffer<float> ys(n * k * D), h(n * k * H);
+  // An expert's hidden rows live only through its own up, GELU and down: one
+  // buffer per task, reused expert after expert, so the chunk's [n k, H] is not
+  // streamed through the cache between the experts' outputs and the combine.
+  Buffer<float> ys(n * k * D);
   // Quantised experts read their tokens' rows of u in place, quantised once
   // per token; f32 ones get them gathered.
   const BlockSparse& up0 = L.experts.front().up;
@@ -681,13 +691,15 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   const bool experts_parallel = n * k >= kParallelExpertRows;
   parallel_for(0, X, experts_parallel ? 1 : X, [&](int64_t lo, int64_t hi) {
     const SerialScope serial(experts_parallel);  // an expert's products run on its task's thread
+    Buffer<float> h;
     for (int64_t e = lo; e < hi; ++e) {
       const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
       if (m == 0) continue;
       const BlockSparse& up = L.experts[e].up;
       SHAMN_CHECK(up.values.quantized() == up0.values.quantized() && up.block == up0.block,
                   "every expert's up projection has the same type and block");
-      float* he = h.data() + r0 * H;
+      h.reserve_at_least(m * H);
+      float* he = h.data();
       ProfilePhases expert_phase("moe.up", ProfileCategory::infer);
       const int32_t* tokens = order.data() + r0;
       const LoraTerm lora_up(

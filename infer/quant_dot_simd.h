@@ -1,11 +1,10 @@
 #pragma once
 // Internal to infer/: AVX2 helpers shared by the AVX2 and AVX-512 paths. Each
 // carries its own target attribute so the file compiles without -march flags.
-#include <immintrin.h>
-
 #include <cstdint>
 #include <cstring>
 
+#include "core/intrinsics.h"
 #include "infer/quant_dot_paths.h"
 
 #define SHAMN_TARGET_AVX2 __attribute__((target("avx2,fma")))

@@ -22,9 +22,9 @@
 // Forward and grad input run in parallel over token tiles (and over groups of block
 // rows / columns when tokens are few); grad values walks the tokens in fixed chunks,
 // in parallel over active blocks within a chunk (or, with few blocks for the
-// threads, over the chunks, their partial sums added in chunk order). No output element is ever written by
-// two tasks, and each is one FMA chain in a fixed order: results are bit-identical
-// for any thread count. Grad input finds the blocks of a column through a
+// threads, over the chunks, their partial sums added in chunk order). No output
+// element is ever written by two tasks, and each is one FMA chain in a fixed
+// order: results are bit-identical for any thread count. Grad input finds the blocks of a column through a
 // column -> (row, m) index built per call (a counting sort, rows ascending).
 // Measurements: experiments/block_sparse.md.
 

@@ -415,24 +415,24 @@ void product_key_backward_keys(float* dq, float* dkeys1, float* dkeys2, const fl
   // Uninitialised (a serial zero fill of 1.6M entries each held back 16 threads):
   // a token writes its k rows (-1 past its count, left out of the scatter) and
   // the coefficients below its count.
-  Buffer<int32_t> rows1(nk), rows2(nk), count1(N), count2(N);
+  Buffer<int32_t> rows1(nk), rows2(nk);
   Buffer<float> coef1(nk), coef2(nk);
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t e = t * k;
-      count1[t] = collect_key_rows(&rows1[e], &coef1[e], slots + e, dsigma + e, n, k, true);
-      count2[t] = collect_key_rows(&rows2[e], &coef2[e], slots + e, dsigma + e, n, k, false);
-      std::fill(&rows1[e] + count1[t], &rows1[e] + k, -1);
-      std::fill(&rows2[e] + count2[t], &rows2[e] + k, -1);
+      const int32_t count1 = collect_key_rows(&rows1[e], &coef1[e], slots + e, dsigma + e, n, k, true);
+      const int32_t count2 = collect_key_rows(&rows2[e], &coef2[e], slots + e, dsigma + e, n, k, false);
+      std::fill(&rows1[e] + count1, &rows1[e] + k, -1);
+      std::fill(&rows2[e] + count2, &rows2[e] + k, -1);
       if (!dq) continue;
       float* dq1 = dq + t * 2 * dh;
       float* dq2 = dq1 + dh;
-      for (int32_t j = 0; j < count1[t]; ++j) {
+      for (int32_t j = 0; j < count1; ++j) {
         const float* key = keys1 + static_cast<int64_t>(rows1[e + j]) * dh;
         const float w = coef1[e + j];
         for (int64_t c = 0; c < dh; ++c) dq1[c] += w * key[c];
       }
-      for (int32_t j = 0; j < count2[t]; ++j) {
+      for (int32_t j = 0; j < count2; ++j) {
         const float* key = keys2 + static_cast<int64_t>(rows2[e + j]) * dh;
         const float w = coef2[e + j];
         for (int64_t c = 0; c < dh; ++c) dq2[c] += w * key[c];

@@ -16,13 +16,6 @@ using namespace shamn;
 
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  Rng rng(seed, 7);
-  for (float& x : v) x = static_cast<float>(rng.uniform() * 2.0 - 1.0);
-  return v;
-}
-
 int64_t active_blocks(double sparsity, int64_t nib) {
   return std::max<int64_t>(1, std::llround((1.0 - sparsity) * static_cast<double>(nib)));
 }
@@ -67,6 +60,25 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
   SUCCEED();
 }
 
+// |got - want| <= rel * magnitude everywhere, magnitude being the sum of |every
+// term| of that output (run_magnitudes): the scale of the rounding error of
+// any order of adds, whatever the data; reports the first offender.
+void check_within(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<float>& magnitude, double rel, const char* what) {
+  REQUIRE(got.size() == want.size());
+  REQUIRE(got.size() == magnitude.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= rel * magnitude[i])) {
+      INFO(what << "[" << i << "]: got " << got[i] << ", want " << want[i] << ", terms' magnitude "
+                << magnitude[i]);
+      CHECK(err <= rel * magnitude[i]);
+      return;
+    }
+  }
+  SUCCEED();
+}
+
 struct Problem {
   BlockSparseDims d;
   int64_t n;
@@ -74,10 +86,10 @@ struct Problem {
   std::vector<float> x, values, bias, dy;
   Problem(const BlockSparseDims& dims, int64_t tokens, uint64_t seed) : d(dims), n(tokens) {
     ci = random_pattern(d, seed);
-    x = random_floats(n * d.in, seed + 1);
-    values = random_floats(d.value_count(), seed + 2);
-    bias = random_floats(d.out, seed + 3);
-    dy = random_floats(n * d.out, seed + 4);
+    x = test::uniform_floats(n * d.in, seed + 1);
+    values = test::uniform_floats(d.value_count(), seed + 2);
+    bias = test::uniform_floats(d.out, seed + 3);
+    dy = test::uniform_floats(n * d.out, seed + 4);
   }
 };
 
@@ -90,9 +102,9 @@ struct Results {
 Results run_fast(const Problem& p, bool with_bias) {
   Results r;
   r.y.assign(static_cast<size_t>(p.n * p.d.out), 0.0f);
-  r.dx = random_floats(p.n * p.d.in, 91);
-  r.dvalues = random_floats(p.d.value_count(), 92);
-  r.dbias = random_floats(p.d.out, 93);
+  r.dx = test::uniform_floats(p.n * p.d.in, 91);
+  r.dvalues = test::uniform_floats(p.d.value_count(), 92);
+  r.dbias = test::uniform_floats(p.d.out, 93);
   block_sparse_forward(r.y.data(), p.x.data(), p.values.data(), p.ci.data(),
                        with_bias ? p.bias.data() : nullptr, p.n, p.d);
   block_sparse_backward_input(r.dx.data(), p.dy.data(), p.values.data(), p.ci.data(), p.n, p.d);
@@ -101,12 +113,16 @@ Results run_fast(const Problem& p, bool with_bias) {
   return r;
 }
 
-Results run_naive(const Problem& p, bool with_bias) {
+// magnitudes: the starting gradients as their absolute values (run_magnitudes).
+Results run_naive(const Problem& p, bool with_bias, bool magnitudes = false) {
   Results r;
   r.y.assign(static_cast<size_t>(p.n * p.d.out), 0.0f);
-  r.dx = random_floats(p.n * p.d.in, 91);
-  r.dvalues = random_floats(p.d.value_count(), 92);
-  r.dbias = random_floats(p.d.out, 93);
+  r.dx = test::uniform_floats(p.n * p.d.in, 91);
+  r.dvalues = test::uniform_floats(p.d.value_count(), 92);
+  r.dbias = test::uniform_floats(p.d.out, 93);
+  if (magnitudes)
+    for (std::vector<float>* v : {&r.dx, &r.dvalues, &r.dbias})
+      for (float& f : *v) f = std::abs(f);
   block_sparse_forward_naive(r.y.data(), p.x.data(), p.values.data(), p.ci.data(),
                              with_bias ? p.bias.data() : nullptr, p.n, p.d);
   block_sparse_backward_input_naive(r.dx.data(), p.dy.data(), p.values.data(), p.ci.data(), p.n, p.d);
@@ -115,12 +131,22 @@ Results run_naive(const Problem& p, bool with_bias) {
   return r;
 }
 
+// The naive kernels over |x|, |values|, |bias|, |dy| and |the starting
+// gradients|: each output's sum of the magnitudes of the terms added into it.
+Results run_magnitudes(Problem p, bool with_bias) {
+  for (std::vector<float>* v : {&p.x, &p.values, &p.bias, &p.dy})
+    for (float& f : *v) f = std::abs(f);
+  return run_naive(p, with_bias, /*magnitudes=*/true);
+}
+
 }  // namespace
 
 TEST_CASE("block-sparse kernels: fast equals naive over shapes, blocks and sparsities",
           "[kernels][block_sparse]") {
-  // Float sums over up to a*b = 1280 (forward) or N = 130 terms of magnitude <= 1.
-  constexpr double kTol = 2e-5;
+  // Float sums over up to a*b = 1280 (forward) or N = 130 terms in another
+  // order: a few float epsilons (6e-8) per term at most, relative to the sum of
+  // the terms' magnitudes. One term missing or wrong is far outside it.
+  constexpr double kRel = 2e-5;
   for (int64_t block : {16, 32, 64, 48, 8})
     for (auto [nib, nob] : {std::pair<int64_t, int64_t>{20, 3}, {5, 9}})
       for (double s : {0.0, 0.5, 0.9, 0.95})
@@ -132,10 +158,11 @@ TEST_CASE("block-sparse kernels: fast equals naive over shapes, blocks and spars
             const bool with_bias = n % 2 == 1 || s > 0.5;
             const Results fast = run_fast(p, with_bias);
             const Results naive = run_naive(p, with_bias);
-            check_close(fast.y, naive.y, kTol, "y");
-            check_close(fast.dx, naive.dx, kTol, "dx");
-            check_close(fast.dvalues, naive.dvalues, kTol, "dvalues");
-            check_close(fast.dbias, naive.dbias, kTol, "dbias");
+            const Results mag = run_magnitudes(p, with_bias);
+            check_within(fast.y, naive.y, mag.y, kRel, "y");
+            check_within(fast.dx, naive.dx, mag.dx, kRel, "dx");
+            check_within(fast.dvalues, naive.dvalues, mag.dvalues, kRel, "dvalues");
+            check_within(fast.dbias, naive.dbias, mag.dbias, kRel, "dbias");
           }
         }
 }
@@ -170,7 +197,7 @@ TEST_CASE("block-sparse grad values: chunks summed in parallel give the bits of 
   std::vector<std::vector<float>> grads;
   for (int threads : {1, 2, 16}) {
     set_num_threads(threads);
-    grads.push_back(random_floats(d.value_count(), 92));
+    grads.push_back(test::uniform_floats(d.value_count(), 92));
     block_sparse_backward_values(grads.back().data(), p.dy.data(), p.x.data(), p.ci.data(), p.n, d);
   }
   CHECK(test::same_bits(grads[0], grads[1]));
