@@ -45,6 +45,8 @@ for f in eval_h5.err eval_shq.err bench.err bench_text.out; do
 done
 grep -q "^model_losses  *eval " "$work/eval_shq.err"
 grep -q "^decode_token  *step " "$work/bench.err"
+# The warm-up run (--warmup, 1 by default) is left out: 3 repeats, 3 prefills.
+grep -Eq "^prefill +step +3 " "$work/bench.err"
 
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys

@@ -77,6 +77,7 @@ w = sys.argv[1]
 b = json.load(open(f"{w}/bench.json"))
 for k in ("prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "file_bytes", "peak_rss_mib"):
     assert b[k] > 0, (k, b)
+assert b["repeats"] == 2 and b["warmup"] == 1, b
 c = json.load(open(f"{w}/bench_ckpt.json"))
 assert c["kind"] == "checkpoint" and c["decode_tok_s"] > 0, c
 PY
