@@ -177,7 +177,7 @@ SHAMN_TARGET_AVX512 void tiles_times_group_avx512(const Tile* w, int64_t rows, i
 // loaded once per tile instead of once per group. Each block is its own lane,
 // so per row the sum is lane 0 + lane 1 (+ 0 for the empty lanes): bitwise the
 // general path's.
-template <class Tile, int B>
+template <class Tile, int B, bool Accumulate, bool Gathered>
 SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, const Q8Rows& x, float* y,
                                                  int64_t y_stride, const TileEpilogue& e) {
   static_assert(B >= 1 && B <= 2 && B < kLanes);
@@ -190,7 +190,6 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
   const int64_t n = x.n, stride = x.stride;
   const int64_t col[2] = {x.index ? x.index[0] : 0, x.index ? x.index[B - 1] : B - 1};
   const float* const bias = e.bias;
-  const bool accumulate = e.accumulate;
   for (int64_t t = 0; t * kTileRows < rows; ++t) {
     const Tile* wt = w + t * B;
     const TileRegs<Tile> r0(wt[0]);
@@ -204,7 +203,7 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
     const auto mask = static_cast<__mmask16>((1u << nr) - 1);
     const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + t * kTileRows) : _mm512_setzero_ps();
     for (int64_t u = 0; u < n; ++u) {
-      const int64_t base = (tokens ? tokens[u] : u) * stride;
+      const int64_t base = (Gathered ? tokens[u] : u) * stride;
       __m512 sum = _mm512_setzero_ps();
       for (int j = 0; j < B; ++j) {
         const int64_t o = base + col[j];
@@ -220,10 +219,23 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
       // so neither is their sum (x + 0 = x for every other x, NaN included).
       __m512 v = bias ? _mm512_add_ps(sum, b) : sum;
       float* yu = y + u * y_stride + t * kTileRows;
-      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, yu), v);
+      if (Accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, yu), v);
       _mm512_mask_storeu_ps(yu, mask, v);
     }
   }
+}
+
+// Accumulating and gathered rows are compiled in, not tested per token: in the
+// token loop the two tests, and the flag the compiler kept in a mask register,
+// cost 2.5-4.7% of a prefill on Zen 5 (experiments/inference.md).
+template <class Tile, int B>
+SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, const Q8Rows& x, float* y,
+                                                 int64_t y_stride, const TileEpilogue& e) {
+  if (e.accumulate)
+    return x.rows ? tiles_few_blocks_avx512<Tile, B, true, true>(w, rows, x, y, y_stride, e)
+                  : tiles_few_blocks_avx512<Tile, B, true, false>(w, rows, x, y, y_stride, e);
+  return x.rows ? tiles_few_blocks_avx512<Tile, B, false, true>(w, rows, x, y, y_stride, e)
+                : tiles_few_blocks_avx512<Tile, B, false, false>(w, rows, x, y, y_stride, e);
 }
 
 template <class Tile>

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/kernel_level.h"
+#include "core/kernels/causal_conv_isa.h"
 #include "core/kernels/elementwise.h"
 #include "core/parallel.h"
 
@@ -21,27 +23,18 @@ std::vector<float> transpose_kernel(const float* conv, const CausalConvDims& s) 
   return w;
 }
 
+const causal_conv_isa::Kernels* const kLevels[] = {
+    &causal_conv_isa::kernels_scalar, &causal_conv_isa::kernels_avx2, &causal_conv_isa::kernels_avx512};
+
 // out[d] = sum_{i < taps} w[i, d] * input(i)[d], tap 0 (the current token) first.
 // w: [K, D]; input(i) is the row i tokens back. Four taps (the default kernel)
-// are summed in one pass, in registers; others take a pass over out per tap.
-// The order per element, and so every bit, is the same either way.
+// are summed in one pass, in registers, by the SIMD level's kernel; others take
+// a pass over out per tap. The order per element, and so every bit, is the same
+// either way.
 template <class InputAt>
 void conv_row(float* __restrict out, const float* w, int64_t D, int64_t taps, InputAt input) {
+  if (taps == 4) return for_kernel_level(kLevels).row4(out, w, D, input(0), input(1), input(2), input(3));
   const float* __restrict x = input(0);
-  if (taps == 4) {
-    const float* __restrict x1 = input(1);
-    const float* __restrict x2 = input(2);
-    const float* __restrict x3 = input(3);
-    const float *w1 = w + D, *w2 = w + 2 * D, *w3 = w + 3 * D;
-    for (int64_t d = 0; d < D; ++d) {
-      // Explicit fmas: left to the compiler, it may fuse w[d] * x[d] instead.
-      float acc = w[d] * x[d];
-      acc = std::fma(w1[d], x1[d], acc);
-      acc = std::fma(w2[d], x2[d], acc);
-      out[d] = std::fma(w3[d], x3[d], acc);
-    }
-    return;
-  }
   for (int64_t d = 0; d < D; ++d) out[d] = w[d] * x[d];
   for (int64_t i = 1; i < taps; ++i) {
     const float* __restrict wi = w + i * D;

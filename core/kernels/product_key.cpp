@@ -43,8 +43,8 @@ const product_key_isa::Kernels* const kLevels[] = {
 const product_key_isa::Kernels& isa() { return for_kernel_level(kLevels); }
 
 // The k best of buf[0..m), best first (product_key_isa.h), on the selected SIMD level.
-void rank_select(const Scored* buf, int64_t m, int64_t k, Scored* out, float* rs, int32_t* rid) {
-  isa().rank_select(buf, m, k, out, rs, rid);
+void rank_select(const Scored* buf, int64_t m, int64_t k, Scored* out, int64_t* keys) {
+  isa().rank_select(buf, m, k, out, keys);
 }
 
 // Candidates are appended to a buffer and, when it fills, cut back to the k best
@@ -61,11 +61,11 @@ struct BestK {
     size = k;
   }
   const Scored& bar() const { return buf[k - 1]; }
-  // Writes the k best to out[0..k), best first (out must not overlap buf).
-  void finish(Scored* out, float* rs, int32_t* rid) {
+  // Writes the k best to out[0..k), best first; out[k] is scratch (out must not overlap buf).
+  void finish(Scored* out, int64_t* keys) {
     if (size > kRankSelectMax) cut();
     if (size <= kRankSelectMax) {
-      rank_select(buf, size, k, out, rs, rid);
+      rank_select(buf, size, k, out, keys);
     } else {  // a large k: counting would cost k*k
       std::sort(buf, buf + k, ranks_above);
       std::copy(buf, buf + k, out);
@@ -116,21 +116,21 @@ struct SelectScratch {
   float z;      // from guess_z
   int64_t cap;  // candidate buffer entries: a whole score row, or 3k + a scan block
   std::vector<Scored> buf, best;
-  std::vector<float> rs, a, c;
-  std::vector<int32_t> rid, I, J;
+  std::vector<int64_t> keys;
+  std::vector<float> a, c;
+  std::vector<int32_t> I, J;
   SelectScratch(const ProductKeyDims& d, float z_guess)
       : z(z_guess), cap(std::max(3 * d.k + kScanBlock, d.n + 1)) {
     const auto k = static_cast<size_t>(d.k), padded = static_cast<size_t>(cap + kRankLanes);
     buf.resize(static_cast<size_t>(cap));
-    best.resize(k);
-    rs.resize(padded);
-    rid.resize(padded);
+    best.resize(k + 1);  // best[k]: rank_select's scratch entry
+    keys.resize(padded);
     a.resize(k);
     c.resize(k);
     I.resize(k);
     J.resize(k);
   }
-  void finish(BestK& top) { top.finish(best.data(), rs.data(), rid.data()); }
+  void finish(BestK& top) { top.finish(best.data(), keys.data()); }
 };
 
 // The k best of one score row, best first: ranked scores and key indices.

@@ -15,10 +15,11 @@ struct Scored {
 inline constexpr int64_t kRankLanes = 16;
 
 struct Kernels {
-  // Writes the k best of buf[0..m) to out, best first (higher score, then the
-  // lower id), by counting for each entry how many entries rank above it. rs
-  // and rid are scratch for m scores and ids rounded up to whole lane groups.
-  void (*rank_select)(const Scored* buf, int64_t m, int64_t k, Scored* out, float* rs, int32_t* rid);
+  // Writes the k best of buf[0..m) to out[0..k), best first (higher score, then
+  // the lower id), by counting for each entry how many entries rank above it;
+  // out[k] is scratch (the entries that rank lower are written there). keys
+  // is scratch for m ranks rounded up to whole lane groups.
+  void (*rank_select)(const Scored* buf, int64_t m, int64_t k, Scored* out, int64_t* keys);
   // The scores above bar, with their indices, in index order: buf[0..m), m returned.
   int64_t (*compact_above)(const float* score, int64_t n, float bar, Scored* buf);
 };

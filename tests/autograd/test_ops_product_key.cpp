@@ -201,6 +201,26 @@ TEST_CASE("product-key memory: equal candidate sums go to the lower slot id", "[
   }
 }
 
+TEST_CASE("product-key memory: -0 and +0 scores are equal, so the lower index wins", "[autograd][memory]") {
+  // s1 = (-0, +0, -1, -1), s2 = (+0, -0, -2, -2): I = J = (0, 1) (equal scores in
+  // index order), and the four candidate sums are all zero, one of them -0
+  // (slot 1): the lowest slots 0 and 1 win. Ranking -0 below +0 would give I = (1, 0).
+  const std::vector<float> s1 = {-0.0f, 0.0f, -1, -1}, s2 = {0.0f, -0.0f, -2, -2};
+  const KernelLevel saved = kernel_level();
+  for (KernelLevel level : {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) continue;
+    set_kernel_level(level);
+    INFO("kernel " << kernel_level_name(level));
+    for (const int64_t k : {1, 2}) {
+      std::vector<int32_t> slots(static_cast<size_t>(k));
+      std::vector<float> w(slots.size());
+      product_key_select(slots.data(), w.data(), s1.data(), s2.data(), 1, ProductKeyDims{4, 1, k, 3});
+      CHECK(slots == (k == 1 ? std::vector<int32_t>{0} : std::vector<int32_t>{0, 1}));
+    }
+  }
+  set_kernel_level(saved);
+}
+
 TEST_CASE("product-key memory: all scores equal selects the lowest slots", "[autograd][memory]") {
   // Every key is zero: every top-k is I = J = (0..k-1) and every candidate sum is 0,
   // so the lowest slot ids 0*n + (0..k-1) win, with uniform weights.

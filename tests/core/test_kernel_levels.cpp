@@ -15,6 +15,7 @@
 #include "core/kernel_level.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/block_sparse.h"
+#include "core/kernels/causal_conv.h"
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
 #include "core/kernels/moe_routing.h"
@@ -150,6 +151,27 @@ TEST_CASE("activations give the same bits at every kernel level", "[kernels][lev
       out.insert(out.end(), y.begin(), y.end());
       out.insert(out.end(), dx.begin(), dx.end());
       if (f < 2) out.insert(out.end(), in_place.begin(), in_place.end());
+    }
+    return out;
+  });
+}
+
+TEST_CASE("the causal convolution gives the same bits at every kernel level", "[kernels][levels]") {
+  // D = 61: whole vectors and a partial one at every width; K = 4 (the level's
+  // kernel) and K = 3 (the generic loop); streaming from a history too.
+  const int64_t B = 2, T = 9, D = 61;
+  const std::vector<float> u = random_floats(static_cast<size_t>(B * T * D), 13);
+  require_same_bits_at_every_level([&] {
+    std::vector<float> out;
+    for (const int64_t K : {4, 3}) {
+      const CausalConvDims dims{B, T, D, K};
+      const std::vector<float> conv = random_floats(static_cast<size_t>(D * K), 14);
+      std::vector<float> c(u.size()), history = random_floats(static_cast<size_t>((K - 1) * D), 15);
+      causal_conv_forward(c.data(), u.data(), conv.data(), dims);
+      out.insert(out.end(), c.begin(), c.end());
+      causal_conv_forward_streaming(c.data(), u.data(), history.data(), conv.data(),
+                                    CausalConvDims{1, T, D, K});
+      out.insert(out.end(), c.begin(), c.begin() + T * D);
     }
     return out;
   });

@@ -496,50 +496,65 @@ TEST_CASE("the batched tile product's epilogue adds a bias and accumulates as se
   KernelGuard guard;
   for (int64_t rows : {16, 21})
     for (int64_t bpr : {1, 2, 5})
-      for (int64_t n : {1, 4, 7}) {
-        const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 51);
-        const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 52);
-        std::vector<TileQ8> t8(static_cast<size_t>(row_tiles(rows) * bpr));
-        std::vector<TileQ4> t4(t8.size());
-        pack_tiles(w8.data(), rows, bpr, t8.data());
-        pack_tiles(w4.data(), rows, bpr, t4.data());
-        const std::vector<BlockQ8> x = raw_q8(n * bpr, 53);
-        const Q8Rows rows_x{x.data(), n, bpr};
-        const std::vector<float> bias = make_row(rows, Fill::random, 54),
-                                 start = make_row(n * rows, Fill::random, 55);
-        for (KernelLevel k : kAllKernels) {
-          if (!kernel_level_supported(k)) continue;
-          set_kernel_level(k);
-          for (bool with_bias : {false, true})
-            for (bool accumulate : {false, true}) {
-              INFO("kernel " << kernel_level_name(k) << ", rows " << rows << ", bpr " << bpr << ", n " << n
-                             << ", bias " << with_bias << ", accumulate " << accumulate);
-              const TileEpilogue e{with_bias ? bias.data() : nullptr, accumulate};
-              // The separate passes: the plain product, then y = y + (dot + bias).
-              std::vector<float> dot8(static_cast<size_t>(n * rows)), dot4(dot8.size());
-              dot_tiles_batch(t8.data(), rows, bpr, rows_x, dot8.data(), rows);
-              dot_tiles_batch(t4.data(), rows, bpr, rows_x, dot4.data(), rows);
-              std::vector<float> y8 = start, y4 = start;
-              dot_tiles_batch(t8.data(), rows, bpr, rows_x, y8.data(), rows, e);
-              dot_tiles_batch(t4.data(), rows, bpr, rows_x, y4.data(), rows, e);
-              for (int64_t t = 0; t < n; ++t)
-                for (int64_t r = 0; r < rows; ++r) {
-                  const int64_t i = t * rows + r;
-                  float want8 = dot8[i], want4 = dot4[i];
-                  if (with_bias) {
-                    want8 += bias[r];
-                    want4 += bias[r];
-                  }
-                  if (accumulate) {
-                    want8 = start[i] + want8;
-                    want4 = start[i] + want4;
-                  }
-                  REQUIRE(bits(y8[i]) == bits(want8));
-                  REQUIRE(bits(y4[i]) == bits(want4));
+      for (int64_t n : {1, 4, 7})
+        for (bool gathered : {false, true}) {
+          const std::vector<BlockQ8> w8 = raw_q8(rows * bpr, 51);
+          const std::vector<BlockQ4> w4 = raw_q4(rows * bpr, 52);
+          std::vector<TileQ8> t8(static_cast<size_t>(row_tiles(rows) * bpr));
+          std::vector<TileQ4> t4(t8.size());
+          pack_tiles(w8.data(), rows, bpr, t8.data());
+          pack_tiles(w4.data(), rows, bpr, t4.data());
+          // Gathered: x's rows taken in reverse order through a token list (an expert's rows).
+          const std::vector<BlockQ8> x = raw_q8(n * bpr, 53);
+          std::vector<int32_t> tokens(static_cast<size_t>(n));
+          for (int64_t t = 0; t < n; ++t) tokens[t] = static_cast<int32_t>(n - 1 - t);
+          const Q8Rows rows_x{x.data(), n, bpr, nullptr, gathered ? tokens.data() : nullptr};
+          const std::vector<float> bias = make_row(rows, Fill::random, 54),
+                                   start = make_row(n * rows, Fill::random, 55);
+          for (KernelLevel k : kAllKernels) {
+            if (!kernel_level_supported(k)) continue;
+            set_kernel_level(k);
+            for (bool with_bias : {false, true})
+              for (bool accumulate : {false, true}) {
+                INFO("kernel " << kernel_level_name(k) << ", rows " << rows << ", bpr " << bpr << ", n " << n
+                               << ", bias " << with_bias << ", accumulate " << accumulate << ", gathered "
+                               << gathered);
+                const TileEpilogue e{with_bias ? bias.data() : nullptr, accumulate};
+                // The separate passes: the plain product, then y = y + (dot + bias).
+                std::vector<float> dot8(static_cast<size_t>(n * rows)), dot4(dot8.size());
+                dot_tiles_batch(t8.data(), rows, bpr, rows_x, dot8.data(), rows);
+                dot_tiles_batch(t4.data(), rows, bpr, rows_x, dot4.data(), rows);
+                if (gathered) {  // row t of the gathered product is x row tokens[t]'s
+                  std::vector<float> in_order8(dot8.size()), in_order4(dot8.size());
+                  dot_tiles_batch(t8.data(), rows, bpr, Q8Rows{x.data(), n, bpr}, in_order8.data(), rows);
+                  dot_tiles_batch(t4.data(), rows, bpr, Q8Rows{x.data(), n, bpr}, in_order4.data(), rows);
+                  for (int64_t t = 0; t < n; ++t)
+                    for (int64_t r = 0; r < rows; ++r) {
+                      REQUIRE(bits(dot8[t * rows + r]) == bits(in_order8[tokens[t] * rows + r]));
+                      REQUIRE(bits(dot4[t * rows + r]) == bits(in_order4[tokens[t] * rows + r]));
+                    }
                 }
-            }
+                std::vector<float> y8 = start, y4 = start;
+                dot_tiles_batch(t8.data(), rows, bpr, rows_x, y8.data(), rows, e);
+                dot_tiles_batch(t4.data(), rows, bpr, rows_x, y4.data(), rows, e);
+                for (int64_t t = 0; t < n; ++t)
+                  for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t i = t * rows + r;
+                    float want8 = dot8[i], want4 = dot4[i];
+                    if (with_bias) {
+                      want8 += bias[r];
+                      want4 += bias[r];
+                    }
+                    if (accumulate) {
+                      want8 = start[i] + want8;
+                      want4 = start[i] + want4;
+                    }
+                    REQUIRE(bits(y8[i]) == bits(want8));
+                    REQUIRE(bits(y4[i]) == bits(want4));
+                  }
+              }
+          }
         }
-      }
 }
 
 TEST_CASE("quant kernel names are checked", "[infer][quant]") {
