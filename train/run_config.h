@@ -83,4 +83,9 @@ struct RunConfig {
   int64_t tokens_per_step() const { return train.batch_size * train.seq_len * train.grad_accum; }
 };
 
+// The settings that differ between two configs, "table.key old -> new" in
+// to_toml()'s order ("(unset)" for a key one side leaves out); train.out_dir,
+// which a resume takes from its directory, is left out.
+std::vector<std::string> changed_settings(const RunConfig& before, const RunConfig& after);
+
 }  // namespace shamn

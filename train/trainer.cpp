@@ -226,6 +226,19 @@ AdapterIdentity load_lora_base(const RunConfig& c, Shamn& model) {
   return {base_checksum(model), c.train.init_from, c.lora};
 }
 
+// A resume may change the run's settings (more steps, another learning rate, a
+// bigger batch): the run then continues under them, which is no longer what
+// either config gives from the start. Each change is named, so the log says so.
+void note_changed_settings(const std::string& checkpoint, const RunConfig& c, Console& console) {
+  const RunConfig saved = RunConfig::from_toml(Hdf5Reader(checkpoint).string_attribute("config"),
+                                               checkpoint + " (attribute config)");
+  const std::vector<std::string> changes = changed_settings(saved, c);
+  if (changes.empty()) return;
+  std::string list;
+  for (const std::string& change : changes) list += (list.empty() ? "" : ", ") + change;
+  console.say("note: settings changed since " + checkpoint + ": " + list);
+}
+
 // The starting weights: the resumed checkpoint, train.init_from, or a fresh init.
 // A LoRA run loads its base first, then resumes or initialises the adapters.
 void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming, Shamn& model,
@@ -240,6 +253,7 @@ void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming,
                       " but '", from, "' was trained with seed ", state.data_seed,
                       "; an exact resume needs the same seed");
     console.say("resuming " + run_dir + " from " + from + " (step " + std::to_string(state.step) + ")");
+    note_changed_settings(from, c, console);
   } else if (adapter) {
     init_lora_adapters(model, static_cast<uint64_t>(c.train.seed));
   } else if (!c.train.init_from.empty()) {

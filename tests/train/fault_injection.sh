@@ -41,6 +41,13 @@ ref_metrics=$(metrics "$work/ref/metrics.jsonl")
 tensors=$(echo "$ref_digest" | grep -c -E '^(model|optim)\.')
 [ "$tensors" -gt 10 ] || fail "the reference checkpoint lists only $tensors tensors"
 
+# A resume under changed settings names each change; an exact one names none.
+cp -r "$work/ref" "$work/more"
+"$shamn" --threads 1 train --resume "$work/more" --set train.max_steps=7 > "$work/more.log" 2>&1 ||
+  { cat "$work/more.log"; fail "the resume with more steps failed"; }
+grep -q "settings changed since .*ckpt_00000006.h5: train.max_steps 6 -> 7$" "$work/more.log" ||
+  { cat "$work/more.log"; fail "the resume did not name train.max_steps 6 -> 7"; }
+
 # Finishes the run in DIR (a resume, or a fresh start where no checkpoint was
 # written) and checks it against the reference.
 finish_and_compare() {
@@ -48,6 +55,7 @@ finish_and_compare() {
   if ls "$dir"/ckpt_*.h5 > /dev/null 2>&1; then
     "$shamn" --threads 1 train --resume "$dir" > "$dir.resume.log" 2>&1 ||
       { cat "$dir.resume.log"; fail "$what: --resume failed"; }
+    ! grep -q "settings changed" "$dir.resume.log" || fail "$what: an exact resume reported changed settings"
   else
     train_into "$dir" > "$dir.resume.log" 2>&1 || { cat "$dir.resume.log"; fail "$what: the restart failed"; }
   fi

@@ -72,6 +72,25 @@ TEST_CASE("the resolved run config round-trips exactly", "[train][config]") {
   CHECK(d.train.precision == "bf16");
 }
 
+TEST_CASE("changed_settings names each key that differs, in order, and not train.out_dir",
+          "[train][config]") {
+  const RunConfig a = RunConfig::from_toml(valid(), "run.toml");
+  CHECK(changed_settings(a, a).empty());
+  RunConfig b = a;
+  b.train.out_dir = "elsewhere";
+  CHECK(changed_settings(a, b).empty());
+  b.train.batch_size = 8;
+  b.optim.lr = 0.1;
+  b.train.precision = "bf16";  // written only when not f32
+  b.data.val_path = "v.bin";
+  CHECK(changed_settings(a, b) == std::vector<std::string>{"data.val_path \"\" -> \"v.bin\"",
+                                                           "train.batch_size 4 -> 8", "optim.lr 0.001 -> 0.1",
+                                                           "train.precision (unset) -> \"bf16\""});
+  CHECK(changed_settings(b, a) ==
+        std::vector<std::string>{"data.val_path \"v.bin\" -> \"\"", "train.batch_size 8 -> 4",
+                                 "train.precision \"bf16\" -> (unset)", "optim.lr 0.1 -> 0.001"});
+}
+
 TEST_CASE("run config: --set overrides keys of every section with TOML values", "[train][config]") {
   ConfigTable t = ConfigTable::parse(valid(), "run.toml");
   t.set_from_text("train.max_steps=500");
