@@ -24,7 +24,8 @@ using product_key_isa::Scored;
 // bits in the high half, ordered as integers (a negative float's magnitude bits
 // flipped; -0 is first made +0, which it equals as a float), INT32_MAX - id in
 // the low half. One compare instead of three (two float, one id) and their mask
-// merges: the counting loop ran at about 7 cycles an entry on Zen 5.
+// merges; with the branch-free stores below, `bench_memory` fwd/select ran 1.7x
+// faster on Zen 5 (experiments/inference.md).
 inline int64_t rank_key(const Scored& e) {
   const float s = e.s + 0.0f;
   int32_t bits;
