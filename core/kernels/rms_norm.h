@@ -1,5 +1,6 @@
 #pragma once
 // RMSNorm (SPEC 1.1): y = x / sqrt(mean(x^2) + eps) * gain, over the last dim.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -27,15 +28,45 @@ T lane_sum(int64_t n, Term term) {
 }
 
 // x, y: [N, D]  gain: [D]  rstd: [N] (1/sqrt(mean(x^2)+eps), saved for backward; may be null)
+// Sums of squares of R rows at once, each in lane_sum's lanes and order (the
+// same bits as lane_sum row by row): one row's 16 lanes are one chain of
+// dependent adds, R rows give the core R independent chains.
+template <class T, int R>
+void rows_sum_squares(const T* x, int64_t dim, T* out) {
+  constexpr int64_t kLanes = 16;
+  T lanes[R][kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= dim; i += kLanes)
+    for (int r = 0; r < R; ++r)
+      for (int64_t l = 0; l < kLanes; ++l) lanes[r][l] += x[r * dim + i + l] * x[r * dim + i + l];
+  for (int r = 0; r < R; ++r) {
+    for (int64_t j = i; j < dim; ++j) lanes[r][j % kLanes] += x[r * dim + j] * x[r * dim + j];
+    T sum = lanes[r][0];
+    for (int64_t l = 1; l < kLanes; ++l) sum += lanes[r][l];
+    out[r] = sum;
+  }
+}
+
 template <class T>
 void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int64_t dim, T eps) {
   parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const T* xr = x + r * dim;
-      const T ss = lane_sum<T>(dim, [&](int64_t i) { return xr[i] * xr[i]; });
-      const T s = T(1) / std::sqrt(ss / T(dim) + eps);
-      if (rstd) rstd[r] = s;
-      for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = xr[i] * s * gain[i];
+    constexpr int kRows = 4;
+    for (int64_t r0 = lo; r0 < hi; r0 += kRows) {
+      T ss[kRows];
+      const int64_t nr = std::min<int64_t>(kRows, hi - r0);
+      if (nr == kRows)
+        rows_sum_squares<T, kRows>(x + r0 * dim, dim, ss);
+      else
+        for (int64_t r = 0; r < nr; ++r) {
+          const T* xr = x + (r0 + r) * dim;
+          ss[r] = lane_sum<T>(dim, [&](int64_t i) { return xr[i] * xr[i]; });
+        }
+      for (int64_t r = r0; r < r0 + nr; ++r) {
+        const T* xr = x + r * dim;
+        const T s = T(1) / std::sqrt(ss[r - r0] / T(dim) + eps);
+        if (rstd) rstd[r] = s;
+        for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = xr[i] * s * gain[i];
+      }
     }
   });
 }

@@ -56,3 +56,29 @@ TEST_CASE("rms_norm backward: dx and dgain in one pass equal the two passes and 
       }
     }
 }
+
+TEST_CASE("rms_norm forward: rows normalised four at a time equal one row at a time",
+          "[core][rms_norm][determinism]") {
+  test::ThreadCountGuard guard;
+  // Row by row, as a decode step normalises its one row: lane_sum, then the scale.
+  const auto one_row = [](const float* xr, const float* gain, int64_t dim, float* yr, float& rstd) {
+    const float ss = lane_sum<float>(dim, [&](int64_t i) { return xr[i] * xr[i]; });
+    rstd = 1.0f / std::sqrt(ss / static_cast<float>(dim) + 1e-5f);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * rstd * gain[i];
+  };
+  for (int64_t dim : {512, 61})
+    for (int64_t rows : {1, 4, 7, 9, 130})
+      for (int threads : {1, 2}) {
+        DYNAMIC_SECTION("dim " << dim << " rows " << rows << " threads " << threads) {
+          set_num_threads(threads);
+          const std::vector<float> x = uniform_floats(rows * dim, 4), gain = uniform_floats(dim, 5);
+          std::vector<float> y(x.size()), rstd(static_cast<size_t>(rows)), want_y(x.size()),
+              want_rstd(rstd.size());
+          rms_norm_forward(y.data(), rstd.data(), x.data(), gain.data(), rows, dim, 1e-5f);
+          for (int64_t r = 0; r < rows; ++r)
+            one_row(x.data() + r * dim, gain.data(), dim, want_y.data() + r * dim, want_rstd[r]);
+          CHECK(same_bits(y, want_y));
+          CHECK(same_bits(rstd, want_rstd));
+        }
+      }
+}
