@@ -25,9 +25,11 @@ namespace {
 constexpr float kNormEps = 1e-5f;
 
 // Tokens per pass and thread of a long single-stream forward (prefill, evaluation):
-// their activations stay in the L2 cache. 128 rather than 256: on a Zen 5 core
-// (1 MiB of L2) a 512-token prefill ran 1.05x faster, and on an Emerald Rapids
-// one (2 MiB) the two were inside the noise (experiments/inference.md).
+// their activations stay in the L2 cache. 128 or 256 is a close call that has
+// gone both ways (experiments/inference.md): 256 took 0.93x the CPU time of 128
+// at stop 27 (a 1 MiB-L2 VM, under load), the two were inside the noise on an
+// Emerald Rapids VM (2 MiB), and on a Zen 5 VM (1 MiB) 128 ran a prefill alone
+// 1.05x faster, with evaluation the same either way.
 constexpr int64_t kForwardChunk = 128;
 
 // A single long stream (prefill, evaluation) on several threads runs as that
