@@ -183,7 +183,7 @@ std::vector<std::string> ConfigTable::children(const std::string& table) const {
 }
 
 std::vector<ConfigTable::Leaf> ConfigTable::leaves(const std::string& table) const {
-  const toml::node* n = find(impl_->root, table);
+  const toml::node* n = table.empty() ? &impl_->root : find(impl_->root, table);
   if (!n) return {};
   if (!n->is_table()) type_error(table, n, "a table", "");
   std::vector<Leaf> out;

@@ -41,7 +41,7 @@ class ConfigTable {
     bool mixed_types = false;           // an array whose elements are not all of one type
     std::vector<std::string> elements;  // an array's element literals
   };
-  // The leaves below `table` in file order (tables are walked, arrays are leaves);
+  // The leaves below `table` ("" = the root) in file order (tables are walked, arrays are leaves);
   // none when it is absent, an error naming the key when it is not a table.
   std::vector<Leaf> leaves(const std::string& table) const;
 

@@ -1,12 +1,9 @@
 #include "train/run_config.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
-#include <utility>
 
 #include "core/check.h"
 #include "core/config_table.h"
@@ -91,51 +88,28 @@ struct Reader {
   }
 };
 
-// "table.key" -> value text of each "key = value" line of a to_toml() text, in order.
-std::vector<std::pair<std::string, std::string>> settings_of(const std::string& toml) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream in(toml);
-  std::string line, table;
-  while (std::getline(in, line)) {
-    if (line.size() > 2 && line.front() == '[' && line.back() == ']') {
-      table = line.substr(1, line.size() - 2);
-    } else if (const size_t eq = line.find(" = "); eq != std::string::npos) {
-      out.emplace_back(table + "." + line.substr(0, eq), line.substr(eq + 3));
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<std::string> changed_settings(const RunConfig& before, const RunConfig& after) {
-  const auto old_settings = settings_of(before.to_toml()), new_settings = settings_of(after.to_toml());
-  const std::map<std::string, std::string> old_map(old_settings.begin(), old_settings.end()),
-      new_map(new_settings.begin(), new_settings.end());
-  std::vector<std::string> changes;
-  // Floats are written with 17 digits so that they round-trip; 9 read better.
+  // Through the parser, so floats read as their shortest exact form ("0.001"),
+  // not the 17 digits to_toml() writes for a round trip.
+  const auto old_settings = ConfigTable::parse(before.to_toml(), "checkpoint config").leaves("");
+  const auto new_settings = ConfigTable::parse(after.to_toml(), "run config").leaves("");
+  std::map<std::string, std::string> old_map, new_map;
+  for (const auto& leaf : old_settings) old_map[leaf.key] = leaf.literal;
+  for (const auto& leaf : new_settings) new_map[leaf.key] = leaf.literal;
   auto value = [](const std::map<std::string, std::string>& m, const std::string& key) {
     const auto it = m.find(key);
-    if (it == m.end()) return std::string("(unset)");
-    const std::string& v = it->second;
-    if (v.find_first_of(".e") != std::string::npos && v.front() != '"') {
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (*end == '\0') {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.9g", d);
-        return std::string(buf);
-      }
-    }
-    return v;
+    return it == m.end() ? std::string("(unset)") : it->second;
   };
+  std::vector<std::string> changes;
   auto add = [&](const std::string& key) {
     const std::string a = value(old_map, key), b = value(new_map, key);
     if (key != "train.out_dir" && a != b) changes.push_back(key + " " + a + " -> " + b);
   };
-  for (const auto& [key, v] : old_settings) add(key);
-  for (const auto& [key, v] : new_settings)
-    if (!old_map.contains(key)) add(key);
+  for (const auto& leaf : old_settings) add(leaf.key);
+  for (const auto& leaf : new_settings)
+    if (!old_map.contains(leaf.key)) add(leaf.key);
   return changes;
 }
 

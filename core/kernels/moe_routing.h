@@ -98,14 +98,14 @@ void router_probs_backward(T* drg, T* dre, const T* dP, const T* pg, const T* pe
   });
 }
 
-// The position in [0, n) of the largest v[idx[i]] not taken (one is free). idx
-// ascends, so only a strictly greater value takes the lead: a tie stays with
-// the lower index.
-template <class T>
-int64_t best_free(const T* v, const int64_t* idx, const char* taken, int64_t n) {
+// The position in [0, n) of the largest value(i) not taken (one is free).
+// Only a strictly greater value takes the lead: a tie stays with the lower
+// position, and positions ascend with the index they stand for.
+template <class Value>
+int64_t best_free(int64_t n, const char* taken, Value value) {
   int64_t best = -1;
   for (int64_t i = 0; i < n; ++i)
-    if (!taken[i] && (best < 0 || v[idx[i]] > v[idx[best]])) best = i;
+    if (!taken[i] && (best < 0 || value(i) > value(best))) best = i;
   return best;
 }
 
@@ -119,20 +119,21 @@ template <class T>
 void select_experts(int32_t* experts, const T* pg, const T* P, int64_t n, const MoeShape& s) {
   const int64_t G = s.groups, E = s.experts_per_group, X = s.experts();
   parallel_for(0, n, 64, [&](int64_t lo, int64_t hi) {
-    std::vector<int64_t> groups(static_cast<size_t>(G)), cand(static_cast<size_t>(s.group_k * E));
+    std::vector<int64_t> cand(static_cast<size_t>(s.group_k * E));
     std::vector<char> taken(static_cast<size_t>(std::max(G, s.group_k * E)));
-    for (int64_t g = 0; g < G; ++g) groups[g] = g;
     for (int64_t t = lo; t < hi; ++t) {
+      const T* pg_t = pg + t * G;
+      const T* P_t = P + t * X;
       std::fill_n(taken.begin(), G, 0);
       for (int64_t i = 0; i < s.group_k; ++i)
-        taken[best_free(pg + t * G, groups.data(), taken.data(), G)] = 1;
+        taken[best_free(G, taken.data(), [&](int64_t g) { return pg_t[g]; })] = 1;
       int64_t c = 0;  // the chosen groups' experts, in index order
       for (int64_t g = 0; g < G; ++g)
         if (taken[g])
           for (int64_t j = 0; j < E; ++j) cand[c++] = g * E + j;
       std::fill_n(taken.begin(), c, 0);
       for (int64_t i = 0; i < s.k; ++i) {
-        const int64_t b = best_free(P + t * X, cand.data(), taken.data(), c);
+        const int64_t b = best_free(c, taken.data(), [&](int64_t j) { return P_t[cand[j]]; });
         taken[b] = 1;
         experts[t * s.k + i] = static_cast<int32_t>(cand[b]);
       }

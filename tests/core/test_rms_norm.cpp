@@ -60,9 +60,14 @@ TEST_CASE("rms_norm backward: dx and dgain in one pass equal the two passes and 
 TEST_CASE("rms_norm forward: rows normalised four at a time equal one row at a time",
           "[core][rms_norm][determinism]") {
   test::ThreadCountGuard guard;
-  // Row by row, as a decode step normalises its one row: lane_sum, then the scale.
+  // Row by row, as the runtime normalises a decode step's one row: square i
+  // into lane i % 16, then the lanes left to right (written out here, not
+  // lane_sums, so that a lane moved there fails).
   const auto one_row = [](const float* xr, const float* gain, int64_t dim, float* yr, float& rstd) {
-    const float ss = lane_sum<float>(dim, [&](int64_t i) { return xr[i] * xr[i]; });
+    float lanes[16] = {};
+    for (int64_t i = 0; i < dim; ++i) lanes[i % 16] += xr[i] * xr[i];
+    float ss = lanes[0];
+    for (int l = 1; l < 16; ++l) ss += lanes[l];
     rstd = 1.0f / std::sqrt(ss / static_cast<float>(dim) + 1e-5f);
     for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * rstd * gain[i];
   };

@@ -83,12 +83,15 @@ TEST_CASE("changed_settings names each key that differs, in order, and not train
   b.optim.lr = 0.1;
   b.train.precision = "bf16";  // written only when not f32
   b.data.val_path = "v.bin";
-  CHECK(changed_settings(a, b) == std::vector<std::string>{"data.val_path \"\" -> \"v.bin\"",
+  CHECK(changed_settings(a, b) == std::vector<std::string>{"data.val_path '' -> 'v.bin'",
                                                            "train.batch_size 4 -> 8", "optim.lr 0.001 -> 0.1",
-                                                           "train.precision (unset) -> \"bf16\""});
+                                                           "train.precision (unset) -> 'bf16'"});
   CHECK(changed_settings(b, a) ==
-        std::vector<std::string>{"data.val_path \"v.bin\" -> \"\"", "train.batch_size 8 -> 4",
-                                 "train.precision \"bf16\" -> (unset)", "optim.lr 0.1 -> 0.001"});
+        std::vector<std::string>{"data.val_path 'v.bin' -> ''", "train.batch_size 8 -> 4",
+                                 "train.precision 'bf16' -> (unset)", "optim.lr 0.1 -> 0.001"});
+  RunConfig c = a;
+  c.model.memory_topk = 2;  // a key of a nested table
+  CHECK(changed_settings(a, c) == std::vector<std::string>{"model.memory.topk 4 -> 2"});
 }
 
 TEST_CASE("run config: --set overrides keys of every section with TOML values", "[train][config]") {
