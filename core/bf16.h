@@ -20,6 +20,18 @@ inline float round_to_bf16(float x) {
   return std::bit_cast<float>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+// Two bf16 values in the 32 bits of one float slot, as AVX512_BF16's
+// vdpbf16ps reads them: `high` in the top 16 bits, `low` in the bottom 16
+// (both already bf16, i.e. rounded floats). The slot is bits, not a number.
+inline float bf16_pair(float high, float low) {
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(high) & 0xffff0000u) |
+                              (std::bit_cast<uint32_t>(low) >> 16));
+}
+inline float bf16_pair_high(float pair) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(pair) & 0xffff0000u);
+}
+inline float bf16_pair_low(float pair) { return std::bit_cast<float>(std::bit_cast<uint32_t>(pair) << 16); }
+
 // dst[i] = round_to_bf16(src[i]); dst may be src. Parallel over large n.
 void round_to_bf16(float* dst, const float* src, int64_t n);
 

@@ -1,5 +1,5 @@
 #pragma once
-// Internal to core/machine_limits.cpp: the bf16 dot-product probe (AVX512_BF16's
+// Internal to core/ (machine_limits.cpp, product_precision.cpp): the bf16 dot-product probe (AVX512_BF16's
 // vdpbf16ps), built for that target alone and run only where the CPU has it.
 #include <cstdint>
 

@@ -4,11 +4,15 @@
 // process, made by the trainer from train.precision.
 //
 // f32: operands as they are. bf16: each operand rounded to bfloat16 (round to
-// nearest even, kept in a float) before the product, every product of two
-// bf16 values exact in f32, the sums accumulated in f32 by the same kernels in
-// the same order. So a bf16 run gives the same numbers at any thread count and
-// kernel level, on any CPU. Master weights, gradients, AdamW state and every
-// other op stay f32.
+// nearest even) before the product, every product of two bf16 values exact in
+// f32, the sums accumulated in f32 in a fixed order. The block-sparse products
+// add each pair of products as AVX512_BF16's vdpbf16ps does (the higher k
+// first) and run on that instruction where the CPU has it, elsewhere on f32
+// FMAs in the same order (core/kernels/block_sparse_simd.h); the matmuls run
+// the f32 kernels on rounded operands. So a bf16 run gives the same numbers at
+// any thread count and kernel level, on any CPU, unless a block-sparse operand
+// or partial sum is denormal (vdpbf16ps reads and writes those as zero).
+// Master weights, gradients, AdamW state and every other op stay f32.
 #include <string>
 
 namespace shamn {
@@ -22,6 +26,12 @@ ProductPrecision product_precision_from_string(const std::string& name, const st
 // The precision in use. Process-wide; reading it is one relaxed atomic load.
 ProductPrecision product_precision();
 void set_product_precision(ProductPrecision p);
+
+// Whether the bf16 block-sparse products run on vdpbf16ps: where the CPU has
+// AVX512_BF16 and the avx512 kernel level is in use, unless turned off (tests
+// compare it with the f32 emulation, which gives the same bits).
+bool bf16_dot_native();
+void allow_bf16_dot_native(bool allowed);
 
 // Sets a precision for a scope and restores the previous one.
 class ScopedProductPrecision {

@@ -56,6 +56,19 @@ inline Vec vround_bf16(Vec v) {
                                                 _mm512_set1_epi32(0x7f800000));
   return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet_nan));
 }
+// A register of bf16 pairs (core/bf16.h: bf16_pair) -> the floats of the high
+// and of the low halves.
+inline Vec vpair_high(Vec pairs) {
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(pairs), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+inline Vec vpair_low(Vec pairs) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(pairs), 16));
+}
+inline Vec vpair(Vec high, Vec low) {
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(vpair_high(high)),
+                                             _mm512_srli_epi32(_mm512_castps_si512(low), 16)));
+}
 #elif SHAMN_ISA_SIMD == 1
 using Vec = __m256;
 inline constexpr int kVec = 8;
@@ -80,6 +93,17 @@ inline Vec vround_bf16(Vec v) {
   const __m256i nan =
       _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
   return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet_nan, nan));
+}
+inline Vec vpair_high(Vec pairs) {
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(_mm256_castps_si256(pairs), _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+inline Vec vpair_low(Vec pairs) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(pairs), 16));
+}
+inline Vec vpair(Vec high, Vec low) {
+  return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(vpair_high(high)),
+                                             _mm256_srli_epi32(_mm256_castps_si256(low), 16)));
 }
 #else
 // Eight plain floats the compiler may vectorise itself; vfma rounds once (std::fma,
@@ -117,6 +141,18 @@ inline Vec vmul(Vec a, Vec b) {
 inline Vec vround_bf16(Vec v) {
   for (float& x : v.f) x = round_to_bf16(x);
   return v;
+}
+inline Vec vpair_high(Vec pairs) {
+  for (float& x : pairs.f) x = bf16_pair_high(x);
+  return pairs;
+}
+inline Vec vpair_low(Vec pairs) {
+  for (float& x : pairs.f) x = bf16_pair_low(x);
+  return pairs;
+}
+inline Vec vpair(Vec high, Vec low) {
+  for (int l = 0; l < kVec; ++l) high.f[l] = bf16_pair(high.f[l], low.f[l]);
+  return high;
 }
 #endif
 

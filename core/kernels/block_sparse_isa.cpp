@@ -8,6 +8,7 @@
 #include "core/kernels/block_sparse_isa.h"
 #include "core/kernels/block_sparse_simd.h"
 #include "core/parallel.h"
+#include "core/product_precision.h"
 #include "core/scratch.h"
 
 // Fast kernels (block sizes that are multiples of 16; others take the naive loops).
@@ -120,6 +121,32 @@ class NextTile {
   bsr::PrefetchStream in_, out_;
 };
 
+// The tile of a product: f32 (tile_kernel), or with Round the bf16 pairs
+// (packed by the Pairs packers; `len` then counts pair rows), on vdpbf16ps
+// where bf16_dot_native().
+template <int MR, int NV, bool Round>
+void product_tile(bool native, int64_t nseg, int64_t len, const float* a_base, const int32_t* seg,
+                  int64_t seg_stride, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t ldc,
+                  const float* bias, bool accumulate, int mr) {
+  if constexpr (Round) {
+#if SHAMN_ISA_SIMD == 2
+    if (native)
+      return bsr::tile_kernel_pairs_native<MR, NV>(nseg, len, a_base, seg, seg_stride, a_step, b, b_step, c,
+                                                   ldc, bias, accumulate, mr);
+#endif
+    (void)native;
+    bsr::tile_kernel_pairs<MR, NV>(nseg, len, a_base, seg, seg_stride, a_step, b, b_step, c, ldc, bias,
+                                   accumulate, mr);
+  } else {
+    (void)native;
+    tile_kernel<MR, NV>(nseg, len, a_base, seg, seg_stride, a_step, b, b_step, c, ldc, bias, accumulate, mr);
+  }
+}
+
+// Rows of k per packed row: 2 for bf16 pairs.
+template <bool Round>
+constexpr int64_t kPerRow = Round ? 2 : 1;
+
 // ---------------------------------------------------------------------------------
 
 template <int MR, int NV, bool Round>
@@ -127,18 +154,20 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
                   int64_t n, const BlockSparseDims& d) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, a = d.active, nob = d.row_blocks(), jn = b / NR;
-  const int64_t panel = a * b * NR;  // floats of one packed weight panel
+  const int64_t panel = a * b * NR;       // floats of one packed weight panel
+  const int64_t bk = b / kPerRow<Round>;  // packed rows of one block's k
+  const bool native = Round && bf16_dot_native();
 
   // wp[r][j][m][k][q] = values[r, m, j*NR + q, k]: the (m, k) chain of output
-  // columns j*NR.. of block row r, k-major.
+  // columns j*NR.. of block row r, k-major (in pairs of k under bf16).
   ScratchLease wlease(tls_weights, static_cast<size_t>(d.value_count()) + kScratchSlack);
   float* wp = wlease.get();
   parallel_for(0, nob * a, 4, [&](int64_t lo, int64_t hi) {
     for (int64_t blk = lo; blk < hi; ++blk) {
       const int64_t r = blk / a, m = blk % a;
       for (int64_t j = 0; j < jn; ++j)
-        bsr::pack_transposed<Round>(values + (blk * b + j * NR) * b, b, NR, b,
-                                    wp + (r * jn + j) * panel + m * b * NR, NR);
+        bsr::pack_transposed<Round, Round>(values + (blk * b + j * NR) * b, b, NR, b,
+                                           wp + (r * jn + j) * panel + m * bk * NR, NR);
     }
   });
 
@@ -154,8 +183,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
         for (const int32_t c : used)
-          bsr::pack_transposed<Round>(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b,
-                                      xp + (p * d.in + c * b) * MR, MR);
+          bsr::pack_transposed<Round, Round>(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b,
+                                             xp + (p * d.in + c * bk) * MR, MR);
       }
       const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
       NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out);
@@ -163,9 +192,10 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
         for (int64_t j = 0; j < jn; ++j)
           for (int64_t p = 0; p < panels; ++p) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-            tile_kernel<MR, NV>(a, b, xp + p * d.in * MR, col_index + r * a, b * MR, MR,
-                                wp + (r * jn + j) * panel, NR, y + (t0 + p * MR) * d.out + r * b + j * NR,
-                                d.out, bias ? bias + r * b + j * NR : nullptr, false, mr);
+            product_tile<MR, NV, Round>(native, a, bk, xp + p * d.in * MR, col_index + r * a, bk * MR, MR,
+                                        wp + (r * jn + j) * panel, NR,
+                                        y + (t0 + p * MR) * d.out + r * b + j * NR, d.out,
+                                        bias ? bias + r * b + j * NR : nullptr, false, mr);
             next.step();
           }
     }
@@ -202,6 +232,8 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
                          const BlockSparseDims& d, bool overwrite) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, nib = d.col_blocks(), jn = b / NR;
+  const int64_t bk = b / kPerRow<Round>;  // packed rows of one block's k
+  const bool native = Round && bf16_dot_native();
   const ColumnIndex ix = index_by_column(col_index, d);
 
   // wt[c][j][e][i][q] = values[block_e, i, j*NR + q] for the blocks e of column c: the
@@ -214,8 +246,14 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
       const int64_t s = ix.start[c], cnt = ix.start[c + 1] - s;
       for (int64_t j = 0; j < jn; ++j) {
         float* dst = wt + (s * jn + j * cnt) * b * NR;
-        for (int64_t e = 0; e < cnt; ++e)
-          bsr::pack_rows<NR, Round>(values + ix.block[s + e] * b * b + j * NR, b, b, dst + e * b * NR);
+        for (int64_t e = 0; e < cnt; ++e) {
+          const float* block = values + ix.block[s + e] * b * b + j * NR;
+          if constexpr (Round) {
+            bsr::pack_row_pairs<NR>(block, b, b, dst + e * bk * NR);
+          } else {
+            bsr::pack_rows<NR>(block, b, b, dst + e * b * NR);
+          }
+        }
       }
     }
   });
@@ -230,7 +268,8 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
       const int64_t panels = ceil_div(rows, MR);
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        bsr::pack_transposed<Round>(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
+        bsr::pack_transposed<Round, Round>(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR,
+                                           MR);
       }
       const int64_t c0 = g * tt.per_group, c1 = std::min(nib, c0 + tt.per_group);
       NextTile next(tt, u, n, (c1 - c0) * jn * panels, dy, d.out, dx, d.in);
@@ -241,9 +280,9 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
             const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
             float* dx_tile = dx + (t0 + p * MR) * d.in + c * b + j * NR;
             if (cnt > 0) {
-              tile_kernel<MR, NV>(cnt, b, gp + p * d.out * MR, ix.row.data() + s, b * MR, MR,
-                                  wt + (s * jn + j * cnt) * b * NR, NR, dx_tile, d.in, nullptr, !overwrite,
-                                  mr);
+              product_tile<MR, NV, Round>(native, cnt, bk, gp + p * d.out * MR, ix.row.data() + s, bk * MR,
+                                          MR, wt + (s * jn + j * cnt) * b * NR, NR, dx_tile, d.in, nullptr,
+                                          !overwrite, mr);
             } else if (overwrite) {  // a column no block row reads: its gradient is zero
               for (int i = 0; i < mr; ++i) std::fill_n(dx_tile + i * d.in, NR, 0.0f);
             }
@@ -265,17 +304,35 @@ class GradValuesChunk {
  public:
   GradValuesChunk(const float* dy, const float* x, const int32_t* col_index, const BlockSparseDims& d,
                   const std::vector<int32_t>& used)
-      : dy_(dy), x_(x), col_index_(col_index), d_(d), used_(used) {}
+      : dy_(dy), x_(x), col_index_(col_index), d_(d), used_(used), native_(Round && bf16_dot_native()) {}
 
-  // Row by row: the reads stream through memory in order. gc [out, kc], xc [in, kc].
+  // Packed rows of a chunk of kc tokens: one per token, or per pair of tokens
+  // under bf16 (a missing last token of a pair reads as zero).
+  static int64_t packed_rows(int64_t kc) { return (kc + kPerRow<Round> - 1) / kPerRow<Round>; }
+
+  // Packed rows [t_lo, t_hi) of the chunk, row by row: the reads stream through
+  // memory in order. gc [out, kc], xc [in, kc].
   void pack(float* gc, float* xc, int64_t t0, int64_t kc, int64_t t_lo, int64_t t_hi) const {
     const int64_t b = d_.block;
+    if constexpr (Round) {
+      for (int64_t tp = t_lo; tp < t_hi; ++tp) {
+        const int64_t t = 2 * tp;
+        const bool odd = t + 1 < kc;
+        const float* g_row = dy_ + (t0 + t) * d_.out;
+        for (int64_t r = 0; r < d_.row_blocks(); ++r)
+          bsr::copy_pairs16(gc + (r * kc + tp) * b, odd ? g_row + d_.out + r * b : nullptr, g_row + r * b, b);
+        const float* x_row = x_ + (t0 + t) * d_.in;
+        for (const int32_t c : used_)
+          bsr::copy_pairs16(xc + (c * kc + tp) * b, odd ? x_row + d_.in + c * b : nullptr, x_row + c * b, b);
+      }
+      return;
+    }
     for (int64_t t = t_lo; t < t_hi; ++t) {
       const float* g_row = dy_ + (t0 + t) * d_.out;
       for (int64_t r = 0; r < d_.row_blocks(); ++r)
-        bsr::copy_floats16<Round>(gc + (r * kc + t) * b, g_row + r * b, b);
+        bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
       const float* x_row = x_ + (t0 + t) * d_.in;
-      for (const int32_t c : used_) bsr::copy_floats16<Round>(xc + (c * kc + t) * b, x_row + c * b, b);
+      for (const int32_t c : used_) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
     }
   }
 
@@ -288,8 +345,9 @@ class GradValuesChunk {
       float* dv = dst + blk * b * b;
       for (int64_t kp = 0; kp < b / NR; ++kp)
         for (int64_t ip = 0; ip < b / MR; ++ip)
-          tile_kernel<MR, NV>(1, kc, gc + r * kc * b + ip * MR, nullptr, 0, b, xc + c * kc * b + kp * NR, b,
-                              dv + ip * MR * b + kp * NR, b, nullptr, accumulate, MR);
+          product_tile<MR, NV, Round>(native_, 1, packed_rows(kc), gc + r * kc * b + ip * MR, nullptr, 0, b,
+                                      xc + c * kc * b + kp * NR, b, dv + ip * MR * b + kp * NR, b, nullptr,
+                                      accumulate, MR);
     }
   }
 
@@ -299,6 +357,7 @@ class GradValuesChunk {
   const int32_t* col_index_;
   const BlockSparseDims& d_;
   const std::vector<int32_t>& used_;
+  bool native_;
 };
 
 // The chunks as the parallel work, their partials added in chunk order
@@ -334,7 +393,7 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
                                   ScratchLease clease(tls_chunk, scratch);
                                   float* gc = clease.get();
                                   float* xc = gc + d.out * kc_max;
-                                  chunk.pack(gc, xc, t0, kc, 0, kc);
+                                  chunk.pack(gc, xc, t0, kc, 0, chunk.packed_rows(kc));
                                   chunk.tiles(out, gc, xc, kc, 0, blocks, false);
                                 },
                                 [&](int64_t, const float* in, int64_t lo, int64_t hi) {
@@ -349,7 +408,8 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
   float* xc = gc + d.out * kc_max;
   for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
     const int64_t kc = std::min(kTokenChunk, n - t0);
-    parallel_for(0, kc, 16, [&](int64_t lo, int64_t hi) { chunk.pack(gc, xc, t0, kc, lo, hi); });
+    parallel_for(0, chunk.packed_rows(kc), 16,
+                 [&](int64_t lo, int64_t hi) { chunk.pack(gc, xc, t0, kc, lo, hi); });
     parallel_for(0, blocks, 1,
                  [&](int64_t lo, int64_t hi) { chunk.tiles(dvalues, gc, xc, kc, lo, hi, true); });
   }

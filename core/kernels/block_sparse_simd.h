@@ -58,6 +58,32 @@ inline constexpr TileShape kGradWide{4, 2};
 inline constexpr TileShape kGradNarrow{4, 2};
 #endif
 
+// A tile's accumulators start from bias[0:NR] (or zero) ...
+template <int MR, int NV>
+[[gnu::always_inline]] inline void init_tile(vfloat (&acc)[MR][NV], const float* bias) {
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const vfloat init = bias ? vloadu(bias + v * kVec) : vzero();
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) acc[i][v] = init;
+  }
+}
+
+// ... and go to the first mr rows of C, added to what C holds when accumulating.
+template <int MR, int NV>
+[[gnu::always_inline]] inline void store_tile(const vfloat (&acc)[MR][NV], float* c, int64_t ldc,
+                                              bool accumulate, int mr) {
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    if (i >= mr) break;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* p = c + i * ldc + v * kVec;
+      vstoreu(p, accumulate ? vadd(vloadu(p), acc[i][v]) : acc[i][v]);
+    }
+  }
+}
+
 // C[0:mr, 0:NR] at c (row stride ldc) = (accumulate ? C : 0) + (bias + chain), the
 // chain (see the file comment) starting from bias[0:NR] when given, else from zero.
 template <int MR, int NV>
@@ -65,12 +91,7 @@ void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* 
                  int64_t a_step, const float* __restrict b, int64_t b_step, float* c, int64_t ldc,
                  const float* bias, bool accumulate, int mr) {
   vfloat acc[MR][NV];
-#pragma GCC unroll 4
-  for (int v = 0; v < NV; ++v) {
-    const vfloat init = bias ? vloadu(bias + v * kVec) : vzero();
-#pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i) acc[i][v] = init;
-  }
+  init_tile<MR, NV>(acc, bias);
   for (int64_t s = 0; s < nseg; ++s) {
     const float* __restrict a = a_base + (seg ? seg[s] * seg_stride : 0);
 #pragma GCC unroll 4
@@ -88,16 +109,79 @@ void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* 
       b += b_step;
     }
   }
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i) {
-    if (i >= mr) break;
+  store_tile<MR, NV>(acc, c, ldc, accumulate, mr);
+}
+
+// The bf16 products (train.precision = "bf16") run the same tiles on panels of
+// bf16 pairs: each packed row holds k = 2p + 1 in a slot's high half and 2p in
+// its low half (core/bf16.h: bf16_pair), `pairs` rows per segment. Each C
+// element's chain takes, pair by pair, the high product and then the low one,
+// each product exact and each add rounded: what vdpbf16ps does to a lane
+// (tile_kernel_pairs_native, where the CPU has AVX512_BF16), here in f32 FMAs
+// on the unpacked halves, so every kernel level gives the same bits. The one
+// exception is denormals, which vdpbf16ps reads as zero and flushes.
+template <int MR, int NV>
+void tile_kernel_pairs(int64_t nseg, int64_t pairs, const float* a_base, const int32_t* seg,
+                       int64_t seg_stride, int64_t a_step, const float* __restrict b, int64_t b_step,
+                       float* c, int64_t ldc, const float* bias, bool accumulate, int mr) {
+  vfloat acc[MR][NV];
+  init_tile<MR, NV>(acc, bias);
+  for (int64_t s = 0; s < nseg; ++s) {
+    const float* __restrict a = a_base + (seg ? seg[s] * seg_stride : 0);
+    for (int64_t k = 0; k < pairs; ++k) {
+      vfloat high[NV], low[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* p = c + i * ldc + v * kVec;
-      vstoreu(p, accumulate ? vadd(vloadu(p), acc[i][v]) : acc[i][v]);
+      for (int v = 0; v < NV; ++v) {
+        const vfloat bv = vloadu(b + v * kVec);
+        high[v] = simd::vpair_high(bv);
+        low[v] = simd::vpair_low(bv);
+      }
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i) {
+        const vfloat ah = vbroadcast(a + i);
+        const vfloat al = simd::vpair_low(ah), ahigh = simd::vpair_high(ah);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = vfma(al, low[v], vfma(ahigh, high[v], acc[i][v]));
+      }
+      a += a_step;
+      b += b_step;
     }
   }
+  store_tile<MR, NV>(acc, c, ldc, accumulate, mr);
 }
+
+#if SHAMN_ISA_SIMD == 2
+// tile_kernel_pairs on the CPU's bf16 dot product: one vdpbf16ps per pair row,
+// twice the products of an f32 FMA. Call only where the CPU has AVX512_BF16.
+template <int MR, int NV>
+__attribute__((target("avx512bf16"))) void tile_kernel_pairs_native(int64_t nseg, int64_t pairs,
+                                                                    const float* a_base, const int32_t* seg,
+                                                                    int64_t seg_stride, int64_t a_step,
+                                                                    const float* __restrict b, int64_t b_step,
+                                                                    float* c, int64_t ldc, const float* bias,
+                                                                    bool accumulate, int mr) {
+  vfloat acc[MR][NV];
+  init_tile<MR, NV>(acc, bias);
+  for (int64_t s = 0; s < nseg; ++s) {
+    const float* __restrict a = a_base + (seg ? seg[s] * seg_stride : 0);
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < pairs; ++k) {
+      __m512bh bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_ps(b + v * 16);
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh ai = (__m512bh)_mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+      }
+      a += a_step;
+      b += b_step;
+    }
+  }
+  store_tile<MR, NV>(acc, c, ldc, accumulate, mr);
+}
+#endif
 
 // Spreads prefetches of a byte range over the calls of step(), so that the next
 // tile's activations stream in from memory while the current tile computes.
@@ -134,8 +218,9 @@ class PrefetchStream {
 
 #if SHAMN_ISA_SIMD == 2
 
-template <bool Round = false>
+template <bool Round = false, bool Pairs = false>
 inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
+  static_assert(!Pairs || Round, "bf16 pairs hold rounded values");
   __m512 r[16];
   for (int i0 = 0; i0 < width; i0 += 16) {
     const int lanes = std::min(16, width - i0);
@@ -151,16 +236,35 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) r[i] = simd::vround_bf16(r[i]);
       simd::transpose_16x16(r);
-      float* d = dst + k0 * width + i0;
-      for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * width, store_mask, r[k]);
+      if constexpr (Pairs) {
+        float* d = dst + k0 / 2 * width + i0;  // k0 is even
+        for (int k = 0; k < kn; k += 2)
+          _mm512_mask_storeu_ps(d + k / 2 * width, store_mask,
+                                simd::vpair(k + 1 < kn ? r[k + 1] : _mm512_setzero_ps(), r[k]));
+      } else {
+        float* d = dst + k0 * width + i0;
+        for (int k = 0; k < kn; ++k) _mm512_mask_storeu_ps(d + k * width, store_mask, r[k]);
+      }
     }
   }
 }
 
 #else
 
-template <bool Round = false>
+template <bool Round = false, bool Pairs = false>
 inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
+  static_assert(!Pairs || Round, "bf16 pairs hold rounded values");
+  if constexpr (Pairs) {
+    for (int64_t k = 0; k < cols; k += 2) {
+      float* d = dst + k / 2 * width;
+      int i = 0;
+      for (; i < std::min(rows, width); ++i)
+        d[i] = bf16_pair(k + 1 < cols ? round_to_bf16(src[i * ld + k + 1]) : 0.0f,
+                         round_to_bf16(src[i * ld + k]));
+      for (; i < width; ++i) d[i] = 0.0f;
+    }
+    return;
+  }
   for (int64_t k = 0; k < cols; ++k) {
     float* d = dst + k * width;
     int i = 0;
@@ -182,6 +286,32 @@ inline void pack_rows(const float* src, int64_t ld, int64_t rows, float* dst) {
       std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
     }
   }
+}
+
+// dst[p * W + i] = bf16_pair(src[(2p + 1) * ld + i], src[2p * ld + i]), rounded,
+// for p < (rows + 1) / 2 (a missing last odd row reads as zero): pack_rows for
+// the bf16 pair kernels.
+template <int W>
+inline void pack_row_pairs(const float* src, int64_t ld, int64_t rows, float* dst) {
+  static_assert(W % kVec == 0);
+  for (int64_t k = 0; k < rows; k += 2)
+    for (int v = 0; v < W; v += kVec) {
+      const vfloat low = simd::vround_bf16(vloadu(src + k * ld + v));
+      const vfloat high = k + 1 < rows ? simd::vround_bf16(vloadu(src + (k + 1) * ld + v)) : vzero();
+      vstoreu(dst + k / 2 * W + v, simd::vpair(high, low));
+    }
+}
+
+// dst[0:n] = bf16_pair(high[0:n], low[0:n]) rounded, n a multiple of 16; a null
+// high reads as zeros.
+inline void copy_pairs16(float* dst, const float* high, const float* low, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16)
+#pragma GCC unroll 4
+    for (int v = 0; v < 16 / kVec; ++v) {
+      const vfloat l = simd::vround_bf16(vloadu(low + i + v * kVec));
+      const vfloat h = high ? simd::vround_bf16(vloadu(high + i + v * kVec)) : vzero();
+      vstoreu(dst + i + v * kVec, simd::vpair(h, l));
+    }
 }
 
 // dst[0:n] = src[0:n] for n a multiple of 16: inline vector moves, where a memcpy call

@@ -6,6 +6,8 @@
 //         sparse/in<in>_out<out>/b<block>/s<sparsity>/threads:<n>
 //         dense/in<in>_out<out>/threads:<n>
 //         part/<kernel>/in<in>_out<out>/b<block>/s<sparsity>/threads:<n>  (one kernel)
+//         part_bf16/<kernel>/...  (the same under train.precision = "bf16", sparsity 0.9;
+//                                  part_bf16_emulated/: without vdpbf16ps)
 // Counter FLOPs: effective rate counting only active blocks, 6*N*active_weights per
 // iteration for fwd+bwd (2*N*active_weights for one product kernel, N*out for
 // grad_bias), 1000-based: "85.2G/s".
@@ -29,6 +31,7 @@
 #include "core/gemm.h"
 #include "core/kernels/block_sparse.h"
 #include "core/parallel.h"
+#include "core/product_precision.h"
 
 namespace {
 
@@ -102,19 +105,21 @@ void bm_sparse(benchmark::State& state, Layer layer, int64_t block, double spars
 
 enum class Part { forward, grad_input, grad_values, grad_bias };
 
-void bm_part(benchmark::State& state, Layer layer, int64_t block, double sparsity, Part part) {
+void bm_part(benchmark::State& state, Layer layer, int64_t block, double sparsity, Part part,
+             shamn::ProductPrecision p, bool native) {
   shamn::set_num_threads(static_cast<int>(state.range(0)));
+  shamn::allow_bf16_dot_native(native);
   SparseOperands op(layer, block, sparsity);
   for (auto _ : state) {
     if (part == Part::forward)
       shamn::block_sparse_forward(op.y.data(), op.x.data(), op.values.data(), op.col_index.data(),
-                                  op.bias.data(), kTokens, op.d);
+                                  op.bias.data(), kTokens, op.d, p);
     if (part == Part::grad_input)
       shamn::block_sparse_backward_input(op.dx.data(), op.dy.data(), op.values.data(), op.col_index.data(),
-                                         kTokens, op.d);
+                                         kTokens, op.d, p);
     if (part == Part::grad_values)
       shamn::block_sparse_backward_values(op.dvalues.data(), op.dy.data(), op.x.data(), op.col_index.data(),
-                                          kTokens, op.d);
+                                          kTokens, op.d, p);
     if (part == Part::grad_bias)
       shamn::block_sparse_backward_bias(op.dbias.data(), op.dy.data(), kTokens, op.d);
     benchmark::DoNotOptimize(op.dvalues.data());
@@ -190,9 +195,21 @@ int register_all() {
             char sp[16];
             std::snprintf(sp, sizeof(sp), "s%.2f", s);
             finish(benchmark::RegisterBenchmark((part + "/b" + std::to_string(block) + "/" + sp).c_str(),
-                                                bm_part, l, block, s, static_cast<Part>(p)),
+                                                bm_part, l, block, s, static_cast<Part>(p),
+                                                shamn::ProductPrecision::f32, true),
                    threads);
           }
+        // The same products under train.precision = "bf16": on vdpbf16ps where the
+        // CPU has it, and on its f32 emulation.
+        if (p < 3)
+          for (int64_t block : kBlocks)
+            for (bool native : {true, false})
+              finish(benchmark::RegisterBenchmark(
+                         ((native ? "part_bf16/" : "part_bf16_emulated/") + std::string(part_names[p]) + "/" +
+                          shape_name(l) + "/b" + std::to_string(block) + "/s0.90")
+                             .c_str(),
+                         bm_part, l, block, 0.9, static_cast<Part>(p), shamn::ProductPrecision::bf16, native),
+                     threads);
       }
     }
   return 0;
