@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/bf16.h"
 #include "core/chunk_fold.h"
 #include "core/gemm_isa.h"
 #include "core/parallel.h"
+#include "core/product_precision.h"
 #include "core/scratch.h"
 #include "core/simd.h"
 
@@ -174,6 +176,59 @@ inline simd::Vec combine(simd::Vec acc, const float* p, float alpha, float beta)
   return simd::vfma(simd::vsplat(beta), simd::vloadu(p), r);
 }
 
+using Tile = simd::Vec[MR][NV];
+
+// The pair kernels' prologue and epilogue: micro_kernel's, which keeps its own
+// copy (through these helpers the f32 products ran 2-4% slower, bench_matmul).
+// Zeroes the accumulators and pulls the C tile toward L1: its rows are ldc apart,
+// so no hardware prefetcher predicts them, and a miss at the end of the K loop
+// would stall the whole tile.
+[[gnu::always_inline]] inline void start_tile(Tile& acc, const float* c, int64_t ldc, int mr) {
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = simd::vzero();
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < NR; j += 16) __builtin_prefetch(c + i * ldc + j, 0, 3);
+}
+
+// C = alpha * acc + beta * C over the tile's mr x nr elements (beta == 0 never
+// reads C).
+[[gnu::always_inline]] inline void finish_tile(const Tile& acc, float* __restrict c, int64_t ldc, float alpha,
+                                               float beta, int mr, int nr) {
+  using simd::kVec;
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + i * ldc + v * kVec;
+        simd::vstoreu(p, combine(acc[i][v], p, alpha, beta));
+      }
+    return;
+  }
+  // Edge tile: spill to a buffer and finish element by element, with the arithmetic
+  // of combine(), so edge and interior elements round alike.
+  alignas(64) float tile[MR][NR];
+  // Fully unrolled so acc is only ever indexed by constants and stays in registers
+  // (a runtime index here makes GCC keep all of acc in memory, in the K loop too).
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) simd::vstoreu(&tile[i][v * kVec], acc[i][v]);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      float r = alpha == 1.0f ? tile[i][j] : alpha * tile[i][j];
+      float& out = c[i * ldc + j];
+      if (beta == 1.0f) {
+        r = out + r;
+      } else if (beta != 0.0f) {
+        r = std::fma(beta, out, r);
+      }
+      out = r;
+    }
+}
+
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
                   int64_t ldc, float alpha, float beta, int mr, int nr) {
   using simd::kVec;
@@ -235,13 +290,94 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     }
 }
 
+// The bf16 products (train.precision = "bf16") on panels of bf16 pairs
+// (pair_panel; `pairs` rows): each C element's chain takes, per pair, the high
+// product (k = 2p + 1) and then the low one, as vdpbf16ps adds a pair. Here in
+// f32 FMAs at every level; below on vdpbf16ps where the CPU has AVX512_BF16,
+// with the same bits (core/kernels/block_sparse_simd.h says more).
+void micro_kernel_pairs(int64_t pairs, const float* __restrict a, const float* __restrict b,
+                        float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+  using simd::kVec;
+  using simd::Vec;
+  Tile acc;
+  start_tile(acc, c, ldc, mr);
+  for (int64_t k = 0; k < pairs; ++k) {
+    Vec high[NV], low[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const Vec bv = simd::vload(b + v * kVec);
+      high[v] = simd::vpair_high(bv);
+      low[v] = simd::vpair_low(bv);
+    }
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const Vec ai = simd::vbroadcast(a + i);
+      const Vec ah = simd::vpair_high(ai), al = simd::vpair_low(ai);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = simd::vfma(al, low[v], simd::vfma(ah, high[v], acc[i][v]));
+    }
+    a += MR;
+    b += NR;
+  }
+  finish_tile(acc, c, ldc, alpha, beta, mr, nr);
+}
+
+#if SHAMN_ISA_SIMD == 2
+__attribute__((target("avx512bf16"))) void micro_kernel_pairs_native(int64_t pairs, const float* __restrict a,
+                                                                     const float* __restrict b,
+                                                                     float* __restrict c, int64_t ldc,
+                                                                     float alpha, float beta, int mr,
+                                                                     int nr) {
+  Tile acc;
+  start_tile(acc, c, ldc, mr);
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < pairs; ++k) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_load_ps(b + v * 16);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh ai = (__m512bh)_mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+    }
+    a += MR;
+    b += NR;
+  }
+  finish_tile(acc, c, ldc, alpha, beta, mr, nr);
+}
+#endif
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// bf16 operands: a packed panel rounded in place, while it is still in L1/L2
-// (count a multiple of kVec: panels are whole MR or NR groups).
-void round_panel(float* p, int64_t count) {
-  for (int64_t i = 0; i < count; i += simd::kVec)
-    simd::vstoreu(p + i, simd::vround_bf16(simd::vloadu(p + i)));
+// bf16 operands: a packed panel of kc rows of W floats made, in place while it
+// is still in L1/L2, (kc + 1) / 2 rows of bf16 pairs: row p = bf16_pair(row
+// 2p + 1, row 2p), rounded, a missing last odd row zero. Row p is written after
+// rows 2p and 2p + 1 are read.
+template <int W>
+void pair_panel(float* p, int64_t kc) {
+  for (int64_t k = 0; k < kc; k += 2) {
+    float low[W], high[W];
+    std::memcpy(low, p + k * W, sizeof low);
+    if (k + 1 < kc) {
+      std::memcpy(high, p + (k + 1) * W, sizeof high);
+    } else {
+      std::fill_n(high, W, 0.0f);
+    }
+    float* out = p + k / 2 * W;
+    for (int i = 0; i < W; ++i) out[i] = bf16_pair(round_to_bf16(high[i]), round_to_bf16(low[i]));
+  }
+}
+
+// The tile of a product: f32, or bf16 pairs (on vdpbf16ps where `native`).
+void product_tile(bool bf16, bool native, int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                  float alpha, float beta, int mr, int nr) {
+  if (!bf16) return micro_kernel(kc, a, b, c, ldc, alpha, beta, mr, nr);
+#if SHAMN_ISA_SIMD == 2
+  if (native) return micro_kernel_pairs_native((kc + 1) / 2, a, b, c, ldc, alpha, beta, mr, nr);
+#endif
+  (void)native;
+  micro_kernel_pairs((kc + 1) / 2, a, b, c, ldc, alpha, beta, mr, nr);
 }
 
 // Products with few tiles of C against a long K, a weight gradient above all
@@ -262,6 +398,7 @@ bool split_k(int64_t M, int64_t N, int64_t K, int threads) {
 
 void gemm_split_k(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool bf16) {
+  const bool native = bf16 && bf16_dot_native();
   const int64_t nc_max = std::min(ceil_div(N, NR) * NR, NC);
   const int64_t m_panels = ceil_div(M, MR);
   const auto block_product = [&](int64_t block, float* out) {  // out [M, N], dense
@@ -277,15 +414,16 @@ void gemm_split_k(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
       for (int64_t q = 0; q < n_panels; ++q) {
         const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
         pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);
-        if (bf16) round_panel(bp + q * NR * kc, NR * kc);
+        if (bf16) pair_panel<NR>(bp + q * NR * kc, kc);
       }
       for (int64_t p = 0; p < m_panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
         pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
-        if (bf16) round_panel(ap, MR * kc);
+        if (bf16) pair_panel<MR>(ap, kc);
         for (int64_t q = 0; q < n_panels; ++q) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
-          micro_kernel(kc, ap, bp + q * NR * kc, out + p * MR * N + jc + q * NR, N, alpha, 0.0f, mr, nr);
+          product_tile(bf16, native, kc, ap, bp + q * NR * kc, out + p * MR * N + jc + q * NR, N, alpha, 0.0f,
+                       mr, nr);
         }
       }
     }
@@ -313,6 +451,7 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                  ProductPrecision precision) {
   const bool bf16 = precision == ProductPrecision::bf16;
+  const bool native = bf16 && bf16_dot_native();
   // Small products run on the calling thread: waking a TBB worker costs about as much
   // as the whole product below ~128^3 (measured: no 2-thread speedup up to 192^3).
   const bool serial = M * N * K < kParallelWork;
@@ -349,7 +488,7 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
         for (int64_t q = lo; q < hi; ++q) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
           pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);
-          if (bf16) round_panel(bp + q * NR * kc, NR * kc);
+          if (bf16) pair_panel<NR>(bp + q * NR * kc, kc);
         }
       });
 
@@ -366,11 +505,11 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
           const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
           // Packed right before use, the A micro-panel is still in L1 for the kernels.
           pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
-          if (bf16) round_panel(ap, MR * kc);
+          if (bf16) pair_panel<MR>(ap, kc);
           float* crow = C + p * MR * ldc + jc;
           for (int64_t q = q0; q < q1; ++q) {
             const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
-            micro_kernel(kc, ap, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);
+            product_tile(bf16, native, kc, ap, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);
           }
         }
       });

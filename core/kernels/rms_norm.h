@@ -9,37 +9,44 @@
 
 namespace shamn {
 
-// out[r] = sum over i < n of term(r, i) for r < R, each sum in 16 fixed lanes
-// (term i in lane i % 16), the lanes then added left to right: the order of the
-// runtime's RMSNorm (infer/infer_model.cpp), so an f32 model normalises a row to
-// the same bits in training and inference. One running sum was a chain of n
-// dependent adds (its latency, not the loads, set this op's speed); R rows at
-// once give the core R independent chains, each with the bits it has alone.
-template <class T, int R, class Term>
-void lane_sums(int64_t n, Term term, T* out) {
+// sum over i < n of term(i) in 16 fixed lanes (term i in lane i % 16), the
+// lanes then added left to right: the order of the runtime's RMSNorm
+// (infer/infer_model.cpp), so an f32 model normalises a row to the same bits in
+// training and inference. One running sum was a chain of n dependent adds (its
+// latency, not the loads, set this op's speed).
+template <class T, class Term>
+T lane_sum(int64_t n, Term term) {
+  constexpr int64_t kLanes = 16;
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(i + l);
+  for (; i < n; ++i) lanes[i % kLanes] += term(i);
+  T sum = lanes[0];
+  for (int64_t l = 1; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
+// x, y: [N, D]  gain: [D]  rstd: [N] (1/sqrt(mean(x^2)+eps), saved for backward; may be null)
+// Sums of squares of R rows at once, each in lane_sum's lanes and order (the
+// same bits as lane_sum row by row): one row's 16 lanes are one chain of
+// dependent adds, R rows give the core R independent chains.
+template <class T, int R>
+void rows_sum_squares(const T* x, int64_t dim, T* out) {
   constexpr int64_t kLanes = 16;
   T lanes[R][kLanes] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
+  for (; i + kLanes <= dim; i += kLanes)
     for (int r = 0; r < R; ++r)
-      for (int64_t l = 0; l < kLanes; ++l) lanes[r][l] += term(r, i + l);
+      for (int64_t l = 0; l < kLanes; ++l) lanes[r][l] += x[r * dim + i + l] * x[r * dim + i + l];
   for (int r = 0; r < R; ++r) {
-    for (int64_t j = i; j < n; ++j) lanes[r][j % kLanes] += term(r, j);
+    for (int64_t j = i; j < dim; ++j) lanes[r][j % kLanes] += x[r * dim + j] * x[r * dim + j];
     T sum = lanes[r][0];
     for (int64_t l = 1; l < kLanes; ++l) sum += lanes[r][l];
     out[r] = sum;
   }
 }
 
-template <class T, class Term>
-T lane_sum(int64_t n, Term term) {
-  T sum;
-  lane_sums<T, 1>(
-      n, [&](int, int64_t i) { return term(i); }, &sum);
-  return sum;
-}
-
-// x, y: [N, D]  gain: [D]  rstd: [N] (1/sqrt(mean(x^2)+eps), saved for backward; may be null)
 template <class T>
 void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int64_t dim, T eps) {
   parallel_for(0, rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
@@ -48,8 +55,7 @@ void rms_norm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, in
       T ss[kRows];
       const int64_t nr = std::min<int64_t>(kRows, hi - r0);
       if (nr == kRows)
-        lane_sums<T, kRows>(
-            dim, [&](int r, int64_t i) { return x[(r0 + r) * dim + i] * x[(r0 + r) * dim + i]; }, ss);
+        rows_sum_squares<T, kRows>(x + r0 * dim, dim, ss);
       else
         for (int64_t r = 0; r < nr; ++r) {
           const T* xr = x + (r0 + r) * dim;

@@ -2,7 +2,8 @@
 // in the forward and in every gradient (the seed of the backward is rounded in
 // the test, so its rounding in the op is a no-op). A matmul then equals the f32
 // product of the rounded operands; the block-sparse products add their terms in
-// pairs (tests/core/test_block_sparse_bf16.cpp checks that arithmetic).
+// pairs, as do the packed matmuls (tests/core/test_bf16_products.cpp checks
+// that arithmetic).
 #include "autograd/ops.h"
 #include "autograd/ops_block_sparse.h"
 #include "core/bf16.h"
@@ -45,9 +46,11 @@ bool same(const Result& a, const Result& b) {
   return true;
 }
 
-// bf16 on raw inputs == f32 on rounded inputs, != f32 on raw inputs.
+// bf16 on raw inputs != f32 on raw inputs, and == f32 on rounded inputs (a
+// product that sums in k order), or, for one that sums in pairs (`pairs`:
+// the packed kernels), == bf16 on rounded inputs: the op rounds every operand.
 void check_bf16_product(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& raw,
-                        const Shape& out_shape, std::vector<bool> round = {}) {
+                        const Shape& out_shape, bool pairs, std::vector<bool> round = {}) {
   round.resize(raw.size(), true);
   const Tensor seed = rounded(random_tensor(out_shape, 90, DType::f32));
   std::vector<Tensor> pre_rounded;
@@ -57,14 +60,16 @@ void check_bf16_product(const std::function<Var(const std::vector<Var>&)>& f, co
     const ScopedProductPrecision scope(ProductPrecision::bf16);
     bf16 = run(f, raw, seed);
   }
-  CHECK(same(bf16, run(f, pre_rounded, seed)));
+  {
+    const ScopedProductPrecision oracle(pairs ? ProductPrecision::bf16 : ProductPrecision::f32);
+    CHECK(same(bf16, run(f, pre_rounded, seed)));
+  }
   CHECK_FALSE(bitwise_equal(bf16.y, run(f, raw, seed).y));
 }
 
 }  // namespace
 
-TEST_CASE("bf16 matmul: the f32 product of rounded operands, all transposes and kernel levels",
-          "[autograd][bf16]") {
+TEST_CASE("bf16 matmul: rounds its operands, all transposes and kernel levels", "[autograd][bf16]") {
   test::ThreadCountGuard guard;
   const int64_t M = 37, N = 45, K = 29;  // more rows than the unpacked path takes
   for (int level = 0; level < kKernelLevels; ++level) {
@@ -79,25 +84,22 @@ TEST_CASE("bf16 matmul: the f32 product of rounded operands, all transposes and 
           const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 81, DType::f32);
           const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 82, DType::f32);
           check_bf16_product([=](const std::vector<Var>& v) { return matmul(v[0], v[1], ta, tb); }, {a, b},
-                             {M, N});
+                             {M, N}, true);
         }
     }
   }
-  // A product of one row (the unpacked path, on rounded copies).
+  // A product of one row (the unpacked path, the f32 product of rounded copies).
   check_bf16_product([](const std::vector<Var>& v) { return matmul(v[0], v[1], false, true); },
                      {random_tensor({1, 33}, 83, DType::f32), random_tensor({20, 33}, 84, DType::f32)},
-                     {1, 20});
+                     {1, 20}, false);
 }
 
 TEST_CASE("bf16 block_sparse_linear: rounds its operands, not the bias, at every kernel level",
           "[autograd][bf16][block_sparse]") {
   test::ThreadCountGuard guard;
   const Tensor ci = Tensor::from_data<int32_t>({2, 2}, {0, 2, 1, 2});
-  // 16 and 32: the fast kernels' two tile shapes, whose bf16 arithmetic (pairs
-  // of k, as vdpbf16ps) tests/core/test_block_sparse_bf16.cpp checks; here: the
-  // op rounds every operand of every product, forward and backward, so bf16 on
-  // raw inputs equals bf16 on rounded ones. 3: the naive loops on rounded
-  // copies, the f32 product of rounded operands.
+  // 16 and 32: the fast kernels' two tile shapes (sums in pairs of k); 3: the
+  // naive loops on rounded copies.
   for (int64_t b : {16, 32, 3}) {
     const Tensor x = random_tensor({9, 3 * b}, 85, DType::f32);
     const Tensor w = random_tensor({2, 2, b, b}, 86, DType::f32);
@@ -111,15 +113,7 @@ TEST_CASE("bf16 block_sparse_linear: rounds its operands, not the bias, at every
         INFO("block " << b << " level " << kernel_level_name(static_cast<KernelLevel>(level)) << " threads "
                       << threads);
         // The bias is added, not multiplied: it is not rounded.
-        if (b == 3) {
-          check_bf16_product(f, {x, w, bias}, {9, 2 * b}, {true, true, false});
-          continue;
-        }
-        const Tensor seed = rounded(random_tensor({9, 2 * b}, 90, DType::f32));
-        const ScopedProductPrecision scope(ProductPrecision::bf16);
-        const Result raw = run(f, {x, w, bias}, seed);
-        CHECK(same(raw, run(f, {rounded(x), rounded(w), bias}, seed)));
-        CHECK_FALSE(same(raw, run(f, {x, w, rounded(bias)}, seed)));
+        check_bf16_product(f, {x, w, bias}, {9, 2 * b}, b != 3, {true, true, false});
       }
     }
   }

@@ -62,7 +62,7 @@ TEST_CASE("rms_norm forward: rows normalised four at a time equal one row at a t
   test::ThreadCountGuard guard;
   // Row by row, as the runtime normalises a decode step's one row: square i
   // into lane i % 16, then the lanes left to right (written out here, not
-  // lane_sums, so that a lane moved there fails).
+  // lane_sum or rows_sum_squares, so that a lane moved there fails).
   const auto one_row = [](const float* xr, const float* gain, int64_t dim, float* yr, float& rstd) {
     float lanes[16] = {};
     for (int64_t i = 0; i < dim; ++i) lanes[i % 16] += xr[i] * xr[i];

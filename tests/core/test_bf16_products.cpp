@@ -1,4 +1,4 @@
-// The block-sparse products under bf16 against an obvious scalar oracle of
+// The bf16 products (block-sparse and the packed GEMM) against an obvious scalar oracle of
 // their arithmetic: operands rounded to bf16, each output one chain of FMAs
 // taking k in pairs, the higher k first (as vdpbf16ps adds a pair), over the
 // blocks in order and, for grad values, over 256-token chunks added in order.
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/gemm.h"
 #include "core/kernel_level.h"
 #include "core/kernels/block_sparse.h"
 #include "core/machine_probe_bf16.h"
@@ -176,4 +177,72 @@ TEST_CASE("block-sparse bf16 grad input with overwrite writes the oracle's chain
   for (size_t i = 0; i < dx.size(); ++i)
     if (want[i] == 0.0f) dx[i] = std::fabs(dx[i]);
   CHECK(test::same_bits(dx, want));
+}
+
+namespace {
+
+constexpr int64_t kKc = 512;  // the packed GEMM's K block (core/gemm_isa.cpp)
+
+// C = alpha op(A) op(B) + beta C with bf16 operands: per K block, a pair chain
+// from zero, then as the GEMM's epilogue: alpha * chain, added to beta C (the
+// first block) or to C (the others).
+std::vector<float> oracle_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const std::vector<float>& A, const std::vector<float>& B, float beta,
+                               std::vector<float> C) {
+  const std::vector<float> a = rounded(A), b = rounded(B);
+  const auto at = [&](int64_t i, int64_t k) { return ta ? a[k * M + i] : a[i * K + k]; };
+  const auto bt = [&](int64_t k, int64_t j) { return tb ? b[j * K + k] : b[k * N + j]; };
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float& out = C[i * N + j];
+      for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+        const float chain = pair_chain(
+            0.0f, std::min(kKc, K - k0), [&](int64_t k) { return at(i, k0 + k); },
+            [&](int64_t k) { return bt(k0 + k, j); });
+        const float r = alpha == 1.0f ? chain : alpha * chain;
+        const float beta_k = k0 == 0 ? beta : 1.0f;
+        out = beta_k == 0.0f ? r : beta_k == 1.0f ? out + r : std::fma(beta_k, out, r);
+      }
+    }
+  return C;
+}
+
+}  // namespace
+
+TEST_CASE("gemm bf16 products equal the pair-chain oracle at every level, native or emulated",
+          "[core][gemm][bf16]") {
+  test::ThreadCountGuard guard;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  // 9 x 45 x 37: one K block of odd length, an edge tile; 20 x 33 x 700: two K
+  // blocks (and, on 2 threads, the blocks in parallel).
+  for (const Shape sh : {Shape{9, 45, 37}, Shape{20, 33, 700}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const auto& [alpha, beta] :
+             {std::pair{1.0f, 0.0f}, std::pair{0.5f, 0.25f}, std::pair{1.0f, 1.0f}}) {
+          const auto [M, N, K] = sh;
+          const std::vector<float> A = test::uniform_floats(M * K, 21), B = test::uniform_floats(K * N, 22),
+                                   C0 = test::uniform_floats(M * N, 23);
+          const std::vector<float> want = oracle_gemm(ta, tb, M, N, K, alpha, A, B, beta, C0);
+          for (int level = 0; level < kKernelLevels; ++level) {
+            if (!kernel_level_supported(static_cast<KernelLevel>(level))) continue;
+            const ScopedKernelLevel scoped(static_cast<KernelLevel>(level));
+            for (bool native : {true, false}) {
+              allow_bf16_dot_native(native);
+              for (int threads : {1, 2}) {
+                set_num_threads(threads);
+                INFO(M << "x" << N << "x" << K << " ta " << ta << " tb " << tb << " alpha " << alpha
+                       << " beta " << beta << " level " << kernel_level_name(static_cast<KernelLevel>(level))
+                       << " vdpbf16ps " << bf16_dot_native() << " threads " << threads);
+                std::vector<float> C = C0;
+                gemm(ta ? Trans::yes : Trans::no, tb ? Trans::yes : Trans::no, M, N, K, alpha, A.data(),
+                     ta ? M : K, B.data(), tb ? K : N, beta, C.data(), N, ProductPrecision::bf16);
+                CHECK(test::same_bits(C, want));
+              }
+            }
+            allow_bf16_dot_native(true);
+          }
+        }
 }
