@@ -4,9 +4,10 @@
 // op(A) = A (A stored [M,K], row stride lda >= K) or A^T (A stored [K,M], lda >= M);
 // op(B) = B (B stored [K,N], ldb >= N) or B^T (B stored [N,K], ldb >= K).
 // beta == 0 overwrites C without reading it (NaNs in C do not propagate).
-// With p = bf16 the product reads A and B rounded to bf16 (rounded in the packed
-// panels: the result of rounding them first), sums in f32 (train.precision,
-// core/product_precision.h).
+// With p = bf16 the product reads A and B rounded to bf16 and sums in f32
+// (train.precision, core/product_precision.h): the packed path in pairs of k,
+// as vdpbf16ps adds them (on it where the CPU has AVX512_BF16), a short
+// product (a few rows, unpacked) in k order over rounded copies.
 //
 // The float version is the fast one (packed panels, SIMD micro-kernel, parallel
 // over tiles of C with oneTBB). Each element of C is summed over K in a fixed order

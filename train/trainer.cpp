@@ -333,7 +333,12 @@ class Run {
       console_.say(fmt("LoRA: %.0f adapter parameters train (%.3f%% of the model), the base is frozen",
                        double(trainable_count()), 100.0 * double(trainable_count()) / params));
     if (product_precision() == ProductPrecision::bf16)  // set by train() from train.precision
-      console_.say("precision: matmul and block-sparse operands rounded to bf16, sums and weights f32");
+      console_.say(bf16_dot_native()
+                       ? "precision: matmul and block-sparse operands rounded to bf16, sums and weights f32 "
+                         "(products on vdpbf16ps)"
+                       : "precision: matmul and block-sparse operands rounded to bf16, sums and weights f32; "
+                         "note: without AVX512_BF16 at this kernel level the bf16 products run emulated "
+                         "(the same numbers, no faster than f32)");
     if (comm_.is_root())
       metrics_.emplace((fs::path(run_dir_) / "metrics.jsonl").string(), resuming, state_.step);
     loader_.emplace(data_.train, c_.model.vocab_size, c_.train.batch_size, c_.train.seq_len, state_.data_seed,

@@ -34,9 +34,11 @@ struct BlockSparseDims {
 // entries in [0, nib).
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& dims);
 
-// With p = bf16 the products read x, dy and values rounded to bf16 (rounded as
-// the fast kernels pack them; the result of rounding them first), bias and
-// sums f32 (train.precision, core/product_precision.h).
+// With p = bf16 the products read x, dy and values rounded to bf16, bias and
+// sums f32 (train.precision, core/product_precision.h): the fast kernels pack
+// the rounded operands in pairs of k and add each pair as vdpbf16ps does (on
+// it where the CPU has AVX512_BF16; block_sparse_simd.h), the naive loops sum
+// rounded copies in k order.
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
                           const float* bias, int64_t n, const BlockSparseDims& dims,
                           ProductPrecision p = ProductPrecision::f32);
