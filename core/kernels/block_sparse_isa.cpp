@@ -166,8 +166,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
     for (int64_t blk = lo; blk < hi; ++blk) {
       const int64_t r = blk / a, m = blk % a;
       for (int64_t j = 0; j < jn; ++j)
-        bsr::pack_transposed<Round, Round>(values + (blk * b + j * NR) * b, b, NR, b,
-                                           wp + (r * jn + j) * panel + m * bk * NR, NR);
+        bsr::pack_transposed<Round>(values + (blk * b + j * NR) * b, b, NR, b,
+                                    wp + (r * jn + j) * panel + m * bk * NR, NR);
     }
   });
 
@@ -183,8 +183,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
         for (const int32_t c : used)
-          bsr::pack_transposed<Round, Round>(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b,
-                                             xp + (p * d.in + c * bk) * MR, MR);
+          bsr::pack_transposed<Round>(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b,
+                                      xp + (p * d.in + c * bk) * MR, MR);
       }
       const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
       NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out);
@@ -268,8 +268,7 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
       const int64_t panels = ceil_div(rows, MR);
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        bsr::pack_transposed<Round, Round>(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR,
-                                           MR);
+        bsr::pack_transposed<Round>(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
       }
       const int64_t c0 = g * tt.per_group, c1 = std::min(nib, c0 + tt.per_group);
       NextTile next(tt, u, n, (c1 - c0) * jn * panels, dy, d.out, dx, d.in);

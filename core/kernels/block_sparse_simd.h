@@ -213,14 +213,14 @@ class PrefetchStream {
 // ---------------------------------------------------------------------------------
 // Packing: dst[k * width + i] = src[i * ld + k] for k < cols and i < width, rows at
 // or beyond `rows` read as zero (so padded tile rows hold harmless zeros). With
-// Round, every packer stores round_to_bf16 of what it reads (train.precision =
-// "bf16": the products' operands rounded as they are packed, no extra pass).
+// Pairs (train.precision = "bf16"), it stores rounded bf16 pairs instead:
+// dst[(k / 2) * width + i] = bf16_pair(src[i * ld + k + 1], src[i * ld + k]),
+// the operands rounded as they are packed, no extra pass.
 
 #if SHAMN_ISA_SIMD == 2
 
-template <bool Round = false, bool Pairs = false>
+template <bool Pairs = false>
 inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
-  static_assert(!Pairs || Round, "bf16 pairs hold rounded values");
   __m512 r[16];
   for (int i0 = 0; i0 < width; i0 += 16) {
     const int lanes = std::min(16, width - i0);
@@ -232,7 +232,7 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
         r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, src + (i0 + i) * ld + k0) : _mm512_setzero_ps();
-      if constexpr (Round)
+      if constexpr (Pairs)
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) r[i] = simd::vround_bf16(r[i]);
       simd::transpose_16x16(r);
@@ -251,9 +251,8 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 
 #else
 
-template <bool Round = false, bool Pairs = false>
+template <bool Pairs = false>
 inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
-  static_assert(!Pairs || Round, "bf16 pairs hold rounded values");
   if constexpr (Pairs) {
     for (int64_t k = 0; k < cols; k += 2) {
       float* d = dst + k / 2 * width;
@@ -268,7 +267,7 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
   for (int64_t k = 0; k < cols; ++k) {
     float* d = dst + k * width;
     int i = 0;
-    for (; i < std::min(rows, width); ++i) d[i] = Round ? round_to_bf16(src[i * ld + k]) : src[i * ld + k];
+    for (; i < std::min(rows, width); ++i) d[i] = src[i * ld + k];
     for (; i < width; ++i) d[i] = 0.0f;
   }
 }
@@ -276,16 +275,9 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 #endif
 
 // dst[k * W + i] = src[k * ld + i] for k < rows: W-float row slices made contiguous.
-template <int W, bool Round = false>
+template <int W>
 inline void pack_rows(const float* src, int64_t ld, int64_t rows, float* dst) {
-  static_assert(W % kVec == 0);
-  for (int64_t k = 0; k < rows; ++k) {
-    if constexpr (Round) {
-      for (int v = 0; v < W; v += kVec) vstoreu(dst + k * W + v, simd::vround_bf16(vloadu(src + k * ld + v)));
-    } else {
-      std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
-    }
-  }
+  for (int64_t k = 0; k < rows; ++k) std::memcpy(dst + k * W, src + k * ld, sizeof(float) * W);
 }
 
 // dst[p * W + i] = bf16_pair(src[(2p + 1) * ld + i], src[2p * ld + i]), rounded,
@@ -316,14 +308,10 @@ inline void copy_pairs16(float* dst, const float* high, const float* low, int64_
 
 // dst[0:n] = src[0:n] for n a multiple of 16: inline vector moves, where a memcpy call
 // per short block slice would cost more than the copy.
-template <bool Round = false>
 inline void copy_floats16(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; i += 16)
 #pragma GCC unroll 4
-    for (int v = 0; v < 16 / kVec; ++v) {
-      const vfloat x = vloadu(src + i + v * kVec);
-      vstoreu(dst + i + v * kVec, Round ? simd::vround_bf16(x) : x);
-    }
+    for (int v = 0; v < 16 / kVec; ++v) vstoreu(dst + i + v * kVec, vloadu(src + i + v * kVec));
 }
 
 }  // namespace SHAMN_ISA_NS
