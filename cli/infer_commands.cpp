@@ -37,7 +37,7 @@ namespace {
 
 struct ExportArgs {
   std::string checkpoint, out, quant = "int8", tokenizer, base;
-  bool no_tokenizer = false;
+  bool no_tokenizer = false, merge = false;
 };
 
 // The tokenizer to embed: --tokenizer, else the checkpoint config's data.tokenizer.
@@ -61,21 +61,26 @@ std::string tokenizer_for_export(const ExportArgs& a, int64_t vocab) {
   return tok.to_text();
 }
 
-// An adapter checkpoint (a LoRA run's) to an adapter file, after checking
-// that --base is the checkpoint it was trained on.
-void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
+// The identity of an adapter checkpoint, after checking that --base is the
+// checkpoint it was trained on.
+AdapterIdentity checked_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
   SHAMN_INPUT_CHECK(
       !a.base.empty(), "'", a.checkpoint,
       "' is a LoRA adapter checkpoint: pass the checkpoint it was trained on with --base BASE.h5");
   const AdapterIdentity id = read_adapter_identity(reader);
-  const uint32_t base_id = checkpoint_source_id(a.base);
-  SHAMN_INPUT_CHECK(base_id == id.base_crc32, "the LoRA adapters in '", a.checkpoint,
+  SHAMN_INPUT_CHECK(checkpoint_source_id(a.base) == id.base_crc32, "the LoRA adapters in '", a.checkpoint,
                     "' were trained on another base model than --base '", a.base,
                     "' (the adapter records base '", id.base_file, "')");
+  return id;
+}
+
+// An adapter checkpoint (a LoRA run's) to an adapter file.
+void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
+  const AdapterIdentity id = checked_adapter(a, reader);
   AdapterExport o;
   o.rank = id.lora.rank;
   o.alpha = id.lora.alpha;
-  o.base_id = base_id;
+  o.base_id = id.base_crc32;
   o.quant = shq_quant_from_string(a.quant);
   const std::vector<uint8_t> image = export_adapter_image(a.checkpoint, o);
   const ShqFile check = ShqFile::from_bytes(image.data(), image.size(), a.out + " (exported)");
@@ -87,24 +92,8 @@ void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
               check.file_bytes() / 1048576.0, a.base.c_str());
 }
 
-void run_export(const ExportArgs& a) {
-  {
-    const Hdf5Reader reader(a.checkpoint);
-    if (is_adapter_checkpoint(reader)) return export_adapter(a, reader);
-  }
-  SHAMN_INPUT_CHECK(a.base.empty(), "--base is for LoRA adapter checkpoints; '", a.checkpoint,
-                    "' is a whole model");
-  const Stopwatch t0;
-  ExportOptions options;
-  options.quant = shq_quant_from_string(a.quant);
-  {
-    const Hdf5Reader reader(a.checkpoint);
-    SHAMN_INPUT_CHECK(reader.has_attribute("config"), "'", a.checkpoint,
-                      "' is not a shamn checkpoint (no config)");
-    const ModelConfig config = ModelConfig::from_toml(reader.string_attribute("config"), a.checkpoint);
-    options.tokenizer_text = tokenizer_for_export(a, config.vocab_size);
-  }
-  export_model(a.checkpoint, options, a.out);
+// What a model file holds, by dtype.
+void print_export_summary(const ExportArgs& a, const Stopwatch& t0) {
   const InferModel model(ShqFile::open(a.out));
   constexpr int kDTypes = static_cast<int>(ShqDType::q4_0x16) + 1;
   uint64_t by_dtype[kDTypes] = {}, count[kDTypes] = {};
@@ -122,6 +111,46 @@ void run_export(const ExportArgs& a) {
   }
   std::printf("  tokenizer: %s\n",
               model.tokenizer() ? std::to_string(model.tokenizer()->vocab_size()).c_str() : "none");
+}
+
+// --merge: the base with the adapter folded into its dense matrices, as one model file.
+void export_merged(const ExportArgs& a, const Hdf5Reader& reader) {
+  const Stopwatch t0;
+  const AdapterIdentity id = checked_adapter(a, reader);
+  ExportOptions options;
+  options.quant = shq_quant_from_string(a.quant);
+  options.merge = MergeAdapter{a.checkpoint, id.lora.alpha / static_cast<double>(id.lora.rank)};
+  // The fine-tuning run's tokenizer (its data.tokenizer), as for any export.
+  options.tokenizer_text = tokenizer_for_export(
+      a, ModelConfig::from_toml(reader.string_attribute("config"), a.checkpoint + " (attribute config)")
+             .vocab_size);
+  export_model(a.base, options, a.out);
+  std::printf("merged the LoRA adapters of %s (rank %" PRId64 ", alpha %g) into base %s\n",
+              a.checkpoint.c_str(), id.lora.rank, id.lora.alpha, a.base.c_str());
+  print_export_summary(a, t0);
+}
+
+void run_export(const ExportArgs& a) {
+  {
+    const Hdf5Reader reader(a.checkpoint);
+    if (is_adapter_checkpoint(reader)) return a.merge ? export_merged(a, reader) : export_adapter(a, reader);
+  }
+  SHAMN_INPUT_CHECK(!a.merge, "--merge folds a LoRA adapter checkpoint into its --base; '", a.checkpoint,
+                    "' is a whole model");
+  SHAMN_INPUT_CHECK(a.base.empty(), "--base is for LoRA adapter checkpoints; '", a.checkpoint,
+                    "' is a whole model");
+  const Stopwatch t0;
+  ExportOptions options;
+  options.quant = shq_quant_from_string(a.quant);
+  {
+    const Hdf5Reader reader(a.checkpoint);
+    SHAMN_INPUT_CHECK(reader.has_attribute("config"), "'", a.checkpoint,
+                      "' is not a shamn checkpoint (no config)");
+    const ModelConfig config = ModelConfig::from_toml(reader.string_attribute("config"), a.checkpoint);
+    options.tokenizer_text = tokenizer_for_export(a, config.vocab_size);
+  }
+  export_model(a.checkpoint, options, a.out);
+  print_export_summary(a, t0);
 }
 
 // ---- generate ----
@@ -471,6 +500,10 @@ void register_infer_commands(CLI::App& app) {
                  "for a LoRA adapter checkpoint: the checkpoint it was trained on (writes an adapter file "
                  "for --adapter; --quant f32 or int8)")
       ->check(CLI::ExistingFile);
+  ec->add_flag(
+      "--merge", ex->merge,
+      "with --base: fold the adapter into the base's dense matrices and write one model file (runs at "
+      "the base's speed; adapters on block-sparse matrices are refused)");
   ec->callback([ex] { run_export(*ex); });
 
   auto gen = std::make_shared<GenerateArgs>();

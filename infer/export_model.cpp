@@ -1,8 +1,8 @@
 #include "infer/export_model.h"
 
-#include <map>
-
+#include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "core/atomic_file.h"
 #include "core/check.h"
@@ -85,6 +85,53 @@ std::string spec_name(const std::string& dataset) {
   return name;
 }
 
+// A LoRA adapter checkpoint's factors by adapted matrix ("layers.1.memory.query").
+struct LowRankFactors {
+  Tensor a, b;  // A [r, in], B [out, r]
+};
+
+std::map<std::string, LowRankFactors> read_low_rank_factors(const std::string& checkpoint) {
+  const Hdf5Reader reader(checkpoint);
+  std::map<std::string, LowRankFactors> factors;
+  for (const std::string& dataset : reader.datasets("/model")) {
+    const std::string name = spec_name(dataset);
+    const bool is_a = ends_with(name, ".lora_a");
+    SHAMN_INPUT_CHECK(is_a || ends_with(name, ".lora_b"), "'", checkpoint, "': tensor '", name,
+                      "' is not a LoRA factor (an adapter checkpoint holds only those)");
+    const Tensor t = reader.read_tensor(dataset);
+    SHAMN_INPUT_CHECK(t.dtype() == DType::f32 && t.dim() == 2, "'", checkpoint, "': tensor '", name, "' is ",
+                      t.str(), ", expected a float32 matrix");
+    LowRankFactors& f = factors[name.substr(0, name.size() - std::strlen(".lora_a"))];
+    (is_a ? f.a : f.b) = t;
+  }
+  SHAMN_INPUT_CHECK(!factors.empty(), "'", checkpoint, "' holds no LoRA factors");
+  for (const auto& [matrix, f] : factors)
+    SHAMN_INPUT_CHECK(f.a.defined() && f.b.defined() && f.a.size(0) == f.b.size(1), "'", checkpoint,
+                      "': matrix '", matrix, "' needs lora_a [r, in] and lora_b [out, r] of one rank");
+  return factors;
+}
+
+// w [out, in] + scale * B A, each entry's sum over the rank in double, rounded once.
+Tensor fold_low_rank(const Tensor& w, const LowRankFactors& f, double scale, const std::string& where) {
+  const int64_t r = f.a.size(0);
+  SHAMN_INPUT_CHECK(w.dim() == 2 && f.a.size(1) == w.size(1) && f.b.size(0) == w.size(0), where,
+                    ": the factors A ", f.a.str(), " and B ", f.b.str(), " do not fit the base's ", w.str());
+  const int64_t out = w.size(0), in = w.size(1);
+  Tensor merged = w.clone();
+  const float *a = f.a.data<float>(), *b = f.b.data<float>();
+  float* m = merged.data<float>();
+  std::vector<double> row(static_cast<size_t>(in));
+  for (int64_t o = 0; o < out; ++o) {
+    std::fill(row.begin(), row.end(), 0.0);
+    for (int64_t k = 0; k < r; ++k) {
+      const double bk = b[o * r + k];
+      for (int64_t i = 0; i < in; ++i) row[i] += bk * a[k * in + i];
+    }
+    for (int64_t i = 0; i < in; ++i) m[o * in + i] = static_cast<float>(m[o * in + i] + scale * row[i]);
+  }
+  return merged;
+}
+
 }  // namespace
 
 std::vector<uint8_t> shq_tensor_data(const Tensor& t, ShqDType dtype) {
@@ -142,10 +189,28 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
       ModelConfig::from_toml(reader.string_attribute("config"), checkpoint + " (attribute config)");
   const int64_t step = reader.has_attribute("step") ? reader.int_attribute("step") : 0;
   ShqWriter writer(options.quant, config.to_toml(), options.tokenizer_text, step);
-  std::map<std::string, Tensor> source;  // as trained, for the file's source_id
-  for (const std::string& dataset : reader.datasets("/model")) {
+  std::map<std::string, LowRankFactors> merge;
+  if (!options.merge.checkpoint.empty()) merge = read_low_rank_factors(options.merge.checkpoint);
+  const std::vector<std::string> datasets = reader.datasets("/model");
+  for (const auto& [matrix, f] : merge) {
+    const auto has = [&](const std::string& name) {
+      return std::find(datasets.begin(), datasets.end(), "/model/" + name) != datasets.end();
+    };
+    std::string path = matrix;
+    std::replace(path.begin(), path.end(), '.', '/');
+    SHAMN_INPUT_CHECK(!has(path + "/values"), "--merge: '", options.merge.checkpoint, "' adapts '", matrix,
+                      "', a block-sparse matrix: merged, it would be dense. Run that adapter beside the base "
+                      "(export it with --base alone, then --adapter)");
+    SHAMN_INPUT_CHECK(has(path + "/weight"), "--merge: '", options.merge.checkpoint, "' adapts '", matrix,
+                      "', which base '", checkpoint, "' has no dense weight for");
+  }
+  std::map<std::string, Tensor> source;  // as trained (and merged), for the file's source_id
+  for (const std::string& dataset : datasets) {
     const std::string name = spec_name(dataset);
     Tensor t = reader.read_tensor(dataset);
+    if (ends_with(name, ".weight"))
+      if (const auto f = merge.find(name.substr(0, name.size() - std::strlen(".weight"))); f != merge.end())
+        t = fold_low_rank(t, f->second, options.merge.scale, "--merge '" + f->first + "'");
     source.emplace(name, t);
     const ShqDType dtype = export_dtype(name, options.quant, config);
     SHAMN_INPUT_CHECK(t.dtype() == (dtype == ShqDType::i32 ? DType::i32 : DType::f32), "'", checkpoint,

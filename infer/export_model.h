@@ -13,15 +13,27 @@
 
 namespace shamn {
 
+// `export ADAPTER.h5 --base BASE.h5 --merge`: a LoRA adapter checkpoint's
+// factors folded into the base's dense matrices before they are quantised,
+// W + scale B A (each entry's sum over the rank in double, rounded once to
+// f32), so the file runs at the base's speed with no adapter. Block-sparse
+// targets are refused: their merged matrix would be dense.
+struct MergeAdapter {
+  std::string checkpoint;  // "" = no merge
+  double scale = 0;        // alpha / rank
+};
+
 struct ExportOptions {
   ShqQuant quant = ShqQuant::int8;
   std::string tokenizer_text;  // "" = no tokenizer embedded
+  MergeAdapter merge;          // the base is the checkpoint export reads
 };
 
 // The dtype tensor `name` (a SPEC name) of a model with `config` is stored as under `quant`.
 ShqDType export_dtype(const std::string& name, ShqQuant quant, const ModelConfig& config);
 
-// The whole file image. Before returning, it is loaded back through the
+// The whole file image (its source_id: the identity of the tensors it was
+// made from, merged ones included). Before returning, it is loaded back through the
 // runtime's own checks (ShqFile + InferModel), so export never writes a file
 // the runtime would reject.
 std::vector<uint8_t> export_model_image(const std::string& checkpoint, const ExportOptions& options);

@@ -105,6 +105,24 @@ gen() { "$shamn" --threads 1 generate "$@" --prompt "The jury said" --max-tokens
 [ "$(gen run_a/best.h5 --tokenizer tok.bpe)" = "$(gen a_f32.shq)" ] || fail "generate --tokenizer"
 refused "carries its own" generate a_f32.shq --prompt x --tokenizer tok.bpe
 refused "export it first" generate run_a/best.h5 --prompt x --adapter a.lora
+# export --merge: a dense-side adapter folded into its base gives the text of
+# the base with the adapter beside it, and is a model of its own.
+"$shamn" --threads 1 train run.toml --set 'train.out_dir="lora_dense"' --set "train.init_from=\"run_a/best.h5\"" \
+  --set train.max_steps=2 --set optim.lr=0.05 --set lora.rank=2 \
+  --set 'lora.targets=["layers.*.moe.router_expert", "layers.*.memory.query"]' > /dev/null
+"$shamn" export lora_dense/best.h5 --base run_a/best.h5 --quant f32 -o dense.lora > /dev/null
+"$shamn" export lora_dense/best.h5 --base run_a/best.h5 --merge --quant f32 -o merged.shq > merge.txt
+grep -q "^merged the LoRA adapters of lora_dense/best.h5 (rank 2" merge.txt || fail "export --merge: $(cat merge.txt)"
+[ "$(gen merged.shq)" = "$(gen a_f32.shq --adapter dense.lora)" ] || fail "generate: merged and base + adapter differ"
+loss() { "$shamn" --threads 1 eval "$@" --data data/val.bin --seq-len 32 | python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])'; }
+python3 - "$(loss merged.shq)" "$(loss a_f32.shq --adapter dense.lora)" "$(loss a_f32.shq)" <<'PY' || fail "eval: merged against base + adapter"
+import sys
+merged, adapter, base = map(float, sys.argv[1:])
+assert abs(merged - adapter) < 1e-6 and abs(adapter - base) > 1e-4, (merged, adapter, base)
+PY
+"$shamn" info merged.shq > info_merged.txt
+[ "$(grep ^source_id info.txt)" != "$(grep ^source_id info_merged.txt)" ] || fail "merged model kept the base's source_id"
+refused "trained on another base model" generate merged.shq --prompt x --adapter dense.lora
 
 # analyze: JSON for a checkpoint, its f32 export (the same routing and slots) and int8 export.
 "$shamn" --threads 1 analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 --json > analyze.json

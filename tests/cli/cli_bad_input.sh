@@ -141,6 +141,11 @@ bad "trained on another base model than 'model.h5'" loss model.h5 --adapter lora
   --data data/val.bin --batch 1 --seq 8
 bad "is not a LoRA adapter checkpoint" loss model.h5 --adapter model.h5 --data data/val.bin --batch 1 --seq 8
 bad "model.shq" export model.shq -o never.shq
+bad "--merge folds a LoRA adapter checkpoint into its --base; 'model.h5' is a whole model" export model.h5 --merge \
+  -o never.shq
+bad "pass the checkpoint it was trained on with --base" export lorarun/ckpt_00000002.h5 --merge -o never.shq
+bad "adapts 'layers.0.mixer.out', a block-sparse matrix" export lorarun/ckpt_00000002.h5 \
+  --base run/ckpt_00000002.h5 --merge --no-tokenizer -o never.shq
 bad "text.txt" export text.txt -o never.shq
 bad "missing_dir/never.shq" export model.h5 --tokenizer tok.bpe -o missing_dir/never.shq
 bad "$readonly_dir/never.shq" export model.h5 --tokenizer tok.bpe -o "$readonly_dir/never.shq"

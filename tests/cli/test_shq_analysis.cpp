@@ -18,7 +18,9 @@ namespace {
 InferModel exported(const AnalysisFixture& f, ShqQuant quant) {
   const std::string ckpt = (f.dir / "model.h5").string(), shq = (f.dir / "model.shq").string();
   save_model_checkpoint(ckpt, f.model, f.config.to_toml(), 0);
-  export_model(ckpt, {quant, ""}, shq);
+  ExportOptions o;
+  o.quant = quant;
+  export_model(ckpt, o, shq);
   return InferModel(ShqFile::open(shq));
 }
 

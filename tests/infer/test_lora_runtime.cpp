@@ -1,6 +1,6 @@
 // LoRA adapters in the inference runtime (infer/lora_adapter.h): loading and
 // its refusals, the zero adapter, a dense adapter against its weights folded
-// into the base, and mixed batches.
+// into the base, mixed batches, and export --merge.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -55,6 +55,39 @@ double mean_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
     den += std::fabs(static_cast<double>(b[i]));
   }
   return num / den;
+}
+
+// A LoRA run's checkpoint on tm's base: adapters on `lora`'s targets with B
+// random, so they matter. `adapted` becomes the same model in autograd.
+std::string write_adapter_checkpoint(const TestModel& tm, const LoraOptions& lora, Shamn& adapted,
+                                     const std::string& file) {
+  load_model_tensors(Hdf5Reader(tm.checkpoint), adapted);
+  attach_lora(adapted, tm.config, lora);
+  init_lora_adapters(adapted, 3);
+  for (NamedVar& p : lora_parameters(adapted))
+    if (p.name.ends_with("lora_b")) {
+      Rng rng(4, std::hash<std::string>{}(p.name));
+      Tensor v = p.var.value();
+      rng.fill_uniform(v, -0.3, 0.3);
+    }
+  const std::string path = tm.dir + "/" + file;
+  Hdf5Writer w(path, "checkpoint");
+  write_model_tensors(w, adapted, TensorSet::adapters);
+  write_adapter_identity(w, AdapterIdentity{base_checksum(adapted), tm.checkpoint, lora});
+  w.set_string_attribute("config", tm.config.to_toml());
+  w.set_int_attribute("format_version", 1);
+  w.set_int_attribute("step", 7);
+  w.commit();
+  return path;
+}
+
+std::vector<float> autograd_logits(Shamn& model, const std::vector<int32_t>& tokens) {
+  NoGradGuard no_grad;
+  const auto n = static_cast<int64_t>(tokens.size());
+  const Tensor in =
+      Tensor::from_data<int32_t>({1, n}, std::span<const int32_t>(tokens.data(), tokens.size()));
+  const Tensor t = model.logits(in).value();
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
 }
 
 }  // namespace
@@ -267,38 +300,17 @@ TEST_CASE("an adapter checkpoint exported for the runtime gives the autograd mod
   const TestModel tm(model_toml("", block), "lora_e2e_" + std::to_string(block));
   // The adapted model: the base's weights, adapters on every kind of matrix, B random.
   Shamn adapted(tm.config);
-  load_model_tensors(Hdf5Reader(tm.checkpoint), adapted);
-  const LoraOptions lora{
-      4,
-      6.0,
-      {"layers.*.mixer.out", "layers.*.memory.query", "layers.*.moe.router_group",
-       "layers.*.moe.router_expert", "layers.*.moe.experts.*.up", "layers.1.moe.experts.*.down"}};
-  attach_lora(adapted, tm.config, lora);
-  init_lora_adapters(adapted, 3);
-  for (NamedVar& p : lora_parameters(adapted))
-    if (p.name.ends_with("lora_b")) {
-      Rng rng(4, std::hash<std::string>{}(p.name));
-      Tensor v = p.var.value();
-      rng.fill_uniform(v, -0.3, 0.3);
-    }
-  const std::string path = tm.dir + "/adapter.h5";
-  {
-    Hdf5Writer w(path, "checkpoint");
-    write_model_tensors(w, adapted, TensorSet::adapters);
-    write_adapter_identity(w, AdapterIdentity{base_checksum(adapted), tm.checkpoint, lora});
-    w.set_string_attribute("config", tm.config.to_toml());
-    w.set_int_attribute("format_version", 1);
-    w.set_int_attribute("step", 7);
-    w.commit();
-  }
+  const std::string path = write_adapter_checkpoint(
+      tm,
+      LoraOptions{4,
+                  6.0,
+                  {"layers.*.mixer.out", "layers.*.memory.query", "layers.*.moe.router_group",
+                   "layers.*.moe.router_expert", "layers.*.moe.experts.*.up", "layers.1.moe.experts.*.down"}},
+      adapted, "adapter.h5");
   const AdapterIdentity id = read_adapter_identity(Hdf5Reader(path));
   CHECK(id.base_crc32 == checkpoint_source_id(tm.checkpoint));  // the same identity on both sides
   const std::vector<int32_t> tokens = random_tokens(33, tm.config.vocab_size, 12);
-  NoGradGuard no_grad;
-  const Tensor in =
-      Tensor::from_data<int32_t>({1, 33}, std::span<const int32_t>(tokens.data(), tokens.size()));
-  const Tensor ref_t = adapted.logits(in).value();
-  const std::vector<float> ref(ref_t.data<float>(), ref_t.data<float>() + ref_t.numel());
+  const std::vector<float> ref = autograd_logits(adapted, tokens);
   for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
     INFO("quant " << shq_quant_name(q));
     const InferModel m = tm.runtime(q);
@@ -318,6 +330,58 @@ TEST_CASE("an adapter checkpoint exported for the runtime gives the autograd mod
     CHECK(err < (q == ShqQuant::f32 ? 1e-5 : 0.03));
     CHECK(moved > 10 * err);  // the adapter is what the comparison sees
   }
+}
+
+TEST_CASE("export --merge folds a dense-side adapter into its base's matrices", "[infer][lora]") {
+  const TestModel tm(model_toml(), "lora_merge");
+  Shamn adapted(tm.config);
+  const LoraOptions lora{
+      3, 4.5, {"layers.*.memory.query", "layers.*.moe.router_group", "layers.*.moe.router_expert"}};
+  const std::string path = write_adapter_checkpoint(tm, lora, adapted, "dense_side.h5");
+  const std::vector<int32_t> tokens = random_tokens(29, tm.config.vocab_size, 13);
+  const std::vector<float> ref = autograd_logits(adapted, tokens);
+  for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
+    INFO("quant " << shq_quant_name(q));
+    ExportOptions o;
+    o.quant = q;
+    o.merge = MergeAdapter{path, lora.alpha / lora.rank};
+    const std::vector<uint8_t> im = export_model_image(tm.checkpoint, o);
+    const InferModel merged(ShqFile::from_bytes(im.data(), im.size(), "merged.shq"));
+    const InferModel base = tm.runtime(q);
+    const std::vector<float> got = logits_with(merged, tokens, nullptr),
+                             bare = logits_with(base, tokens, nullptr);
+    const double err = mean_rel_diff(got, ref), moved = mean_rel_diff(bare, ref);
+    INFO("merged against autograd: " << err << " (bare base: " << moved << ")");
+    CHECK(err < (q == ShqQuant::f32 ? 1e-5 : 0.03));
+    CHECK(moved > 10 * err);
+    // The same as the base with the adapter beside it.
+    AdapterExport ao;
+    ao.rank = lora.rank;
+    ao.alpha = lora.alpha;
+    ao.base_id = base.file().header().source_id();
+    ao.quant = q;
+    const std::vector<uint8_t> aim = export_adapter_image(path, ao);
+    const LoraAdapter a(ShqFile::from_bytes(aim.data(), aim.size(), "adapter.shq"), base);
+    CHECK(mean_rel_diff(got, logits_with(base, tokens, &a)) < (q == ShqQuant::f32 ? 1e-5 : 0.03));
+    // A new model: the base's adapters do not pair with it.
+    CHECK(merged.file().header().source_id() != base.file().header().source_id());
+    CHECK_THROWS_WITH(LoraAdapter(ShqFile::from_bytes(aim.data(), aim.size(), "adapter.shq"), merged),
+                      Catch::Contains("trained on another base"));
+  }
+}
+
+TEST_CASE("export --merge refuses block-sparse targets and files that are not adapters", "[infer][lora]") {
+  const TestModel tm(model_toml(), "lora_merge_bad");
+  Shamn adapted(tm.config);
+  const std::string sparse = write_adapter_checkpoint(
+      tm, LoraOptions{2, 2.0, {"layers.*.moe.router_group", "layers.1.moe.experts.0.up"}}, adapted,
+      "sparse.h5");
+  ExportOptions o;
+  o.merge = MergeAdapter{sparse, 1.0};
+  CHECK_THROWS_WITH(export_model_image(tm.checkpoint, o),
+                    Catch::Contains("adapts 'layers.1.moe.experts.0.up', a block-sparse matrix"));
+  o.merge.checkpoint = tm.checkpoint;
+  CHECK_THROWS_WITH(export_model_image(tm.checkpoint, o), Catch::Contains("is not a LoRA factor"));
 }
 
 }  // namespace shamn
