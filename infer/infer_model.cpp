@@ -24,22 +24,29 @@ namespace {
 
 constexpr float kNormEps = 1e-5f;
 
-// Tokens per pass and thread of a long single-stream forward (prefill, evaluation):
-// their activations stay in the L2 cache. 128 or 256 is a close call that has
-// gone both ways (experiments/inference.md): 256 took 0.93x the CPU time of 128
-// at stop 27 (a 1 MiB-L2 VM, under load), the two were inside the noise on an
-// Emerald Rapids VM (2 MiB), and on a Zen 5 VM (1 MiB) 128 ran a prefill alone
-// 1.05x faster, with evaluation the same either way.
-constexpr int64_t kForwardChunk = 128;
+// Tokens per pass of a long single-stream forward (prefill, evaluation): at
+// least kForwardChunk, and kThreadChunk per thread. A pass's activations
+// should stay in L2, and its experts (each sees about 2/16 of the pass) should
+// run on enough tokens to pay for streaming their weights from L3. 128 or 256
+// has gone both ways (experiments/inference.md): 256 took 0.93x the CPU time
+// of 128 at stop 27 (a 1 MiB-L2 VM, under load), the two were inside the noise
+// on an Emerald Rapids VM (2 MiB), and on a Zen 5 VM (1 MiB) 128 ran a prefill
+// alone 1.05x faster at stop 36. Since the few-blocks kernel prefetches three
+// tiles ahead (stop 38), one thread prefills 1.06-1.08x faster with 256 than
+// with 128 on that Zen 5 VM (the bench pattern, decode in between), and two
+// threads 0.88-0.94x with 256 each: 256 in all, 128 a thread from 2 threads on.
+constexpr int64_t kForwardChunk = 256;
+constexpr int64_t kThreadChunk = 128;
 
 // A single long stream (prefill, evaluation) on several threads runs as that
 // many slices of at least this many rows, each through whole layers, instead
 // of splitting every small op across the threads (layers_sliced).
 constexpr int64_t kMinSliceRows = 32;
 
-// Rows per forward pass of a long stream: kForwardChunk per thread, so each
-// thread's slice still has a full chunk.
-int64_t forward_chunk() { return kForwardChunk * std::max(1, num_threads()); }
+// Rows per forward pass of a long stream.
+int64_t forward_chunk() {
+  return std::max<int64_t>(kForwardChunk, kThreadChunk * std::max(1, num_threads()));
+}
 
 // Multiply-adds per parallel task: below this a loop runs on the calling
 // thread, so a decode step's small matrices do not pay for task dispatch.

@@ -199,11 +199,16 @@ void BM_batch(benchmark::State& state) {
   shamn::pack_tiles(m.w8.data(), rows, bpr, t8.data());
   std::vector<shamn::BlockQ8> xq(static_cast<size_t>(n * bpr));
   const std::vector<float> x = random_floats(n * cols, 3);
-  for (int64_t t = 0; t < n; ++t) shamn::quantize_row_q8(x.data() + t * cols, xq.data() + t * bpr, cols);
+  // With each block's sum of values, as the runtime's quantised activations come.
+  std::vector<int32_t> sums(xq.size());
+  for (int64_t t = 0; t < n; ++t)
+    shamn::quantize_row_q8_sums(x.data() + t * cols, xq.data() + t * bpr, sums.data() + t * bpr, cols);
   std::vector<float> y(static_cast<size_t>(n * rows));
+  shamn::Q8Rows rows_x{xq.data(), n, bpr};
+  rows_x.sums = sums.data();
   for (auto _ : state) {
     if (batched)
-      shamn::dot_tiles_batch(t8.data(), rows, bpr, shamn::Q8Rows{xq.data(), n, bpr}, y.data(), rows);
+      shamn::dot_tiles_batch(t8.data(), rows, bpr, rows_x, y.data(), rows);
     else
       for (int64_t t = 0; t < n; ++t)
         shamn::dot_tiles(t8.data(), rows, bpr, xq.data() + t * bpr, y.data() + t * rows);

@@ -127,8 +127,8 @@ TEST_CASE("decoding token by token gives the prefill's logits bit for bit", "[in
 TEST_CASE("a long prefill runs in chunks and still equals decoding token by token", "[infer][runtime]") {
   const TestModel tm(model_toml(), "chunks");
   const InferModel m = tm.runtime(ShqQuant::int8);
-  // Past two chunk boundaries (kForwardChunk = 128 in infer_model.cpp).
-  const std::vector<int32_t> tokens = random_tokens(300, tm.config.vocab_size, 8);
+  // Past two chunk boundaries (256 rows on 1 or 2 threads, infer_model.cpp).
+  const std::vector<int32_t> tokens = random_tokens(600, tm.config.vocab_size, 8);
   CHECK(bitwise_equal(prefill_logits(m, tokens), decode_logits(m, tokens)));
 }
 

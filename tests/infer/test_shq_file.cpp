@@ -76,7 +76,7 @@ const Image& valid_image(ShqQuant quant) {
   static std::map<ShqQuant, Image> images;
   auto it = images.find(quant);
   if (it == images.end())
-    it = images.emplace(quant, export_model_image(checkpoint_path(), {quant, ""})).first;
+    it = images.emplace(quant, export_model_image(checkpoint_path(), {quant, "", {}})).first;
   return it->second;
 }
 
@@ -372,7 +372,7 @@ TEST_CASE("every corruption of a .shq image is rejected with a message naming it
 
 TEST_CASE("ShqFile::open maps an exported file and names a missing one", "[infer][shq]") {
   const std::string path = (temp_dir() / "model.shq").string();
-  export_model(checkpoint_path(), {ShqQuant::int8, ""}, path);
+  export_model(checkpoint_path(), {ShqQuant::int8, "", {}}, path);
   const ShqFile f = ShqFile::open(path);
   CHECK(f.path() == path);
   CHECK(f.file_bytes() == valid_image(ShqQuant::int8).size());
