@@ -245,8 +245,10 @@ std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint,
     const std::string name = spec_name(dataset);
     SHAMN_INPUT_CHECK(ends_with(name, ".lora_a") || ends_with(name, ".lora_b"), "'", adapter_checkpoint,
                       "': tensor '", name, "' is not a LoRA factor (an adapter checkpoint holds only those)");
-    SHAMN_INPUT_CHECK(name.rfind("head.", 0) != 0, "'", adapter_checkpoint,
-                      "' adapts the untied head, which the runtime does not run adapters on yet");
+    SHAMN_INPUT_CHECK(
+        name.rfind("head.", 0) != 0, "'", adapter_checkpoint,
+        "' adapts the untied head, which the runtime does not run adapters on yet: fold it into the "
+        "base with --merge");
     const Tensor t = reader.read_tensor(dataset);
     SHAMN_INPUT_CHECK(t.dtype() == DType::f32 && t.dim() == 2, "'", adapter_checkpoint, "': tensor '", name,
                       "' is ", t.str(), ", expected a float32 matrix");

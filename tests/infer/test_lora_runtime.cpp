@@ -370,6 +370,31 @@ TEST_CASE("export --merge folds a dense-side adapter into its base's matrices", 
   }
 }
 
+TEST_CASE("export --merge folds an adapter on the untied head, which the runtime cannot run beside it",
+          "[infer][lora]") {
+  const TestModel tm(model_toml("tie_head = false\n"), "lora_merge_head");
+  Shamn adapted(tm.config);
+  const LoraOptions lora{2, 3.0, {"head", "layers.0.moe.router_group"}};
+  const std::string path = write_adapter_checkpoint(tm, lora, adapted, "head.h5");
+  AdapterExport ao;
+  ao.rank = lora.rank;
+  ao.alpha = lora.alpha;
+  ao.base_id = checkpoint_source_id(tm.checkpoint);
+  CHECK_THROWS_WITH(export_adapter_image(path, ao), Catch::Contains("--merge"));
+  const std::vector<int32_t> tokens = random_tokens(21, tm.config.vocab_size, 14);
+  const std::vector<float> ref = autograd_logits(adapted, tokens);
+  ExportOptions o;
+  o.quant = ShqQuant::f32;
+  o.merge = MergeAdapter{path, lora.alpha / lora.rank};
+  const std::vector<uint8_t> im = export_model_image(tm.checkpoint, o);
+  const InferModel merged(ShqFile::from_bytes(im.data(), im.size(), "merged.shq"));
+  const double err = mean_rel_diff(logits_with(merged, tokens, nullptr), ref),
+               moved = mean_rel_diff(logits_with(tm.runtime(ShqQuant::f32), tokens, nullptr), ref);
+  INFO("merged against autograd: " << err << " (bare base: " << moved << ")");
+  CHECK(err < 1e-5);
+  CHECK(moved > 10 * err);
+}
+
 TEST_CASE("export --merge refuses block-sparse targets and files that are not adapters", "[infer][lora]") {
   const TestModel tm(model_toml(), "lora_merge_bad");
   Shamn adapted(tm.config);
