@@ -119,7 +119,7 @@ void export_merged(const ExportArgs& a, const Hdf5Reader& reader) {
   const AdapterIdentity id = checked_adapter(a, reader);
   ExportOptions options;
   options.quant = shq_quant_from_string(a.quant);
-  options.merge = MergeAdapter{a.checkpoint, id.lora.alpha / static_cast<double>(id.lora.rank)};
+  options.merge = MergeAdapter{a.checkpoint, id.lora.rank, id.lora.alpha};
   // The fine-tuning run's tokenizer (its data.tokenizer), as for any export.
   options.tokenizer_text = tokenizer_for_export(
       a, ModelConfig::from_toml(reader.string_attribute("config"), a.checkpoint + " (attribute config)")
@@ -498,7 +498,7 @@ void register_infer_commands(CLI::App& app) {
                "embed no tokenizer (the model then takes token ids only)");
   ec->add_option("--base", ex->base,
                  "for a LoRA adapter checkpoint: the checkpoint it was trained on (writes an adapter file "
-                 "for --adapter; --quant f32 or int8)")
+                 "for --adapter, --quant f32 or int8; with --merge, a model file at any --quant)")
       ->check(CLI::ExistingFile);
   ec->add_flag(
       "--merge", ex->merge,

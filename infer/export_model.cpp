@@ -1,6 +1,7 @@
 #include "infer/export_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -90,7 +91,7 @@ struct LowRankFactors {
   Tensor a, b;  // A [r, in], B [out, r]
 };
 
-std::map<std::string, LowRankFactors> read_low_rank_factors(const std::string& checkpoint) {
+std::map<std::string, LowRankFactors> read_low_rank_factors(const std::string& checkpoint, int64_t rank) {
   const Hdf5Reader reader(checkpoint);
   std::map<std::string, LowRankFactors> factors;
   for (const std::string& dataset : reader.datasets("/model")) {
@@ -106,16 +107,18 @@ std::map<std::string, LowRankFactors> read_low_rank_factors(const std::string& c
   }
   SHAMN_INPUT_CHECK(!factors.empty(), "'", checkpoint, "' holds no LoRA factors");
   for (const auto& [matrix, f] : factors)
-    SHAMN_INPUT_CHECK(f.a.defined() && f.b.defined() && f.a.size(0) == f.b.size(1), "'", checkpoint,
-                      "': matrix '", matrix, "' needs lora_a [r, in] and lora_b [out, r] of one rank");
+    SHAMN_INPUT_CHECK(f.a.defined() && f.b.defined() && f.a.size(0) == rank && f.b.size(1) == rank, "'",
+                      checkpoint, "': matrix '", matrix, "' needs lora_a [", rank, ", in] and lora_b [out, ",
+                      rank, "] (its lora_rank)");
   return factors;
 }
 
 // w [out, in] + scale * B A, each entry's sum over the rank in double, rounded once.
 Tensor fold_low_rank(const Tensor& w, const LowRankFactors& f, double scale, const std::string& where) {
   const int64_t r = f.a.size(0);
-  SHAMN_INPUT_CHECK(w.dim() == 2 && f.a.size(1) == w.size(1) && f.b.size(0) == w.size(0), where,
-                    ": the factors A ", f.a.str(), " and B ", f.b.str(), " do not fit the base's ", w.str());
+  SHAMN_INPUT_CHECK(
+      w.dtype() == DType::f32 && w.dim() == 2 && f.a.size(1) == w.size(1) && f.b.size(0) == w.size(0), where,
+      ": the factors A ", f.a.str(), " and B ", f.b.str(), " do not fit the base's ", w.str());
   const int64_t out = w.size(0), in = w.size(1);
   Tensor merged = w.clone();
   const float *a = f.a.data<float>(), *b = f.b.data<float>();
@@ -190,7 +193,14 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
   const int64_t step = reader.has_attribute("step") ? reader.int_attribute("step") : 0;
   ShqWriter writer(options.quant, config.to_toml(), options.tokenizer_text, step);
   std::map<std::string, LowRankFactors> merge;
-  if (!options.merge.checkpoint.empty()) merge = read_low_rank_factors(options.merge.checkpoint);
+  const MergeAdapter& mo = options.merge;
+  if (!mo.checkpoint.empty()) {
+    SHAMN_INPUT_CHECK(mo.rank >= 1 && mo.alpha > 0 && std::isfinite(mo.alpha), "--merge: '", mo.checkpoint,
+                      "' records lora_rank ", mo.rank, " and lora_alpha ", mo.alpha,
+                      ": want a rank of at least 1 and a positive alpha");
+    merge = read_low_rank_factors(mo.checkpoint, mo.rank);
+  }
+  const double scale = mo.alpha / static_cast<double>(std::max<int64_t>(mo.rank, 1));
   const std::vector<std::string> datasets = reader.datasets("/model");
   for (const auto& [matrix, f] : merge) {
     const auto has = [&](const std::string& name) {
@@ -198,10 +208,15 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
     };
     std::string path = matrix;
     std::replace(path.begin(), path.end(), '.', '/');
-    SHAMN_INPUT_CHECK(!has(path + "/values"), "--merge: '", options.merge.checkpoint, "' adapts '", matrix,
-                      "', a block-sparse matrix: merged, it would be dense. Run that adapter beside the base "
-                      "(export it with --base alone, then --adapter)");
-    SHAMN_INPUT_CHECK(has(path + "/weight"), "--merge: '", options.merge.checkpoint, "' adapts '", matrix,
+    // An adapter on the untied head as well can run neither way: say so, not "run it beside".
+    const bool head = merge.count("head") > 0;
+    SHAMN_INPUT_CHECK(!has(path + "/values"), "--merge: '", mo.checkpoint, "' adapts '", matrix,
+                      "', a block-sparse matrix: merged, it would be dense. ",
+                      head
+                          ? "It also adapts the untied head, which the runtime cannot run beside the base: "
+                            "train adapters on one kind or the other"
+                          : "Run that adapter beside the base (export it with --base alone, then --adapter)");
+    SHAMN_INPUT_CHECK(has(path + "/weight"), "--merge: '", mo.checkpoint, "' adapts '", matrix,
                       "', which base '", checkpoint, "' has no dense weight for");
   }
   std::map<std::string, Tensor> source;  // as trained (and merged), for the file's source_id
@@ -210,7 +225,8 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
     Tensor t = reader.read_tensor(dataset);
     if (ends_with(name, ".weight"))
       if (const auto f = merge.find(name.substr(0, name.size() - std::strlen(".weight"))); f != merge.end())
-        t = fold_low_rank(t, f->second, options.merge.scale, "--merge '" + f->first + "'");
+        t = fold_low_rank(t, f->second, scale,
+                          "--merge: '" + mo.checkpoint + "' into '" + checkpoint + "', '" + f->first + "'");
     source.emplace(name, t);
     const ShqDType dtype = export_dtype(name, options.quant, config);
     SHAMN_INPUT_CHECK(t.dtype() == (dtype == ShqDType::i32 ? DType::i32 : DType::f32), "'", checkpoint,

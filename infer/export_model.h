@@ -18,9 +18,11 @@ namespace shamn {
 // W + scale B A (each entry's sum over the rank in double, rounded once to
 // f32), so the file runs at the base's speed with no adapter. Block-sparse
 // targets are refused: their merged matrix would be dense.
+// The merged file keeps the base checkpoint's step and config.
 struct MergeAdapter {
   std::string checkpoint;  // "" = no merge
-  double scale = 0;        // alpha / rank
+  int64_t rank = 0;        // every factor pair's (checked)
+  double alpha = 0;        // the term is (alpha / rank) B A
 };
 
 struct ExportOptions {

@@ -203,7 +203,9 @@ SHAMN_TARGET_AVX512 void tiles_few_blocks_avx512(const Tile* w, int64_t rows, co
     // one's tokens run. An expert's weights come from L3 once per pass of
     // tokens; one tile ahead left part of each load's latency exposed
     // (moe.up and moe.down 8-11% slower than three ahead, Zen 5).
-    const char* next = reinterpret_cast<const char*>(wt + kPrefetchAhead * B);
+    // (Through an integer: the address may lie past the matrix, where a pointer may not point.)
+    const auto* next =
+        reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(wt) + kPrefetchAhead * B * sizeof(Tile));
     for (size_t off = 0; off < B * sizeof(Tile); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
     const int64_t nr = std::min<int64_t>(kTileRows, rows - t * kTileRows);
     const auto mask = static_cast<__mmask16>((1u << nr) - 1);

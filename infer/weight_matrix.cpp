@@ -102,11 +102,14 @@ WeightMatrix weight_matrix_view(ShqDType dtype, const Shape& shape, const void* 
   return w;
 }
 
-void WeightMatrix::prefetch_row(int64_t r) const {
+void WeightMatrix::prefetch_row(int64_t r, bool to_l2) const {
   if (tiled) return;
   const size_t n = row_bytes();
   const char* row = static_cast<const char*>(data) + static_cast<size_t>(r) * n;
-  for (size_t b = 0; b < n; b += 64) __builtin_prefetch(row + b);
+  if (to_l2)
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch(row + b, 0, 1);
+  else
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch(row + b);
 }
 
 void WeightMatrix::add_row(int64_t r, float w, float* acc) const {

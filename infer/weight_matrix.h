@@ -57,7 +57,9 @@ struct WeightMatrix {
                       const TileEpilogue& e = {}) const;
   // Asks the CPU to start loading row r (row-major layouts; a no-op for tiled
   // ones): random rows are read from DRAM, and naming them early overlaps the misses.
-  void prefetch_row(int64_t r) const;
+  // to_l2: a prefetch with low temporal locality (prefetcht2: into L2 on the
+  // Zen 5 this was measured on), for rows needed after the next ones.
+  void prefetch_row(int64_t r, bool to_l2 = false) const;
   // acc[c] += w * W[r, c] for c < cols (dequantised).
   void add_row(int64_t r, float w, float* acc) const;
 };

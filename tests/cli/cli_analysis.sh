@@ -108,7 +108,7 @@ refused "export it first" generate run_a/best.h5 --prompt x --adapter a.lora
 # export --merge: a dense-side adapter folded into its base gives the text of
 # the base with the adapter beside it, and is a model of its own.
 "$shamn" --threads 1 train run.toml --set 'train.out_dir="lora_dense"' --set "train.init_from=\"run_a/best.h5\"" \
-  --set train.max_steps=2 --set optim.lr=0.05 --set lora.rank=2 \
+  --set train.max_steps=2 --set optim.lr=0.05 --set lora.rank=2 --set lora.alpha=5.0 \
   --set 'lora.targets=["layers.*.moe.router_expert", "layers.*.memory.query"]' > /dev/null
 "$shamn" export lora_dense/best.h5 --base run_a/best.h5 --quant f32 -o dense.lora > /dev/null
 "$shamn" export lora_dense/best.h5 --base run_a/best.h5 --merge --quant f32 -o merged.shq > merge.txt

@@ -144,6 +144,8 @@ bad "model.shq" export model.shq -o never.shq
 bad "--merge folds a LoRA adapter checkpoint into its --base; 'model.h5' is a whole model" export model.h5 --merge \
   -o never.shq
 bad "pass the checkpoint it was trained on with --base" export lorarun/ckpt_00000002.h5 --merge -o never.shq
+bad "were trained on another base model than --base 'model.h5'" export lorarun/ckpt_00000002.h5 --base model.h5 \
+  --merge -o never.shq
 bad "adapts 'layers.0.mixer.out', a block-sparse matrix" export lorarun/ckpt_00000002.h5 \
   --base run/ckpt_00000002.h5 --merge --no-tokenizer -o never.shq
 bad "text.txt" export text.txt -o never.shq

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   save_model_checkpoint(checkpoint, model, config.to_toml(), 0);
   export_model(checkpoint, {ShqQuant::int4, "", {}}, out + "/int4.shq");
   const Tokenizer tokenizer({{104, 101}, {116, 256}, {32, 257}, {108, 108}, {111, 32}, {259, 260}});
-  export_model(checkpoint, {ShqQuant::int8, tokenizer.to_text()}, out + "/int8_tokenizer.shq");
+  export_model(checkpoint, {ShqQuant::int8, tokenizer.to_text(), {}}, out + "/int8_tokenizer.shq");
   std::remove(checkpoint.c_str());
   return 0;
 }

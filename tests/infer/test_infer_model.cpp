@@ -526,7 +526,7 @@ TEST_CASE("forward_losses gives each position's logsumexp minus its target logit
           "[infer][eval]") {
   for (bool tied : {true, false}) {
     const TestModel tm(model_toml(tied ? "" : "tie_head = false\n"), tied ? "losses_tied" : "losses_untied");
-    const int64_t V = tm.config.vocab_size, n = 150;  // over one 128-token chunk
+    const int64_t V = tm.config.vocab_size, n = 300;  // over one 256-token chunk
     const std::vector<int32_t> tokens = random_tokens(n + 1, V, 8);
     for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
       INFO("tied " << tied << ", quant " << shq_quant_name(q));

@@ -344,7 +344,7 @@ TEST_CASE("export --merge folds a dense-side adapter into its base's matrices", 
     INFO("quant " << shq_quant_name(q));
     ExportOptions o;
     o.quant = q;
-    o.merge = MergeAdapter{path, lora.alpha / lora.rank};
+    o.merge = MergeAdapter{path, lora.rank, lora.alpha};
     const std::vector<uint8_t> im = export_model_image(tm.checkpoint, o);
     const InferModel merged(ShqFile::from_bytes(im.data(), im.size(), "merged.shq"));
     const InferModel base = tm.runtime(q);
@@ -385,7 +385,7 @@ TEST_CASE("export --merge folds an adapter on the untied head, which the runtime
   const std::vector<float> ref = autograd_logits(adapted, tokens);
   ExportOptions o;
   o.quant = ShqQuant::f32;
-  o.merge = MergeAdapter{path, lora.alpha / lora.rank};
+  o.merge = MergeAdapter{path, lora.rank, lora.alpha};
   const std::vector<uint8_t> im = export_model_image(tm.checkpoint, o);
   const InferModel merged(ShqFile::from_bytes(im.data(), im.size(), "merged.shq"));
   const double err = mean_rel_diff(logits_with(merged, tokens, nullptr), ref),
@@ -402,10 +402,18 @@ TEST_CASE("export --merge refuses block-sparse targets and files that are not ad
       tm, LoraOptions{2, 2.0, {"layers.*.moe.router_group", "layers.1.moe.experts.0.up"}}, adapted,
       "sparse.h5");
   ExportOptions o;
-  o.merge = MergeAdapter{sparse, 1.0};
+  o.merge = MergeAdapter{sparse, 2, 2.0};
   CHECK_THROWS_WITH(export_model_image(tm.checkpoint, o),
                     Catch::Contains("adapts 'layers.1.moe.experts.0.up', a block-sparse matrix"));
-  o.merge.checkpoint = tm.checkpoint;
+  // The rank the checkpoint records must be its factors', and the scale finite.
+  Shamn dense(tm.config);
+  const std::string rank2 =
+      write_adapter_checkpoint(tm, LoraOptions{2, 2.0, {"layers.*.moe.router_group"}}, dense, "rank2.h5");
+  o.merge = MergeAdapter{rank2, 3, 2.0};
+  CHECK_THROWS_WITH(export_model_image(tm.checkpoint, o), Catch::Contains("needs lora_a [3, in]"));
+  o.merge = MergeAdapter{rank2, 0, 2.0};
+  CHECK_THROWS_WITH(export_model_image(tm.checkpoint, o), Catch::Contains("want a rank of at least 1"));
+  o.merge = MergeAdapter{tm.checkpoint, 2, 2.0};
   CHECK_THROWS_WITH(export_model_image(tm.checkpoint, o), Catch::Contains("is not a LoRA factor"));
 }
 
