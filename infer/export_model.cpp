@@ -202,14 +202,14 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
   }
   const double scale = mo.alpha / static_cast<double>(std::max<int64_t>(mo.rank, 1));
   const std::vector<std::string> datasets = reader.datasets("/model");
+  const auto has = [&](const std::string& path) {
+    return std::find(datasets.begin(), datasets.end(), "/model/" + path) != datasets.end();
+  };
+  // An adapter on the untied head as well can run neither way: say so, not "run it beside".
+  const bool head = merge.count("head") > 0;
   for (const auto& [matrix, f] : merge) {
-    const auto has = [&](const std::string& name) {
-      return std::find(datasets.begin(), datasets.end(), "/model/" + name) != datasets.end();
-    };
     std::string path = matrix;
     std::replace(path.begin(), path.end(), '.', '/');
-    // An adapter on the untied head as well can run neither way: say so, not "run it beside".
-    const bool head = merge.count("head") > 0;
     SHAMN_INPUT_CHECK(!has(path + "/values"), "--merge: '", mo.checkpoint, "' adapts '", matrix,
                       "', a block-sparse matrix: merged, it would be dense. ",
                       head
@@ -251,25 +251,19 @@ uint32_t checkpoint_source_id(const std::string& checkpoint) {
 
 std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint, const AdapterExport& a) {
   SHAMN_INPUT_CHECK(a.quant != ShqQuant::int4, "--quant int4: adapters export as f32 or int8");
-  const Hdf5Reader reader(adapter_checkpoint);
+  const std::map<std::string, LowRankFactors> factors = read_low_rank_factors(adapter_checkpoint, a.rank);
+  SHAMN_INPUT_CHECK(
+      !factors.count("head"), "'", adapter_checkpoint,
+      "' adapts the untied head, which the runtime does not run adapters on yet: fold it into the "
+      "base with --merge");
   ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha), "", 0);
   writer.set_source_id(a.base_id);
   // int8 quantises A [r, in] only: B [out, r] has rows of r values, which q8
   // blocks of 32 would pad (4x at rank 8), and the runtime keeps it as f32.
   const ShqDType a_dtype = a.quant == ShqQuant::int8 ? ShqDType::q8_0x16 : ShqDType::f32;
-  for (const std::string& dataset : reader.datasets("/model")) {
-    const std::string name = spec_name(dataset);
-    SHAMN_INPUT_CHECK(ends_with(name, ".lora_a") || ends_with(name, ".lora_b"), "'", adapter_checkpoint,
-                      "': tensor '", name, "' is not a LoRA factor (an adapter checkpoint holds only those)");
-    SHAMN_INPUT_CHECK(
-        name.rfind("head.", 0) != 0, "'", adapter_checkpoint,
-        "' adapts the untied head, which the runtime does not run adapters on yet: fold it into the "
-        "base with --merge");
-    const Tensor t = reader.read_tensor(dataset);
-    SHAMN_INPUT_CHECK(t.dtype() == DType::f32 && t.dim() == 2, "'", adapter_checkpoint, "': tensor '", name,
-                      "' is ", t.str(), ", expected a float32 matrix");
-    const ShqDType dtype = ends_with(name, ".lora_a") ? a_dtype : ShqDType::f32;
-    writer.add(name, dtype, t.shape(), shq_tensor_data(t, dtype));
+  for (const auto& [matrix, f] : factors) {
+    writer.add(matrix + ".lora_a", a_dtype, f.a.shape(), shq_tensor_data(f.a, a_dtype));
+    writer.add(matrix + ".lora_b", ShqDType::f32, f.b.shape(), shq_tensor_data(f.b, ShqDType::f32));
   }
   return writer.image();
 }
