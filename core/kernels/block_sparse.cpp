@@ -1,5 +1,7 @@
 #include "core/kernels/block_sparse.h"
 
+#include <atomic>
+
 #include "core/check.h"
 #include "core/kernel_level.h"
 #include "core/kernels/block_sparse_isa.h"
@@ -12,7 +14,16 @@ namespace {
 
 const bsr::Kernels* const kLevels[] = {&bsr::kernels_scalar, &bsr::kernels_avx2, &bsr::kernels_avx512};
 
+std::atomic<int64_t> g_pack_readers{kGradValuesPackReaders};
+
 }  // namespace
+
+void set_grad_values_pack_readers(int64_t readers) {
+  SHAMN_CHECK(readers >= 0, "set_grad_values_pack_readers: ", readers, " readers");
+  g_pack_readers = readers == 0 ? kGradValuesPackReaders : readers;
+}
+
+int64_t bsr::grad_values_pack_readers() { return g_pack_readers.load(std::memory_order_relaxed); }
 
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
   SHAMN_CHECK(d.block > 0 && d.in % d.block == 0 && d.out % d.block == 0, "block-sparse dims ", d.out, "x",

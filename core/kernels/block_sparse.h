@@ -51,6 +51,14 @@ void block_sparse_backward_values(float* dvalues, const float* dy, const float* 
 // dbias[out] += sum over rows of dy (fixed order: thread-count independent).
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims);
 
+// Grad values reads a band of dy (one block row's) or of x (one block column's)
+// from a packed contiguous copy when at least this many blocks read it, on
+// average, and in place otherwise: with few readers the copy costs more than it
+// saves. Either way each sum is the same chain, so the bits do not change (a
+// test); tests and benchmarks set it to compare the two. 0 restores the default.
+inline constexpr int64_t kGradValuesPackReaders = 4;
+void set_grad_values_pack_readers(int64_t readers);
+
 template <class T>
 void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t* col_index, const T* bias,
                                 int64_t n, const BlockSparseDims& d) {

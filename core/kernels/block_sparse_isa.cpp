@@ -294,16 +294,29 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
 
 // Grad values over one chunk of kc tokens starting at t0: dvalues' blocks
 // (accumulate) or a partial array of the same layout (written) get dy chunk^T x
-// chunk. The chunk's band of dy for every block row and of x for every used
-// column block are first made contiguous, gc[r][t][b] and xc[c][t][b]: a tile
-// reads MR (NR) floats of each b-float row. Chunks run in order (or their
+// chunk. An operand whose bands are read by grad_values_pack_readers() blocks
+// or more on average (every operand under bf16, whose tiles read rounded
+// pairs) is first made
+// contiguous, gc[r][t][b] and xc[c][t][b]; the other is read in place. A tile
+// reads MR (NR) floats of each token's b-float band either way, in the same
+// order, so packing does not change the sums. Chunks run in order (or their
 // partials are added in order), so dvalues sums its tokens alike every time.
 template <int MR, int NV, bool Round>
 class GradValuesChunk {
  public:
   GradValuesChunk(const float* dy, const float* x, const int32_t* col_index, const BlockSparseDims& d,
                   const std::vector<int32_t>& used)
-      : dy_(dy), x_(x), col_index_(col_index), d_(d), used_(used), native_(Round && bf16_dot_native()) {}
+      : dy_(dy),
+        x_(x),
+        col_index_(col_index),
+        d_(d),
+        used_(used),
+        native_(Round && bf16_dot_native()),
+        pack_dy_(Round || d.active >= bsr::grad_values_pack_readers()),
+        pack_x_(Round || d.row_blocks() * d.active >=
+                             bsr::grad_values_pack_readers() * static_cast<int64_t>(used.size())) {}
+
+  bool packs() const { return pack_dy_ || pack_x_; }
 
   // Packed rows of a chunk of kc tokens: one per token, or per pair of tokens
   // under bf16 (a missing last token of a pair reads as zero).
@@ -328,24 +341,30 @@ class GradValuesChunk {
     }
     for (int64_t t = t_lo; t < t_hi; ++t) {
       const float* g_row = dy_ + (t0 + t) * d_.out;
-      for (int64_t r = 0; r < d_.row_blocks(); ++r)
-        bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
+      if (pack_dy_)
+        for (int64_t r = 0; r < d_.row_blocks(); ++r)
+          bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
       const float* x_row = x_ + (t0 + t) * d_.in;
-      for (const int32_t c : used_) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
+      if (pack_x_)
+        for (const int32_t c : used_) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
     }
   }
 
-  void tiles(float* dst, const float* gc, const float* xc, int64_t kc, int64_t blk_lo, int64_t blk_hi,
-             bool accumulate) const {
+  // t0: the chunk's first token, for the operands read in place.
+  void tiles(float* dst, const float* gc, const float* xc, int64_t t0, int64_t kc, int64_t blk_lo,
+             int64_t blk_hi, bool accumulate) const {
     constexpr int64_t NR = NV * kVec;
     const int64_t b = d_.block, a = d_.active;
+    const int64_t g_step = pack_dy_ ? b : d_.out, x_step = pack_x_ ? b : d_.in;
     for (int64_t blk = blk_lo; blk < blk_hi; ++blk) {
       const int64_t r = blk / a, c = col_index_[blk];
+      const float* g = pack_dy_ ? gc + r * kc * b : dy_ + t0 * d_.out + r * b;
+      const float* xb = pack_x_ ? xc + c * kc * b : x_ + t0 * d_.in + c * b;
       float* dv = dst + blk * b * b;
       for (int64_t kp = 0; kp < b / NR; ++kp)
         for (int64_t ip = 0; ip < b / MR; ++ip)
-          product_tile<MR, NV, Round>(native_, 1, packed_rows(kc), gc + r * kc * b + ip * MR, nullptr, 0, b,
-                                      xc + c * kc * b + kp * NR, b, dv + ip * MR * b + kp * NR, b, nullptr,
+          product_tile<MR, NV, Round>(native_, 1, packed_rows(kc), g + ip * MR, nullptr, 0, g_step,
+                                      xb + kp * NR, x_step, dv + ip * MR * b + kp * NR, b, nullptr,
                                       accumulate, MR);
     }
   }
@@ -357,6 +376,7 @@ class GradValuesChunk {
   const BlockSparseDims& d_;
   const std::vector<int32_t>& used_;
   bool native_;
+  bool pack_dy_, pack_x_;
 };
 
 // The chunks as the parallel work, their partials added in chunk order
@@ -392,8 +412,8 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
                                   ScratchLease clease(tls_chunk, scratch);
                                   float* gc = clease.get();
                                   float* xc = gc + d.out * kc_max;
-                                  chunk.pack(gc, xc, t0, kc, 0, chunk.packed_rows(kc));
-                                  chunk.tiles(out, gc, xc, kc, 0, blocks, false);
+                                  if (chunk.packs()) chunk.pack(gc, xc, t0, kc, 0, chunk.packed_rows(kc));
+                                  chunk.tiles(out, gc, xc, t0, kc, 0, blocks, false);
                                 },
                                 [&](int64_t, const float* in, int64_t lo, int64_t hi) {
                                   float* __restrict dv = dvalues;
@@ -407,10 +427,11 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
   float* xc = gc + d.out * kc_max;
   for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
     const int64_t kc = std::min(kTokenChunk, n - t0);
-    parallel_for(0, chunk.packed_rows(kc), 16,
-                 [&](int64_t lo, int64_t hi) { chunk.pack(gc, xc, t0, kc, lo, hi); });
+    if (chunk.packs())
+      parallel_for(0, chunk.packed_rows(kc), 16,
+                   [&](int64_t lo, int64_t hi) { chunk.pack(gc, xc, t0, kc, lo, hi); });
     parallel_for(0, blocks, 1,
-                 [&](int64_t lo, int64_t hi) { chunk.tiles(dvalues, gc, xc, kc, lo, hi, true); });
+                 [&](int64_t lo, int64_t hi) { chunk.tiles(dvalues, gc, xc, t0, kc, lo, hi, true); });
   }
 }
 

@@ -18,4 +18,7 @@ struct Kernels {
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 
+// The threshold set_grad_values_pack_readers gives (its default when unset).
+int64_t grad_values_pack_readers();
+
 }  // namespace shamn::bsr

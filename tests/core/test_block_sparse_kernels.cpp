@@ -204,6 +204,39 @@ TEST_CASE("block-sparse grad values: chunks summed in parallel give the bits of 
   CHECK(test::same_bits(grads[0], grads[2]));
 }
 
+TEST_CASE("block-sparse grad values: bands read in place give the bits of packed bands",
+          "[kernels][block_sparse][determinism]") {
+  // Readers 1 packs every band, a huge threshold none; the default packs dy at
+  // 4 or more active blocks and x where its columns have 4 or more readers:
+  // a = 2 (90%) reads both in place, a = 10 (50% of 20) packs dy, the out-wide
+  // 90% shape packs x (16 block rows x 2 over 20 columns is below 4, 64 x 2 is
+  // not). 300 tokens: a full chunk and a short one, accumulated in order.
+  test::ThreadCountGuard guard;
+  struct Shape {
+    int64_t block, nib, nob;
+    double sparsity;
+  };
+  for (const Shape& sh : {Shape{32, 20, 16, 0.9}, Shape{16, 20, 3, 0.5}, Shape{16, 20, 64, 0.9},
+                          Shape{32, 8, 8, 0.75}, Shape{64, 6, 4, 0.0}})
+    for (int threads : {1, 2}) {
+      const BlockSparseDims d = make_dims(sh.block, sh.nib, sh.nob, sh.sparsity);
+      DYNAMIC_SECTION("b " << sh.block << " in " << d.in << " out " << d.out << " a " << d.active
+                           << " threads " << threads) {
+        set_num_threads(threads);
+        const Problem p(d, 300, 31);
+        std::vector<std::vector<float>> grads;
+        for (int64_t readers : {int64_t{1}, int64_t{1} << 40, int64_t{0}}) {
+          set_grad_values_pack_readers(readers);
+          grads.push_back(test::uniform_floats(d.value_count(), 92));
+          block_sparse_backward_values(grads.back().data(), p.dy.data(), p.x.data(), p.ci.data(), p.n, d);
+        }
+        set_grad_values_pack_readers(0);
+        CHECK(test::same_bits(grads[0], grads[1]));
+        CHECK(test::same_bits(grads[0], grads[2]));
+      }
+    }
+}
+
 TEST_CASE("block-sparse grad input with overwrite writes over garbage what adding into zeros gives",
           "[kernels][block_sparse][determinism]") {
   test::ThreadCountGuard guard;
