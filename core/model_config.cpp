@@ -86,6 +86,12 @@ void MoeOptions::validate() const {
   SHAMN_CONFIG_CHECK(k >= 1 && k <= product_or_max(group_k, experts_per_group), "model.moe.k",
                      "model.moe.k must lie in [1, group_k * experts_per_group = ",
                      product_or_max(group_k, experts_per_group), "], got ", k);
+  // The experts of a layer are counted, named and routed by int32 ids, one
+  // parameter set each; far past any router SHAMN is meant for, this keeps
+  // groups * experts_per_group from overflowing wherever it is formed.
+  SHAMN_CONFIG_CHECK(product_or_max(groups, experts_per_group) <= kMaxExperts, "model.moe.experts_per_group",
+                     "model.moe.groups * model.moe.experts_per_group must be at most ", kMaxExperts, ", got ",
+                     groups, " * ", experts_per_group);
   SHAMN_CONFIG_CHECK(hidden >= 1, "model.moe.hidden", "model.moe.hidden must be >= 1, got ", hidden);
   SHAMN_CONFIG_CHECK(aux_coef >= 0, "model.moe.aux_coef", "model.moe.aux_coef must be >= 0, got ", aux_coef);
   up.validate();

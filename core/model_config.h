@@ -49,6 +49,9 @@ struct MemoryOptions {
   void validate() const;
 };
 
+// The most experts a MoE layer may have (model.moe.groups * experts_per_group).
+inline constexpr int64_t kMaxExperts = 65536;
+
 struct MoeOptions {
   int64_t dim = 0;
   int64_t groups = 4;

@@ -76,6 +76,9 @@ TEST_CASE("run configs that once overflowed are clean InputErrors", "[fuzz][conf
   const std::vector<Regression> cases = {
       // memory.size = -3: sqrt gave NaN, llround INT64_MIN, and n * n overflowed.
       {"negative_memory_size.toml", "model.memory.size must be a perfect square"},
+      // experts_per_group = INT64_MAX: groups * experts_per_group overflowed
+      // where the LoRA targets listed the experts (fuzz smoke, stop 39).
+      {"huge_experts_per_group.toml", "model.moe.groups * model.moe.experts_per_group must be at most 65536"},
   };
   require_all_listed("run_config", cases);
   const fs::path dir = scratch("run_config");
