@@ -296,11 +296,11 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
 // (accumulate) or a partial array of the same layout (written) get dy chunk^T x
 // chunk. An operand whose bands are read by grad_values_pack_readers() blocks
 // or more on average (every operand under bf16, whose tiles read rounded
-// pairs) is first made
-// contiguous, gc[r][t][b] and xc[c][t][b]; the other is read in place. A tile
-// reads MR (NR) floats of each token's b-float band either way, in the same
-// order, so packing does not change the sums. Chunks run in order (or their
-// partials are added in order), so dvalues sums its tokens alike every time.
+// pairs) is first made contiguous, gc[r][t][b] and xc[c][t][b]; the other is
+// read in place. A tile reads MR (NR) floats of each token's b-float band
+// either way, in the same order, so packing does not change the sums. Chunks
+// run in order (or their partials are added in order), so dvalues sums its
+// tokens alike every time.
 template <int MR, int NV, bool Round>
 class GradValuesChunk {
  public:
