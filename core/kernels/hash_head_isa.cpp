@@ -84,6 +84,13 @@ void store_slab(float* scores, const float* slab, int64_t n0, int64_t rows, int6
   }
 }
 
+// The hashes per token: kH when it is known at compile time (the default h = 2,
+// whose loops then unroll), else the run-time h.
+template <int64_t kH>
+inline int64_t hashes(int64_t h) {
+  return kH > 0 ? kH : h;
+}
+
 // Token t's logit for the 16 rows of a slab.
 inline F slab_logit(const float* slab, const float* importance, const int32_t* bucket_index, int64_t t,
                     int64_t h) {
@@ -105,8 +112,10 @@ F load_lanes(const float* src, int64_t rows, float fill) {
 // logsumexp over all tokens of a chunk's logits, lane by lane. An online softmax over
 // blocks of tokens: the running sum is rescaled once per block, so each logit costs
 // one exp and only a block of logits is ever stored.
+template <int64_t kH>
 F chunk_logsumexp(const float* slab, const float* importance, const int32_t* bucket_index, int64_t vocab,
-                  int64_t h) {
+                  int64_t runtime_h) {
+  const int64_t h = hashes<kH>(runtime_h);
   alignas(64) F block[kTokenBlock];
   F m = simd::splat(-std::numeric_limits<float>::infinity());
   F sum = F{};
@@ -138,10 +147,13 @@ F chunk_logsumexp(const float* slab, const float* importance, const int32_t* buc
 // Each block of tokens gets its p first (independent exps the out-of-order core can
 // overlap), then the scatter. The lane sums of 16 consecutive (t, j) pairs are taken
 // together (simd::sum16). Compiled per combination of the two outputs, so the
-// token loop tests neither.
-template <bool WantSlab, bool WantPart>
+// token loop tests neither, and for h = 2 (1.02x the head's forward and backward
+// over the run-time h, bench_hash_head; the same bits).
+template <int64_t kH, bool WantSlab, bool WantPart>
 void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
-                            const float* importance, const int32_t* bucket_index, int64_t vocab, int64_t h) {
+                            const float* importance, const int32_t* bucket_index, int64_t vocab,
+                            int64_t runtime_h) {
+  const int64_t h = hashes<kH>(runtime_h);
   alignas(64) F block[kTokenBlock];
   alignas(64) F prod[kRows];
   int pending = 0;
@@ -172,17 +184,32 @@ void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_
   for (int i = 0; i < pending; ++i) part[k0 + i] += simd::sum(prod[i]);
 }
 
+template <int64_t kH>
 void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
                             const float* importance, const int32_t* bucket_index, int64_t vocab, int64_t h) {
   if (dslab && part)
-    chunk_softmax_backward<true, true>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab,
-                                       h);
+    chunk_softmax_backward<kH, true, true>(dslab, part, slab, row_lse, weight, importance, bucket_index,
+                                           vocab, h);
   else if (dslab)
-    chunk_softmax_backward<true, false>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab,
-                                        h);
+    chunk_softmax_backward<kH, true, false>(dslab, part, slab, row_lse, weight, importance, bucket_index,
+                                            vocab, h);
   else if (part)
-    chunk_softmax_backward<false, true>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab,
-                                        h);
+    chunk_softmax_backward<kH, false, true>(dslab, part, slab, row_lse, weight, importance, bucket_index,
+                                            vocab, h);
+}
+
+void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse, F weight,
+                            const float* importance, const int32_t* bucket_index, int64_t vocab, int64_t h) {
+  if (h == 2)
+    chunk_softmax_backward<2>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab, h);
+  else
+    chunk_softmax_backward<0>(dslab, part, slab, row_lse, weight, importance, bucket_index, vocab, h);
+}
+
+F chunk_logsumexp(const float* slab, const float* importance, const int32_t* bucket_index, int64_t vocab,
+                  int64_t h) {
+  return h == 2 ? chunk_logsumexp<2>(slab, importance, bucket_index, vocab, h)
+                : chunk_logsumexp<0>(slab, importance, bucket_index, vocab, h);
 }
 
 void bucket_scores(float* scores, const float* z, const float* table, int64_t n, const HashDims& d) {
