@@ -5,6 +5,7 @@
 #include "autograd/dispatch.h"
 #include "autograd/op_work.h"
 #include "core/kernels/lane_sum.h"
+#include "core/prefetch.h"
 #include "core/profiler.h"
 
 namespace shamn {
@@ -128,6 +129,13 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
       parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
         for (int64_t t = lo; t < hi; ++t)
           for (int64_t i = 0; i < k; ++i) {
+            // The expert rows come in token order, not memory order: the next
+            // token's rows are requested ahead (1.4x, experiments/roofline.md).
+            if (t + 1 < hi) {
+              const int64_t next = kept_row[(t + 1) * k + i];
+              if (dg) prefetch_span(ys + next * dim, dim);
+              if (dys) prefetch_span(dys + next * dim, dim, /*for_write=*/true);
+            }
             const int64_t r = kept_row[t * k + i];
             const T* dot = dout + t * dim;
             if (dg) {

@@ -7,6 +7,7 @@
 #include "core/kernels/key_groups.h"
 #include "core/kernels/product_key_isa.h"
 #include "core/parallel.h"
+#include "core/prefetch.h"
 
 namespace shamn {
 
@@ -252,22 +253,18 @@ float dot(const float* x, const float* y, int64_t len) {
 // each row is a string of cache misses. Rows are requested kPrefetchRows ahead of use.
 constexpr int64_t kPrefetchRows = 2;
 
-inline void prefetch_row(const float* row, int64_t len) {
-  for (int64_t c = 0; c < len; c += 64 / static_cast<int64_t>(sizeof(float))) __builtin_prefetch(row + c);
-}
-
 // out[t] = sum_m weights[t, m] * values[slots[t, m]] for the tokens [lo, hi).
 void gather_tokens(float* out, const float* values, const int32_t* slots, const float* weights, int64_t lo,
                    int64_t hi, const ProductKeyDims& d) {
   const int64_t D = d.dim, k = d.k, end = hi * k;
   for (int64_t e = lo * k; e < std::min(end, lo * k + kPrefetchRows); ++e)
-    prefetch_row(values + static_cast<int64_t>(slots[e]) * D, D);
+    prefetch_span(values + static_cast<int64_t>(slots[e]) * D, D);
   for (int64_t t = lo; t < hi; ++t) {
     float* o = out + t * D;
     for (int64_t m = 0; m < k; ++m) {
       const int64_t e = t * k + m;
       if (e + kPrefetchRows < end)
-        prefetch_row(values + static_cast<int64_t>(slots[e + kPrefetchRows]) * D, D);
+        prefetch_span(values + static_cast<int64_t>(slots[e + kPrefetchRows]) * D, D);
       const float* v = values + static_cast<int64_t>(slots[e]) * D;
       const float w = weights[e];
       if (m == 0)
@@ -395,7 +392,7 @@ void product_key_backward_scores(float* dsigma, const float* dout, const float* 
       for (int64_t m = 0; m < k; ++m) {
         const int64_t e = t * k + m;
         if (e + kPrefetchRows < hi * k)
-          prefetch_row(values + static_cast<int64_t>(slots[e + kPrefetchRows]) * D, D);
+          prefetch_span(values + static_cast<int64_t>(slots[e + kPrefetchRows]) * D, D);
         const float* v = values + static_cast<int64_t>(slots[e]) * D;
         const float g = dot(go, v, D);
         ds[m] = g;

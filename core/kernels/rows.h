@@ -8,6 +8,7 @@
 #include "core/kernels/elementwise.h"
 #include "core/kernels/key_groups.h"
 #include "core/parallel.h"
+#include "core/prefetch.h"
 
 namespace shamn {
 
@@ -19,12 +20,16 @@ inline void check_row_indices(const int32_t* idx, int64_t n, int64_t num_rows, c
 }
 
 // out[i, :] = table[idx[i], :]   table: [R, D]  idx: [N] int32  out: [N, D]
+// Rows come in index order, not memory order: each next row is requested ahead
+// (core/prefetch.h), here and in scatter_add_rows.
 template <class T>
 void gather_rows_forward(T* out, const T* table, const int32_t* idx, int64_t n, int64_t dim) {
   parallel_for(0, n, row_grain(dim), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
+    for (int64_t i = lo; i < hi; ++i) {
+      if (i + 1 < hi) prefetch_span(table + static_cast<int64_t>(idx[i + 1]) * dim, dim);
       std::memcpy(out + i * dim, table + static_cast<int64_t>(idx[i]) * dim,
                   sizeof(T) * static_cast<size_t>(dim));
+    }
   });
 }
 
@@ -40,6 +45,7 @@ void scatter_add_rows(T* dst, const T* src, const int32_t* idx, int64_t n, int64
     for (int64_t r = lo; r < hi; ++r) {
       T* d = dst + r * dim;
       for (int64_t k = start[r]; k < start[r + 1]; ++k) {
+        if (k + 1 < start[hi]) prefetch_span(src + by_row.order[k + 1] * dim, dim);
         const T* s = src + by_row.order[k] * dim;
         for (int64_t c = 0; c < dim; ++c) d[c] += s[c];
       }
