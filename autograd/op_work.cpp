@@ -176,14 +176,17 @@ OpWork plan_dispatch(int64_t n, int64_t k, int64_t experts) {
   return {0, 3 * n * k * kIndex + (experts + 1) * 8};
 }
 
-OpWork moe_combine_forward(int64_t n, int64_t k, int64_t dim, int64_t s) {
-  return {2 * n * k * dim, (n * k * dim + n * k + n * dim) * s + n * k * kIndex};
+OpWork moe_combine_forward(int64_t n, int64_t k, int64_t dim, int64_t s, bool residual) {
+  OpWork w{2 * n * k * dim, (n * k * dim + n * k + n * dim) * s + n * k * kIndex};
+  if (residual) w += {n * dim, n * dim * s};  // the residual read and added
+  return w;
 }
 
-OpWork moe_combine_backward(int64_t n, int64_t k, int64_t dim, int64_t s, GradsWanted g) {
+OpWork moe_combine_backward(int64_t n, int64_t k, int64_t dim, int64_t s, GradsWanted g, bool add_residual) {
   OpWork w{0, n * dim * s + n * k * kIndex};                   // dout, the rows
   if (g.a) w += {2 * n * k * dim, (n * k * dim + n * k) * s};  // dg = dout . y
   if (g.b) w += {n * k * dim, (n * k + n * k * dim) * s};      // dys = g * dout
+  if (add_residual) w += {n * dim, 2 * n * dim * s};           // dresidual += dout
   return w;
 }
 

@@ -107,8 +107,11 @@ OpWork router_probs_backward(int64_t n, const MoeShape& m, int64_t s, GradsWante
 OpWork moe_gates_forward(int64_t n, int64_t k, int64_t s);
 OpWork moe_gates_backward(int64_t n, int64_t experts, int64_t k, int64_t s);
 OpWork plan_dispatch(int64_t n, int64_t k, int64_t experts);
-OpWork moe_combine_forward(int64_t n, int64_t k, int64_t dim, int64_t s);
-OpWork moe_combine_backward(int64_t n, int64_t k, int64_t dim, int64_t s, GradsWanted g);
+// residual: the fused residual add (moe_combine's residual operand); add_residual:
+// its gradient added, not handed over.
+OpWork moe_combine_forward(int64_t n, int64_t k, int64_t dim, int64_t s, bool residual = false);
+OpWork moe_combine_backward(int64_t n, int64_t k, int64_t dim, int64_t s, GradsWanted g,
+                            bool add_residual = false);
 
 // LoRA adapters over row segments (autograd/ops_lora.h): segment g has rows[g]
 // rows of x [., in] and rank ranks[g]; y [., out] is summed into in place.

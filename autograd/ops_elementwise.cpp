@@ -81,7 +81,16 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
           axpy(da, dy, T(1), rows * cols);
         }
       }
-      if (n.needs_grad(1)) {
+      if (n.needs_grad(1) && kind == BinaryOp::add && rows == 1) {
+        // b has a's shape: its gradient is dy itself, stored into a fresh buffer
+        // (no zero fill and add) or added to one in use.
+        bool fresh = false;
+        T* db = n.input_grad_to_write(1, &fresh).data<T>();
+        if (fresh)
+          map_forward(db, dy, cols, [](T v) { return v; });
+        else
+          axpy(db, dy, T(1), cols);
+      } else if (n.needs_grad(1)) {
         T* db = n.input_grad(1).data<T>();
         switch (kind) {
           case BinaryOp::add:

@@ -91,7 +91,7 @@ void check_rows_cover(const int32_t* row, int64_t count) {
 
 }  // namespace
 
-Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan) {
+Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan, const Var& residual) {
   const ProfileScope profile("moe_combine", ProfileCategory::forward);
   const int64_t n = gates.size(0), k = gates.size(1);
   SHAMN_CHECK(expert_rows.dim() == 2 && expert_rows.size(0) == n * k && plan.row.dim() == 2 &&
@@ -100,19 +100,32 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
               " and plan rows ", plan.row.str(), " do not match");
   SHAMN_CHECK(expert_rows.dtype() == gates.dtype(), "moe_combine: operand dtypes differ");
   const int64_t dim = expert_rows.size(1);
+  const bool with_residual = residual.defined();
+  if (with_residual)
+    SHAMN_CHECK(residual.dim() == 2 && residual.size(0) == n && residual.size(1) == dim &&
+                    residual.dtype() == gates.dtype(),
+                "moe_combine: residual ", residual.value().str(), " is not [", n, ", ", dim,
+                "] of the gates' dtype");
   const int64_t s = static_cast<int64_t>(dtype_size(gates.dtype()));
-  record_work(op_work::moe_combine_forward(n, k, dim, s));
+  record_work(op_work::moe_combine_forward(n, k, dim, s, with_residual));
   Tensor out = Tensor::empty({n, dim}, gates.dtype());
   dispatch_floating(gates.dtype(), "moe_combine", [&](auto zero) {
     using T = decltype(zero);
     moe_combine_forward(out.data<T>(), gates.value().data<T>(), expert_rows.value().data<T>(),
-                        plan.row.data<int32_t>(), n, k, dim, /*accumulate=*/false);
+                        plan.row.data<int32_t>(), n, k, dim, /*accumulate=*/false,
+                        with_residual ? residual.value().data<T>() : nullptr);
   });
+  std::vector<Var> inputs{gates, expert_rows};
+  if (with_residual) inputs.push_back(residual);
   const Tensor gv = gates.value(), yv = expert_rows.value();
   // Keep the index tensor alive with the node (the caller's plan may not outlive it).
   const Tensor rows_kept = plan.row;
-  return record("moe_combine", out, {gates, expert_rows}, [=](Node& node) {
-    record_work(op_work::moe_combine_backward(n, k, dim, s, {node.needs_grad(0), node.needs_grad(1)}));
+  return record("moe_combine", out, std::move(inputs), [=](Node& node) {
+    // The residual's gradient is dout itself: handed to its producer where it
+    // can take it (as add does), else added below.
+    const bool add_residual = with_residual && node.needs_grad(2) && !node.pass_grad_to_input(2);
+    record_work(
+        op_work::moe_combine_backward(n, k, dim, s, {node.needs_grad(0), node.needs_grad(1)}, add_residual));
     dispatch_floating(node.out_dtype, "moe_combine", [&](auto zero) {
       using T = decltype(zero);
       const int32_t* kept_row = rows_kept.data<int32_t>();
@@ -154,6 +167,7 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
             }
           }
       });
+      if (add_residual) axpy(node.input_grad(2).data<T>(), dout, T(1), n * dim);
     });
   });
 }

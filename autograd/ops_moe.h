@@ -24,8 +24,10 @@ struct MoeDispatch {
 };
 MoeDispatch plan_dispatch(const Tensor& experts, int64_t num_experts);
 
-// out[t] = sum_i gates[t, i] * expert_rows[row[t, i]].
+// out[t] = sum_i gates[t, i] * expert_rows[row[t, i]], plus residual[t] when a
+// residual [N, D] is given: add(residual, moe_combine(...)) in one pass, the same bits.
 // expert_rows: [N*k, D], the experts' outputs in plan order; gates: [N, k].
-Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan);
+Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& plan,
+                const Var& residual = Var());
 
 }  // namespace shamn

@@ -25,7 +25,7 @@ HierarchicalMoE::HierarchicalMoE(const MoeOptions& o, double down_scale)
     experts_.push_back(&list.push_back(std::make_unique<MoeExpert>(o, down_scale)));
 }
 
-HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u) const {
+HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u, const Var& residual) const {
   const MoeOptions& o = options_;
   const MoeShape shape{o.groups, o.experts_per_group, o.group_k, o.k};
   const int64_t n = u.numel() / o.dim, X = o.experts();
@@ -53,7 +53,7 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u) const {
   Var aux = sum(mul(P, Var(weight)));
 
   Var ys = experts_forward(u2, plan);
-  Var y = moe_combine(ys, gates, plan);
+  Var y = moe_combine(ys, gates, plan, residual.defined() ? reshape(residual, {n, o.dim}) : Var());
   return {reshape(y, u.shape()), aux, experts};
 }
 

@@ -33,11 +33,13 @@ class HierarchicalMoE : public Module {
   HierarchicalMoE(const MoeOptions& options, double down_scale = 1.0);
 
   struct Output {
-    Var y;           // [..., D]
+    Var y;           // [..., D]: the layer's output, plus the residual when one is given
     Var aux;         // scalar load-balance loss of this layer
     Tensor experts;  // int32 [N, k] chosen experts (for statistics)
   };
-  Output forward(const Var& u) const;
+  // residual (u's shape, optional): added to the output in the combine's pass,
+  // the bits of add(residual, forward(u).y) without a pass of its own.
+  Output forward(const Var& u, const Var& residual = Var()) const;
   // Every expert on its routed tokens' rows of u ([N, D]; plan.order lists
   // them by expert), the experts running concurrently: [N*k, D] in plan order.
   Var experts_forward(const Var& u, const MoeDispatch& plan) const;

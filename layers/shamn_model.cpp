@@ -44,10 +44,10 @@ Var ShamnBlock::forward(const Var& x_in, std::vector<Var>* aux, LayerObserver* o
   }
   const ProfileLayerScope scope(moe_scope_, ProfileCategory::forward);
   const Var u = moe_norm_->forward(x);
-  const HierarchicalMoE::Output moe = moe_->forward(u);
+  const HierarchicalMoE::Output moe = moe_->forward(u, x);  // x + the experts' output
   if (observer) observer->moe_input(index_, *moe_, u.value(), moe.experts);
   aux->push_back(moe.aux);
-  return add(x, moe.y);
+  return moe.y;
 }
 
 Shamn::Shamn(const ModelConfig& c) : config_(c) {

@@ -176,10 +176,12 @@ void moe_dispatch_plan(int32_t* order, int32_t* row, int64_t* offsets, const int
                        int64_t k, int64_t X);
 
 // out[t] = sum_i gates[t, i] * ys[row[t, i]], slots in order; with accumulate the
-// sum is added to out[t] term by term instead (a residual stream).
+// sum is added to out[t] term by term instead (a residual stream); with a
+// residual [n, dim] (and no accumulate) out[t] = residual[t] + that sum, the bits
+// of adding the two afterwards.
 template <class T>
 void moe_combine_forward(T* out, const T* gates, const T* ys, const int32_t* row, int64_t n, int64_t k,
-                         int64_t dim, bool accumulate) {
+                         int64_t dim, bool accumulate, const T* residual = nullptr) {
   parallel_for(0, n, row_grain(dim * k), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       // ys is in expert order: the next token's rows are requested ahead (1.4x).
@@ -193,6 +195,10 @@ void moe_combine_forward(T* out, const T* gates, const T* ys, const int32_t* row
         const T* y = ys + static_cast<int64_t>(row[t * k + i]) * dim;
         const T gi = gates[t * k + i];
         for (int64_t d = 0; d < dim; ++d) ot[d] += gi * y[d];
+      }
+      if (residual && !accumulate) {
+        const T* rt = residual + t * dim;
+        for (int64_t d = 0; d < dim; ++d) ot[d] = rt[d] + ot[d];
       }
     }
   });

@@ -184,3 +184,35 @@ TEST_CASE("gradcheck: rms_norm and moe_combine write a fresh input gradient, add
       },
       moe_inputs);
 }
+
+// The residual's gradient is handed to its producer where it can take it (an
+// op's output), else added (a leaf; an op output whose gradient is in use).
+TEST_CASE("gradcheck: moe_combine with a residual, handed over and added", "[autograd][gradcheck]") {
+  const Tensor experts = Tensor::from_data<int32_t>({5, 2}, {0, 2, 1, 0, 2, 1, 0, 1, 2, 0});
+  const MoeDispatch plan = plan_dispatch(experts, 3);
+  const std::vector<Tensor> inputs{
+      random_tensor({10, 4}, 66), random_tensor({5, 2}, 67, DType::f64, 0.1, 1.0), random_tensor({5, 4}, 68)};
+  check_gradients([&plan](const std::vector<Var>& x) { return moe_combine(x[0], x[1], plan, x[2]); }, inputs);
+  check_gradients(
+      [&plan](const std::vector<Var>& x) { return moe_combine(x[0], x[1], plan, scale(x[2], 2.0)); }, inputs);
+  check_gradients(
+      [&plan](const std::vector<Var>& x) {
+        Var r = scale(x[2], 2.0);
+        Var y = moe_combine(x[0], x[1], plan, r);
+        return mul(y, r);  // runs first in backward: r's gradient is in use
+      },
+      inputs);
+}
+
+// add's second operand of the first's shape gets dy stored into a fresh
+// gradient, or added to one in use.
+TEST_CASE("gradcheck: add's second operand, fresh and in use", "[autograd][gradcheck]") {
+  const std::vector<Tensor> inputs{random_tensor({3, 5}, 69), random_tensor({3, 5}, 70)};
+  check_gradients([](const std::vector<Var>& x) { return add(x[0], scale(x[1], 2.0)); }, inputs);
+  check_gradients(
+      [](const std::vector<Var>& x) {
+        Var b = scale(x[1], 2.0);
+        return mul(add(x[0], b), b);  // mul's backward runs first: b's gradient is in use
+      },
+      inputs);
+}

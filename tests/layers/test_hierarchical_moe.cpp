@@ -160,6 +160,28 @@ TEST_CASE("HierarchicalMoE is bit-identical with 1 and 2 threads", "[layers][moe
   }
 }
 
+TEST_CASE("HierarchicalMoE's residual gives the bits of adding it afterwards", "[layers][moe][determinism]") {
+  HierarchicalMoE moe(tiny_moe(64, 4, 4, 1, 2));
+  moe.init(6);
+  auto run = [&moe](bool fused) {
+    for (const auto& p : moe.named_parameters()) p.var.zero_grad();
+    Var x(test::random_tensor({2, 96, 64}, 14, DType::f32, -2, 2), true);
+    Var u = rms_norm(x, Var(Tensor::full({64}, 1.0)));
+    const auto out = fused ? moe.forward(u, x) : moe.forward(u);
+    const Var y = fused ? out.y : add(x, out.y);
+    add(sum(mul(y, y)), out.aux).backward();
+    std::vector<Tensor> values{y.value(), x.grad()};
+    for (const auto& p : moe.named_parameters())
+      values.push_back(p.var.grad().defined() ? p.var.grad() : Tensor::zeros({1}));
+    return values;
+  };
+  const auto added = run(false), fused = run(true);
+  for (size_t i = 0; i < added.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(bitwise_equal(added[i], fused[i]));
+  }
+}
+
 TEST_CASE("MoE names follow SPEC section 4", "[layers][moe]") {
   HierarchicalMoE moe(tiny_moe(16, 2, 2, 1, 2));
   std::vector<std::string> names;
