@@ -87,7 +87,7 @@ std::vector<std::string> lora_host_names(const ModelConfig& c) {
     if (c.has_memory(l)) out.push_back(layer + "memory.query");
     out.push_back(layer + "moe.router_group");
     out.push_back(layer + "moe.router_expert");
-    for (int64_t e = 0; e < c.moe_groups * c.moe_experts_per_group; ++e)
+    for (int64_t e = 0; e < c.moe().experts(); ++e)
       for (const char* part : {"up", "down"})
         out.push_back(layer + "moe.experts." + std::to_string(e) + "." + part);
   }

@@ -32,39 +32,33 @@ constexpr int64_t kGroupChunks = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-#if SHAMN_ISA_SIMD == 2
 // dst[k * ld_dst + i] = src[i * ld_src + k] for i, k < 16 (whole rows and columns
-// of 16): one transposed 16 x 16 block, in registers.
+// of 16): one transposed 16 x 16 block, in registers at AVX-512.
 void transpose_block16(float* dst, int64_t ld_dst, const float* src, int64_t ld_src) {
+#if SHAMN_ISA_SIMD == 2
   __m512 r[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld_src);
   simd::transpose_16x16(r);
 #pragma GCC unroll 16
   for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + k * ld_dst, r[k]);
-}
+#else
+  for (int i = 0; i < 16; ++i)
+    for (int k = 0; k < 16; ++k) dst[k * ld_dst + i] = src[i * ld_src + k];
 #endif
+}
 
 // The buckets whose slab rows a full chunk moves in blocks of 16 (a scalar loop
 // moves the rest, and every bucket of a short chunk). One float at a time the
-// copies took about 3.5% of the fused loss (bench_hash_head, Zen 5).
-int64_t block_buckets(int64_t rows, int64_t buckets) {
-#if SHAMN_ISA_SIMD == 2
-  return rows == kRows ? buckets / 16 * 16 : 0;
-#else
-  (void)rows, (void)buckets;
-  return 0;
-#endif
-}
+// copies took about 3.5% of the fused loss at AVX-512 (bench_hash_head, Zen 5).
+int64_t block_buckets(int64_t rows, int64_t buckets) { return rows == kRows ? buckets / 16 * 16 : 0; }
 
 // slab[b * 16 + r] = scores[n0 + r, b]; lanes r >= rows are zero.
 void load_slab(float* slab, const float* scores, int64_t n0, int64_t rows, int64_t buckets) {
   if (rows < kRows) std::fill(slab, slab + buckets * kRows, 0.0f);
   const int64_t blocked = block_buckets(rows, buckets);
-#if SHAMN_ISA_SIMD == 2
   for (int64_t b0 = 0; b0 < blocked; b0 += 16)
     transpose_block16(slab + b0 * kRows, kRows, scores + n0 * buckets + b0, buckets);
-#endif
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = scores + (n0 + r) * buckets;
     for (int64_t b = blocked; b < buckets; ++b) slab[b * kRows + r] = src[b];
@@ -74,10 +68,8 @@ void load_slab(float* slab, const float* scores, int64_t n0, int64_t rows, int64
 // The inverse of load_slab for the first `rows` lanes.
 void store_slab(float* scores, const float* slab, int64_t n0, int64_t rows, int64_t buckets) {
   const int64_t blocked = block_buckets(rows, buckets);
-#if SHAMN_ISA_SIMD == 2
   for (int64_t b0 = 0; b0 < blocked; b0 += 16)
     transpose_block16(scores + n0 * buckets + b0, buckets, slab + b0 * kRows, kRows);
-#endif
   for (int64_t r = 0; r < rows; ++r) {
     float* dst = scores + (n0 + r) * buckets;
     for (int64_t b = blocked; b < buckets; ++b) dst[b] = slab[b * kRows + r];
