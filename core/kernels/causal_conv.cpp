@@ -108,63 +108,24 @@ void causal_conv_backward_input(float* du, const float* dc, const float* conv, c
   });
 }
 
-namespace {
-
-constexpr int64_t kKernelSlice = 16;  // channels per task of the kernel's gradient
-
-// acc[i * 16 + d] = sum over rows of dc[row, d0 + d] * u[row - i, d0 + d], rows in
-// order (b, then t), for the default 4 taps: the 64 sums live in registers (8 AVX2
-// vectors) instead of a buffer that every row loaded and stored (the compiler
-// could not keep it, dc and u might alias it). The same FMAs in the same order.
-// Explicit fmas, here and in the general path: left to the compiler, the -O3
-// build fused the product into the add and the sanitizers' -O1 build did not.
-void kernel_slice_4taps(float* acc, const float* dc, const float* u, int64_t d0, const CausalConvDims& s) {
-  constexpr int K = 4, W = kKernelSlice;
-  const int64_t D = s.dim, rows = s.batch * s.time;
-  float a[K][W] = {};
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t t = 0; t < s.time; ++t) {
-      const int64_t row = b * s.time + t;
-      const float* __restrict g = dc + row * D + d0;
-      // A slice reads one cache line of each row, rows D floats apart: too far
-      // apart for the hardware prefetcher, so the lines 8 rows ahead are asked
-      // for (3-4x faster at 8 x 512 x 512, experiments/roofline.md).
-      if (row + 8 < rows) {
-        __builtin_prefetch(g + 8 * D);
-        __builtin_prefetch(u + (row + 8) * D + d0);
-      }
-      if (t >= K - 1) {
-#pragma GCC unroll 4
-        for (int i = 0; i < K; ++i) {
-          const float* __restrict x = u + (row - i) * D + d0;
-#pragma GCC unroll 16
-          for (int d = 0; d < W; ++d) a[i][d] = std::fma(g[d], x[d], a[i][d]);
-        }
-        continue;
-      }
-      for (int64_t i = 0; i <= t; ++i) {
-        const float* __restrict x = u + (row - i) * D + d0;
-#pragma GCC unroll 16
-        for (int d = 0; d < W; ++d) a[i][d] = std::fma(g[d], x[d], a[i][d]);
-      }
-    }
-  for (int i = 0; i < K; ++i) std::copy_n(a[i], W, acc + i * W);
-}
-
-}  // namespace
-
 // Parallel over slices of D: each task sums its slice of dconv over all B*T rows in
 // order, so no partial sums are combined and the thread count cannot change a bit.
+// A slice walks every row; the level's widest slice (64 channels at AVX-512, four
+// cache lines of a row per visit) walks them a quarter as often as 16 channels, and
+// is used while it still leaves a slice for every thread. The width changes no bit.
 void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, const CausalConvDims& s) {
-  constexpr int64_t kSlice = kKernelSlice;
+  const causal_conv_isa::Kernels& level = for_kernel_level(kLevels);
   const int64_t D = s.dim, K = s.kernel;
-  parallel_for(0, (D + kSlice - 1) / kSlice, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> acc(static_cast<size_t>(K * kSlice));
+  const int64_t wide = level.kernel_slice_width;
+  const int64_t slice = K == 4 && D / wide >= num_threads() ? wide : 16;
+  parallel_for(0, (D + slice - 1) / slice, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> acc(static_cast<size_t>(K * slice));
     for (int64_t sl = lo; sl < hi; ++sl) {
-      const int64_t d0 = sl * kSlice, dn = std::min(kSlice, D - d0);
-      if (K == 4 && dn == kSlice) {
-        kernel_slice_4taps(acc.data(), dc, u, d0, s);
+      const int64_t d0 = sl * slice, dn = std::min(slice, D - d0);
+      if (K == 4 && dn == slice) {
+        level.kernel_slice4(acc.data(), slice, dc, u, d0, s.batch, s.time, D);
       } else {
+        // Explicit fmas, as in the level's kernel: the same chain per channel.
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int64_t b = 0; b < s.batch; ++b)
           for (int64_t t = 0; t < s.time; ++t) {
@@ -172,13 +133,13 @@ void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, 
             const float* g = dc + row * D + d0;
             for (int64_t i = 0; i < K && i <= t; ++i) {
               const float* x = u + (row - i) * D + d0;
-              float* a = acc.data() + i * kSlice;
+              float* a = acc.data() + i * slice;
               for (int64_t d = 0; d < dn; ++d) a[d] = std::fma(g[d], x[d], a[d]);
             }
           }
       }
       for (int64_t d = 0; d < dn; ++d)
-        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * kSlice + d)];
+        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * slice + d)];
     }
   });
 }

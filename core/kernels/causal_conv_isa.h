@@ -11,6 +11,13 @@ struct Kernels {
   // w: [4, D], the taps' rows; x_i: the input row i tokens back.
   void (*row4)(float* out, const float* w, int64_t D, const float* x0, const float* x1, const float* x2,
                const float* x3);
+  // The kernel's gradient over channels [d0, d0 + width) of rows [batch * time, D]:
+  // acc[i * width + d] = sum over rows of dc[row, d0 + d] * u[row - i, d0 + d] (rows
+  // i < 4 back within their sequence), rows in order: each sum one fma chain, so the
+  // width changes no bit. width: kernel_slice_width, or 16 at any level.
+  void (*kernel_slice4)(float* acc, int64_t width, const float* dc, const float* u, int64_t d0, int64_t batch,
+                        int64_t time, int64_t D);
+  int64_t kernel_slice_width;  // the widest slice kernel_slice4 keeps in registers
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

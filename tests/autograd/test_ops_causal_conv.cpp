@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <utility>
 
 #include "autograd/ops.h"
 #include "autograd/ops_causal_conv.h"
@@ -68,14 +69,16 @@ TEST_CASE("causal_conv kernels: fast float kernels match the naive oracle", "[co
 
 TEST_CASE("causal_conv's kernel gradient is each (channel, tap)'s float FMA chain over rows in order",
           "[conv][kernels]") {
-  // 4 taps take the register path for whole 16-channel slices, other tap counts
-  // and the last partial slice (67 = 4 x 16 + 3) the buffer path: both must be the
-  // plain chain, whatever the thread count.
-  for (int64_t K : {int64_t{4}, int64_t{3}}) {
-    const CausalConvDims s{.batch = 2, .time = 21, .dim = 67, .kernel = K};
-    const Tensor u = random_tensor({2, 21, 67}, 40).to(DType::f32),
-                 dc = random_tensor({2, 21, 67}, 41).to(DType::f32);
-    std::vector<float> want(static_cast<size_t>(67 * K), 0.5f);
+  // 4 taps take the register path for whole slices (16 channels, or 64 at
+  // AVX-512 while there are as many 64-channel slices as threads: 195 on up to 3
+  // threads), other tap counts and the last partial slice (67 = 4 x 16 + 3,
+  // 195 = 3 x 64 + 3) the buffer path: all must be the plain chain, whatever the
+  // thread count.
+  for (const auto& [K, D] : {std::pair<int64_t, int64_t>{4, 67}, {3, 67}, {4, 195}}) {
+    const CausalConvDims s{.batch = 2, .time = 21, .dim = D, .kernel = K};
+    const Tensor u = random_tensor({2, 21, D}, 40).to(DType::f32),
+                 dc = random_tensor({2, 21, D}, 41).to(DType::f32);
+    std::vector<float> want(static_cast<size_t>(D * K), 0.5f);
     for (int64_t d = 0; d < s.dim; ++d)
       for (int64_t i = 0; i < K; ++i) {
         float acc = 0.0f;
@@ -86,11 +89,11 @@ TEST_CASE("causal_conv's kernel gradient is each (channel, tap)'s float FMA chai
         want[d * K + i] += acc;
       }
     test::ThreadCountGuard guard;
-    for (int threads : {1, 2}) {
+    for (int threads : {1, 2, 8}) {
       set_num_threads(threads);
       std::vector<float> got(want.size(), 0.5f);
       causal_conv_backward_kernel(got.data(), dc.data<float>(), u.data<float>(), s);
-      INFO("K = " << K << ", " << threads << " thread(s)");
+      INFO("K = " << K << ", D = " << D << ", " << threads << " thread(s)");
       for (size_t j = 0; j < want.size(); ++j)
         REQUIRE(std::bit_cast<uint32_t>(got[j]) == std::bit_cast<uint32_t>(want[j]));
     }
