@@ -1,9 +1,11 @@
 #include "core/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/buffer.h"
 #include "core/check.h"
 #include "core/gemm_isa.h"
 #include "core/kernel_level.h"
@@ -90,6 +92,45 @@ void gemm_direct(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, c
   });
 }
 
+// Products with a few columns of C and many rows (a router's logits, C [4096, 4]
+// or [4096, 16]): the register tile is 32 columns wide, so C's columns would
+// fill a quarter or half of it. C^T = op(B)^T op(A)^T instead puts the few
+// columns on the tile's rows, computed into a scratch [N, rows] and transposed
+// back, in blocks of rows that run as one task each: one parallel loop per
+// call, where the packed product of C^T would run two per 1,024 rows. Each
+// element is the same FMA chain either way (fma(a, b, c) is fma(b, a, c)),
+// with C's old values in the scratch when beta reads them, so the bits are
+// those of the direct product (tests/core/test_gemm.cpp).
+constexpr int64_t kFewColumns = 16;
+constexpr int64_t kFewColumnsMinRows = 256;
+constexpr int64_t kFewColumnsTaskRows = 256;
+
+std::atomic<bool> few_columns{true};
+bool few_columns_enabled() { return few_columns.load(std::memory_order_relaxed); }
+
+Trans flip(Trans t) { return t == Trans::yes ? Trans::no : Trans::yes; }
+
+template <class Packed>
+void gemm_few_columns(Packed packed, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                      int64_t ldc, ProductPrecision p) {
+  parallel_for(0, ceil_div(M, kFewColumnsTaskRows), 1, [&](int64_t lo, int64_t hi) {
+    const SerialScope serial;
+    Buffer<float> ct(N * kFewColumnsTaskRows);
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t i0 = task * kFewColumnsTaskRows, m = std::min(kFewColumnsTaskRows, M - i0);
+      float* c = C + i0 * ldc;
+      if (beta != 0.0f)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < N; ++j) ct[j * m + i] = c[i * ldc + j];
+      const float* a = A + (ta == Trans::yes ? i0 : i0 * lda);  // op(A)'s rows i0 ..
+      packed(flip(tb), flip(ta), N, m, K, alpha, B, ldb, a, lda, beta, ct.data(), m, p);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = ct[j * m + i];
+    }
+  });
+}
+
 template <class T>
 void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
@@ -119,6 +160,8 @@ void check_args(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const T* A,
 
 }  // namespace
 
+void set_gemm_few_columns(bool enabled) { few_columns.store(enabled, std::memory_order_relaxed); }
+
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, ProductPrecision p) {
   check_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
@@ -138,7 +181,10 @@ void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float a
     gemm_direct(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  for_kernel_level(kLevels).packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p);
+  const auto packed = for_kernel_level(kLevels).packed;
+  if (N <= kFewColumns && M >= kFewColumnsMinRows && few_columns_enabled())
+    return gemm_few_columns(packed, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p);
+  packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p);
 }
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,

@@ -24,6 +24,11 @@ void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float a
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
           ProductPrecision p = ProductPrecision::f32);
 
+// Products of at most 16 columns of C and 256 rows or more run as C^T =
+// op(B)^T op(A)^T (the packed tile is 32 columns wide), with the same bits.
+// Tests turn it off to compare the two; on by default.
+void set_gemm_few_columns(bool enabled);
+
 // Double precision, for gradient checks: straightforward, not tuned; never
 // rounded (p is ignored).
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,

@@ -48,6 +48,13 @@ const Shape kShapes[] = {
     {"bwd_dW16x512_dy49152x16T_x49152x512", shamn::Trans::yes, shamn::Trans::no, 16, 512, 49152},
     {"bwd_dW4x512_dy49152x4T_x49152x512", shamn::Trans::yes, shamn::Trans::no, 4, 512, 49152},
     {"bwd_dW256x512_dy49152x256T_x49152x512", shamn::Trans::yes, shamn::Trans::no, 256, 512, 49152},
+    // The routers at batch 8 x 512: C has a few columns (4 groups, 16 experts).
+    {"fwd_y4096x4_x4096x512_W4x512T", shamn::Trans::no, shamn::Trans::yes, 4096, 4, 512},
+    {"fwd_y4096x16_x4096x512_W16x512T", shamn::Trans::no, shamn::Trans::yes, 4096, 16, 512},
+    {"bwd_dx4096x512_dy4096x4_W4x512", shamn::Trans::no, shamn::Trans::no, 4096, 512, 4},
+    {"bwd_dx4096x512_dy4096x16_W16x512", shamn::Trans::no, shamn::Trans::no, 4096, 512, 16},
+    {"bwd_dW16x512_dy4096x16T_x4096x512", shamn::Trans::yes, shamn::Trans::no, 16, 512, 4096},
+    {"bwd_dW4x512_dy4096x4T_x4096x512", shamn::Trans::yes, shamn::Trans::no, 4, 512, 4096},
 };
 
 struct Operands {

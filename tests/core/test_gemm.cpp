@@ -286,6 +286,43 @@ TEST_CASE("gemm float: a long K split over threads gives the bits of the serial 
       }
 }
 
+TEST_CASE("gemm with few columns of C gives the bits of the direct product", "[gemm][threads]") {
+  // C [M, N <= 16] runs as C^T = op(B)^T op(A)^T (core/gemm.cpp); with that path
+  // off the same call runs the packed product directly. Shapes cover one and
+  // several K blocks, a row count that is not a multiple of any tile, padding,
+  // every beta rule (NaN in C for beta == 0) and both precisions, on 1 and 2 threads.
+  ThreadCountGuard guard;
+  struct Restore {
+    ~Restore() { shamn::set_gemm_few_columns(true); }
+  } restore;
+  struct Dims {
+    int64_t M, N, K;
+  };
+  uint32_t seed = 7000;
+  for (const Dims& d : {Dims{4096, 4, 512}, Dims{300, 16, 513}, Dims{257, 1, 40}, Dims{1000, 11, 1300}})
+    for (Trans ta : kTrans)
+      for (Trans tb : kTrans)
+        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 0.25f}})
+          for (const auto precision : {shamn::ProductPrecision::f32, shamn::ProductPrecision::bf16})
+            for (int threads : {1, 2}) {
+              Problem<float> p(ta, tb, d.M, d.N, d.K, alpha, beta, d.N % 2, seed++);
+              if (beta == 0.0f) std::fill(p.c0.begin(), p.c0.end(), std::numeric_limits<float>::quiet_NaN());
+              shamn::set_num_threads(threads);
+              const auto run = [&](bool few_columns) {
+                shamn::set_gemm_few_columns(few_columns);
+                std::vector<float> c = p.c0;
+                shamn::gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta,
+                            c.data(), p.ldc, precision);
+                return c;
+              };
+              const std::vector<float> direct = run(false), few = run(true);
+              INFO(p.describe() << (precision == shamn::ProductPrecision::bf16 ? " bf16" : " f32")
+                                << " threads=" << threads);
+              CHECK(std::memcmp(direct.data(), few.data(), direct.size() * sizeof(float)) == 0);
+              if (precision == shamn::ProductPrecision::f32) CHECK(compare(p, few, p.run_naive(), p.c0) == 0);
+            }
+}
+
 TEST_CASE("gemm double is bit-identical with 1 and 2 threads", "[gemm][threads]") {
   ThreadCountGuard guard;
   Problem<double> p(Trans::yes, Trans::no, 200, 150, 170, 0.5, 0.25, 1, 5000);
