@@ -1,5 +1,7 @@
 #include "core/kernels/product_key.h"
 
+#include <cmath>
+
 #include "core/buffer.h"
 #include "core/check.h"
 #include "core/gemm.h"
@@ -278,10 +280,14 @@ void gather_tokens(float* out, const float* values, const int32_t* slots, const 
 // dst[rows[e]] += coef[e] * src[t * src_stride : + dim] over the entries e = t*per_token + j
 // whose row is not negative. Entries are grouped by destination row (key_groups.h)
 // and each row adds them in entry order, in parallel over rows: the same sums for
-// any thread count (the pattern of rows.h scatter_add_rows).
+// any thread count (the pattern of rows.h scatter_add_rows). With row_values,
+// the same pass also stores entry_dots[e] = dot(src row, row_values[rows[e]]):
+// the value gradient's pass reads each value row once, in row order, where the
+// scores' gradient token by token would read it again for every token naming it.
 void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const int32_t* rows,
                              const float* coef, int64_t per_token, const float* src, int64_t src_stride,
-                             int64_t N, bool overwrite = false) {
+                             int64_t N, bool overwrite = false, const float* row_values = nullptr,
+                             float* entry_dots = nullptr) {
   const KeyGroups by_row =
       group_by_key(N * per_token, num_rows, [rows](int64_t e) { return int64_t{rows[e]}; });
   const std::vector<int64_t>& start = by_row.start;
@@ -298,13 +304,22 @@ void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const in
   const int64_t per_row = std::max<int64_t>(1, start[num_rows] / static_cast<int64_t>(used.size()));
   const int64_t grain = std::max<int64_t>(1, 16384 / (dim * per_row));
   parallel_for(0, static_cast<int64_t>(used.size()), grain, [&](int64_t lo, int64_t hi) {
+    // The source rows come in row order, not in their own: each is requested
+    // kPrefetchRows entries ahead (the task's entries are contiguous in order).
+    const int64_t last = start[used[static_cast<size_t>(hi - 1)] + 1];
+    for (int64_t i = start[used[static_cast<size_t>(lo)]];
+         i < std::min(last, start[used[lo]] + kPrefetchRows); ++i)
+      prefetch_span(src + (order[i] / per_token) * src_stride, dim);
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t r = used[static_cast<size_t>(u)];
       float* out = dst + r * dim;
       for (int64_t i = start[r]; i < start[r + 1]; ++i) {
+        if (i + kPrefetchRows < last)
+          prefetch_span(src + (order[i + kPrefetchRows] / per_token) * src_stride, dim);
         const int64_t e = order[i];
         const float* s = src + (e / per_token) * src_stride;
         const float w = coef[e];
+        if (row_values) entry_dots[e] = dot(s, row_values + r * dim, dim);
         if (overwrite && i == start[r])  // the value 0 + w s would have (up to the sign of a zero)
           for (int64_t c = 0; c < dim; ++c) out[c] = w * s[c];
         else
@@ -380,25 +395,47 @@ void product_key_forward(float* out, int32_t* slots, float* weights, const float
   }
 }
 
+namespace {
+
+// ds[m] = w[m] * (g[m] - sum_j w[j] g[j]) over one token's k entries, g in ds.
+// The sum is written as FMAs: GCC vectorises this loop as an in-order sum of
+// separately rounded products (not contracted), which changed the bits of the
+// scalar FMA chain this sum was when it shared the loop of the dot products.
+void center_scores(float* ds, const float* w, int64_t k) {
+  float gbar = 0;
+  for (int64_t m = 0; m < k; ++m) gbar = std::fma(w[m], ds[m], gbar);
+  for (int64_t m = 0; m < k; ++m) ds[m] = w[m] * (ds[m] - gbar);
+}
+
+// product_key_backward_scores and product_key_backward_values in one pass over
+// the value rows (scatter_add_scaled_rows): the same dot products and sums.
+void backward_scores_and_values(float* dsigma, float* dvalues, const float* dout, const float* values,
+                                const int32_t* slots, const float* weights, int64_t N,
+                                const ProductKeyDims& d, bool overwrite) {
+  const int64_t k = d.k;
+  scatter_add_scaled_rows(dvalues, d.slots(), d.dim, slots, weights, k, dout, d.dim, N, overwrite, values,
+                          dsigma);
+  parallel_for(0, N, std::max<int64_t>(1, 4096 / k), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) center_scores(dsigma + t * k, weights + t * k, k);
+  });
+}
+
+}  // namespace
+
 void product_key_backward_scores(float* dsigma, const float* dout, const float* values, const int32_t* slots,
                                  const float* weights, int64_t N, const ProductKeyDims& d) {
   const int64_t k = d.k, D = d.dim;
   parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const float* go = dout + t * D;
-      const float* w = weights + t * k;
       float* ds = dsigma + t * k;
-      float gbar = 0;
       for (int64_t m = 0; m < k; ++m) {
         const int64_t e = t * k + m;
         if (e + kPrefetchRows < hi * k)
           prefetch_span(values + static_cast<int64_t>(slots[e + kPrefetchRows]) * D, D);
-        const float* v = values + static_cast<int64_t>(slots[e]) * D;
-        const float g = dot(go, v, D);
-        ds[m] = g;
-        gbar += w[m] * g;
+        ds[m] = dot(go, values + static_cast<int64_t>(slots[e]) * D, D);
       }
-      for (int64_t m = 0; m < k; ++m) ds[m] = w[m] * (ds[m] - gbar);
+      center_scores(ds, weights + t * k, k);
     }
   });
 }
@@ -452,10 +489,16 @@ void product_key_backward(float* dq, float* dkeys1, float* dkeys2, float* dvalue
   check_product_key_dims(d);
   if (dq || dkeys1 || dkeys2) {
     Buffer<float> dsigma(N * d.k);  // every entry written
-    product_key_backward_scores(dsigma.data(), dout, values, slots, weights, N, d);
+    if (dvalues) {
+      backward_scores_and_values(dsigma.data(), dvalues, dout, values, slots, weights, N, d,
+                                 overwrite_values);
+    } else {
+      product_key_backward_scores(dsigma.data(), dout, values, slots, weights, N, d);
+    }
     product_key_backward_keys(dq, dkeys1, dkeys2, dsigma.data(), q, keys1, keys2, slots, N, d);
+  } else if (dvalues) {
+    product_key_backward_values(dvalues, dout, slots, weights, N, d, overwrite_values);
   }
-  if (dvalues) product_key_backward_values(dvalues, dout, slots, weights, N, d, overwrite_values);
 }
 
 }  // namespace shamn

@@ -2,6 +2,7 @@
 // lower-index tie rule in every top-k, gradients, thread-count independence, errors.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "autograd/ops_product_key.h"
 #include "core/kernel_level.h"
 #include "core/kernels/product_key.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "helpers.h"
 
@@ -369,6 +371,49 @@ TEST_CASE("product-key memory: the values' gradient written over garbage equals 
   int64_t zero_rows = 0;
   for (int64_t r = 0; r < 81; ++r) zero_rows += sums[static_cast<size_t>(r * 11)] == 0.0f;
   CHECK(zero_rows > 40);
+}
+
+TEST_CASE("product-key memory: the fused backward gives the bits of its stages", "[autograd][memory]") {
+  // product_key_backward computes the scores' and the values' gradients in one
+  // pass over the value rows; the exposed stages compute them token by token and
+  // row by row. 300 tokens x 4 of 81 slots: every row is named by many tokens.
+  // D = 70 runs the dot product's lanes and its tail.
+  struct Restore {
+    ~Restore() { set_num_threads(0); }
+  } restore;
+  const ProductKeyDims d{9, 5, 4, 70};
+  const int64_t N = 300;
+  const Tensor q = random_tensor({N, 10}, 81, DType::f32), k1 = random_tensor({9, 5}, 82, DType::f32),
+               k2 = random_tensor({9, 5}, 83, DType::f32), v = random_tensor({81, 70}, 84, DType::f32),
+               dout = random_tensor({N, 70}, 85, DType::f32);
+  const Lookup fwd = run_fast(q, k1, k2, v, N, d);
+  const auto grads = [&] {
+    return std::vector<Tensor>{random_tensor({N, 10}, 86, DType::f32), random_tensor({9, 5}, 87, DType::f32),
+                               random_tensor({9, 5}, 88, DType::f32),
+                               random_tensor({81, 70}, 89, DType::f32)};
+  };
+  for (int threads : {1, 2})
+    for (bool overwrite : {false, true}) {
+      set_num_threads(threads);
+      std::vector<Tensor> fused = grads(), staged = grads();
+      product_key_backward(fused[0].data<float>(), fused[1].data<float>(), fused[2].data<float>(),
+                           fused[3].data<float>(), dout.data<float>(), q.data<float>(), k1.data<float>(),
+                           k2.data<float>(), v.data<float>(), fwd.slots.data(), fwd.weights.data(), N, d,
+                           overwrite);
+      std::vector<float> dsigma(static_cast<size_t>(N * d.k));
+      product_key_backward_scores(dsigma.data(), dout.data<float>(), v.data<float>(), fwd.slots.data(),
+                                  fwd.weights.data(), N, d);
+      product_key_backward_keys(staged[0].data<float>(), staged[1].data<float>(), staged[2].data<float>(),
+                                dsigma.data(), q.data<float>(), k1.data<float>(), k2.data<float>(),
+                                fwd.slots.data(), N, d);
+      product_key_backward_values(staged[3].data<float>(), dout.data<float>(), fwd.slots.data(),
+                                  fwd.weights.data(), N, d, overwrite);
+      for (size_t i = 0; i < fused.size(); ++i) {
+        INFO("gradient " << i << ", threads " << threads << ", overwrite " << overwrite);
+        CHECK(std::memcmp(fused[i].data<float>(), staged[i].data<float>(),
+                          static_cast<size_t>(fused[i].numel()) * sizeof(float)) == 0);
+      }
+    }
 }
 
 TEST_CASE("product-key memory: bad shapes and sizes are errors", "[autograd][memory]") {
