@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/socket.h>
+
 #include "cli/commands.h"
 #include "cli/completion_json.h"
 #include "cli/model_source.h"
@@ -61,6 +63,10 @@ class Server {
     // threads for a full batch, a full queue and a few refused or probing clients.
     const size_t threads = static_cast<size_t>(a.batching.max_batch + a.batching.max_queue + 8);
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http_.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_socket_ = sock;
+    });
     http_.set_payload_max_length(1 << 20);
     http_.set_read_timeout(30, 0);
     http_.set_write_timeout(30, 0);
@@ -87,6 +93,11 @@ class Server {
                                      : (http_.bind_to_port(args_.host, args_.port) ? args_.port : -1);
     SHAMN_INPUT_CHECK(port > 0, "cannot listen on ", args_.host, ":", args_.port,
                       " (in use, or not an address of this machine)");
+    // cpp-httplib listens with a backlog of 5, compiled into Debian's library:
+    // a burst of clients arriving at once (the serving test's 20) overflowed it
+    // on a loaded machine, and a connection was reset. Linux takes a second
+    // listen() on the bound socket as a new backlog.
+    if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
     const std::string draft = args_.batching.draft ? ", draft " + model_name(args_.draft) + " K " +
                                                          std::to_string(args_.batching.draft_tokens)
                                                    : "";
@@ -259,6 +270,7 @@ class Server {
   const std::string name_;
   std::atomic<int64_t> next_id_{1};
   httplib::Server http_;
+  socket_t listen_socket_ = -1;  // the server's socket, as set_socket_options sees it
 };
 
 void run_serve(const ServeArgs& a) {
