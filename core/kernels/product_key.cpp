@@ -306,9 +306,9 @@ void scatter_add_scaled_rows(float* dst, int64_t num_rows, int64_t dim, const in
   parallel_for(0, static_cast<int64_t>(used.size()), grain, [&](int64_t lo, int64_t hi) {
     // The source rows come in row order, not in their own: each is requested
     // kPrefetchRows entries ahead (the task's entries are contiguous in order).
-    const int64_t last = start[used[static_cast<size_t>(hi - 1)] + 1];
-    for (int64_t i = start[used[static_cast<size_t>(lo)]];
-         i < std::min(last, start[used[lo]] + kPrefetchRows); ++i)
+    const int64_t first = start[used[static_cast<size_t>(lo)]],
+                  last = start[used[static_cast<size_t>(hi - 1)] + 1];
+    for (int64_t i = first; i < std::min(last, first + kPrefetchRows); ++i)
       prefetch_span(src + (order[i] / per_token) * src_stride, dim);
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t r = used[static_cast<size_t>(u)];
