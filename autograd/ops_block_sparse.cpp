@@ -39,11 +39,18 @@ BlockSparseDims checked_dims(const char* op, const Var& x, const Var& values, co
   return dims;
 }
 
+// x and the rows of it the kernels read, and as what (core/kernels/block_sparse.h).
 template <class T>
-void forward_rows(T* y, const T* x, const T* values, const int32_t* ci, const T* bias, int64_t n,
+struct RowsOf {
+  const T* x = nullptr;
+  RowSource src;
+};
+
+template <class T>
+void forward_rows(T* y, const RowsOf<T>& x, const T* values, const int32_t* ci, const T* bias, int64_t n,
                   const BlockSparseDims& dims) {
   // Under bf16 the kernels round the operands as they pack them.
-  block_sparse_forward(y, x, values, ci, bias, n, dims, product_precision());
+  block_sparse_forward(y, x.x, values, ci, bias, n, dims, product_precision(), x.src);
 }
 
 // Gradient destinations of one layer; null where no gradient is wanted.
@@ -57,27 +64,12 @@ struct GradRows {
 };
 
 template <class T>
-void backward_rows(const GradRows<T>& g, const T* dy, const T* x, const T* values, const int32_t* ci,
+void backward_rows(const GradRows<T>& g, const T* dy, const RowsOf<T>& x, const T* values, const int32_t* ci,
                    int64_t n, const BlockSparseDims& dims) {
   const ProductPrecision p = product_precision();
   if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims, p, g.dx_fresh);
-  if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x, ci, n, dims, p);
+  if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x.x, ci, n, dims, p, x.src);
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);  // a sum of dy: f32 under bf16 too
-}
-
-// What a layer reads of its count inputs x: x itself, or act(x) computed into
-// buf. buf is a Buffer, not a std::vector: the vector's serial zero fill of
-// [N, in] values (and the fresh pages behind it) capped these ops at 2x on 16
-// threads.
-template <class T>
-const T* activated(const T* x, int64_t count, InputActivation act, Buffer<T>& buf) {
-  if (act == InputActivation::none) return x;
-  buf.reserve_at_least(count);
-  if (act == InputActivation::gelu)
-    gelu_forward(buf.data(), x, count);
-  else
-    silu_forward(buf.data(), x, count);
-  return buf.data();
 }
 
 // dx += dact * act'(x), or dx = ... with overwrite (dact may be dx then).
@@ -100,45 +92,49 @@ void record_activation_work(InputActivation act, int64_t count, int64_t s, bool 
         op_work::unary_backward(count, gelu ? op_work::kGeluBackwardFlops : op_work::kSiluBackwardFlops, s));
 }
 
-// backward_rows for a layer that read act(x): the activation recomputed for
-// the values' gradient, the input's gradient through act' into g.dx. A fresh
-// g.dx takes the product's gradient and is then scaled by act'(x) in place;
-// else the product's gradient goes through dbuf (written, not zero-filled).
-template <class T>
-void backward_rows_activated(const GradRows<T>& g, const T* dy, const T* x, const T* values,
-                             const int32_t* ci, int64_t n, const BlockSparseDims& dims, InputActivation act,
-                             Buffer<T>& buf, Buffer<T>& dbuf) {
-  const T* x_in = activated(x, n * dims.in, act, buf);
-  GradRows<T> inner = g;
-  const bool through_act = act != InputActivation::none && g.dx;
-  if (through_act) {
-    if (!g.dx_fresh) {
-      dbuf.reserve_at_least(n * dims.in);
-      inner.dx = dbuf.data();
-    }
-    inner.dx_fresh = true;
-  }
-  backward_rows<T>(inner, dy, x_in, values, ci, n, dims);
-  if (through_act) activation_backward(g.dx, inner.dx, x, n * dims.in, act, g.dx_fresh);
-}
-
-// A segment's activation scratch: at least count values, rounded up to a power
-// of two. Segment sizes change with the routing every step; the rounded sizes
-// recur, so the allocator's cache hands the same blocks back instead of
-// faulting in fresh ones.
+// Scratch of at least count values, rounded up to a power of two. Segment
+// sizes change with the routing every step; the rounded sizes recur, so the
+// allocator's cache hands the same blocks back instead of faulting in fresh ones.
 template <class T>
 void reserve_segment_scratch(Buffer<T>& buf, int64_t count) {
   buf.reserve_at_least(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(count))));
 }
 
-// A segment's n input rows from r0: x's rows themselves, or (rows given) x's
-// rows rows[r0..r0+n) gathered into buf.
+// backward_rows for a layer that read act(x) (x.src.act; the kernels apply it
+// again as they read x for the values' gradient). The input's gradient goes
+// through act'(x) into g.dx, which needs x's own rows (x.src.rows null). A
+// fresh g.dx takes the product's gradient and is then scaled by act'(x) in
+// place; else the product's gradient goes through dbuf (written, not zero-filled).
 template <class T>
-const T* segment_rows(const T* x, const int32_t* rows, int64_t r0, int64_t n, int64_t in, Buffer<T>& buf) {
-  if (rows == nullptr) return x + r0 * in;
+void backward_rows_activated(const GradRows<T>& g, const T* dy, const RowsOf<T>& x, const T* values,
+                             const int32_t* ci, int64_t n, const BlockSparseDims& dims, Buffer<T>& dbuf) {
+  const InputActivation act = x.src.act;
+  GradRows<T> inner = g;
+  const bool through_act = act != InputActivation::none && g.dx;
+  if (through_act) {
+    SHAMN_CHECK(x.src.rows == nullptr, "block-sparse backward: an activated input must not be gathered");
+    if (!g.dx_fresh) {
+      reserve_segment_scratch(dbuf, n * dims.in);
+      inner.dx = dbuf.data();
+    }
+    inner.dx_fresh = true;
+  }
+  backward_rows<T>(inner, dy, x, values, ci, n, dims);
+  if (through_act) activation_backward(g.dx, inner.dx, x.x, n * dims.in, act, g.dx_fresh);
+}
+
+// A segment's n rows from r0 of x: x's own rows, or (rows given) rows[r0..r0+n)
+// of x. The kernels gather and activate as they read, except that a gathered
+// input with an activation is gathered into buf first (its backward needs the
+// rows themselves; no layer of the model has both).
+template <class T>
+RowsOf<T> segment_rows(const T* x, const int32_t* rows, int64_t r0, int64_t n, int64_t in,
+                       InputActivation act, Buffer<T>& buf) {
+  if (rows == nullptr) return {x + r0 * in, {nullptr, act}};
+  if (act == InputActivation::none) return {x, {rows + r0, act}};
   reserve_segment_scratch(buf, n * in);
   gather_rows_forward(buf.data(), x, rows + r0, n, in);
-  return buf.data();
+  return {buf.data(), {nullptr, act}};
 }
 
 }  // namespace
@@ -156,10 +152,8 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   Tensor y = Tensor::empty(out_shape, x.dtype());
   dispatch_floating(x.dtype(), "block_sparse_linear", [&](auto zero) {
     using T = decltype(zero);
-    Buffer<T> buf;
-    forward_rows<T>(y.data<T>(), activated(x.value().data<T>(), n * dims.in, act, buf),
-                    values.value().data<T>(), col_index.data<int32_t>(),
-                    bias.defined() ? bias.value().data<T>() : nullptr, n, dims);
+    forward_rows<T>(y.data<T>(), {x.value().data<T>(), {nullptr, act}}, values.value().data<T>(),
+                    col_index.data<int32_t>(), bias.defined() ? bias.value().data<T>() : nullptr, n, dims);
   });
 
   std::vector<Var> inputs{x, values};
@@ -176,9 +170,9 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
       if (node.needs_grad(0)) g.dx = node.input_grad_to_write(0, &g.dx_fresh).template data<T>();
       if (node.needs_grad(1)) g.dvalues = node.input_grad(1).data<T>();
       if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
-      Buffer<T> buf, dbuf;
-      backward_rows_activated<T>(g, node.out_grad.data<T>(), xv.data<T>(), wv.data<T>(),
-                                 col_index.data<int32_t>(), n, dims, act, buf, dbuf);
+      Buffer<T> dbuf;
+      backward_rows_activated<T>(g, node.out_grad.data<T>(), {xv.data<T>(), {nullptr, act}}, wv.data<T>(),
+                                 col_index.data<int32_t>(), n, dims, dbuf);
     });
   });
 }
@@ -241,13 +235,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     const int32_t* rp = gathered ? rows.data<int32_t>() : nullptr;
     T* yp = y.data<T>();
     parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-      Buffer<T> buf, rows_buf;  // act(x) of the segment; its rows of x, gathered
+      Buffer<T> rows_buf;  // the segment's rows of x, where they must be gathered first
       for (int64_t g = lo; g < hi; ++g) {
         const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
         if (n == 0) continue;
-        if (act != InputActivation::none) reserve_segment_scratch(buf, n * in);
-        const T* xg = segment_rows(xp, rp, r0, n, in, rows_buf);
-        forward_rows<T>(yp + r0 * out, activated(xg, n * in, act, buf), wv[g].data<T>(),
+        forward_rows<T>(yp + r0 * out, segment_rows(xp, rp, r0, n, in, act, rows_buf), wv[g].data<T>(),
                         ci[g].data<int32_t>(), bv[g].defined() ? bv[g].data<T>() : nullptr, n, dims[g]);
       }
     });
@@ -296,16 +288,12 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       const T* xp = xv.data<T>();
       const int32_t* rp = gathered ? rows.data<int32_t>() : nullptr;
       parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-        Buffer<T> buf, dbuf, rows_buf;  // act(x) of the segment and its gradient; its rows of x
+        Buffer<T> dbuf, rows_buf;  // the gradient of act(x); the segment's rows, where gathered first
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
           if (n == 0) continue;
-          if (act != InputActivation::none) {
-            reserve_segment_scratch(buf, n * in);
-            if (dx) reserve_segment_scratch(dbuf, n * in);
-          }
-          backward_rows_activated<T>(grads[g], dy + r0 * out, segment_rows(xp, rp, r0, n, in, rows_buf),
-                                     wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g], act, buf, dbuf);
+          backward_rows_activated<T>(grads[g], dy + r0 * out, segment_rows(xp, rp, r0, n, in, act, rows_buf),
+                                     wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g], dbuf);
         }
       });
       if (gathered && dx) scatter_add_rows(node.input_grad(0).data<T>(), dx, rp, M, R, in);

@@ -11,7 +11,6 @@ namespace shamn {
 // the backward, and never keeps: a step holds one activation of x's size less
 // than with a separate activation op (experiments/training_memory.md). The
 // results are bitwise those of the activation op followed by the product.
-enum class InputActivation { none, gelu, silu };
 
 // y = act(x) W^T + bias with W block-sparse (SPEC 1.3).
 // x: [..., in]  values: [nob, a, b, b]  col_index: [nob, a] int32  bias: [out] or undefined

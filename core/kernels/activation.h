@@ -12,6 +12,10 @@
 
 namespace shamn {
 
+// An activation a kernel applies to an operand as it reads it (the block-sparse
+// layers' input: the experts' down reads gelu of the up's output).
+enum class InputActivation { none, gelu, silu };
+
 void gelu_forward(float* y, const float* x, int64_t n);
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite = false);
 void silu_forward(float* y, const float* x, int64_t n);

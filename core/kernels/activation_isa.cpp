@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/kernels/activation_isa.h"
+#include "core/kernels/activation_simd.h"
 #include "core/parallel.h"
 #include "core/simd.h"
 
@@ -14,28 +15,8 @@ namespace {
 using simd::F;
 using simd::splat;
 
-inline F sigmoid16(F x) { return splat(1.0f) / (splat(1.0f) + simd::exp(-x)); }
-
-constexpr float kAlpha2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2/pi)
-constexpr float kBeta = 0.044715f;
-
-struct Gelu16 {
-  static F forward(F x) { return x * sigmoid16(splat(kAlpha2) * (x + splat(kBeta) * x * x * x)); }
-  // d/dx x s(2u) = s + x s (1 - s) 2u'(x),  2u' = 2 sqrt(2/pi) (1 + 3 beta x^2)
-  static F derivative(F x) {
-    const F s = sigmoid16(splat(kAlpha2) * (x + splat(kBeta) * x * x * x));
-    const F du = splat(kAlpha2) * (splat(1.0f) + splat(3.0f * kBeta) * x * x);
-    return s + x * s * (splat(1.0f) - s) * du;
-  }
-};
-
-struct Silu16 {
-  static F forward(F x) { return x * sigmoid16(x); }
-  static F derivative(F x) {
-    const F s = sigmoid16(x);
-    return s * (splat(1.0f) + x * (splat(1.0f) - s));
-  }
-};
+using act16::Gelu;
+using act16::Silu;
 
 inline F load_n(const float* p, int64_t count) {
   if (count == 16) return simd::load(p);
@@ -98,17 +79,17 @@ void map_backward16(float* dx, const float* dy, const float* x, int64_t n, bool 
 
 }  // namespace
 
-void gelu_forward(float* y, const float* x, int64_t n) { map_forward16<Gelu16>(y, x, n); }
+void gelu_forward(float* y, const float* x, int64_t n) { map_forward16<Gelu>(y, x, n); }
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite) {
-  map_backward16<Gelu16>(dx, dy, x, n, overwrite);
+  map_backward16<Gelu>(dx, dy, x, n, overwrite);
 }
-void silu_forward(float* y, const float* x, int64_t n) { map_forward16<Silu16>(y, x, n); }
+void silu_forward(float* y, const float* x, int64_t n) { map_forward16<Silu>(y, x, n); }
 void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite) {
-  map_backward16<Silu16>(dx, dy, x, n, overwrite);
+  map_backward16<Silu>(dx, dy, x, n, overwrite);
 }
 
 void sigmoid_forward(float* y, const float* x, int64_t n) {
-  map16(y, n, [x](auto load, int64_t i) { return sigmoid16(load(x + i)); });
+  map16(y, n, [x](auto load, int64_t i) { return act16::sigmoid(load(x + i)); });
 }
 
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {

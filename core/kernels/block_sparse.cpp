@@ -41,8 +41,9 @@ void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
 }
 
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
-                          const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
-  for_kernel_level(kLevels).forward(y, x, values, col_index, bias, n, dims, p);
+                          const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p,
+                          const RowSource& src) {
+  for_kernel_level(kLevels).forward(y, x, values, col_index, bias, n, dims, p, src);
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
@@ -51,8 +52,9 @@ void block_sparse_backward_input(float* dx, const float* dy, const float* values
 }
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                                  int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
-  for_kernel_level(kLevels).backward_values(dvalues, dy, x, col_index, n, dims, p);
+                                  int64_t n, const BlockSparseDims& dims, ProductPrecision p,
+                                  const RowSource& src) {
+  for_kernel_level(kLevels).backward_values(dvalues, dy, x, col_index, n, dims, p, src);
 }
 
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims) {

@@ -14,7 +14,9 @@
 // thread count.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "core/kernels/activation.h"
 #include "core/product_precision.h"
 
 namespace shamn {
@@ -30,6 +32,17 @@ struct BlockSparseDims {
   int64_t value_count() const { return row_blocks() * active * block * block; }
 };
 
+// Where the products read their x operand (forward and grad values): row t of x
+// is x[rows[t]] (rows given) or x[t], and the kernels read act of it. The fast
+// kernels gather and activate the rows as they pack them, so no gathered or
+// activated copy of x is ever made; the sums are those of the same product on
+// such a copy, bit for bit (a test).
+struct RowSource {
+  const int32_t* rows = nullptr;  // [n] row indices into x, or null
+  InputActivation act = InputActivation::none;
+  bool plain() const { return rows == nullptr && act == InputActivation::none; }
+};
+
 // Throws naming the mismatch if col_index is not [nob, a] with sorted, distinct
 // entries in [0, nib).
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& dims);
@@ -41,13 +54,13 @@ void check_block_pattern(const int32_t* col_index, const BlockSparseDims& dims);
 // rounded copies in k order.
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
                           const float* bias, int64_t n, const BlockSparseDims& dims,
-                          ProductPrecision p = ProductPrecision::f32);
+                          ProductPrecision p = ProductPrecision::f32, const RowSource& src = {});
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
                                  int64_t n, const BlockSparseDims& dims,
                                  ProductPrecision p = ProductPrecision::f32, bool overwrite = false);
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
                                   int64_t n, const BlockSparseDims& dims,
-                                  ProductPrecision p = ProductPrecision::f32);
+                                  ProductPrecision p = ProductPrecision::f32, const RowSource& src = {});
 // dbias[out] += sum over rows of dy (fixed order: thread-count independent).
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims);
 
@@ -58,6 +71,20 @@ void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const 
 // test); tests and benchmarks set it to compare the two. 0 restores the default.
 inline constexpr int64_t kGradValuesPackReaders = 4;
 void set_grad_values_pack_readers(int64_t readers);
+
+// The n rows a RowSource names, as a contiguous copy [n, in]: the naive
+// kernels' (and the f64 path's) x, and the tests' oracle for the fast kernels.
+template <class T>
+std::vector<T> source_rows(const T* x, int64_t n, int64_t in, const RowSource& src) {
+  std::vector<T> out(static_cast<size_t>(n * in));
+  for (int64_t t = 0; t < n; ++t) {
+    const T* row = x + (src.rows ? static_cast<int64_t>(src.rows[t]) : t) * in;
+    std::copy(row, row + in, out.begin() + t * in);
+  }
+  if (src.act == InputActivation::gelu) gelu_forward(out.data(), out.data(), n * in);
+  if (src.act == InputActivation::silu) silu_forward(out.data(), out.data(), n * in);
+  return out;
+}
 
 template <class T>
 void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t* col_index, const T* bias,
@@ -124,7 +151,11 @@ void block_sparse_backward_bias_naive(T* dbias, const T* dy, int64_t n, const Bl
 // never rounded (the precision is ignored).
 inline void block_sparse_forward(double* y, const double* x, const double* values, const int32_t* col_index,
                                  const double* bias, int64_t n, const BlockSparseDims& dims,
-                                 ProductPrecision = ProductPrecision::f32) {
+                                 ProductPrecision = ProductPrecision::f32, const RowSource& src = {}) {
+  if (!src.plain()) {
+    const std::vector<double> xs = source_rows(x, n, dims.in, src);
+    return block_sparse_forward_naive(y, xs.data(), values, col_index, bias, n, dims);
+  }
   block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
 }
 inline void block_sparse_backward_input(double* dx, const double* dy, const double* values,
@@ -134,7 +165,12 @@ inline void block_sparse_backward_input(double* dx, const double* dy, const doub
 }
 inline void block_sparse_backward_values(double* dvalues, const double* dy, const double* x,
                                          const int32_t* col_index, int64_t n, const BlockSparseDims& dims,
-                                         ProductPrecision = ProductPrecision::f32) {
+                                         ProductPrecision = ProductPrecision::f32,
+                                         const RowSource& src = {}) {
+  if (!src.plain()) {
+    const std::vector<double> xs = source_rows(x, n, dims.in, src);
+    return block_sparse_backward_values_naive(dvalues, dy, xs.data(), col_index, n, dims);
+  }
   block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
 }
 inline void block_sparse_backward_bias(double* dbias, const double* dy, int64_t n,

@@ -63,6 +63,9 @@ thread_local ScratchSlot tls_chunk;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The row of x that a product's row t reads.
+int64_t source_row(const RowSource& src, int64_t t) { return src.rows ? src.rows[t] : t; }
+
 bool is_wide(int64_t block) { return block % (bsr::kTokenWide.nv * kVec) == 0; }
 bool is_wide_grad(int64_t block) {
   return block % (bsr::kGradWide.nv * kVec) == 0 && block % bsr::kGradWide.mr == 0;
@@ -100,25 +103,32 @@ TokenTiling plan_tokens(int64_t n, int64_t width, int mr, int64_t blocks) {
 }
 
 // While unit u computes, prefetches the rows of the next token tile: its input (read
-// by the packing) and, when one unit covers all blocks of a tile, its output rows.
+// by the packing; through in_rows when they are gathered) and, when one unit covers
+// all blocks of a tile, its output rows.
 // Only the last group of a tile does it: the unit after it starts a new tile.
 class NextTile {
  public:
   NextTile(const TokenTiling& tt, int64_t u, int64_t n, int64_t steps, const float* in, int64_t in_width,
-           const float* out, int64_t out_width) {
+           const float* out, int64_t out_width, const int32_t* in_rows = nullptr) {
     const int64_t tile = u / tt.groups, g = u % tt.groups;
     if (g != tt.groups - 1 || tile + 1 >= tt.tiles) return;
     const int64_t t0 = (tile + 1) * tt.mc, t1 = std::min(n, t0 + tt.mc);
-    in_ = bsr::PrefetchStream(in + t0 * in_width, in + t1 * in_width, steps, false);
+    if (in_rows) {
+      gathered_ = bsr::GatheredPrefetch(in, in_width, in_rows + t0, t1 - t0, steps);
+    } else {
+      in_ = bsr::PrefetchStream(in + t0 * in_width, in + t1 * in_width, steps, false);
+    }
     if (tt.groups == 1) out_ = bsr::PrefetchStream(out + t0 * out_width, out + t1 * out_width, steps, true);
   }
   void step() {
     in_.step();
+    gathered_.step();
     out_.step();
   }
 
  private:
   bsr::PrefetchStream in_, out_;
+  bsr::GatheredPrefetch gathered_;
 };
 
 // The tile of a product: f32 (tile_kernel), or with Round the bf16 pairs
@@ -151,7 +161,7 @@ constexpr int64_t kPerRow = Round ? 2 : 1;
 
 template <int MR, int NV, bool Round>
 void forward_fast(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
-                  int64_t n, const BlockSparseDims& d) {
+                  int64_t n, const BlockSparseDims& d, const RowSource& src) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, a = d.active, nob = d.row_blocks(), jn = b / NR;
   const int64_t panel = a * b * NR;       // floats of one packed weight panel
@@ -182,12 +192,14 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
       const int64_t panels = ceil_div(rows, MR);
       for (int64_t p = 0; p < panels; ++p) {
         const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
+        const float* row[MR];
+        for (int i = 0; i < mr; ++i) row[i] = x + source_row(src, t0 + p * MR + i) * d.in;
         for (const int32_t c : used)
-          bsr::pack_transposed<Round>(x + (t0 + p * MR) * d.in + c * b, d.in, mr, b,
-                                      xp + (p * d.in + c * bk) * MR, MR);
+          bsr::pack_transposed_rows<Round>([&row, c, b](int i) { return row[i] + c * b; }, mr, b,
+                                           xp + (p * d.in + c * bk) * MR, MR, src.act);
       }
       const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
-      NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out);
+      NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out, src.rows);
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t j = 0; j < jn; ++j)
           for (int64_t p = 0; p < panels; ++p) {
@@ -305,16 +317,18 @@ template <int MR, int NV, bool Round>
 class GradValuesChunk {
  public:
   GradValuesChunk(const float* dy, const float* x, const int32_t* col_index, const BlockSparseDims& d,
-                  const std::vector<int32_t>& used)
+                  const std::vector<int32_t>& used, const RowSource& src)
       : dy_(dy),
         x_(x),
         col_index_(col_index),
         d_(d),
         used_(used),
+        src_(src),
         native_(Round && bf16_dot_native()),
         pack_dy_(Round || d.active >= bsr::grad_values_pack_readers()),
-        pack_x_(Round || d.row_blocks() * d.active >=
-                             bsr::grad_values_pack_readers() * static_cast<int64_t>(used.size())) {}
+        pack_x_(Round || !src.plain() ||
+                d.row_blocks() * d.active >=
+                    bsr::grad_values_pack_readers() * static_cast<int64_t>(used.size())) {}
 
   bool packs() const { return pack_dy_ || pack_x_; }
 
@@ -333,9 +347,11 @@ class GradValuesChunk {
         const float* g_row = dy_ + (t0 + t) * d_.out;
         for (int64_t r = 0; r < d_.row_blocks(); ++r)
           bsr::copy_pairs16(gc + (r * kc + tp) * b, odd ? g_row + d_.out + r * b : nullptr, g_row + r * b, b);
-        const float* x_row = x_ + (t0 + t) * d_.in;
+        const float* x_row = x_ + source_row(src_, t0 + t) * d_.in;
+        const float* x_next = odd ? x_ + source_row(src_, t0 + t + 1) * d_.in : nullptr;
         for (const int32_t c : used_)
-          bsr::copy_pairs16(xc + (c * kc + tp) * b, odd ? x_row + d_.in + c * b : nullptr, x_row + c * b, b);
+          bsr::copy_pairs16(xc + (c * kc + tp) * b, x_next ? x_next + c * b : nullptr, x_row + c * b, b,
+                            src_.act);
       }
       return;
     }
@@ -344,9 +360,10 @@ class GradValuesChunk {
       if (pack_dy_)
         for (int64_t r = 0; r < d_.row_blocks(); ++r)
           bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
-      const float* x_row = x_ + (t0 + t) * d_.in;
+      const float* x_row = x_ + source_row(src_, t0 + t) * d_.in;
+      if (src_.rows && t + 2 < t_hi) bsr::prefetch_row(x_ + source_row(src_, t0 + t + 2) * d_.in, d_.in);
       if (pack_x_)
-        for (const int32_t c : used_) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b);
+        for (const int32_t c : used_) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b, src_.act);
     }
   }
 
@@ -375,6 +392,7 @@ class GradValuesChunk {
   const int32_t* col_index_;
   const BlockSparseDims& d_;
   const std::vector<int32_t>& used_;
+  RowSource src_;  // x's rows and activation; packed whenever not plain
   bool native_;
   bool pack_dy_, pack_x_;
 };
@@ -397,9 +415,9 @@ bool values_by_chunks(int64_t n, const BlockSparseDims& d) {
 
 template <int MR, int NV, bool Round>
 void backward_values_fast(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                          int64_t n, const BlockSparseDims& d) {
+                          int64_t n, const BlockSparseDims& d, const RowSource& src) {
   const std::vector<int32_t> used = used_column_blocks(col_index, d);
-  const GradValuesChunk<MR, NV, Round> chunk(dy, x, col_index, d, used);
+  const GradValuesChunk<MR, NV, Round> chunk(dy, x, col_index, d, used, src);
   const int64_t kc_max = std::min(n, kTokenChunk);
   const int64_t blocks = d.row_blocks() * d.active;
   const size_t scratch = static_cast<size_t>((d.out + d.in) * kc_max) + kScratchSlack;
@@ -443,11 +461,12 @@ std::vector<float> rounded_flat(const float* x, int64_t count) { return rounded_
 
 template <bool Round>
 void forward_shaped(float* y, const float* x, const float* values, const int32_t* col_index,
-                    const float* bias, int64_t n, const BlockSparseDims& dims) {
+                    const float* bias, int64_t n, const BlockSparseDims& dims, const RowSource& src) {
   if (is_wide(dims.block)) {
-    forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(y, x, values, col_index, bias, n, dims);
+    forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(y, x, values, col_index, bias, n, dims, src);
   } else {
-    forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv, Round>(y, x, values, col_index, bias, n, dims);
+    forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv, Round>(y, x, values, col_index, bias, n, dims,
+                                                                    src);
   }
 }
 
@@ -465,26 +484,31 @@ void backward_input_shaped(float* dx, const float* dy, const float* values, cons
 
 template <bool Round>
 void backward_values_shaped(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                            int64_t n, const BlockSparseDims& dims) {
+                            int64_t n, const BlockSparseDims& dims, const RowSource& src) {
   if (is_wide_grad(dims.block)) {
-    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv, Round>(dvalues, dy, x, col_index, n, dims);
+    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv, Round>(dvalues, dy, x, col_index, n, dims,
+                                                                      src);
   } else {
-    backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv, Round>(dvalues, dy, x, col_index, n, dims);
+    backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv, Round>(dvalues, dy, x, col_index, n, dims,
+                                                                          src);
   }
 }
 
 }  // namespace
 
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
-                          const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+                          const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p,
+                          const RowSource& src) {
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
+    std::vector<float> xs = src.plain() ? std::vector<float>() : source_rows(x, n, dims.in, src);
+    if (!src.plain()) x = xs.data();
     if (!bf16) return block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
     const std::vector<float> xr = rounded_flat(x, n * dims.in), wr = rounded_flat(values, dims.value_count());
     return block_sparse_forward_naive(y, xr.data(), wr.data(), col_index, bias, n, dims);
   }
-  if (bf16) return forward_shaped<true>(y, x, values, col_index, bias, n, dims);
-  forward_shaped<false>(y, x, values, col_index, bias, n, dims);
+  if (bf16) return forward_shaped<true>(y, x, values, col_index, bias, n, dims, src);
+  forward_shaped<false>(y, x, values, col_index, bias, n, dims, src);
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
@@ -501,15 +525,18 @@ void block_sparse_backward_input(float* dx, const float* dy, const float* values
 }
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                                  int64_t n, const BlockSparseDims& dims, ProductPrecision p) {
+                                  int64_t n, const BlockSparseDims& dims, ProductPrecision p,
+                                  const RowSource& src) {
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
+    std::vector<float> xs = src.plain() ? std::vector<float>() : source_rows(x, n, dims.in, src);
+    if (!src.plain()) x = xs.data();
     if (!bf16) return block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
     const std::vector<float> gr = rounded_flat(dy, n * dims.out), xr = rounded_flat(x, n * dims.in);
     return block_sparse_backward_values_naive(dvalues, gr.data(), xr.data(), col_index, n, dims);
   }
-  if (bf16) return backward_values_shaped<true>(dvalues, dy, x, col_index, n, dims);
-  backward_values_shaped<false>(dvalues, dy, x, col_index, n, dims);
+  if (bf16) return backward_values_shaped<true>(dvalues, dy, x, col_index, n, dims, src);
+  backward_values_shaped<false>(dvalues, dy, x, col_index, n, dims, src);
 }
 
 SHAMN_ISA_END

@@ -10,11 +10,11 @@ namespace shamn::bsr {
 
 struct Kernels {
   void (*forward)(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
-                  int64_t n, const BlockSparseDims& dims, ProductPrecision p);
+                  int64_t n, const BlockSparseDims& dims, ProductPrecision p, const RowSource& src);
   void (*backward_input)(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
                          const BlockSparseDims& dims, ProductPrecision p, bool overwrite);
   void (*backward_values)(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                          int64_t n, const BlockSparseDims& dims, ProductPrecision p);
+                          int64_t n, const BlockSparseDims& dims, ProductPrecision p, const RowSource& src);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "core/bf16.h"
+#include "core/kernels/activation_simd.h"
 #include "core/simd.h"
 
 SHAMN_ISA_PUSH
@@ -210,6 +211,33 @@ class PrefetchStream {
   bool write_ = false;
 };
 
+// PrefetchStream over rows of x named by an index: rows[0..count) of width
+// floats, x + rows[t] * width, line after line.
+class GatheredPrefetch {
+ public:
+  GatheredPrefetch() = default;
+  GatheredPrefetch(const float* x, int64_t width, const int32_t* rows, int64_t count, int64_t steps)
+      : x_(x), rows_(rows), width_(width), row_lines_((width * 4 + 63) / 64), lines_(count * row_lines_) {
+    per_step_ = steps > 0 ? (lines_ + steps - 1) / steps : lines_;
+  }
+  void step() {
+    for (int64_t l = 0; l < per_step_ && next_ < lines_; ++l, ++next_) {
+      const int64_t t = next_ / row_lines_, line = next_ % row_lines_;
+      __builtin_prefetch(x_ + rows_[t] * width_ + line * 16, 0, 2);
+    }
+  }
+
+ private:
+  const float* x_ = nullptr;
+  const int32_t* rows_ = nullptr;
+  int64_t width_ = 0, row_lines_ = 0, lines_ = 0, per_step_ = 0, next_ = 0;
+};
+
+// Prefetches one row of width floats (a later row of a gathered operand).
+inline void prefetch_row(const float* row, int64_t width) {
+  for (int64_t i = 0; i < width; i += 16) __builtin_prefetch(row + i, 0, 2);
+}
+
 // ---------------------------------------------------------------------------------
 // Packing: dst[k * width + i] = src[i * ld + k] for k < cols and i < width, rows at
 // or beyond `rows` read as zero (so padded tile rows hold harmless zeros). With
@@ -219,8 +247,11 @@ class PrefetchStream {
 
 #if SHAMN_ISA_SIMD == 2
 
-template <bool Pairs = false>
-inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
+// With rows found by row(i) (a pointer to row i's first column), each read as
+// act of it (activations before rounding, as a separate pass would give them).
+template <bool Pairs = false, class RowAt>
+inline void pack_transposed_rows(const RowAt& row, int rows, int64_t cols, float* dst, int width,
+                                 InputActivation act = InputActivation::none) {
   __m512 r[16];
   for (int i0 = 0; i0 < width; i0 += 16) {
     const int lanes = std::min(16, width - i0);
@@ -231,7 +262,15 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
       const __mmask16 load_mask = static_cast<__mmask16>((1u << kn) - 1u);
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
-        r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, src + (i0 + i) * ld + k0) : _mm512_setzero_ps();
+        r[i] = i < valid ? _mm512_maskz_loadu_ps(load_mask, row(i0 + i) + k0) : _mm512_setzero_ps();
+      if (act != InputActivation::none) {  // the zero rows stay zero: act(0) = 0
+        simd::F f[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) f[i] = static_cast<simd::F>(r[i]);
+        act16::apply(f, act);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) r[i] = static_cast<__m512>(f[i]);
+      }
       if constexpr (Pairs)
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) r[i] = simd::vround_bf16(r[i]);
@@ -251,28 +290,40 @@ inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols
 
 #else
 
-template <bool Pairs = false>
-inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
-  if constexpr (Pairs) {
-    for (int64_t k = 0; k < cols; k += 2) {
-      float* d = dst + k / 2 * width;
-      int i = 0;
-      for (; i < std::min(rows, width); ++i)
-        d[i] = bf16_pair(k + 1 < cols ? round_to_bf16(src[i * ld + k + 1]) : 0.0f,
-                         round_to_bf16(src[i * ld + k]));
-      for (; i < width; ++i) d[i] = 0.0f;
+template <bool Pairs = false, class RowAt>
+inline void pack_transposed_rows(const RowAt& row, int rows, int64_t cols, float* dst, int width,
+                                 InputActivation act = InputActivation::none) {
+  for (int64_t k0 = 0; k0 < cols; k0 += 16) {
+    const int64_t kn = std::min<int64_t>(16, cols - k0);
+    for (int i = 0; i < width; ++i) {
+      float v[16] = {};
+      if (i < rows) {
+        std::memcpy(v, row(i) + k0, sizeof(float) * static_cast<size_t>(kn));
+        if (act != InputActivation::none) {
+          simd::F f[1] = {simd::load(v)};
+          act16::apply(f, act);
+          simd::store(v, f[0]);
+        }
+      }
+      for (int64_t k = 0; k < kn; k += Pairs ? 2 : 1) {
+        if constexpr (Pairs) {
+          dst[(k0 + k) / 2 * width + i] =
+              bf16_pair(k + 1 < kn ? round_to_bf16(v[k + 1]) : 0.0f, round_to_bf16(v[k]));
+        } else {
+          dst[(k0 + k) * width + i] = v[k];
+        }
+      }
     }
-    return;
-  }
-  for (int64_t k = 0; k < cols; ++k) {
-    float* d = dst + k * width;
-    int i = 0;
-    for (; i < std::min(rows, width); ++i) d[i] = src[i * ld + k];
-    for (; i < width; ++i) d[i] = 0.0f;
   }
 }
 
 #endif
+
+// dst[k * width + i] = src[i * ld + k] (see above), rows ld floats apart.
+template <bool Pairs = false>
+inline void pack_transposed(const float* src, int64_t ld, int rows, int64_t cols, float* dst, int width) {
+  pack_transposed_rows<Pairs>([src, ld](int i) { return src + i * ld; }, rows, cols, dst, width);
+}
 
 // dst[k * W + i] = src[k * ld + i] for k < rows: W-float row slices made contiguous.
 template <int W>
@@ -312,6 +363,35 @@ inline void copy_floats16(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; i += 16)
 #pragma GCC unroll 4
     for (int v = 0; v < 16 / kVec; ++v) vstoreu(dst + i + v * kVec, vloadu(src + i + v * kVec));
+}
+
+// copy_floats16 and copy_pairs16 of act(src) (act none: the plain copies).
+inline void copy_floats16(float* dst, const float* src, int64_t n, InputActivation act) {
+  if (act == InputActivation::none) return copy_floats16(dst, src, n);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    simd::F f[2] = {simd::load(src + i), simd::load(src + i + 16)};
+    act16::apply(f, act);
+    simd::store(dst + i, f[0]);
+    simd::store(dst + i + 16, f[1]);
+  }
+  if (i < n) {
+    simd::F f[1] = {simd::load(src + i)};
+    act16::apply(f, act);
+    simd::store(dst + i, f[0]);
+  }
+}
+
+inline void copy_pairs16(float* dst, const float* high, const float* low, int64_t n, InputActivation act) {
+  if (act == InputActivation::none) return copy_pairs16(dst, high, low, n);
+  alignas(64) float h[16], l[16];
+  for (int64_t i = 0; i < n; i += 16) {
+    simd::F f[2] = {simd::load(low + i), high ? simd::load(high + i) : simd::F{}};
+    act16::apply(f, act);
+    simd::store(l, f[0]);
+    simd::store(h, f[1]);
+    copy_pairs16(dst + i, high ? h : nullptr, l, 16);
+  }
 }
 
 }  // namespace SHAMN_ISA_NS

@@ -9,6 +9,7 @@
 #include "core/gemm.h"
 #include "core/kernels/block_sparse.h"
 #include "core/parallel.h"
+#include "core/product_precision.h"
 #include "core/rng.h"
 #include "helpers.h"
 
@@ -235,6 +236,57 @@ TEST_CASE("block-sparse grad values: bands read in place give the bits of packed
         CHECK(test::same_bits(grads[0], grads[2]));
       }
     }
+}
+
+TEST_CASE("block-sparse products reading gathered, activated rows give the bits of the products on a copy",
+          "[kernels][block_sparse][determinism]") {
+  // The experts' up reads its tokens' rows of u by index and their down reads
+  // gelu of the up's output: the kernels gather and activate as they pack.
+  // Blocks 16 and 32 take the fast kernels' two tile shapes, 8 the naive loops;
+  // 300 rows of a 500-row x, with repeats, are no multiple of any tile.
+  test::ThreadCountGuard guard;
+  const int64_t n = 300, source_rows_count = 500;
+  Rng rng(41, 3);
+  std::vector<int32_t> rows(static_cast<size_t>(n));
+  for (int32_t& r : rows) r = static_cast<int32_t>(rng.below(static_cast<uint64_t>(source_rows_count)));
+  struct Source {
+    bool gathered;
+    InputActivation act;
+  };
+  for (int64_t block : {8, 16, 32})
+    for (const Source& sc : {Source{true, InputActivation::none}, Source{false, InputActivation::gelu},
+                             Source{true, InputActivation::gelu}, Source{false, InputActivation::silu}})
+      for (ProductPrecision prec : {ProductPrecision::f32, ProductPrecision::bf16})
+        for (int threads : {1, 2}) {
+          const BlockSparseDims d = make_dims(block, 6, 5, 0.5);
+          DYNAMIC_SECTION("b " << block << " gathered " << sc.gathered << " act " << static_cast<int>(sc.act)
+                               << " bf16 " << (prec == ProductPrecision::bf16) << " threads " << threads) {
+            set_num_threads(threads);
+            const Problem p(d, sc.gathered ? source_rows_count : n, 51);
+            const RowSource src{sc.gathered ? rows.data() : nullptr, sc.act};
+            const std::vector<float> copy = source_rows(p.x.data(), n, d.in, src);
+            const std::vector<float> raw =
+                source_rows(p.x.data(), n, d.in, {src.rows, InputActivation::none});
+            // y from src, from the copy, and from the rows without the activation.
+            std::vector<std::vector<float>> y(3, std::vector<float>(static_cast<size_t>(n * d.out)));
+            std::vector<std::vector<float>> dv(3, test::uniform_floats(d.value_count(), 92));
+            block_sparse_forward(y[0].data(), p.x.data(), p.values.data(), p.ci.data(), p.bias.data(), n, d,
+                                 prec, src);
+            block_sparse_backward_values(dv[0].data(), p.dy.data(), p.x.data(), p.ci.data(), n, d, prec, src);
+            const float* plain[] = {copy.data(), raw.data()};
+            for (int k = 0; k < 2; ++k) {
+              block_sparse_forward(y[k + 1].data(), plain[k], p.values.data(), p.ci.data(), p.bias.data(), n,
+                                   d, prec);
+              block_sparse_backward_values(dv[k + 1].data(), p.dy.data(), plain[k], p.ci.data(), n, d, prec);
+            }
+            CHECK(test::same_bits(y[0], y[1]));
+            CHECK(test::same_bits(dv[0], dv[1]));
+            if (sc.act != InputActivation::none) {  // the activation was applied
+              CHECK_FALSE(test::same_bits(y[0], y[2]));
+              CHECK_FALSE(test::same_bits(dv[0], dv[2]));
+            }
+          }
+        }
 }
 
 TEST_CASE("block-sparse grad input with overwrite writes over garbage what adding into zeros gives",

@@ -116,8 +116,18 @@ TEST_CASE("block-sparse kernels give the same bits at every kernel level", "[ker
       block_sparse_forward(y.data(), x.data(), values.data(), col_index.data(), bias.data(), n, d);
       block_sparse_backward_input(dx.data(), dy.data(), values.data(), col_index.data(), n, d);
       block_sparse_backward_values(dv.data(), dy.data(), x.data(), col_index.data(), n, d);
-      y.insert(y.end(), dx.begin(), dx.end());
-      y.insert(y.end(), dv.begin(), dv.end());
+      // Again reading gelu of rows gathered in reverse (the packers' activation).
+      std::vector<int32_t> rows(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) rows[static_cast<size_t>(t)] = static_cast<int32_t>(n - 1 - t);
+      const RowSource src{rows.data(), InputActivation::gelu};
+      std::vector<float> ya(y.size());
+      std::vector<float> dva = random_floats(values.size(), 9);
+      block_sparse_forward(ya.data(), x.data(), values.data(), col_index.data(), bias.data(), n, d,
+                           ProductPrecision::f32, src);
+      block_sparse_backward_values(dva.data(), dy.data(), x.data(), col_index.data(), n, d,
+                                   ProductPrecision::f32, src);
+      for (const std::vector<float>* part : {&dx, &dv, &ya, &dva})
+        y.insert(y.end(), part->begin(), part->end());
       return y;
     });
   }
