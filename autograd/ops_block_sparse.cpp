@@ -296,7 +296,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
                                      wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g], dbuf);
         }
       });
-      if (gathered && dx) scatter_add_rows(node.input_grad(0).data<T>(), dx, rp, M, R, in);
+      if (gathered && dx) {
+        bool fresh = false;
+        T* du = node.input_grad_to_write(0, &fresh).data<T>();
+        scatter_add_rows(du, dx, rp, M, R, in, fresh);
+      }
     });
   });
 }

@@ -1,5 +1,6 @@
 #pragma once
 // Row gather and scatter-add (embedding lookups and their gradients).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -36,14 +37,18 @@ void gather_rows_forward(T* out, const T* table, const int32_t* idx, int64_t n, 
 // dst[idx[i], :] += src[i, :]   src: [N, D]  idx: [N] int32  dst: [R, D]
 // Positions are grouped by destination row (key_groups.h), and each destination
 // row adds its sources in increasing position order, in parallel over destination
-// rows: no atomics, and the same sums for any thread count.
+// rows: no atomics, and the same sums for any thread count. With overwrite, dst
+// holds nothing yet: each row is zeroed as its turn comes (while it is in cache,
+// not in a pass of its own over dst) and then added into, the same bits.
 template <class T>
-void scatter_add_rows(T* dst, const T* src, const int32_t* idx, int64_t n, int64_t num_rows, int64_t dim) {
+void scatter_add_rows(T* dst, const T* src, const int32_t* idx, int64_t n, int64_t num_rows, int64_t dim,
+                      bool overwrite = false) {
   const KeyGroups by_row = group_by_key(n, num_rows, [idx](int64_t i) { return int64_t{idx[i]}; });
   const std::vector<int64_t>& start = by_row.start;
   parallel_for(0, num_rows, row_grain(dim), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       T* d = dst + r * dim;
+      if (overwrite) std::fill_n(d, dim, T(0));
       for (int64_t k = start[r]; k < start[r + 1]; ++k) {
         if (k + 1 < start[hi]) prefetch_span(src + by_row.order[k + 1] * dim, dim);
         const T* s = src + by_row.order[k] * dim;

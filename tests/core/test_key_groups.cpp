@@ -1,4 +1,5 @@
-// The parallel counting sort of scatter-adds against std::stable_sort.
+// The parallel counting sort of scatter-adds against std::stable_sort, and the
+// row scatter-add built on it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "core/kernels/key_groups.h"
+#include "core/kernels/rows.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "helpers.h"
@@ -59,5 +61,30 @@ TEST_CASE("group_by_key is the stable counting sort at any thread count", "[core
                                 sizes[static_cast<size_t>(g)];
       CHECK(starts_match);
     }
+  }
+}
+
+TEST_CASE("scatter_add_rows with overwrite writes over garbage what adding into zeros gives",
+          "[kernels][determinism]") {
+  // 300 source rows into 97 destinations, some named many times and some never
+  // (those must come out zero); a few sources are -0, whose sum with a zeroed
+  // row is +0 either way.
+  test::ThreadCountGuard guard;
+  const int64_t n = 300, rows = 97, dim = 40;
+  Rng rng(7, 1);
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  for (int32_t& i : idx) i = static_cast<int32_t>(rng.below(static_cast<uint64_t>(rows - 10)));
+  std::vector<float> src = test::uniform_floats(n * dim, 8);
+  for (int64_t i = 0; i < n * dim; i += 7) src[static_cast<size_t>(i)] = -0.0f;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::vector<float> want(static_cast<size_t>(rows * dim), 0.0f);
+    scatter_add_rows(want.data(), src.data(), idx.data(), n, rows, dim);
+    std::vector<float> got = test::uniform_floats(rows * dim, 9);  // garbage
+    std::vector<float> kept = got;
+    scatter_add_rows(got.data(), src.data(), idx.data(), n, rows, dim, /*overwrite=*/true);
+    scatter_add_rows(kept.data(), src.data(), idx.data(), n, rows, dim);
+    CHECK(test::same_bits(got, want));
+    CHECK_FALSE(test::same_bits(kept, want));  // without overwrite the garbage stays
   }
 }
