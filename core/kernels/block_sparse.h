@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/kernels/activation.h"
+#include "core/kernels/rows.h"
 #include "core/product_precision.h"
 
 namespace shamn {
@@ -77,10 +78,10 @@ void set_grad_values_pack_readers(int64_t readers);
 template <class T>
 std::vector<T> source_rows(const T* x, int64_t n, int64_t in, const RowSource& src) {
   std::vector<T> out(static_cast<size_t>(n * in));
-  for (int64_t t = 0; t < n; ++t) {
-    const T* row = x + (src.rows ? static_cast<int64_t>(src.rows[t]) : t) * in;
-    std::copy(row, row + in, out.begin() + t * in);
-  }
+  if (src.rows)
+    gather_rows_forward(out.data(), x, src.rows, n, in);
+  else
+    std::copy(x, x + n * in, out.begin());
   if (src.act == InputActivation::gelu) gelu_forward(out.data(), out.data(), n * in);
   if (src.act == InputActivation::silu) silu_forward(out.data(), out.data(), n * in);
   return out;

@@ -8,6 +8,7 @@
 #include "core/kernels/block_sparse_isa.h"
 #include "core/kernels/block_sparse_simd.h"
 #include "core/parallel.h"
+#include "core/prefetch.h"
 #include "core/product_precision.h"
 #include "core/scratch.h"
 
@@ -361,7 +362,7 @@ class GradValuesChunk {
         for (int64_t r = 0; r < d_.row_blocks(); ++r)
           bsr::copy_floats16(gc + (r * kc + t) * b, g_row + r * b, b);
       const float* x_row = x_ + source_row(src_, t0 + t) * d_.in;
-      if (src_.rows && t + 2 < t_hi) bsr::prefetch_row(x_ + source_row(src_, t0 + t + 2) * d_.in, d_.in);
+      if (src_.rows && t + 2 < t_hi) prefetch_span(x_ + source_row(src_, t0 + t + 2) * d_.in, d_.in);
       if (pack_x_)
         for (const int32_t c : used_) bsr::copy_floats16(xc + (c * kc + t) * b, x_row + c * b, b, src_.act);
     }

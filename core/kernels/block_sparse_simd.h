@@ -233,11 +233,6 @@ class GatheredPrefetch {
   int64_t width_ = 0, row_lines_ = 0, lines_ = 0, per_step_ = 0, next_ = 0;
 };
 
-// Prefetches one row of width floats (a later row of a gathered operand).
-inline void prefetch_row(const float* row, int64_t width) {
-  for (int64_t i = 0; i < width; i += 16) __builtin_prefetch(row + i, 0, 2);
-}
-
 // ---------------------------------------------------------------------------------
 // Packing: dst[k * width + i] = src[i * ld + k] for k < cols and i < width, rows at
 // or beyond `rows` read as zero (so padded tile rows hold harmless zeros). With
