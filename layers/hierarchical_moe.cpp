@@ -30,8 +30,8 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u, const Var& residu
   const MoeShape shape{o.groups, o.experts_per_group, o.group_k, o.k};
   const int64_t n = u.numel() / o.dim, X = o.experts();
   Var u2 = reshape(u, {n, o.dim});
-  Var rg = router_group_.forward(u2);
-  Var P = router_probs(rg, router_expert_.forward(u2), shape);
+  const auto [rg, re] = router_logits(u2);
+  Var P = router_probs(rg, re, shape);
 
   // Selection is piecewise constant: computed on values, outside the graph.
   Tensor experts = Tensor::empty({n, o.k}, DType::i32);
@@ -55,6 +55,21 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u, const Var& residu
   Var ys = experts_forward(u2, plan);
   Var y = moe_combine(ys, gates, plan, residual.defined() ? reshape(residual, {n, o.dim}) : Var());
   return {reshape(y, u.shape()), aux, experts};
+}
+
+std::pair<Var, Var> HierarchicalMoE::router_logits(const Var& u) const {
+  if (router_group_.has_lora() || router_expert_.has_lora())
+    return {router_group_.forward(u), router_expert_.forward(u)};
+  // Both routers in one product, u [n, dim] times [Wg; We]^T [dim, G + X]: one pass
+  // over u (and over its gradient in backward) instead of two, each of them far
+  // longer than the few columns' arithmetic. The weights' rows are stacked as flat
+  // [1, rows * dim] views, so their gradients come back apart.
+  const int64_t G = options_.groups, X = options_.experts(), dim = options_.dim;
+  const Var& wg = router_group_.weight();
+  const Var& we = router_expert_.weight();
+  const Var w = reshape(concat_last({reshape(wg, {1, G * dim}), reshape(we, {1, X * dim})}), {G + X, dim});
+  const Var logits = matmul(u, w, false, true);
+  return {slice_last(logits, 0, G), slice_last(logits, G, G + X)};
 }
 
 Var HierarchicalMoE::experts_forward(const Var& u, const MoeDispatch& plan) const {

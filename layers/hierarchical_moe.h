@@ -1,4 +1,5 @@
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "autograd/ops_moe.h"
@@ -48,6 +49,8 @@ class HierarchicalMoE : public Module {
   const MoeExpert& expert(int64_t e) const { return *experts_[static_cast<size_t>(e)]; }
 
  private:
+  // The group and expert routers' logits of u [N, D]: [N, G] and [N, X].
+  std::pair<Var, Var> router_logits(const Var& u) const;
   // y (the experts' `layer` outputs over the segments of x) plus their LoRA
   // adapters' outputs, where any expert has one (summed in y's storage).
   Var with_adapters(const Var& x, const Var& y, const MoeDispatch& plan,

@@ -55,6 +55,10 @@ const Shape kShapes[] = {
     {"bwd_dx4096x512_dy4096x16_W16x512", shamn::Trans::no, shamn::Trans::no, 4096, 512, 16},
     {"bwd_dW16x512_dy4096x16T_x4096x512", shamn::Trans::yes, shamn::Trans::no, 16, 512, 4096},
     {"bwd_dW4x512_dy4096x4T_x4096x512", shamn::Trans::yes, shamn::Trans::no, 4, 512, 4096},
+    // Both routers in one product (layers/hierarchical_moe.cpp): 4 + 16 columns.
+    {"fwd_y4096x20_x4096x512_W20x512T", shamn::Trans::no, shamn::Trans::yes, 4096, 20, 512},
+    {"bwd_dx4096x512_dy4096x20_W20x512", shamn::Trans::no, shamn::Trans::no, 4096, 512, 20},
+    {"bwd_dW20x512_dy4096x20T_x4096x512", shamn::Trans::yes, shamn::Trans::no, 20, 512, 4096},
 };
 
 struct Operands {

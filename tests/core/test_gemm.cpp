@@ -287,7 +287,7 @@ TEST_CASE("gemm float: a long K split over threads gives the bits of the serial 
 }
 
 TEST_CASE("gemm with few columns of C gives the bits of the direct product", "[gemm][threads]") {
-  // C [M, N <= 16] runs as C^T = op(B)^T op(A)^T (core/gemm.cpp); with that path
+  // C [M, N <= 20] runs as C^T = op(B)^T op(A)^T (core/gemm.cpp); with that path
   // off the same call runs the packed product directly. Shapes cover one and
   // several K blocks, a row count that is not a multiple of any tile, padding,
   // every beta rule (NaN in C for beta == 0) and both precisions, on 1 and 2 threads.
@@ -299,7 +299,8 @@ TEST_CASE("gemm with few columns of C gives the bits of the direct product", "[g
     int64_t M, N, K;
   };
   uint32_t seed = 7000;
-  for (const Dims& d : {Dims{4096, 4, 512}, Dims{300, 16, 513}, Dims{257, 1, 40}, Dims{1000, 11, 1300}})
+  for (const Dims& d :
+       {Dims{4096, 4, 512}, Dims{4096, 20, 512}, Dims{300, 16, 513}, Dims{257, 1, 40}, Dims{1000, 11, 1300}})
     for (Trans ta : kTrans)
       for (Trans tb : kTrans)
         for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 0.25f}})
