@@ -54,12 +54,14 @@ void forward_rows(T* y, const RowsOf<T>& x, const T* values, const int32_t* ci, 
 }
 
 // Gradient destinations of one layer; null where no gradient is wanted.
-// dx_fresh: dx holds nothing to add to, so its gradient is written.
+// dx_fresh, dvalues_fresh: the buffer holds nothing to add to, so the gradient
+// is written.
 template <class T>
 struct GradRows {
   T* dx = nullptr;
   bool dx_fresh = false;
   T* dvalues = nullptr;
+  bool dvalues_fresh = false;
   T* dbias = nullptr;
 };
 
@@ -68,7 +70,7 @@ void backward_rows(const GradRows<T>& g, const T* dy, const RowsOf<T>& x, const 
                    int64_t n, const BlockSparseDims& dims) {
   const ProductPrecision p = product_precision();
   if (g.dx) block_sparse_backward_input(g.dx, dy, values, ci, n, dims, p, g.dx_fresh);
-  if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x.x, ci, n, dims, p, x.src);
+  if (g.dvalues) block_sparse_backward_values(g.dvalues, dy, x.x, ci, n, dims, p, x.src, g.dvalues_fresh);
   if (g.dbias) block_sparse_backward_bias(g.dbias, dy, n, dims);  // a sum of dy: f32 under bf16 too
 }
 
@@ -168,7 +170,7 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
       using T = decltype(zero);
       GradRows<T> g;
       if (node.needs_grad(0)) g.dx = node.input_grad_to_write(0, &g.dx_fresh).template data<T>();
-      if (node.needs_grad(1)) g.dvalues = node.input_grad(1).data<T>();
+      if (node.needs_grad(1)) g.dvalues = node.input_grad_to_write(1, &g.dvalues_fresh).template data<T>();
       if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
       Buffer<T> dbuf;
       backward_rows_activated<T>(g, node.out_grad.data<T>(), {xv.data<T>(), {nullptr, act}}, wv.data<T>(),
@@ -204,6 +206,11 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
     SHAMN_CHECK(offsets[g] <= offsets[g + 1], "block_sparse_linear_segments: offsets[", g + 1,
                 "] = ", offsets[g + 1], " is below offsets[", g, "] = ", offsets[g]);
     dims.push_back(checked_dims("block_sparse_linear_segments", x, l.values, l.col_index, l.bias, block));
+    // The segments run concurrently, each writing its layer's gradients.
+    for (int64_t h = 0; h < g; ++h)
+      SHAMN_CHECK(layers[static_cast<size_t>(h)].values.impl() != l.values.impl() &&
+                      (!l.bias.defined() || layers[static_cast<size_t>(h)].bias.impl() != l.bias.impl()),
+                  "block_sparse_linear_segments: layers ", h, " and ", g, " share a parameter");
     SHAMN_CHECK(dims.back().out == dims.front().out, "block_sparse_linear_segments: layer ", g, " has ",
                 dims.back().out, " outputs, layer 0 has ", dims.front().out);
     slot.emplace_back(inputs.size(), -1);
@@ -280,7 +287,10 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
           grads[g].dx = dx + offsets[g] * in;
           grads[g].dx_fresh = dx_fresh;
         }
-        if (node.needs_grad(values_at)) grads[g].dvalues = node.input_grad(values_at).data<T>();
+        // Written whole by the segment (n > 0 here): a fresh buffer is stored into,
+        // not zero-filled first (the layers' values are distinct inputs, checked).
+        if (node.needs_grad(values_at))
+          grads[g].dvalues = node.input_grad_to_write(values_at, &grads[g].dvalues_fresh).template data<T>();
         if (bias_at >= 0 && node.needs_grad(static_cast<size_t>(bias_at)))
           grads[g].dbias = node.input_grad(static_cast<size_t>(bias_at)).data<T>();
       }

@@ -53,8 +53,8 @@ void block_sparse_backward_input(float* dx, const float* dy, const float* values
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
                                   int64_t n, const BlockSparseDims& dims, ProductPrecision p,
-                                  const RowSource& src) {
-  for_kernel_level(kLevels).backward_values(dvalues, dy, x, col_index, n, dims, p, src);
+                                  const RowSource& src, bool overwrite) {
+  for_kernel_level(kLevels).backward_values(dvalues, dy, x, col_index, n, dims, p, src, overwrite);
 }
 
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims) {

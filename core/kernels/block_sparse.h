@@ -6,8 +6,9 @@
 // Operands (N rows of activations):
 //   x: [N, in]  values: [nob, a, b, b]  col_index: [nob, a] int32 (sorted)  bias: [out]
 //   y, dy: [N, out]   dx: [N, in]   dvalues: [nob, a, b, b]   dbias: [out]
-// Backward kernels accumulate (+=); grad input writes dx instead with overwrite
-// (a fresh buffer: no zero fill, no read). Fast float kernels and the slow, obvious
+// Backward kernels accumulate (+=); grad input and grad values write dx or
+// dvalues instead with overwrite (a fresh buffer: no zero fill, no read). Fast float kernels and the slow,
+// obvious
 // `_naive` twins (the test oracle, and the f64 path for gradient checks). The float
 // kernels are packed, SIMD and parallel for blocks that are multiples of 16 (16, 32,
 // 64, ...); other block sizes run the naive loops. Results are bit-identical for any
@@ -61,7 +62,8 @@ void block_sparse_backward_input(float* dx, const float* dy, const float* values
                                  ProductPrecision p = ProductPrecision::f32, bool overwrite = false);
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
                                   int64_t n, const BlockSparseDims& dims,
-                                  ProductPrecision p = ProductPrecision::f32, const RowSource& src = {});
+                                  ProductPrecision p = ProductPrecision::f32, const RowSource& src = {},
+                                  bool overwrite = false);
 // dbias[out] += sum over rows of dy (fixed order: thread-count independent).
 void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const BlockSparseDims& dims);
 
@@ -123,8 +125,9 @@ void block_sparse_backward_input_naive(T* dx, const T* dy, const T* values, cons
 
 template <class T>
 void block_sparse_backward_values_naive(T* dvalues, const T* dy, const T* x, const int32_t* col_index,
-                                        int64_t n, const BlockSparseDims& d) {
+                                        int64_t n, const BlockSparseDims& d, bool overwrite = false) {
   const int64_t b = d.block, a = d.active;
+  if (overwrite) std::fill_n(dvalues, d.value_count(), T(0));
   for (int64_t r = 0; r < d.row_blocks(); ++r)
     for (int64_t m = 0; m < a; ++m) {
       const int64_t c = col_index[r * a + m];
@@ -166,13 +169,13 @@ inline void block_sparse_backward_input(double* dx, const double* dy, const doub
 }
 inline void block_sparse_backward_values(double* dvalues, const double* dy, const double* x,
                                          const int32_t* col_index, int64_t n, const BlockSparseDims& dims,
-                                         ProductPrecision = ProductPrecision::f32,
-                                         const RowSource& src = {}) {
+                                         ProductPrecision = ProductPrecision::f32, const RowSource& src = {},
+                                         bool overwrite = false) {
   if (!src.plain()) {
     const std::vector<double> xs = source_rows(x, n, dims.in, src);
-    return block_sparse_backward_values_naive(dvalues, dy, xs.data(), col_index, n, dims);
+    return block_sparse_backward_values_naive(dvalues, dy, xs.data(), col_index, n, dims, overwrite);
   }
-  block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
+  block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims, overwrite);
 }
 inline void block_sparse_backward_bias(double* dbias, const double* dy, int64_t n,
                                        const BlockSparseDims& dims) {

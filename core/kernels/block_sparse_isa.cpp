@@ -416,7 +416,7 @@ bool values_by_chunks(int64_t n, const BlockSparseDims& d) {
 
 template <int MR, int NV, bool Round>
 void backward_values_fast(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                          int64_t n, const BlockSparseDims& d, const RowSource& src) {
+                          int64_t n, const BlockSparseDims& d, const RowSource& src, bool overwrite) {
   const std::vector<int32_t> used = used_column_blocks(col_index, d);
   const GradValuesChunk<MR, NV, Round> chunk(dy, x, col_index, d, used, src);
   const int64_t kc_max = std::min(n, kTokenChunk);
@@ -434,9 +434,12 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
                                   if (chunk.packs()) chunk.pack(gc, xc, t0, kc, 0, chunk.packed_rows(kc));
                                   chunk.tiles(out, gc, xc, t0, kc, 0, blocks, false);
                                 },
-                                [&](int64_t, const float* in, int64_t lo, int64_t hi) {
+                                [&](int64_t c, const float* in, int64_t lo, int64_t hi) {
                                   float* __restrict dv = dvalues;
-                                  for (int64_t e = lo * bb; e < hi * bb; ++e) dv[e] = dv[e] + in[e];
+                                  if (overwrite && c == 0)  // the first chunk's partial is stored
+                                    std::copy(in + lo * bb, in + hi * bb, dv + lo * bb);
+                                  else
+                                    for (int64_t e = lo * bb; e < hi * bb; ++e) dv[e] = dv[e] + in[e];
                                 });
     return;
   }
@@ -449,8 +452,9 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
     if (chunk.packs())
       parallel_for(0, chunk.packed_rows(kc), 16,
                    [&](int64_t lo, int64_t hi) { chunk.pack(gc, xc, t0, kc, lo, hi); });
+    const bool accumulate = !overwrite || t0 > 0;  // the first chunk's tiles are stored
     parallel_for(0, blocks, 1,
-                 [&](int64_t lo, int64_t hi) { chunk.tiles(dvalues, gc, xc, t0, kc, lo, hi, true); });
+                 [&](int64_t lo, int64_t hi) { chunk.tiles(dvalues, gc, xc, t0, kc, lo, hi, accumulate); });
   }
 }
 
@@ -485,13 +489,13 @@ void backward_input_shaped(float* dx, const float* dy, const float* values, cons
 
 template <bool Round>
 void backward_values_shaped(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                            int64_t n, const BlockSparseDims& dims, const RowSource& src) {
+                            int64_t n, const BlockSparseDims& dims, const RowSource& src, bool overwrite) {
   if (is_wide_grad(dims.block)) {
-    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv, Round>(dvalues, dy, x, col_index, n, dims,
-                                                                      src);
+    backward_values_fast<bsr::kGradWide.mr, bsr::kGradWide.nv, Round>(dvalues, dy, x, col_index, n, dims, src,
+                                                                      overwrite);
   } else {
     backward_values_fast<bsr::kGradNarrow.mr, bsr::kGradNarrow.nv, Round>(dvalues, dy, x, col_index, n, dims,
-                                                                          src);
+                                                                          src, overwrite);
   }
 }
 
@@ -527,17 +531,17 @@ void block_sparse_backward_input(float* dx, const float* dy, const float* values
 
 void block_sparse_backward_values(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
                                   int64_t n, const BlockSparseDims& dims, ProductPrecision p,
-                                  const RowSource& src) {
+                                  const RowSource& src, bool overwrite) {
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
     std::vector<float> xs = src.plain() ? std::vector<float>() : source_rows(x, n, dims.in, src);
     if (!src.plain()) x = xs.data();
-    if (!bf16) return block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims);
+    if (!bf16) return block_sparse_backward_values_naive(dvalues, dy, x, col_index, n, dims, overwrite);
     const std::vector<float> gr = rounded_flat(dy, n * dims.out), xr = rounded_flat(x, n * dims.in);
-    return block_sparse_backward_values_naive(dvalues, gr.data(), xr.data(), col_index, n, dims);
+    return block_sparse_backward_values_naive(dvalues, gr.data(), xr.data(), col_index, n, dims, overwrite);
   }
-  if (bf16) return backward_values_shaped<true>(dvalues, dy, x, col_index, n, dims, src);
-  backward_values_shaped<false>(dvalues, dy, x, col_index, n, dims, src);
+  if (bf16) return backward_values_shaped<true>(dvalues, dy, x, col_index, n, dims, src, overwrite);
+  backward_values_shaped<false>(dvalues, dy, x, col_index, n, dims, src, overwrite);
 }
 
 SHAMN_ISA_END

@@ -14,7 +14,8 @@ struct Kernels {
   void (*backward_input)(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
                          const BlockSparseDims& dims, ProductPrecision p, bool overwrite);
   void (*backward_values)(float* dvalues, const float* dy, const float* x, const int32_t* col_index,
-                          int64_t n, const BlockSparseDims& dims, ProductPrecision p, const RowSource& src);
+                          int64_t n, const BlockSparseDims& dims, ProductPrecision p, const RowSource& src,
+                          bool overwrite);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

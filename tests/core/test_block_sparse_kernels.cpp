@@ -315,6 +315,36 @@ TEST_CASE("block-sparse grad input with overwrite writes over garbage what addin
       }
 }
 
+TEST_CASE("block-sparse grad values with overwrite writes over garbage what adding into zeros gives",
+          "[kernels][block_sparse][determinism]") {
+  test::ThreadCountGuard guard;
+  // n of one token chunk, of several in turn (1 thread), and of enough chunks to
+  // be computed in parallel and folded in order (2 threads); block 48 runs the
+  // naive loops. Under bf16 and with x read through rows and GELU as well.
+  for (int64_t block : {16, 32, 48})
+    for (int64_t n : {7, 600, 2100})
+      for (int threads : {1, 2})
+        for (const auto precision : {ProductPrecision::f32, ProductPrecision::bf16}) {
+          DYNAMIC_SECTION("b " << block << " N " << n << " threads " << threads
+                               << (precision == ProductPrecision::bf16 ? " bf16" : " f32")) {
+            set_num_threads(threads);
+            const BlockSparseDims d = make_dims(block, 6, 4, 0.5);
+            const Problem p(d, n, 31);
+            std::vector<int32_t> rows(static_cast<size_t>(n));
+            for (int64_t t = 0; t < n; ++t) rows[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7) % n);
+            for (const RowSource src : {RowSource{}, RowSource{rows.data(), InputActivation::gelu}}) {
+              std::vector<float> added(static_cast<size_t>(d.value_count()), 0.0f);
+              std::vector<float> written(added.size(), std::numeric_limits<float>::quiet_NaN());
+              block_sparse_backward_values(added.data(), p.dy.data(), p.x.data(), p.ci.data(), n, d,
+                                           precision, src);
+              block_sparse_backward_values(written.data(), p.dy.data(), p.x.data(), p.ci.data(), n, d,
+                                           precision, src, true);
+              CHECK(test::same_bits(written, added));
+            }
+          }
+        }
+}
+
 TEST_CASE("block-sparse kernels: sparsity 0 equals the dense matmul", "[kernels][block_sparse]") {
   for (int64_t block : {16, 32, 64}) {
     DYNAMIC_SECTION("b " << block) {
