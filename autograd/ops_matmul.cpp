@@ -50,19 +50,25 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
       const T* B = bv.data<T>();
       const T* dC = n.out_grad.data<T>();  // [M, N]
       const ProductPrecision p = product_precision();
+      // Each product writes its whole gradient: into a fresh buffer with beta 0
+      // (no zero fill first), else added with beta 1. Input 0 is done before input
+      // 1 is fetched, so matmul(a, a) adds the second product to the first.
+      bool fresh = false;
       if (n.needs_grad(0)) {
-        T* dA = n.input_grad(0).data<T>();
+        T* dA = n.input_grad_to_write(0, &fresh).data<T>();
+        const T beta = fresh ? T(0) : T(1);
         if (!trans_a)  // dA[M,K] += dC[M,N] op(B)^T
-          gemm(Trans::no, trans_b ? Trans::no : Trans::yes, M, K, N, T(1), dC, N, B, ldb, T(1), dA, K, p);
+          gemm(Trans::no, trans_b ? Trans::no : Trans::yes, M, K, N, T(1), dC, N, B, ldb, beta, dA, K, p);
         else  // dA_stored[K,M] += op(B)[K,N] dC^T
-          gemm(tb, Trans::yes, K, M, N, T(1), B, ldb, dC, N, T(1), dA, M, p);
+          gemm(tb, Trans::yes, K, M, N, T(1), B, ldb, dC, N, beta, dA, M, p);
       }
       if (n.needs_grad(1)) {
-        T* dB = n.input_grad(1).data<T>();
+        T* dB = n.input_grad_to_write(1, &fresh).data<T>();
+        const T beta = fresh ? T(0) : T(1);
         if (!trans_b)  // dB[K,N] += op(A)^T dC
-          gemm(trans_a ? Trans::no : Trans::yes, Trans::no, K, N, M, T(1), A, lda, dC, N, T(1), dB, N, p);
+          gemm(trans_a ? Trans::no : Trans::yes, Trans::no, K, N, M, T(1), A, lda, dC, N, beta, dB, N, p);
         else  // dB_stored[N,K] += dC^T op(A)
-          gemm(Trans::yes, ta, N, K, M, T(1), dC, N, A, lda, T(1), dB, K, p);
+          gemm(Trans::yes, ta, N, K, M, T(1), dC, N, A, lda, beta, dB, K, p);
       }
     });
   });
