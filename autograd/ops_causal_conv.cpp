@@ -34,6 +34,12 @@ Var causal_conv(const Var& u, const Var& conv) {
     dispatch_floating(node.out_dtype, "causal_conv", [&](auto zero) {
       using T = decltype(zero);
       const T* dc = node.out_grad.data<T>();
+      if (node.needs_grad(0) && node.needs_grad(1)) {
+        bool fresh = false;
+        T* du = node.input_grad_to_write(0, &fresh).data<T>();
+        causal_conv_backward(du, node.input_grad(1).data<T>(), dc, uv.data<T>(), wv.data<T>(), s, fresh);
+        return;
+      }
       if (node.needs_grad(0)) {
         bool fresh = false;  // every element of du is written: store into a fresh buffer
         T* du = node.input_grad_to_write(0, &fresh).data<T>();

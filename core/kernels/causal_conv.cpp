@@ -144,4 +144,25 @@ void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, 
   });
 }
 
+void causal_conv_backward(float* du, float* dconv, const float* dc, const float* u, const float* conv,
+                          const CausalConvDims& s, bool overwrite) {
+  const causal_conv_isa::Kernels& level = for_kernel_level(kLevels);
+  const int64_t W = level.backward_slice_width, D = s.dim, K = s.kernel;
+  if (K != 4 || D % W != 0) {
+    causal_conv_backward_input(du, dc, conv, s, overwrite);
+    causal_conv_backward_kernel(dconv, dc, u, s);
+    return;
+  }
+  const std::vector<float> w = transpose_kernel(conv, s);
+  parallel_for(0, D / W, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> acc(static_cast<size_t>(K * W));
+    for (int64_t sl = lo; sl < hi; ++sl) {
+      const int64_t d0 = sl * W;
+      level.backward_slice4(du, acc.data(), dc, u, w.data(), d0, s.batch, s.time, D, overwrite);
+      for (int64_t d = 0; d < W; ++d)
+        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * W + d)];
+    }
+  });
+}
+
 }  // namespace shamn

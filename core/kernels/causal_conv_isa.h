@@ -18,6 +18,12 @@ struct Kernels {
   void (*kernel_slice4)(float* acc, int64_t width, const float* dc, const float* u, int64_t d0, int64_t batch,
                         int64_t time, int64_t D);
   int64_t kernel_slice_width;  // the widest slice kernel_slice4 keeps in registers
+  // Both gradients over channels [d0, d0 + backward_slice_width) in one walk of the
+  // rows: kernel_slice4's acc, and du as causal_conv_backward_input gives it
+  // (w: [4, D] taps; du stored, not added to, with overwrite).
+  void (*backward_slice4)(float* du, float* acc, const float* dc, const float* u, const float* w, int64_t d0,
+                          int64_t batch, int64_t time, int64_t D, bool overwrite);
+  int64_t backward_slice_width;
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

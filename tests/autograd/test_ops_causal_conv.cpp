@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "autograd/ops.h"
@@ -98,6 +99,35 @@ TEST_CASE("causal_conv's kernel gradient is each (channel, tap)'s float FMA chai
         REQUIRE(std::bit_cast<uint32_t>(got[j]) == std::bit_cast<uint32_t>(want[j]));
     }
   }
+}
+
+TEST_CASE("causal_conv's backward in one pass gives the bits of its input and kernel gradients",
+          "[conv][kernels][determinism]") {
+  // Four taps over whole slices of channels run the one-pass kernel (slices of 16
+  // or 32); 67 channels and 3 taps fall back to the two calls. Sequences shorter
+  // than the kernel too, du stored (overwrite, over NaN) or added to.
+  test::ThreadCountGuard guard;
+  for (const auto& [K, D] : {std::pair<int64_t, int64_t>{4, 64}, {4, 96}, {4, 67}, {3, 64}})
+    for (const int64_t T : {2, 21})
+      for (const bool overwrite : {false, true})
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          const CausalConvDims s{.batch = 2, .time = T, .dim = D, .kernel = K};
+          const Tensor u = random_tensor({2, T, D}, 60).to(DType::f32),
+                       dc = random_tensor({2, T, D}, 61).to(DType::f32),
+                       w = random_tensor({D, K}, 62).to(DType::f32);
+          const float start = overwrite ? std::numeric_limits<float>::quiet_NaN() : 0.25f;
+          std::vector<float> du_two(static_cast<size_t>(2 * T * D), start), du_one(du_two.size(), start),
+              dw_two(static_cast<size_t>(D * K), 0.5f), dw_one(dw_two);
+          causal_conv_backward_input(du_two.data(), dc.data<float>(), w.data<float>(), s, overwrite);
+          causal_conv_backward_kernel(dw_two.data(), dc.data<float>(), u.data<float>(), s);
+          causal_conv_backward(du_one.data(), dw_one.data(), dc.data<float>(), u.data<float>(),
+                               w.data<float>(), s, overwrite);
+          INFO("K " << K << " D " << D << " T " << T << (overwrite ? " overwrite" : " add") << ", " << threads
+                    << " thread(s)");
+          CHECK(test::same_bits(du_one, du_two));
+          CHECK(test::same_bits(dw_one, dw_two));
+        }
 }
 
 TEST_CASE("causal_conv streaming: chunks continued from a history give the bits of one pass",

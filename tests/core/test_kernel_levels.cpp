@@ -187,6 +187,22 @@ TEST_CASE("the causal convolution gives the same bits at every kernel level", "[
   });
 }
 
+TEST_CASE("the causal convolution's one-pass backward gives the same bits at every kernel level",
+          "[kernels][levels]") {
+  // 64 channels: whole slices at every level's width (16, or 32 at AVX-512).
+  const int64_t B = 2, T = 9, D = 64, K = 4;
+  const std::vector<float> u = random_floats(static_cast<size_t>(B * T * D), 16),
+                           dc = random_floats(u.size(), 17),
+                           conv = random_floats(static_cast<size_t>(D * K), 18);
+  require_same_bits_at_every_level([&] {
+    std::vector<float> du(u.size(), 0.5f), dconv(conv.size(), 0.25f);
+    causal_conv_backward(du.data(), dconv.data(), dc.data(), u.data(), conv.data(),
+                         CausalConvDims{B, T, D, K});
+    du.insert(du.end(), dconv.begin(), dconv.end());
+    return du;
+  });
+}
+
 TEST_CASE("logsumexp gives the same bits at every kernel level and the f64 value closely",
           "[kernels][levels]") {
   // Lengths around the 16- and 32-lane steps, and a vocabulary-sized row.
