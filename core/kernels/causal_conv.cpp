@@ -99,10 +99,13 @@ void causal_conv_backward_input(float* du, const float* dc, const float* conv, c
         for (int64_t d = 0; d < D; ++d) g[d] = w[d] * dc[row * D + d];
         i = 1;
       }
+      // Explicit fmas, as in the level's one-pass kernel (backward_slice4): left
+      // to the compiler, an unoptimised or -O1 build (the sanitizers') rounds
+      // the product and the sum apart.
       for (; i < s.kernel && t + i < s.time; ++i) {
         const float* wi = w.data() + i * D;
         const float* gi = dc + (row + i) * D;
-        for (int64_t d = 0; d < D; ++d) g[d] += wi[d] * gi[d];
+        for (int64_t d = 0; d < D; ++d) g[d] = std::fma(wi[d], gi[d], g[d]);
       }
     }
   });
