@@ -30,8 +30,10 @@ HierarchicalMoE::Output HierarchicalMoE::forward(const Var& u, const Var& residu
   const MoeShape shape{o.groups, o.experts_per_group, o.group_k, o.k};
   const int64_t n = u.numel() / o.dim, X = o.experts();
   Var u2 = reshape(u, {n, o.dim});
-  const auto [rg, re] = router_logits(u2);
-  Var P = router_probs(rg, re, shape);
+  // Named, not structured bindings: a lambda below reads rg (Clang 14 cannot capture a binding).
+  const std::pair<Var, Var> logits = router_logits(u2);
+  const Var& rg = logits.first;
+  Var P = router_probs(rg, logits.second, shape);
 
   // Selection is piecewise constant: computed on values, outside the graph.
   Tensor experts = Tensor::empty({n, o.k}, DType::i32);

@@ -80,9 +80,8 @@ void kernel_slice(float* acc, const float* dc, const float* u, int64_t d0, int64
 
 // kernel_slice and the input's gradient together, W channels: each row of dc is
 // read once for both. du[row] = w0 dc[row] (or fma onto du with !overwrite),
-// then fmas of the taps ahead in order, as causal_conv_backward_input's loop
-// (whose compiled adds are contracted the same way); the kernel's sums are
-// kernel_slice's chains.
+// then fmas of the taps ahead in order, as causal_conv_backward_input's loop;
+// the kernel's sums are kernel_slice's chains.
 template <int W>
 void backward_slice(float* du, float* acc, const float* dc, const float* u, const float* w, int64_t d0,
                     int64_t batch, int64_t time, int64_t D, bool overwrite) {
