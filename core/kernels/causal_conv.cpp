@@ -111,6 +111,16 @@ void causal_conv_backward_input(float* du, const float* dc, const float* conv, c
   });
 }
 
+namespace {
+
+// dconv [D, K] += a slice's sums acc [K, stride] for its channels [d0, d0 + n).
+void add_slice_sums(float* dconv, const float* acc, int64_t d0, int64_t n, int64_t stride, int64_t K) {
+  for (int64_t d = 0; d < n; ++d)
+    for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[i * stride + d];
+}
+
+}  // namespace
+
 // Parallel over slices of D: each task sums its slice of dconv over all B*T rows in
 // order, so no partial sums are combined and the thread count cannot change a bit.
 // A slice walks every row; the level's widest slice (64 channels at AVX-512, four
@@ -141,8 +151,7 @@ void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, 
             }
           }
       }
-      for (int64_t d = 0; d < dn; ++d)
-        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * slice + d)];
+      add_slice_sums(dconv, acc.data(), d0, dn, slice, K);
     }
   });
 }
@@ -162,8 +171,7 @@ void causal_conv_backward(float* du, float* dconv, const float* dc, const float*
     for (int64_t sl = lo; sl < hi; ++sl) {
       const int64_t d0 = sl * W;
       level.backward_slice4(du, acc.data(), dc, u, w.data(), d0, s.batch, s.time, D, overwrite);
-      for (int64_t d = 0; d < W; ++d)
-        for (int64_t i = 0; i < K; ++i) dconv[(d0 + d) * K + i] += acc[static_cast<size_t>(i * W + d)];
+      add_slice_sums(dconv, acc.data(), d0, W, W, K);
     }
   });
 }

@@ -98,7 +98,8 @@ void backward_slice(float* du, float* acc, const float* dc, const float* u, cons
       float* __restrict o = du + row * D + d0;
       if (row + 8 < rows)
         for (int c = 0; c < W; c += 16) {
-          __builtin_prefetch(g + 11 * D + c);  // the tap 3 rows ahead of row + 8
+          // The furthest tap, 3 rows ahead, of row + 8 (while it lies inside dc).
+          if (row + 11 < rows) __builtin_prefetch(g + 11 * D + c);
           __builtin_prefetch(u + (row + 8) * D + d0 + c);
           __builtin_prefetch(o + 8 * D + c, 1);
         }

@@ -206,3 +206,23 @@ TEST_CASE("block_sparse_linear_segments rejects offsets that do not cover x",
                                                  Tensor::from_data<int32_t>({3}, {0, 1, 2})),
                     Catch::Contains("3 rows"));
 }
+
+TEST_CASE("block_sparse_linear_segments rejects layers that share a parameter",
+          "[autograd][block_sparse][segments]") {
+  // The segments run concurrently, each writing its own layer's gradients.
+  const Var x(random_tensor({4, 48}, 62, DType::f32));
+  const Var w(random_tensor({2, 2, 16, 16}, 63, DType::f32), true);
+  const Var w2(random_tensor({2, 2, 16, 16}, 64, DType::f32), true);
+  const Var bias(random_tensor({32}, 65, DType::f32), true);
+  const std::vector<int64_t> offsets{0, 2, 4};
+  CHECK_THROWS_WITH(
+      block_sparse_linear_segments(x, offsets, {{w, patterns()[0], Var()}, {w, patterns()[1], Var()}}, 16),
+      Catch::Contains("layers 0 and 1 share a parameter"));
+  CHECK_THROWS_WITH(
+      block_sparse_linear_segments(x, offsets, {{w, patterns()[0], bias}, {w2, patterns()[1], bias}}, 16),
+      Catch::Contains("layers 0 and 1 share a parameter"));
+  // Distinct parameters throughout are accepted.
+  const Var b2(random_tensor({32}, 66, DType::f32), true);
+  CHECK_NOTHROW(
+      block_sparse_linear_segments(x, offsets, {{w, patterns()[0], bias}, {w2, patterns()[1], b2}}, 16));
+}
