@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/fault.h"
+#include "core/heap_policy.h"
 #include "core/kernel_level.h"
 #include "core/parallel.h"
 #include "train/communicator.h"
@@ -40,6 +41,7 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  shamn::keep_freed_memory_in_process();  // before the first allocation worth keeping
   CLI::App app{"shamn: train and run Sparse Hierarchical Adaptive Memory Networks on CPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("shamn ") + SHAMN_VERSION);
