@@ -35,18 +35,21 @@ OpWork matmul_backward(int64_t M, int64_t N, int64_t K, int64_t s, GradsWanted g
   return w;
 }
 
-OpWork block_sparse_forward(int64_t n, const BlockSparseDims& d, bool bias, int64_t s) {
+OpWork block_sparse_forward(int64_t n, const BlockSparseDims& d, bool bias, int64_t s, bool residual) {
   OpWork w{2 * block_macs(n, d), (n * d.in + d.value_count() + n * d.out) * s + pattern_bytes(d)};
   if (bias) w += {n * d.out, d.out * s};
+  if (residual) w += {n * d.out, n * d.out * s};  // the residual read and added
   return w;
 }
 
-OpWork block_sparse_backward(int64_t n, const BlockSparseDims& d, int64_t s, GradsWanted g) {
+OpWork block_sparse_backward(int64_t n, const BlockSparseDims& d, int64_t s, GradsWanted g,
+                             bool add_residual) {
   OpWork w{0, n * d.out * s};  // dy
   if (g.a || g.b) w.bytes += pattern_bytes(d);
   if (g.a) w += {2 * block_macs(n, d), (d.value_count() + n * d.in) * s};  // W read, dx written
   if (g.b) w += {2 * block_macs(n, d), (n * d.in + d.value_count()) * s};  // x read, dW written
   if (g.c) w += {n * d.out, d.out * s};
+  if (add_residual) w += {n * d.out, 2 * n * d.out * s};  // dresidual += dy
   return w;
 }
 

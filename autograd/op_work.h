@@ -53,9 +53,11 @@ std::vector<int64_t> segment_rows(const std::vector<int64_t>& offsets);
 OpWork matmul_forward(int64_t M, int64_t N, int64_t K, int64_t s);
 OpWork matmul_backward(int64_t M, int64_t N, int64_t K, int64_t s, GradsWanted g);
 
-// y[n,out] = x[n,in] W^T (+ bias), W block-sparse; backward: dx (a), dvalues (b), dbias (c).
-OpWork block_sparse_forward(int64_t n, const BlockSparseDims& d, bool bias, int64_t s);
-OpWork block_sparse_backward(int64_t n, const BlockSparseDims& d, int64_t s, GradsWanted g);
+// y[n,out] = x[n,in] W^T (+ bias) (+ a residual [n,out]), W block-sparse; backward:
+// dx (a), dvalues (b), dbias (c), and the residual's gradient added (add_residual).
+OpWork block_sparse_forward(int64_t n, const BlockSparseDims& d, bool bias, int64_t s, bool residual = false);
+OpWork block_sparse_backward(int64_t n, const BlockSparseDims& d, int64_t s, GradsWanted g,
+                             bool add_residual = false);
 // One block-sparse layer per expert over its routed rows (rows[g] of them); x and
 // y are read or written once in all; the weights of experts with no rows are not touched.
 OpWork block_sparse_segments_forward(const std::vector<int64_t>& rows, const std::vector<BlockSparseDims>& d,

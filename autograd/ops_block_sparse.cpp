@@ -48,9 +48,9 @@ struct RowsOf {
 
 template <class T>
 void forward_rows(T* y, const RowsOf<T>& x, const T* values, const int32_t* ci, const T* bias, int64_t n,
-                  const BlockSparseDims& dims) {
+                  const BlockSparseDims& dims, const T* residual = nullptr) {
   // Under bf16 the kernels round the operands as they pack them.
-  block_sparse_forward(y, x.x, values, ci, bias, n, dims, product_precision(), x.src);
+  block_sparse_forward(y, x.x, values, ci, bias, n, dims, product_precision(), x.src, residual);
 }
 
 // Gradient destinations of one layer; null where no gradient is wanted.
@@ -142,39 +142,52 @@ RowsOf<T> segment_rows(const T* x, const int32_t* rows, int64_t r0, int64_t n, i
 }  // namespace
 
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
-                        int64_t block, InputActivation act) {
+                        int64_t block, InputActivation act, const Var& residual) {
   const ProfileScope profile("block_sparse_linear", ProfileCategory::forward);
   const BlockSparseDims dims = checked_dims("block_sparse_linear", x, values, col_index, bias, block);
   const int64_t n = x.numel() / dims.in;
   Shape out_shape = x.shape();
   out_shape.back() = dims.out;
+  const bool with_residual = residual.defined();
+  SHAMN_CHECK(!with_residual || (residual.shape() == out_shape && residual.dtype() == x.dtype()),
+              "block_sparse_linear: residual ", with_residual ? residual.value().str() : "",
+              " is not the output's shape and dtype");
   const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
-  record_work(op_work::block_sparse_forward(n, dims, bias.defined(), s));
+  record_work(op_work::block_sparse_forward(n, dims, bias.defined(), s, with_residual));
   record_activation_work(act, n * dims.in, s, false);
   Tensor y = Tensor::empty(out_shape, x.dtype());
   dispatch_floating(x.dtype(), "block_sparse_linear", [&](auto zero) {
     using T = decltype(zero);
     forward_rows<T>(y.data<T>(), {x.value().data<T>(), {nullptr, act}}, values.value().data<T>(),
-                    col_index.data<int32_t>(), bias.defined() ? bias.value().data<T>() : nullptr, n, dims);
+                    col_index.data<int32_t>(), bias.defined() ? bias.value().data<T>() : nullptr, n, dims,
+                    with_residual ? residual.value().data<T>() : nullptr);
   });
 
   std::vector<Var> inputs{x, values};
   if (bias.defined()) inputs.push_back(bias);
+  if (with_residual) inputs.push_back(residual);
   const Tensor xv = x.value(), wv = values.value();
+  const size_t bias_at = bias.defined() ? 2 : 0, residual_at = bias.defined() ? 3 : 2;
   return record("block_sparse_linear", y, inputs, [=](Node& node) {
-    const bool has_bias = node.inputs.size() > 2;
+    // The residual's gradient is dout itself: handed to its producer where it
+    // can take it (as add does), else added below.
+    const bool add_residual =
+        with_residual && node.needs_grad(residual_at) && !node.pass_grad_to_input(residual_at);
     record_work(op_work::block_sparse_backward(
-        n, dims, s, {node.needs_grad(0), node.needs_grad(1), has_bias && node.needs_grad(2)}));
+        n, dims, s, {node.needs_grad(0), node.needs_grad(1), bias_at != 0 && node.needs_grad(bias_at)},
+        add_residual));
     record_activation_work(act, n * dims.in, s, node.needs_grad(0));
     dispatch_floating(node.out_dtype, "block_sparse_linear", [&](auto zero) {
       using T = decltype(zero);
       GradRows<T> g;
       if (node.needs_grad(0)) g.dx = node.input_grad_to_write(0, &g.dx_fresh).template data<T>();
       if (node.needs_grad(1)) g.dvalues = node.input_grad_to_write(1, &g.dvalues_fresh).template data<T>();
-      if (node.inputs.size() > 2 && node.needs_grad(2)) g.dbias = node.input_grad(2).data<T>();
+      if (bias_at != 0 && node.needs_grad(bias_at)) g.dbias = node.input_grad(bias_at).data<T>();
       Buffer<T> dbuf;
       backward_rows_activated<T>(g, node.out_grad.data<T>(), {xv.data<T>(), {nullptr, act}}, wv.data<T>(),
                                  col_index.data<int32_t>(), n, dims, dbuf);
+      if (add_residual)
+        axpy(node.input_grad(residual_at).data<T>(), node.out_grad.data<T>(), T(1), n * dims.out);
     });
   });
 }

@@ -15,8 +15,11 @@ namespace shamn {
 // y = act(x) W^T + bias with W block-sparse (SPEC 1.3).
 // x: [..., in]  values: [nob, a, b, b]  col_index: [nob, a] int32  bias: [out] or undefined
 // -> [..., out]. Gradients flow into x, values (active blocks only) and bias.
+// With a residual [..., out] the op is add(residual, y) in one pass, the same
+// bits: the product's tiles take the residual as they are stored.
 Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index, const Var& bias,
-                        int64_t block, InputActivation act = InputActivation::none);
+                        int64_t block, InputActivation act = InputActivation::none,
+                        const Var& residual = Var());
 
 // One block-sparse layer's operands (values, col_index, bias as above).
 struct BlockSparseOperands {

@@ -59,4 +59,9 @@ Var BlockSparseLinear::forward(const Var& x, InputActivation act) const {
   return block_sparse_linear(x, values_, col_index_, bias_, dims_.block, act);
 }
 
+Var BlockSparseLinear::forward(const Var& x, InputActivation act, const Var& residual) const {
+  if (has_lora()) return add(residual, forward(x, act));
+  return block_sparse_linear(x, values_, col_index_, bias_, dims_.block, act, residual);
+}
+
 }  // namespace shamn

@@ -20,6 +20,9 @@ class BlockSparseLinear : public LoraHost {
   // forward(act(x)), the activation applied inside the product and not kept
   // (autograd/ops_block_sparse.h), unless a LoRA adapter reads act(x) too.
   Var forward(const Var& x, InputActivation act) const;
+  // add(residual, forward(x, act)), the residual taken by the product's tiles
+  // as they are stored when no adapter is attached: the same bits either way.
+  Var forward(const Var& x, InputActivation act, const Var& residual) const;
 
   const BlockSparseDims& dims() const { return dims_; }
   const Var& values() const { return values_; }

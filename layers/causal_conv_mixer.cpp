@@ -24,4 +24,8 @@ Var CausalConvMixer::forward(const Var& u) const {
   return out_->forward(causal_conv(u, conv_), InputActivation::silu);
 }
 
+Var CausalConvMixer::forward(const Var& u, const Var& residual) const {
+  return out_->forward(causal_conv(u, conv_), InputActivation::silu, residual);
+}
+
 }  // namespace shamn

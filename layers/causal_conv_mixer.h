@@ -12,6 +12,8 @@ class CausalConvMixer : public Module {
  public:
   CausalConvMixer(const MixerOptions& options, double out_scale);
   Var forward(const Var& u) const;  // [B, T, D] -> [B, T, D]
+  // residual + forward(u) in one pass (the out projection adds it), the same bits.
+  Var forward(const Var& u, const Var& residual) const;
   const Var& conv() const { return conv_; }
 
  private:

@@ -34,7 +34,7 @@ Var ShamnBlock::forward(const Var& x_in, std::vector<Var>* aux, LayerObserver* o
   Var x;
   {
     const ProfileLayerScope scope(mixer_scope_, ProfileCategory::forward);
-    x = add(x_in, mixer_->forward(mix_norm_->forward(x_in)));
+    x = mixer_->forward(mix_norm_->forward(x_in), x_in);  // x_in + the mixer's output
   }
   if (memory_) {
     const ProfileLayerScope scope(memory_scope_, ProfileCategory::forward);

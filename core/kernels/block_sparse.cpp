@@ -42,8 +42,8 @@ void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
 
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
                           const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p,
-                          const RowSource& src) {
-  for_kernel_level(kLevels).forward(y, x, values, col_index, bias, n, dims, p, src);
+                          const RowSource& src, const float* residual) {
+  for_kernel_level(kLevels).forward(y, x, values, col_index, bias, n, dims, p, src, residual);
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,

@@ -54,9 +54,14 @@ void check_block_pattern(const int32_t* col_index, const BlockSparseDims& dims);
 // the rounded operands in pairs of k and add each pair as vdpbf16ps does (on
 // it where the CPU has AVX512_BF16; block_sparse_simd.h), the naive loops sum
 // rounded copies in k order.
+// With a residual [n, out] (not y's memory) the product writes
+// y = residual + (x W^T + bias): bitwise the product followed by adding it, but
+// added to each finished tile while it is still in L1, so the product's own
+// output is never written and read back (the mixer's residual connection).
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
                           const float* bias, int64_t n, const BlockSparseDims& dims,
-                          ProductPrecision p = ProductPrecision::f32, const RowSource& src = {});
+                          ProductPrecision p = ProductPrecision::f32, const RowSource& src = {},
+                          const float* residual = nullptr);
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,
                                  int64_t n, const BlockSparseDims& dims,
                                  ProductPrecision p = ProductPrecision::f32, bool overwrite = false);
@@ -87,6 +92,12 @@ std::vector<T> source_rows(const T* x, int64_t n, int64_t in, const RowSource& s
   if (src.act == InputActivation::gelu) gelu_forward(out.data(), out.data(), n * in);
   if (src.act == InputActivation::silu) silu_forward(out.data(), out.data(), n * in);
   return out;
+}
+
+// y[t, o] = residual[t, o] + y[t, o]: the naive kernels' residual, after the product.
+template <class T>
+void add_residual_rows(T* y, const T* residual, int64_t n, int64_t out) {
+  for (int64_t e = 0; e < n * out; ++e) y[e] = residual[e] + y[e];
 }
 
 template <class T>
@@ -155,12 +166,15 @@ void block_sparse_backward_bias_naive(T* dbias, const T* dy, int64_t n, const Bl
 // never rounded (the precision is ignored).
 inline void block_sparse_forward(double* y, const double* x, const double* values, const int32_t* col_index,
                                  const double* bias, int64_t n, const BlockSparseDims& dims,
-                                 ProductPrecision = ProductPrecision::f32, const RowSource& src = {}) {
+                                 ProductPrecision = ProductPrecision::f32, const RowSource& src = {},
+                                 const double* residual = nullptr) {
   if (!src.plain()) {
     const std::vector<double> xs = source_rows(x, n, dims.in, src);
-    return block_sparse_forward_naive(y, xs.data(), values, col_index, bias, n, dims);
+    block_sparse_forward_naive(y, xs.data(), values, col_index, bias, n, dims);
+  } else {
+    block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
   }
-  block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
+  if (residual) add_residual_rows(y, residual, n, dims.out);
 }
 inline void block_sparse_backward_input(double* dx, const double* dy, const double* values,
                                         const int32_t* col_index, int64_t n, const BlockSparseDims& dims,

@@ -105,12 +105,13 @@ TokenTiling plan_tokens(int64_t n, int64_t width, int mr, int64_t blocks) {
 
 // While unit u computes, prefetches the rows of the next token tile: its input (read
 // by the packing; through in_rows when they are gathered) and, when one unit covers
-// all blocks of a tile, its output rows.
+// all blocks of a tile, its output rows and the residual's.
 // Only the last group of a tile does it: the unit after it starts a new tile.
 class NextTile {
  public:
   NextTile(const TokenTiling& tt, int64_t u, int64_t n, int64_t steps, const float* in, int64_t in_width,
-           const float* out, int64_t out_width, const int32_t* in_rows = nullptr) {
+           const float* out, int64_t out_width, const int32_t* in_rows = nullptr,
+           const float* residual = nullptr) {
     const int64_t tile = u / tt.groups, g = u % tt.groups;
     if (g != tt.groups - 1 || tile + 1 >= tt.tiles) return;
     const int64_t t0 = (tile + 1) * tt.mc, t1 = std::min(n, t0 + tt.mc);
@@ -120,15 +121,18 @@ class NextTile {
       in_ = bsr::PrefetchStream(in + t0 * in_width, in + t1 * in_width, steps, false);
     }
     if (tt.groups == 1) out_ = bsr::PrefetchStream(out + t0 * out_width, out + t1 * out_width, steps, true);
+    if (tt.groups == 1 && residual)
+      residual_ = bsr::PrefetchStream(residual + t0 * out_width, residual + t1 * out_width, steps, false);
   }
   void step() {
     in_.step();
     gathered_.step();
     out_.step();
+    residual_.step();
   }
 
  private:
-  bsr::PrefetchStream in_, out_;
+  bsr::PrefetchStream in_, out_, residual_;
   bsr::GatheredPrefetch gathered_;
 };
 
@@ -162,7 +166,7 @@ constexpr int64_t kPerRow = Round ? 2 : 1;
 
 template <int MR, int NV, bool Round>
 void forward_fast(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
-                  int64_t n, const BlockSparseDims& d, const RowSource& src) {
+                  int64_t n, const BlockSparseDims& d, const RowSource& src, const float* residual) {
   constexpr int64_t NR = NV * kVec;
   const int64_t b = d.block, a = d.active, nob = d.row_blocks(), jn = b / NR;
   const int64_t panel = a * b * NR;       // floats of one packed weight panel
@@ -200,15 +204,16 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
                                            xp + (p * d.in + c * bk) * MR, MR, src.act);
       }
       const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
-      NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out, src.rows);
+      NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out, src.rows, residual);
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t j = 0; j < jn; ++j)
           for (int64_t p = 0; p < panels; ++p) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
+            const int64_t at = (t0 + p * MR) * d.out + r * b + j * NR;
             product_tile<MR, NV, Round>(native, a, bk, xp + p * d.in * MR, col_index + r * a, bk * MR, MR,
-                                        wp + (r * jn + j) * panel, NR,
-                                        y + (t0 + p * MR) * d.out + r * b + j * NR, d.out,
+                                        wp + (r * jn + j) * panel, NR, y + at, d.out,
                                         bias ? bias + r * b + j * NR : nullptr, false, mr);
+            if (residual) bsr::add_to_tile<NV>(y + at, residual + at, d.out, mr);
             next.step();
           }
     }
@@ -466,12 +471,14 @@ std::vector<float> rounded_flat(const float* x, int64_t count) { return rounded_
 
 template <bool Round>
 void forward_shaped(float* y, const float* x, const float* values, const int32_t* col_index,
-                    const float* bias, int64_t n, const BlockSparseDims& dims, const RowSource& src) {
+                    const float* bias, int64_t n, const BlockSparseDims& dims, const RowSource& src,
+                    const float* residual) {
   if (is_wide(dims.block)) {
-    forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(y, x, values, col_index, bias, n, dims, src);
+    forward_fast<bsr::kTokenWide.mr, bsr::kTokenWide.nv, Round>(y, x, values, col_index, bias, n, dims, src,
+                                                                residual);
   } else {
     forward_fast<bsr::kTokenNarrow.mr, bsr::kTokenNarrow.nv, Round>(y, x, values, col_index, bias, n, dims,
-                                                                    src);
+                                                                    src, residual);
   }
 }
 
@@ -503,17 +510,23 @@ void backward_values_shaped(float* dvalues, const float* dy, const float* x, con
 
 void block_sparse_forward(float* y, const float* x, const float* values, const int32_t* col_index,
                           const float* bias, int64_t n, const BlockSparseDims& dims, ProductPrecision p,
-                          const RowSource& src) {
+                          const RowSource& src, const float* residual) {
   const bool bf16 = p == ProductPrecision::bf16;
   if (!fast_path(n, dims)) {
     std::vector<float> xs = src.plain() ? std::vector<float>() : source_rows(x, n, dims.in, src);
     if (!src.plain()) x = xs.data();
-    if (!bf16) return block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
-    const std::vector<float> xr = rounded_flat(x, n * dims.in), wr = rounded_flat(values, dims.value_count());
-    return block_sparse_forward_naive(y, xr.data(), wr.data(), col_index, bias, n, dims);
+    if (!bf16) {
+      block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
+    } else {
+      const std::vector<float> xr = rounded_flat(x, n * dims.in),
+                               wr = rounded_flat(values, dims.value_count());
+      block_sparse_forward_naive(y, xr.data(), wr.data(), col_index, bias, n, dims);
+    }
+    if (residual) add_residual_rows(y, residual, n, dims.out);
+    return;
   }
-  if (bf16) return forward_shaped<true>(y, x, values, col_index, bias, n, dims, src);
-  forward_shaped<false>(y, x, values, col_index, bias, n, dims, src);
+  if (bf16) return forward_shaped<true>(y, x, values, col_index, bias, n, dims, src, residual);
+  forward_shaped<false>(y, x, values, col_index, bias, n, dims, src, residual);
 }
 
 void block_sparse_backward_input(float* dx, const float* dy, const float* values, const int32_t* col_index,

@@ -10,7 +10,8 @@ namespace shamn::bsr {
 
 struct Kernels {
   void (*forward)(float* y, const float* x, const float* values, const int32_t* col_index, const float* bias,
-                  int64_t n, const BlockSparseDims& dims, ProductPrecision p, const RowSource& src);
+                  int64_t n, const BlockSparseDims& dims, ProductPrecision p, const RowSource& src,
+                  const float* residual);
   void (*backward_input)(float* dx, const float* dy, const float* values, const int32_t* col_index, int64_t n,
                          const BlockSparseDims& dims, ProductPrecision p, bool overwrite);
   void (*backward_values)(float* dvalues, const float* dy, const float* x, const int32_t* col_index,

@@ -85,6 +85,18 @@ template <int MR, int NV>
   }
 }
 
+// C[0:mr, 0:NR] = R + C (both row stride ldc): a residual added to a finished
+// tile while it is in L1, element by element as a separate add would.
+template <int NV>
+[[gnu::always_inline]] inline void add_to_tile(float* c, const float* r, int64_t ldc, int mr) {
+  for (int i = 0; i < mr; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* p = c + i * ldc + v * kVec;
+      vstoreu(p, vadd(vloadu(r + i * ldc + v * kVec), vloadu(p)));
+    }
+}
+
 // C[0:mr, 0:NR] at c (row stride ldc) = (accumulate ? C : 0) + (bias + chain), the
 // chain (see the file comment) starting from bias[0:NR] when given, else from zero.
 template <int MR, int NV>

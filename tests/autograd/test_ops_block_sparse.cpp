@@ -73,6 +73,64 @@ TEST_CASE("block_sparse_linear reading act(x) equals the activation op before it
   }
 }
 
+// The residual's gradient is handed to its producer where it can take it (an
+// op's output), else added (a leaf; an op output whose gradient is in use).
+TEST_CASE("gradcheck: block_sparse_linear with a residual, handed over and added",
+          "[autograd][gradcheck][block_sparse]") {
+  const int64_t b = 16;
+  const Tensor ci = pattern();
+  const std::vector<Tensor> inputs{random_tensor({2, 3, 3 * b}, 36), random_tensor({2, 2, b, b}, 37),
+                                   random_tensor({2 * b}, 38), random_tensor({2, 3, 2 * b}, 39)};
+  check_gradients(
+      [=](const std::vector<Var>& v) {
+        return block_sparse_linear(v[0], v[1], ci, v[2], b, InputActivation::silu, v[3]);
+      },
+      inputs);
+  check_gradients(
+      [=](const std::vector<Var>& v) {
+        return block_sparse_linear(v[0], v[1], ci, Var(), b, InputActivation::none, scale(v[2], 2.0));
+      },
+      {inputs[0], inputs[1], inputs[3]});
+  check_gradients(
+      [=](const std::vector<Var>& v) {
+        Var r = scale(v[3], 2.0);
+        return mul(block_sparse_linear(v[0], v[1], ci, v[2], b, InputActivation::none, r), r);
+      },
+      inputs);
+}
+
+TEST_CASE("block_sparse_linear with a residual equals add after it, bitwise", "[autograd][block_sparse]") {
+  const int64_t b = 16;
+  const Tensor ci = pattern();
+  for (bool residual_is_op : {false, true}) {
+    INFO("residual " << (residual_is_op ? "an op's output" : "a leaf"));
+    std::vector<Tensor> grads[2];
+    Tensor outs[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Var x(random_tensor({5, 3 * b}, 40, DType::f32), true),
+          w(random_tensor({2, 2, b, b}, 41, DType::f32), true),
+          bias(random_tensor({2 * b}, 42, DType::f32), true),
+          leaf(random_tensor({5, 2 * b}, 43, DType::f32), true);
+      const Var r = residual_is_op ? scale(leaf, 3.0) : leaf;
+      const Var y = fused ? block_sparse_linear(x, w, ci, bias, b, InputActivation::silu, r)
+                          : add(r, block_sparse_linear(x, w, ci, bias, b, InputActivation::silu));
+      sum(mul(y, Var(random_tensor({5, 2 * b}, 44, DType::f32)))).backward();
+      outs[fused] = y.value();
+      grads[fused] = {x.grad(), w.grad(), bias.grad(), leaf.grad()};
+    }
+    CHECK(bitwise_equal(outs[0], outs[1]));
+    for (size_t i = 0; i < 4; ++i) CHECK(bitwise_equal(grads[0][i], grads[1][i]));
+  }
+}
+
+TEST_CASE("block_sparse_linear refuses a residual of another shape", "[autograd][block_sparse]") {
+  const Var x(random_tensor({2, 48}, 45, DType::f32));
+  const Var w(random_tensor({2, 2, 16, 16}, 46, DType::f32));
+  const Var r(random_tensor({2, 48}, 47, DType::f32));
+  CHECK_THROWS_WITH(block_sparse_linear(x, w, pattern(), Var(), 16, InputActivation::none, r),
+                    Catch::Contains("residual"));
+}
+
 TEST_CASE("block_sparse_linear rejects a bad pattern", "[autograd][block_sparse]") {
   const Var x(random_tensor({2, 48}, 29, DType::f32));
   const Var w(random_tensor({2, 2, 16, 16}, 30, DType::f32));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/gemm.h"
+#include "core/kernel_level.h"
 #include "core/kernels/block_sparse.h"
 #include "core/parallel.h"
 #include "core/product_precision.h"
@@ -287,6 +288,48 @@ TEST_CASE("block-sparse products reading gathered, activated rows give the bits 
             }
           }
         }
+}
+
+TEST_CASE("block-sparse forward with a residual gives the bits of the product followed by the add",
+          "[kernels][block_sparse][determinism]") {
+  // The mixer's out projection adds its residual to each finished tile. Blocks
+  // 16 and 32 take the two tile shapes, 8 the naive loops; 7 rows split the
+  // blocks between tasks, 300 rows are no multiple of any tile.
+  test::ThreadCountGuard guard;
+  const int64_t source_rows_count = 500;
+  std::vector<int32_t> rows(static_cast<size_t>(source_rows_count));
+  Rng rng(43, 3);
+  for (int32_t& r : rows) r = static_cast<int32_t>(rng.below(static_cast<uint64_t>(source_rows_count)));
+  for (KernelLevel level : {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) continue;
+    const ScopedKernelLevel scoped(level);
+    for (int64_t block : {8, 16, 32})
+      for (int64_t n : {7, 300})
+        for (bool gathered : {false, true})
+          for (ProductPrecision prec : {ProductPrecision::f32, ProductPrecision::bf16})
+            for (int threads : {1, 2}) {
+              DYNAMIC_SECTION(kernel_level_name(level)
+                              << " b " << block << " N " << n << " gathered " << gathered << " bf16 "
+                              << (prec == ProductPrecision::bf16) << " threads " << threads) {
+                set_num_threads(threads);
+                const BlockSparseDims d = make_dims(block, 6, 5, 0.5);
+                const Problem p(d, gathered ? source_rows_count : n, 61);
+                const RowSource src{gathered ? rows.data() : nullptr,
+                                    gathered ? InputActivation::none : InputActivation::silu};
+                const std::vector<float> residual = test::uniform_floats(n * d.out, 62);
+                std::vector<float> fused(static_cast<size_t>(n * d.out), std::nanf(""));
+                std::vector<float> product(fused.size());
+                block_sparse_forward(fused.data(), p.x.data(), p.values.data(), p.ci.data(), p.bias.data(), n,
+                                     d, prec, src, residual.data());
+                block_sparse_forward(product.data(), p.x.data(), p.values.data(), p.ci.data(), p.bias.data(),
+                                     n, d, prec, src);
+                std::vector<float> added(fused.size());
+                for (size_t i = 0; i < added.size(); ++i) added[i] = residual[i] + product[i];
+                CHECK(test::same_bits(fused, added));
+                CHECK_FALSE(test::same_bits(fused, product));
+              }
+            }
+  }
 }
 
 TEST_CASE("block-sparse grad input with overwrite writes over garbage what adding into zeros gives",
