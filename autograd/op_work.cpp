@@ -228,24 +228,27 @@ OpWork low_rank_backward(const std::vector<int64_t>& rows, const std::vector<int
 // Forward per query: both halves' scores against n keys (2 * n * dh each), a
 // comparison per score for each top-k, the k*k candidate sums and their top-k,
 // the softmax of k scores (4 each) and the weighted read of k value rows.
-OpWork product_key_forward(int64_t N, const ProductKeyDims& d, int64_t s) {
+OpWork product_key_forward(int64_t N, const ProductKeyDims& d, int64_t s, bool residual) {
   const int64_t flops = N * (4 * d.n * d.dh + 2 * d.n + 2 * d.k * d.k + 4 * d.k + 2 * d.k * d.dim);
   const int64_t bytes =
       (N * 2 * d.dh + 2 * d.n * d.dh + touched(N * d.k, d.slots()) * d.dim + N * d.dim + N * d.k) * s +
       N * d.k * kIndex;
-  return {flops, bytes};
+  OpWork w{flops, bytes};
+  if (residual) w += {N * d.dim, N * d.dim * s};
+  return w;
 }
 
 // Backward per query: dweights from dout . values[slot] (2 * D each), the softmax
 // backward (4 each); dq and the key gradients through the k selected pairs
 // (2 * dh per half and pair, each way); dvalues[slot] += weight * dout (2 * D each).
-OpWork product_key_backward(int64_t N, const ProductKeyDims& d, int64_t s, bool dq, bool dkeys,
-                            bool dvalues) {
+OpWork product_key_backward(int64_t N, const ProductKeyDims& d, int64_t s, bool dq, bool dkeys, bool dvalues,
+                            bool add_residual) {
   const int64_t rows = touched(N * d.k, d.slots()) * d.dim;
   OpWork w{N * d.k * (2 * d.dim + 4), (N * d.dim + rows + N * d.k) * s + N * d.k * kIndex};
   if (dq) w += {N * d.k * 4 * d.dh, (2 * d.n * d.dh + N * 2 * d.dh) * s};     // keys read, dq written
   if (dkeys) w += {N * d.k * 4 * d.dh, (N * 2 * d.dh + 2 * d.n * d.dh) * s};  // q read, dkeys written
   if (dvalues) w += {N * d.k * 2 * d.dim, rows * s};
+  if (add_residual) w += {N * d.dim, 2 * N * d.dim * s};  // dresidual += dout
   return w;
 }
 

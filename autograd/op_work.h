@@ -126,8 +126,10 @@ OpWork low_rank_backward(const std::vector<int64_t>& rows, const std::vector<int
 
 // Product-key memory over N queries (core/kernels/product_key.h); backward: dq (a),
 // dkeys1 and dkeys2 (b), dvalues (c).
-OpWork product_key_forward(int64_t N, const ProductKeyDims& d, int64_t s);
-OpWork product_key_backward(int64_t N, const ProductKeyDims& d, int64_t s, bool dq, bool dkeys, bool dvalues);
+// A residual [N, D] is read and added in the forward, its gradient added in the backward.
+OpWork product_key_forward(int64_t N, const ProductKeyDims& d, int64_t s, bool residual = false);
+OpWork product_key_backward(int64_t N, const ProductKeyDims& d, int64_t s, bool dq, bool dkeys, bool dvalues,
+                            bool add_residual = false);
 
 // Hashed embedding of n tokens; backward: dtable (a), dimportance (b).
 OpWork hash_embedding_forward(int64_t n, const HashDims& d, int64_t s);

@@ -2,11 +2,13 @@
 
 #include "autograd/dispatch.h"
 #include "autograd/op_work.h"
+#include "core/kernels/elementwise.h"
 #include "core/profiler.h"
 
 namespace shamn {
 
-Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values, int64_t topk) {
+Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values, int64_t topk,
+                       const Var& residual) {
   const ProfileScope profile("product_key_memory", ProfileCategory::forward);
   SHAMN_CHECK(q.dim() >= 1 && q.size(-1) >= 2 && q.size(-1) % 2 == 0, "product_key_memory: query ",
               q.value().str(), " must end in key_dim = 2*dh, an even width of at least 2 (memory.key_dim)");
@@ -29,8 +31,12 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   const int64_t N = q.numel() / (2 * dh);
   Shape out_shape = q.shape();
   out_shape.back() = d.dim;
+  const bool with_residual = residual.defined();
+  SHAMN_CHECK(!with_residual || (residual.shape() == out_shape && residual.dtype() == q.dtype()),
+              "product_key_memory: residual ", with_residual ? residual.value().str() : "",
+              " is not the output's shape and dtype");
   const int64_t s = static_cast<int64_t>(dtype_size(q.dtype()));
-  record_work(op_work::product_key_forward(N, d, s));
+  record_work(op_work::product_key_forward(N, d, s, with_residual));
   Tensor out = Tensor::empty(out_shape, q.dtype());
   Tensor slots = Tensor::empty({N, d.k}, DType::i32);
   Tensor weights = Tensor::empty({N, d.k}, q.dtype());
@@ -38,12 +44,19 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   dispatch_floating(q.dtype(), "product_key_memory", [&](auto zero) {
     using T = decltype(zero);
     product_key_forward(out.data<T>(), slots.data<int32_t>(), weights.data<T>(), qv.data<T>(), k1.data<T>(),
-                        k2.data<T>(), vv.data<T>(), N, d);
+                        k2.data<T>(), vv.data<T>(), N, d,
+                        with_residual ? residual.value().data<T>() : nullptr);
   });
 
-  return record("product_key_memory", out, {q, keys1, keys2, values}, [=](Node& node) {
+  std::vector<Var> inputs{q, keys1, keys2, values};
+  if (with_residual) inputs.push_back(residual);
+  return record("product_key_memory", out, std::move(inputs), [=](Node& node) {
+    // The residual's gradient is dout itself: handed to its producer where it
+    // can take it (as add does), else added below.
+    const bool add_residual = with_residual && node.needs_grad(4) && !node.pass_grad_to_input(4);
     record_work(op_work::product_key_backward(N, d, s, node.needs_grad(0),
-                                              node.needs_grad(1) || node.needs_grad(2), node.needs_grad(3)));
+                                              node.needs_grad(1) || node.needs_grad(2), node.needs_grad(3),
+                                              add_residual));
     dispatch_floating(node.out_dtype, "product_key_memory", [&](auto zero) {
       using T = decltype(zero);
       T* dq = node.needs_grad(0) ? node.input_grad(0).data<T>() : nullptr;
@@ -56,6 +69,7 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
       const T* dout = node.out_grad.data<T>();
       product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(), vv.data<T>(),
                            slots.data<int32_t>(), weights.data<T>(), N, d, fresh);
+      if (add_residual) axpy(node.input_grad(4).data<T>(), dout, T(1), N * d.dim);
     });
   });
 }

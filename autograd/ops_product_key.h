@@ -9,6 +9,8 @@ namespace shamn {
 // q: [..., 2*dh]  keys1, keys2: [n, dh]  values: [n*n, D]  1 <= topk <= n  -> [..., D].
 // Gradients flow into q, keys1, keys2 (selected rows only) and values (selected rows
 // only); the selection itself is piecewise constant and passes no gradient.
-Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values, int64_t topk);
+// With a residual [..., D] the op is add(residual, lookup) in one pass, the same bits.
+Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const Var& values, int64_t topk,
+                       const Var& residual = Var());
 
 }  // namespace shamn

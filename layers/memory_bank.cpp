@@ -29,4 +29,8 @@ Var MemoryBank::forward(const Var& u) const {
   return product_key_memory(query_->forward(u), keys1_, keys2_, values_, options_.topk);
 }
 
+Var MemoryBank::forward(const Var& u, const Var& residual) const {
+  return product_key_memory(query_->forward(u), keys1_, keys2_, values_, options_.topk, residual);
+}
+
 }  // namespace shamn

@@ -14,6 +14,8 @@ class MemoryBank : public Module {
  public:
   explicit MemoryBank(const MemoryOptions& options);
   Var forward(const Var& u) const;  // [..., D] -> [..., D]
+  // residual + forward(u) in one pass (the lookup adds it), the same bits.
+  Var forward(const Var& u, const Var& residual) const;
   const MemoryOptions& options() const { return options_; }
 
  private:

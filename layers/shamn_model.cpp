@@ -40,7 +40,7 @@ Var ShamnBlock::forward(const Var& x_in, std::vector<Var>* aux, LayerObserver* o
     const ProfileLayerScope scope(memory_scope_, ProfileCategory::forward);
     const Var u = mem_norm_->forward(x);
     if (observer) observer->memory_input(index_, *memory_, u.value());
-    x = add(x, memory_->forward(u));
+    x = memory_->forward(u, x);  // x + the memory's output
   }
   const ProfileLayerScope scope(moe_scope_, ProfileCategory::forward);
   const Var u = moe_norm_->forward(x);

@@ -255,9 +255,9 @@ float dot(const float* x, const float* y, int64_t len) {
 // each row is a string of cache misses. Rows are requested kPrefetchRows ahead of use.
 constexpr int64_t kPrefetchRows = 2;
 
-// out[t] = sum_m weights[t, m] * values[slots[t, m]] for the tokens [lo, hi).
+// out[t] = sum_m weights[t, m] * values[slots[t, m]] (+ residual[t] when given) for the tokens [lo, hi).
 void gather_tokens(float* out, const float* values, const int32_t* slots, const float* weights, int64_t lo,
-                   int64_t hi, const ProductKeyDims& d) {
+                   int64_t hi, const ProductKeyDims& d, const float* residual) {
   const int64_t D = d.dim, k = d.k, end = hi * k;
   for (int64_t e = lo * k; e < std::min(end, lo * k + kPrefetchRows); ++e)
     prefetch_span(values + static_cast<int64_t>(slots[e]) * D, D);
@@ -273,6 +273,10 @@ void gather_tokens(float* out, const float* values, const int32_t* slots, const 
         for (int64_t c = 0; c < D; ++c) o[c] = w * v[c];
       else
         for (int64_t c = 0; c < D; ++c) o[c] += w * v[c];
+    }
+    if (residual) {
+      const float* r = residual + t * D;
+      for (int64_t c = 0; c < D; ++c) o[c] = r[c] + o[c];
     }
   }
 }
@@ -368,13 +372,15 @@ void product_key_select(int32_t* slots, float* weights, const float* s1, const f
 }
 
 void product_key_gather(float* out, const float* values, const int32_t* slots, const float* weights,
-                        int64_t N, const ProductKeyDims& d) {
-  parallel_for(0, N, token_grain(d),
-               [&](int64_t lo, int64_t hi) { gather_tokens(out, values, slots, weights, lo, hi, d); });
+                        int64_t N, const ProductKeyDims& d, const float* residual) {
+  parallel_for(0, N, token_grain(d), [&](int64_t lo, int64_t hi) {
+    gather_tokens(out, values, slots, weights, lo, hi, d, residual);
+  });
 }
 
 void product_key_forward(float* out, int32_t* slots, float* weights, const float* q, const float* keys1,
-                         const float* keys2, const float* values, int64_t N, const ProductKeyDims& d) {
+                         const float* keys2, const float* values, int64_t N, const ProductKeyDims& d,
+                         const float* residual) {
   check_product_key_dims(d);
   const int64_t tile = std::min(N, std::max<int64_t>(64, kScoreTileFloats / (2 * d.n)));
   std::vector<float> s(static_cast<size_t>(2 * tile * d.n));
@@ -390,7 +396,7 @@ void product_key_forward(float* out, int32_t* slots, float* weights, const float
         const int64_t t = t0 + i;
         select_token(slots + t * d.k, weights + t * d.k, s1 + i * d.n, s2 + i * d.n, d, sc);
       }
-      gather_tokens(out, values, slots, weights, t0 + lo, t0 + hi, d);
+      gather_tokens(out, values, slots, weights, t0 + lo, t0 + hi, d, residual);
     });
   }
 }

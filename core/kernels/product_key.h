@@ -51,8 +51,11 @@ inline T product_key_rank_score(T s) {
 // tiles and selects in parallel over tokens; each kernel writes every output
 // element from one task and reduces in a fixed order (thread-count independent).
 
+// With a residual [N, D] (not out's memory), out = residual + the lookup: bitwise
+// the lookup followed by adding it, added to each token's row as it is finished.
 void product_key_forward(float* out, int32_t* slots, float* weights, const float* q, const float* keys1,
-                         const float* keys2, const float* values, int64_t N, const ProductKeyDims& d);
+                         const float* keys2, const float* values, int64_t N, const ProductKeyDims& d,
+                         const float* residual = nullptr);
 
 // The forward's three stages, exposed for the benchmark (and tests).
 // s1 = Q1 keys1^T, s2 = Q2 keys2^T (overwritten).
@@ -61,9 +64,9 @@ void product_key_scores(float* s1, float* s2, const float* q, const float* keys1
 // Top-k of each score row, the merge of the k*k candidates and the softmax.
 void product_key_select(int32_t* slots, float* weights, const float* s1, const float* s2, int64_t N,
                         const ProductKeyDims& d);
-// out = sum_m weights[m] * values[slots[m]] (overwritten).
+// out = sum_m weights[m] * values[slots[m]] (overwritten), plus residual when given.
 void product_key_gather(float* out, const float* values, const int32_t* slots, const float* weights,
-                        int64_t N, const ProductKeyDims& d);
+                        int64_t N, const ProductKeyDims& d, const float* residual = nullptr);
 
 // Accumulates into dq, dkeys1, dkeys2 and dvalues (those not null); with
 // overwrite_values, dvalues is written instead (every element: the rows no token
@@ -109,7 +112,8 @@ std::vector<int64_t> top_k_naive(const std::vector<T>& score, int64_t k) {
 
 template <class T>
 void product_key_forward_naive(T* out, int32_t* slots, T* weights, const T* q, const T* keys1, const T* keys2,
-                               const T* values, int64_t N, const ProductKeyDims& d) {
+                               const T* values, int64_t N, const ProductKeyDims& d,
+                               const T* residual = nullptr) {
   const int64_t n = d.n, dh = d.dh, k = d.k, D = d.dim;
   std::vector<T> s1(static_cast<size_t>(n)), s2(static_cast<size_t>(n));
   std::vector<T> cand_score(static_cast<size_t>(k * k));
@@ -154,6 +158,7 @@ void product_key_forward_naive(T* out, int32_t* slots, T* weights, const T* q, c
       for (int64_t m = 0; m < k; ++m)
         acc += static_cast<double>(weights[t * k + m]) * values[slots[t * k + m] * D + c];
       out[t * D + c] = static_cast<T>(acc);
+      if (residual) out[t * D + c] = residual[t * D + c] + out[t * D + c];
     }
   }
 }
@@ -197,8 +202,8 @@ void product_key_backward_naive(T* dq, T* dkeys1, T* dkeys2, T* dvalues, const T
 // op templated on the scalar calls one name for both dtypes.
 inline void product_key_forward(double* out, int32_t* slots, double* weights, const double* q,
                                 const double* keys1, const double* keys2, const double* values, int64_t N,
-                                const ProductKeyDims& d) {
-  product_key_forward_naive(out, slots, weights, q, keys1, keys2, values, N, d);
+                                const ProductKeyDims& d, const double* residual = nullptr) {
+  product_key_forward_naive(out, slots, weights, q, keys1, keys2, values, N, d, residual);
 }
 inline void product_key_backward(double* dq, double* dkeys1, double* dkeys2, double* dvalues,
                                  const double* dout, const double* q, const double* keys1,

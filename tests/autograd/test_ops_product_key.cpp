@@ -285,6 +285,59 @@ TEST_CASE("product-key memory: gradients by finite differences", "[autograd][mem
   }
 }
 
+// The block's residual connection, folded into the lookup: its gradient is
+// handed to its producer where it can take it (an op's output), else added (a leaf).
+TEST_CASE("product-key memory: gradients with a residual, handed over and added", "[autograd][memory]") {
+  const ProductKeyDims d{5, 3, 2, 4};
+  uint64_t seed = 200;
+  Tensor q, k1, k2;
+  do {
+    ++seed;
+    q = random_tensor({3, 6}, seed);
+    k1 = random_tensor({5, 3}, seed + 1);
+    k2 = random_tensor({5, 3}, seed + 2);
+  } while (selection_margin(q, k1, k2, d) < 0.1);
+  const std::vector<Tensor> inputs{q, k1, k2, random_tensor({25, 4}, seed + 3),
+                                   random_tensor({3, 4}, seed + 4)};
+  check_gradients(
+      [](const std::vector<Var>& x) { return product_key_memory(x[0], x[1], x[2], x[3], 2, x[4]); }, inputs);
+  check_gradients(
+      [](const std::vector<Var>& x) {
+        return product_key_memory(x[0], x[1], x[2], x[3], 2, scale(x[4], 2.0));
+      },
+      inputs);
+}
+
+TEST_CASE("product-key memory: a residual gives the bits of the lookup followed by add",
+          "[autograd][memory]") {
+  test::ThreadCountGuard guard;
+  const int64_t N = 300, n = 32, dh = 8, k = 8, D = 48;
+  for (int threads : {1, 2})
+    for (bool residual_is_op : {false, true}) {
+      DYNAMIC_SECTION("threads " << threads << " residual "
+                                 << (residual_is_op ? "an op's output" : "a leaf")) {
+        set_num_threads(threads);
+        Tensor outs[2];
+        std::vector<Tensor> grads[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Var q(random_tensor({N, 2 * dh}, 51, DType::f32), true),
+              k1(random_tensor({n, dh}, 52, DType::f32), true),
+              k2(random_tensor({n, dh}, 53, DType::f32), true),
+              v(random_tensor({n * n, D}, 54, DType::f32), true),
+              leaf(random_tensor({N, D}, 55, DType::f32), true);
+          const Var r = residual_is_op ? scale(leaf, 3.0) : leaf;
+          const Var y =
+              fused ? product_key_memory(q, k1, k2, v, k, r) : add(r, product_key_memory(q, k1, k2, v, k));
+          sum(mul(y, Var(random_tensor({N, D}, 56, DType::f32)))).backward();
+          outs[fused] = y.value();
+          grads[fused] = {q.grad(), k1.grad(), k2.grad(), v.grad(), leaf.grad()};
+        }
+        CHECK(bitwise_equal(outs[0], outs[1]));
+        for (size_t i = 0; i < grads[0].size(); ++i) CHECK(bitwise_equal(grads[0][i], grads[1][i]));
+      }
+    }
+}
+
 namespace {
 
 struct Pass {
