@@ -171,8 +171,7 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
   return record("block_sparse_linear", y, inputs, [=](Node& node) {
     // The residual's gradient is dout itself: handed to its producer where it
     // can take it (as add does), else added below.
-    const bool add_residual =
-        with_residual && node.needs_grad(residual_at) && !node.pass_grad_to_input(residual_at);
+    const bool add_residual = with_residual && node.out_grad_to_add(residual_at);
     record_work(op_work::block_sparse_backward(
         n, dims, s, {node.needs_grad(0), node.needs_grad(1), bias_at != 0 && node.needs_grad(bias_at)},
         add_residual));
@@ -186,9 +185,8 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
       Buffer<T> dbuf;
       backward_rows_activated<T>(g, node.out_grad.data<T>(), {xv.data<T>(), {nullptr, act}}, wv.data<T>(),
                                  col_index.data<int32_t>(), n, dims, dbuf);
-      if (add_residual)
-        axpy(node.input_grad(residual_at).data<T>(), node.out_grad.data<T>(), T(1), n * dims.out);
     });
+    if (add_residual) node.add_out_grad_to(residual_at);
   });
 }
 

@@ -123,7 +123,7 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
   return record("moe_combine", out, std::move(inputs), [=](Node& node) {
     // The residual's gradient is dout itself: handed to its producer where it
     // can take it (as add does), else added below.
-    const bool add_residual = with_residual && node.needs_grad(2) && !node.pass_grad_to_input(2);
+    const bool add_residual = with_residual && node.out_grad_to_add(2);
     record_work(
         op_work::moe_combine_backward(n, k, dim, s, {node.needs_grad(0), node.needs_grad(1)}, add_residual));
     dispatch_floating(node.out_dtype, "moe_combine", [&](auto zero) {
@@ -167,8 +167,8 @@ Var moe_combine(const Var& expert_rows, const Var& gates, const MoeDispatch& pla
             }
           }
       });
-      if (add_residual) axpy(node.input_grad(2).data<T>(), dout, T(1), n * dim);
     });
+    if (add_residual) node.add_out_grad_to(2);
   });
 }
 

@@ -53,7 +53,7 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
   return record("product_key_memory", out, std::move(inputs), [=](Node& node) {
     // The residual's gradient is dout itself: handed to its producer where it
     // can take it (as add does), else added below.
-    const bool add_residual = with_residual && node.needs_grad(4) && !node.pass_grad_to_input(4);
+    const bool add_residual = with_residual && node.out_grad_to_add(4);
     record_work(op_work::product_key_backward(N, d, s, node.needs_grad(0),
                                               node.needs_grad(1) || node.needs_grad(2), node.needs_grad(3),
                                               add_residual));
@@ -69,8 +69,8 @@ Var product_key_memory(const Var& q, const Var& keys1, const Var& keys2, const V
       const T* dout = node.out_grad.data<T>();
       product_key_backward(dq, dk1, dk2, dv, dout, qv.data<T>(), k1.data<T>(), k2.data<T>(), vv.data<T>(),
                            slots.data<int32_t>(), weights.data<T>(), N, d, fresh);
-      if (add_residual) axpy(node.input_grad(4).data<T>(), dout, T(1), N * d.dim);
     });
+    if (add_residual) node.add_out_grad_to(4);
   });
 }
 

@@ -48,10 +48,7 @@ Var reshape(const Var& a, const Shape& shape) {
     if (!n.needs_grad(0)) return;
     if (n.pass_grad_to_input(0)) return;
     record_work(op_work::copy(n.out_grad.numel(), static_cast<int64_t>(dtype_size(n.out_dtype))));
-    dispatch_floating(n.out_dtype, "reshape", [&](auto zero) {
-      using T = decltype(zero);
-      axpy(n.input_grad(0).data<T>(), n.out_grad.data<T>(), T(1), n.out_grad.numel());
-    });
+    n.add_out_grad_to(0);
   });
 }
 

@@ -1,6 +1,7 @@
 #include "autograd/variable.h"
 
 #include "autograd/dispatch.h"
+#include "core/kernels/elementwise.h"
 #include "core/profiler.h"
 
 #include <algorithm>
@@ -115,6 +116,13 @@ bool Node::pass_grad_to_input(size_t i) {
     return false;
   producer.out_grad = out_grad.reshape(producer.out_shape);
   return true;
+}
+
+void Node::add_out_grad_to(size_t i) {
+  dispatch_floating(out_dtype, name, [&](auto zero) {
+    using T = decltype(zero);
+    axpy(input_grad(i).data<T>(), out_grad.data<T>(), T(1), out_grad.numel());
+  });
 }
 
 void Node::release() {

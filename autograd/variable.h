@@ -131,6 +131,12 @@ class Node {
   // and a read-modify-write pass over the gradient; the values are the same
   // (0 + g = g; a -0 arrives as -0 where the sum gave +0).
   bool pass_grad_to_input(size_t i);
+  // For an input whose gradient is out_grad itself (a residual fused into the
+  // op): hands it over with pass_grad_to_input where it can, and returns true
+  // when the op must still add it (add_out_grad_to(i), after its own reads).
+  bool out_grad_to_add(size_t i) { return needs_grad(i) && !pass_grad_to_input(i); }
+  // input_grad(i) += out_grad (same element count).
+  void add_out_grad_to(size_t i);
   // Drops saved tensors and edges (after backward, or on destruction).
   void release();
 };

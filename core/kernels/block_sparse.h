@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/kernels/activation.h"
+#include "core/kernels/elementwise.h"
 #include "core/kernels/rows.h"
 #include "core/product_precision.h"
 
@@ -94,12 +95,6 @@ std::vector<T> source_rows(const T* x, int64_t n, int64_t in, const RowSource& s
   return out;
 }
 
-// y[t, o] = residual[t, o] + y[t, o]: the naive kernels' residual, after the product.
-template <class T>
-void add_residual_rows(T* y, const T* residual, int64_t n, int64_t out) {
-  for (int64_t e = 0; e < n * out; ++e) y[e] = residual[e] + y[e];
-}
-
 template <class T>
 void block_sparse_forward_naive(T* y, const T* x, const T* values, const int32_t* col_index, const T* bias,
                                 int64_t n, const BlockSparseDims& d) {
@@ -174,7 +169,7 @@ inline void block_sparse_forward(double* y, const double* x, const double* value
   } else {
     block_sparse_forward_naive(y, x, values, col_index, bias, n, dims);
   }
-  if (residual) add_residual_rows(y, residual, n, dims.out);
+  if (residual) axpy(y, residual, 1.0, n * dims.out);
 }
 inline void block_sparse_backward_input(double* dx, const double* dy, const double* values,
                                         const int32_t* col_index, int64_t n, const BlockSparseDims& dims,

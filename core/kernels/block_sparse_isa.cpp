@@ -522,7 +522,7 @@ void block_sparse_forward(float* y, const float* x, const float* values, const i
                                wr = rounded_flat(values, dims.value_count());
       block_sparse_forward_naive(y, xr.data(), wr.data(), col_index, bias, n, dims);
     }
-    if (residual) add_residual_rows(y, residual, n, dims.out);
+    if (residual) axpy(y, residual, 1.0f, n * dims.out);
     return;
   }
   if (bf16) return forward_shaped<true>(y, x, values, col_index, bias, n, dims, src, residual);
