@@ -585,6 +585,7 @@ void register_infer_commands(CLI::App& app) {
                  "different adapters in turn (stream b gets adapter b mod count)")
       ->check(CLI::ExistingFile);
   bc->add_flag("--json", be->json, "one JSON line instead of text");
+  be->profile.warmup_steps = 0;  // the --warmup runs are already outside the profile
   add_profile_flags(bc, be->profile, kBenchTrace);
   bc->callback([be] { run_bench(*be); });
 }

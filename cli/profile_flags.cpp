@@ -15,9 +15,14 @@ void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string
                         "print time per op, layer and phase at the end and write a Chrome trace (Perfetto)");
   command->add_option("--profile-trace", flags.trace, "where the trace goes (default: " + default_trace + ")")
       ->needs(on);
+  command->add_option("--profile-steps", flags.trace_steps, "steps traced, after a first warm-up step")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->needs(on);
   command
-      ->add_option("--profile-steps", flags.trace_steps,
-                   "steps traced, after a first warm-up step (the table covers the whole run)")
+      ->add_option("--profile-warmup", flags.warmup_steps,
+                   "first steps left out of the table (first-touch page faults, allocations); a run with "
+                   "no more steps than this keeps them")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->needs(on);
@@ -54,6 +59,7 @@ void begin_profile(const ProfileFlags& flags) {
   set_profile_limits(profile_machine_limits(flags));
   ProfileOptions options;
   options.trace_steps = flags.trace_steps;
+  options.warmup_steps = flags.warmup_steps;
   start_profiling(options);
 }
 

@@ -14,7 +14,8 @@ struct ProfileFlags {
   bool on = false;
   std::string trace;  // "" = the command's default
   int64_t trace_steps = 3;
-  std::string machine;  // `shamn machine --json` output; "" = measure at start
+  int64_t warmup_steps = 1;  // left out of the table (a command may change the default)
+  std::string machine;       // `shamn machine --json` output; "" = measure at start
 };
 
 void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string& default_trace);

@@ -25,8 +25,16 @@ std::string printf_string(const char* format, auto... args) {
 std::string format_profile_table(const ProfileReport& report, size_t max_rows) {
   const double wall = std::max<double>(static_cast<double>(report.wall_ns), 1.0);
   auto pct = [wall](int64_t ns) { return 100.0 * static_cast<double>(ns) / wall; };
-  std::string out =
-      printf_string("profile: %.1f ms wall; self time per category (all threads):\n", ms(report.wall_ns));
+  std::string steps;
+  if (report.table_first_step > 1)
+    steps = printf_string(" (steps %lld-%lld; the first %lld, %.1f ms, left out as warm-up)",
+                          static_cast<long long>(report.table_first_step),
+                          static_cast<long long>(report.table_last_step),
+                          static_cast<long long>(report.table_first_step - 1), ms(report.warmup_ns));
+  else if (report.table_last_step > 0)
+    steps = printf_string(" (steps 1-%lld)", static_cast<long long>(report.table_last_step));
+  std::string out = printf_string("profile: %.1f ms wall%s; self time per category (all threads):\n",
+                                  ms(report.wall_ns), steps.c_str());
   int64_t by_category[kProfileCategories] = {};
   for (const ProfileStat& s : report.stats) by_category[static_cast<int>(s.category)] += s.self_ns;
   for (int c = 0; c < kProfileCategories; ++c)

@@ -57,9 +57,12 @@ std::vector<std::unique_ptr<ThreadBuffer>> g_buffers;  // never freed: threads k
 std::atomic<bool> g_tracing{false};
 int64_t g_trace_steps = 3;
 int64_t g_first_traced = 0, g_last_traced = 0;
+int64_t g_warmup_steps = 0;
+int64_t g_table_first = 1, g_last_step = 0, g_warmup_ns = 0;
 // Atomic (relaxed) because a thread may open a scope while another starts a profile.
 std::atomic<int64_t (*)()> g_clock{nullptr};
 std::atomic<int64_t> g_origin_ns{0};
+int64_t g_table_origin_ns = 0;
 RooflineLimits g_limits;  // set between runs, read by scopes while profiling
 
 thread_local ThreadBuffer* tl_buffer = nullptr;
@@ -83,6 +86,13 @@ ThreadBuffer& this_thread_buffer() {
   tl_buffer = buffer.get();
   g_buffers.push_back(std::move(buffer));
   return *tl_buffer;
+}
+
+void clear_totals_locked() {
+  for (auto& b : g_buffers) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    b->totals.clear();
+  }
 }
 
 void clear_events_locked() {
@@ -193,8 +203,12 @@ void start_profiling(const ProfileOptions& options) {
   g_clock = options.clock;
   g_trace_steps = options.trace_steps;
   g_first_traced = g_last_traced = 0;
+  g_warmup_steps = options.warmup_steps;
+  g_table_first = 1;
+  g_last_step = g_warmup_ns = 0;
   g_tracing = false;
   g_origin_ns = now_ns();
+  g_table_origin_ns = g_origin_ns;
   tl_thread_name = "main";
   if (tl_buffer) tl_buffer->name = "main";
   detail::g_profiling = true;
@@ -208,6 +222,14 @@ void stop_profiling() {
 void profile_begin_step(int64_t step) {
   if (!profiling()) return;
   std::lock_guard<std::mutex> lock(g_registry_mutex);
+  g_last_step = step;
+  if (g_warmup_steps > 0 && step == g_warmup_steps + 1) {
+    clear_totals_locked();
+    const int64_t now = now_ns();
+    g_warmup_ns = now - g_origin_ns;
+    g_table_origin_ns = now;
+    g_table_first = step;
+  }
   if (g_trace_steps <= 0) return;
   if (step == 1) {  // traced in case it is the only one
     g_tracing = true;
@@ -226,7 +248,10 @@ ProfileReport profile_report() {
   ProfileReport report;
   std::map<std::pair<std::string, ProfileCategory>, Totals> merged;
   std::lock_guard<std::mutex> lock(g_registry_mutex);
-  report.wall_ns = now_ns() - g_origin_ns.load(std::memory_order_relaxed);
+  report.wall_ns = now_ns() - g_table_origin_ns;
+  report.table_first_step = g_table_first;
+  report.table_last_step = g_last_step;
+  report.warmup_ns = g_warmup_ns;
   report.first_traced_step = g_first_traced;
   report.last_traced_step = g_last_traced;
   for (auto& b : g_buffers) {

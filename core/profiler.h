@@ -139,6 +139,12 @@ struct ProfileOptions {
   // Steps traced: the `trace_steps` steps after the first (a warm-up step), or
   // the first alone when the run has only one.
   int64_t trace_steps = 3;
+  // Steps left out of the table: when step warmup_steps + 1 begins, the totals
+  // so far are dropped and the wall clock restarts, so the table is the steady
+  // state (a process's first step pays for first-touch page faults and
+  // allocations). A run that never reaches that step keeps all of it. A scope
+  // open across that moment counts whole.
+  int64_t warmup_steps = 0;
   // Nanoseconds from any fixed origin; null = std::chrono::steady_clock.
   int64_t (*clock)() = nullptr;
 };
@@ -171,12 +177,15 @@ struct ProfileThread {
 };
 
 struct ProfileReport {
-  int64_t wall_ns = 0;             // from start_profiling() to the report
+  int64_t wall_ns = 0;             // from the table's first step (or start_profiling()) to the report
   std::vector<ProfileStat> stats;  // by total time, longest first
   std::vector<ProfileThread> threads;
   int64_t first_traced_step = 0, last_traced_step = 0;  // 0 = none
-  int64_t dropped_events = 0;                           // past the per-thread cap
-  RooflineLimits limits;                                // what the bounds were computed from
+  // The steps the table covers (last 0: no step begun) and the warm-up it left out.
+  int64_t table_first_step = 1, table_last_step = 0;
+  int64_t warmup_ns = 0;
+  int64_t dropped_events = 0;  // past the per-thread cap
+  RooflineLimits limits;       // what the bounds were computed from
 };
 
 // Clears everything recorded so far and turns the scopes on.

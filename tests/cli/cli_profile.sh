@@ -2,7 +2,8 @@
 # --profile end to end: `shamn train` prints the table and writes a Chrome trace
 # that parses as JSON and holds the expected events (forward and backward ops
 # and layers, optimizer, data; complete events properly nested per thread, for
-# the steps after the warm-up step); `eval` and `bench` print the table without
+# the steps after the warm-up step; the table without that step unless
+# --profile-warmup 0); `eval` and `bench` print the table without
 # breaking their JSON on stdout; bad flags and paths exit non-zero.
 # Usage: cli_profile.sh SHAMN_BINARY CONFIG WORKDIR
 set -euo pipefail
@@ -25,9 +26,15 @@ if grep -q "% wall" "$work/plain.txt"; then echo "a table without --profile"; ex
 train "$work/run" 6 --profile > "$work/train.txt"
 grep -q "^name  *category  *calls  *total ms  *self ms  *% wall$" "$work/train.txt"
 grep -q "^profile trace: $work/run/profile.json (.* events, steps 2-4;" "$work/train.txt"
+# The table leaves out the warm-up step (--profile-warmup, 1 by default), or keeps it with 0.
+grep -q "^profile: .* ms wall (steps 2-6; the first 1, .* ms, left out as warm-up);" "$work/train.txt"
+grep -Eq "^train_step +step +5 " "$work/train.txt"
 
 # A trace of one step after the warm-up, to a chosen path.
-train "$work/run1" 3 --profile --profile-steps 1 --profile-trace "$work/one_step.json" > "$work/train1.txt"
+train "$work/run1" 3 --profile --profile-steps 1 --profile-trace "$work/one_step.json" --profile-warmup 0 \
+  > "$work/train1.txt"
+grep -q "^profile: .* ms wall (steps 1-3);" "$work/train1.txt"
+grep -Eq "^train_step +step +3 " "$work/train1.txt"
 [ ! -e "$work/run1/profile.json" ]
 
 # A checkpoint and a model file for eval and bench.

@@ -33,10 +33,11 @@ size_t event_count(const ProfileReport& r) {
 
 // Starts a profile on the fake clock at time 0; stops it when the test ends.
 struct FakeClockProfile {
-  explicit FakeClockProfile(int64_t trace_steps = 3) {
+  explicit FakeClockProfile(int64_t trace_steps = 3, int64_t warmup_steps = 0) {
     g_now = 0;
     ProfileOptions options;
     options.trace_steps = trace_steps;
+    options.warmup_steps = warmup_steps;
     options.clock = fake_clock;
     start_profiling(options);
   }
@@ -161,6 +162,45 @@ TEST_CASE("profiler: only the steps after the warm-up step are traced", "[core][
   REQUIRE(s);
   CHECK(s->calls == 5);
   REQUIRE(find_stat(r, "warm_up", ProfileCategory::step));
+}
+
+TEST_CASE("profiler: the table leaves out the warm-up steps", "[core][profiler]") {
+  FakeClockProfile profile(3, 2);
+  for (int64_t step = 1; step <= 5; ++step) {
+    profile_begin_step(step);
+    const ProfileScope s(step <= 2 ? "warm_up" : "step", ProfileCategory::step);
+    g_now += 10 * step;  // steps 1-5 take 10, 20, ..., 50
+  }
+  const ProfileReport r = profile_report();
+  CHECK(find_stat(r, "warm_up", ProfileCategory::step) == nullptr);
+  const ProfileStat* s = find_stat(r, "step", ProfileCategory::step);
+  REQUIRE(s);
+  CHECK(s->calls == 3);
+  CHECK(s->total_ns == 30 + 40 + 50);
+  CHECK(r.wall_ns == 30 + 40 + 50);
+  CHECK(r.warmup_ns == 10 + 20);
+  CHECK(r.table_first_step == 3);
+  CHECK(r.table_last_step == 5);
+  CHECK(format_profile_table(r).find("steps 3-5; the first 2, 0.0 ms, left out as warm-up") !=
+        std::string::npos);
+  // The trace still starts after the first step: its events are not the table's.
+  CHECK(r.first_traced_step == 2);
+  CHECK(r.last_traced_step == 4);
+}
+
+TEST_CASE("profiler: a run no longer than its warm-up keeps every step in the table", "[core][profiler]") {
+  FakeClockProfile profile(3, 2);
+  for (int64_t step = 1; step <= 2; ++step) {
+    profile_begin_step(step);
+    const ProfileScope s("step", ProfileCategory::step);
+    g_now += 10;
+  }
+  const ProfileReport r = profile_report();
+  CHECK(find_stat(r, "step", ProfileCategory::step)->calls == 2);
+  CHECK(r.wall_ns == 20);
+  CHECK(r.table_first_step == 1);
+  CHECK(r.warmup_ns == 0);
+  CHECK(format_profile_table(r).find("(steps 1-2)") != std::string::npos);
 }
 
 TEST_CASE("profiler: --profile-steps 0 traces nothing", "[core][profiler]") {
