@@ -65,21 +65,17 @@ Var binary(const char* name, BinaryOp kind, const Var& a, const Var& b) {
   const Tensor bv = kind == BinaryOp::mul ? b.value() : Tensor();
   return record(name, out, {a, b}, [=](Node& n) {
     // add and sub hand dy itself to a's op where they can (no pass over it).
-    const bool passed = kind != BinaryOp::mul && n.needs_grad(0) && n.pass_grad_to_input(0);
-    record_work(op_work::binary_backward(work_kind(kind), rows, cols, s,
-                                         {n.needs_grad(0) && !passed, n.needs_grad(1)}));
+    const bool a_grad_to_add = kind == BinaryOp::mul ? n.needs_grad(0) : n.out_grad_to_add(0);
+    record_work(op_work::binary_backward(work_kind(kind), rows, cols, s, {a_grad_to_add, n.needs_grad(1)}));
     dispatch_floating(n.out_dtype, name, [&](auto zero) {
       using T = decltype(zero);
       const T* dy = n.out_grad.data<T>();
-      if (n.needs_grad(0) && !passed) {
-        T* da = n.input_grad(0).data<T>();
-        if (kind == BinaryOp::mul) {  // da += dy * b (b broadcast)
-          Tensor tmp = Tensor::empty({rows, cols}, n.out_dtype);
-          broadcast_rows_forward(tmp.data<T>(), dy, bv.data<T>(), rows, cols, std::multiplies<T>());
-          axpy(da, tmp.data<T>(), T(1), rows * cols);
-        } else {
-          axpy(da, dy, T(1), rows * cols);
-        }
+      if (a_grad_to_add && kind == BinaryOp::mul) {  // da += dy * b (b broadcast)
+        Tensor tmp = Tensor::empty({rows, cols}, n.out_dtype);
+        broadcast_rows_forward(tmp.data<T>(), dy, bv.data<T>(), rows, cols, std::multiplies<T>());
+        axpy(n.input_grad(0).data<T>(), tmp.data<T>(), T(1), rows * cols);
+      } else if (a_grad_to_add) {
+        n.add_out_grad_to(0);
       }
       if (n.needs_grad(1) && kind == BinaryOp::add && rows == 1) {
         // b has a's shape: its gradient is dy itself, stored into a fresh buffer

@@ -58,7 +58,7 @@ std::atomic<bool> g_tracing{false};
 int64_t g_trace_steps = 3;
 int64_t g_first_traced = 0, g_last_traced = 0;
 int64_t g_warmup_steps = 0;
-int64_t g_table_first = 1, g_last_step = 0, g_warmup_ns = 0;
+int64_t g_table_first = 1, g_last_step = 0;
 // Atomic (relaxed) because a thread may open a scope while another starts a profile.
 std::atomic<int64_t (*)()> g_clock{nullptr};
 std::atomic<int64_t> g_origin_ns{0};
@@ -205,7 +205,7 @@ void start_profiling(const ProfileOptions& options) {
   g_first_traced = g_last_traced = 0;
   g_warmup_steps = options.warmup_steps;
   g_table_first = 1;
-  g_last_step = g_warmup_ns = 0;
+  g_last_step = 0;
   g_tracing = false;
   g_origin_ns = now_ns();
   g_table_origin_ns = g_origin_ns;
@@ -225,9 +225,7 @@ void profile_begin_step(int64_t step) {
   g_last_step = step;
   if (g_warmup_steps > 0 && step == g_warmup_steps + 1) {
     clear_totals_locked();
-    const int64_t now = now_ns();
-    g_warmup_ns = now - g_origin_ns;
-    g_table_origin_ns = now;
+    g_table_origin_ns = now_ns();
     g_table_first = step;
   }
   if (g_trace_steps <= 0) return;
@@ -251,7 +249,7 @@ ProfileReport profile_report() {
   report.wall_ns = now_ns() - g_table_origin_ns;
   report.table_first_step = g_table_first;
   report.table_last_step = g_last_step;
-  report.warmup_ns = g_warmup_ns;
+  report.warmup_ns = g_table_origin_ns - g_origin_ns.load(std::memory_order_relaxed);
   report.first_traced_step = g_first_traced;
   report.last_traced_step = g_last_traced;
   for (auto& b : g_buffers) {
