@@ -306,7 +306,8 @@ void run_eval(const EvalArgs& a) {
     const LogitFunction rf = ref->logit_function();
     r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, model.logit_function(), &rf);
   } else {
-    r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, model.loss_function());
+    r = evaluate(data, model.config.vocab_size, a.seq_len, a.max_windows, model.loss_function(),
+                 model.concurrent_windows());
   }
   // stdout stays one JSON object: the table goes to stderr.
   end_profile(a.profile, kEvalTrace, stderr);

@@ -6,6 +6,7 @@
 #include "autograd/variable.h"
 #include "core/hdf5_file.h"
 #include "core/kernel_level.h"
+#include "core/parallel.h"
 #include "train/model_checkpoint.h"
 
 namespace shamn::cli {
@@ -74,5 +75,7 @@ LossFunction ModelSource::loss_function() const {
   }
   return losses_from_logits(logit_function(), config.vocab_size);
 }
+
+int64_t ModelSource::concurrent_windows() const { return runtime ? num_threads() : 1; }
 
 }  // namespace shamn::cli

@@ -25,6 +25,9 @@ struct ModelSource {
   // Each position's loss against the next tokens: the runtime's fused loss
   // (no logits stored), or the checkpoint's logits reduced by logsumexp.
   LossFunction loss_function() const;
+  // How many windows loss_function may run at once: one a thread for the
+  // runtime (its calls share nothing but the weights); the autograd model one.
+  int64_t concurrent_windows() const;
 };
 
 // adapter: a LoRA adapter file to run with a .shq model ("" = none).

@@ -1,5 +1,6 @@
 #include "infer/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -12,6 +13,9 @@
 namespace shamn {
 
 namespace {
+
+// Windows a thread takes per round when windows run concurrently (evaluate).
+constexpr int64_t kWindowsPerThreadRound = 4;
 
 // log-softmax of one row into lp [V]; returns the argmax (lowest id on ties).
 int64_t log_softmax_row(const float* x, int64_t V, std::vector<double>& lp) {
@@ -59,20 +63,39 @@ LossFunction losses_from_logits(LogitFunction logits, int64_t vocab) {
 }
 
 EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
-                    const LossFunction& model) {
+                    const LossFunction& model, int64_t concurrent_windows) {
   const int64_t windows = window_count(data, T, max_windows);
-  std::vector<double> loss(static_cast<size_t>(T));
-  double sum = 0;
-  for (int64_t w = 0; w < windows; ++w) {
-    profile_begin_step(w + 1);
+  const int64_t P = std::max<int64_t>(1, concurrent_windows);
+  // Concurrent windows go in rounds of several a thread, handed out as threads
+  // come free: the vCPUs of a VM seldom run at one speed, and a round of one
+  // window a thread would wait for the slowest every time. Rounds bound the
+  // losses kept for the ordered sum.
+  const int64_t per_round = P == 1 ? 1 : std::min(windows, kWindowsPerThreadRound * P);
+  std::vector<Tensor> round(static_cast<size_t>(per_round));
+  std::vector<double> loss(static_cast<size_t>(per_round * T));
+  const auto run_window = [&](int64_t i) {
     const ProfileScope window_scope("eval_window", ProfileCategory::eval);
-    const Tensor win = data.window(w * T, T + 1, vocab);
-    const int32_t* tok = win.data<int32_t>();
-    {
-      const ProfileScope scope("model_losses", ProfileCategory::eval);
-      model(tok, T, tok + 1, loss.data());
+    const int32_t* tok = round[i].data<int32_t>();
+    const ProfileScope scope("model_losses", ProfileCategory::eval);
+    model(tok, T, tok + 1, loss.data() + i * T);
+  };
+  double sum = 0;
+  // A round is a profiler step: with P > 1 the first holds every thread's
+  // first (cold) window.
+  for (int64_t w0 = 0, step = 1; w0 < windows; w0 += per_round, ++step) {
+    profile_begin_step(step);
+    const int64_t m = std::min(per_round, windows - w0);
+    // Read in window order, so a bad token is reported as one at a time would.
+    for (int64_t i = 0; i < m; ++i) round[i] = data.window((w0 + i) * T, T + 1, vocab);
+    if (m == 1) {
+      run_window(0);
+    } else {
+      parallel_for(0, m, 1, [&](int64_t lo, int64_t hi) {
+        const SerialScope serial;
+        for (int64_t i = lo; i < hi; ++i) run_window(i);
+      });
     }
-    for (double l : loss) sum += l;  // in position order
+    for (int64_t i = 0; i < m * T; ++i) sum += loss[i];  // in window, then position order
   }
   EvalResult r;
   r.windows = windows;

@@ -32,9 +32,14 @@ struct EvalResult {
   double top1_agreement = 0.0;  // fraction of positions where the argmaxes agree
 };
 
-// max_windows 0 = every full window of the file.
+// max_windows 0 = every full window of the file. concurrent_windows > 1 runs
+// that many windows at once, one thread each with its loops inline (the model
+// must allow concurrent calls), instead of one window on every thread: windows
+// are independent, and each one's rows on a single thread split no products.
+// The sum runs in window then position order either way, so the result is the
+// same whenever a window's losses do not depend on the thread count.
 EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
-                    const LossFunction& model);
+                    const LossFunction& model, int64_t concurrent_windows = 1);
 // With a reference: both models' full logits per window (for the KL and top-1).
 EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
                     const LogitFunction& model, const LogitFunction* reference = nullptr);

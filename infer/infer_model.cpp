@@ -43,8 +43,9 @@ constexpr int64_t kThreadChunk = 128;
 // of splitting every small op across the threads (layers_sliced).
 constexpr int64_t kMinSliceRows = 32;
 
-// Rows per forward pass of a long stream.
+// Rows per forward pass of a long stream (on this thread alone inside a SerialScope).
 int64_t forward_chunk() {
+  if (in_serial_scope()) return kForwardChunk;
   return std::max<int64_t>(kForwardChunk, kThreadChunk * std::max(1, num_threads()));
 }
 
@@ -918,10 +919,12 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
     }
     embed(tokens.data(), n, x.data());
   }
-  // An observer is told the rows in order, so its forward is not sliced.
-  const int64_t slices = steps.size() == 1 && steps[0].record == nullptr && steps[0].observer == nullptr
-                             ? std::min<int64_t>(num_threads(), n / kMinSliceRows)
-                             : 1;
+  // An observer is told the rows in order, so its forward is not sliced; nor is
+  // one already running on a single thread (a SerialScope: concurrent windows).
+  const int64_t slices =
+      steps.size() == 1 && steps[0].record == nullptr && steps[0].observer == nullptr && !in_serial_scope()
+          ? std::min<int64_t>(num_threads(), n / kMinSliceRows)
+          : 1;
   // The steps' adapters, and each row's.
   std::vector<const LoraAdapter*> adapters;
   Buffer<int32_t> row_adapter(n);

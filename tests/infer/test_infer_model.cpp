@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -520,6 +521,87 @@ TEST_CASE("evaluate's loss is the autograd cross-entropy over the same windows, 
   CHECK(r.loss == Approx(ce).epsilon(1e-5));
   CHECK(evaluate(file, V, T, 2, f).windows == 2);
   CHECK_THROWS_AS(evaluate(file, V, 1000, 0, f), InputError);
+}
+
+TEST_CASE("evaluate runs windows concurrently, one a thread, with the loss one at a time gives",
+          "[infer][eval]") {
+  test::ThreadCountGuard threads;
+  const TestModel tm(model_toml(), "eval_concurrent");
+  // 11 windows of 40 rows: on 2 threads a round of 8 and a round of 3; on 3,
+  // one round of 11. A window of 40 rows would be sliced on 2 or 3 threads.
+  const int64_t V = tm.config.vocab_size, T = 40, W = 11;
+  const std::vector<int32_t> stream = random_tokens(W * T + 1, V, 12);
+  const std::string data = tm.dir + "/val.bin";
+  write_token_file(data, std::vector<uint32_t>(stream.begin(), stream.end()));
+  const TokenFile file(data);
+  for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
+    const InferModel m = tm.runtime(q);
+    const LossFunction f = [&](const int32_t* tokens, int64_t n, const int32_t* targets, double* losses) {
+      DecodeState s = m.new_state();
+      m.forward_losses(tokens, n, s, targets, losses);
+    };
+    set_num_threads(1);
+    const EvalResult want = evaluate(file, V, T, 0, f);
+    for (int t : {2, 3}) {
+      INFO("quant " << shq_quant_name(q) << ", threads " << t);
+      set_num_threads(t);
+      const EvalResult sliced = evaluate(file, V, T, 0, f);
+      const EvalResult concurrent = evaluate(file, V, T, 0, f, t);
+      CHECK(sliced.loss == want.loss);
+      CHECK(concurrent.loss == want.loss);
+      CHECK(concurrent.windows == W);
+      CHECK(concurrent.tokens == W * T);
+      CHECK(evaluate(file, V, T, 5, f, t).loss == evaluate(file, V, T, 5, f).loss);
+    }
+  }
+}
+
+TEST_CASE("concurrent evaluation hands each window to the model once, on any thread count, in window order",
+          "[infer][eval]") {
+  test::ThreadCountGuard threads;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("shamn_eval_order_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  // Token i of the file is i, so a window's first token names it.
+  const int64_t T = 7, W = 10, V = W * T + 1;
+  std::vector<uint32_t> stream(static_cast<size_t>(V));
+  for (size_t i = 0; i < stream.size(); ++i) stream[i] = static_cast<uint32_t>(i);
+  write_token_file(dir + "/val.bin", stream);
+  const TokenFile file(dir + "/val.bin");
+  // Losses of very different sizes, so another summation order gives other bits.
+  const auto loss_of = [](int64_t i) {
+    const double frac = std::fmod(0.6180339887 * static_cast<double>(i), 1.0);
+    return std::ldexp(1.0 + frac, static_cast<int>((i * 13) % 80) - 40);
+  };
+  double in_order = 0, reversed = 0, by_window = 0;
+  for (int64_t i = 0; i < W * T; ++i) in_order += loss_of(i);
+  for (int64_t i = W * T - 1; i >= 0; --i) reversed += loss_of(i);
+  for (int64_t w = 0; w < W; ++w) {
+    double window = 0;
+    for (int64_t t = 0; t < T; ++t) window += loss_of(w * T + t);
+    by_window += window;
+  }
+  REQUIRE(in_order != reversed);
+  REQUIRE(in_order != by_window);
+
+  std::vector<std::atomic<int>> calls(static_cast<size_t>(W));
+  const LossFunction f = [&](const int32_t* tokens, int64_t n, const int32_t* targets, double* losses) {
+    const int64_t w = tokens[0] / T;
+    calls[static_cast<size_t>(w)].fetch_add(1);
+    for (int64_t t = 0; t < n; ++t) {
+      losses[t] = tokens[t] == w * T + t && targets[t] == tokens[t] + 1 ? loss_of(tokens[t]) : 1e300;
+    }
+  };
+  for (int t : {1, 2, 3}) {
+    INFO("threads " << t);
+    set_num_threads(t);
+    for (auto& c : calls) c = 0;
+    const EvalResult r = evaluate(file, V, T, 0, f, t);
+    CHECK(r.windows == W);
+    CHECK(r.loss == in_order / static_cast<double>(W * T));
+    for (int64_t w = 0; w < W; ++w) CHECK(calls[static_cast<size_t>(w)] == 1);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("forward_losses gives each position's logsumexp minus its target logit, without the logits",
