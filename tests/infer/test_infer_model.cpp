@@ -528,7 +528,8 @@ TEST_CASE("evaluate runs windows concurrently, one a thread, with the loss one a
   test::ThreadCountGuard threads;
   const TestModel tm(model_toml(), "eval_concurrent");
   // 11 windows of 40 rows: on 2 threads a round of 8 and a round of 3; on 3,
-  // one round of 11. A window of 40 rows would be sliced on 2 or 3 threads.
+  // one round of 11. One window at a time on 2 or 3 threads splits its
+  // operations (40 rows are too few to cut into slices of 32).
   const int64_t V = tm.config.vocab_size, T = 40, W = 11;
   const std::vector<int32_t> stream = random_tokens(W * T + 1, V, 12);
   const std::string data = tm.dir + "/val.bin";
@@ -545,9 +546,9 @@ TEST_CASE("evaluate runs windows concurrently, one a thread, with the loss one a
     for (int t : {2, 3}) {
       INFO("quant " << shq_quant_name(q) << ", threads " << t);
       set_num_threads(t);
-      const EvalResult sliced = evaluate(file, V, T, 0, f);
+      const EvalResult one_at_a_time = evaluate(file, V, T, 0, f);
       const EvalResult concurrent = evaluate(file, V, T, 0, f, t);
-      CHECK(sliced.loss == want.loss);
+      CHECK(one_at_a_time.loss == want.loss);
       CHECK(concurrent.loss == want.loss);
       CHECK(concurrent.windows == W);
       CHECK(concurrent.tokens == W * T);
@@ -585,9 +586,11 @@ TEST_CASE("concurrent evaluation hands each window to the model once, on any thr
   REQUIRE(in_order != by_window);
 
   std::vector<std::atomic<int>> calls(static_cast<size_t>(W));
+  std::atomic<int> alone_on_a_thread{0};  // calls inside a SerialScope: windows run concurrently
   const LossFunction f = [&](const int32_t* tokens, int64_t n, const int32_t* targets, double* losses) {
     const int64_t w = tokens[0] / T;
     calls[static_cast<size_t>(w)].fetch_add(1);
+    if (in_serial_scope()) alone_on_a_thread.fetch_add(1);
     for (int64_t t = 0; t < n; ++t) {
       losses[t] = tokens[t] == w * T + t && targets[t] == tokens[t] + 1 ? loss_of(tokens[t]) : 1e300;
     }
@@ -596,10 +599,14 @@ TEST_CASE("concurrent evaluation hands each window to the model once, on any thr
     INFO("threads " << t);
     set_num_threads(t);
     for (auto& c : calls) c = 0;
+    alone_on_a_thread = 0;
     const EvalResult r = evaluate(file, V, T, 0, f, t);
     CHECK(r.windows == W);
     CHECK(r.loss == in_order / static_cast<double>(W * T));
     for (int64_t w = 0; w < W; ++w) CHECK(calls[static_cast<size_t>(w)] == 1);
+    // On 2 threads rounds of 8 and 2 windows, on 3 one of 10: every window
+    // runs beside others; on 1 thread each runs alone, with the loops free.
+    CHECK(alone_on_a_thread == (t == 1 ? 0 : W));
   }
   std::filesystem::remove_all(dir);
 }
