@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <vector>
 
 #include "core/buffer.h"
@@ -73,11 +74,18 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   const int64_t per_round = P == 1 ? 1 : std::min(windows, kWindowsPerThreadRound * P);
   std::vector<Tensor> round(static_cast<size_t>(per_round));
   std::vector<double> loss(static_cast<size_t>(per_round * T));
+  // A window's failure is held until its round ends and the lowest window's is
+  // raised: the error one at a time would give, whichever thread failed first.
+  std::vector<std::exception_ptr> failure(static_cast<size_t>(per_round));
   const auto run_window = [&](int64_t i) {
     const ProfileScope window_scope("eval_window", ProfileCategory::eval);
     const int32_t* tok = round[i].data<int32_t>();
     const ProfileScope scope("model_losses", ProfileCategory::eval);
-    model(tok, T, tok + 1, loss.data() + i * T);
+    try {
+      model(tok, T, tok + 1, loss.data() + i * T);
+    } catch (...) {
+      failure[static_cast<size_t>(i)] = std::current_exception();
+    }
   };
   double sum = 0;
   // A round is a profiler step: with P > 1 the first holds every thread's
@@ -95,6 +103,8 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
         for (int64_t i = lo; i < hi; ++i) run_window(i);
       });
     }
+    for (int64_t i = 0; i < m; ++i)
+      if (failure[static_cast<size_t>(i)]) std::rethrow_exception(failure[static_cast<size_t>(i)]);
     for (int64_t i = 0; i < m * T; ++i) sum += loss[i];  // in window, then position order
   }
   EvalResult r;

@@ -37,7 +37,8 @@ struct EvalResult {
 // must allow concurrent calls), instead of one window on every thread: windows
 // are independent, and each one's rows on a single thread split no products.
 // The sum runs in window then position order either way, so the result is the
-// same whenever a window's losses do not depend on the thread count.
+// same whenever a window's losses do not depend on the thread count. When
+// windows fail, the lowest one's error is raised, as one at a time would.
 EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max_windows,
                     const LossFunction& model, int64_t concurrent_windows = 1);
 // With a reference: both models' full logits per window (for the KL and top-1).

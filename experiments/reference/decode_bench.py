@@ -20,10 +20,8 @@ full-context forward over the prompt and the generated tokens.
     /usr/bin/python3 experiments/reference/decode_bench.py --config CONFIG.toml --seed 1
     /usr/bin/python3 experiments/reference/decode_bench.py --checkpoint CKPT.h5 [--data TOK.bin]
     /usr/bin/python3 experiments/reference/decode_bench.py ... --quantize-dynamic
-    /usr/bin/python3 experiments/reference/decode_bench.py --self-test
 
-One JSON line per (mode, quant, threads). `shamn_ref.py decode-bench ARGS` runs
-the same.
+One JSON line per (mode, quant, threads). Self-tests: test_decode_bench.py.
 """
 
 import argparse
@@ -217,13 +215,6 @@ def bench(model, quant, prompt, args, extra):
             print(json.dumps(line), flush=True)
 
 
-def run_self_test():
-    import unittest
-    import test_decode_bench
-    suite = unittest.defaultTestLoader.loadTestsFromModule(test_decode_bench)
-    return 0 if unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful() else 1
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="decode_bench.py", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
@@ -242,10 +233,7 @@ def main(argv=None):
                         help="also run torch.quantization.quantize_dynamic({nn.Linear}, qint8)")
     parser.add_argument("--check", action="store_true",
                         help="first print how far window and incremental logits are from a full forward")
-    parser.add_argument("--self-test", action="store_true", help="run the decode self-tests and exit")
     args = parser.parse_args(argv)
-    if args.self_test:
-        return run_self_test()
     try:
         if args.prompt < 1 or args.new_tokens < 1 or args.repeats < 1 or args.warmup < 0:
             raise ValueError("--prompt, --new-tokens and --repeats must be >= 1, --warmup >= 0")

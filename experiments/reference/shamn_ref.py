@@ -12,7 +12,6 @@ Run it with Debian's interpreter, which has torch, h5py and numpy:
     /usr/bin/python3 experiments/reference/shamn_ref.py make-tokens --vocab V --count N -o TOK.bin
     /usr/bin/python3 experiments/reference/shamn_ref.py loss CKPT.h5 --data TOK.bin --batch B --seq T [--grads G.h5]
     /usr/bin/python3 experiments/reference/shamn_ref.py bench --config CONFIG.toml --threads 1,2
-    /usr/bin/python3 experiments/reference/shamn_ref.py decode-bench ...   (decode_bench.py)
 
 Layout of this file: config (SPEC 5), hashing (SPEC 1.2), tie-aware top-k,
 the layers (SPEC 1.1-1.7), the model, init, checkpoint and token-file I/O
@@ -32,7 +31,7 @@ import zlib
 import tomllib
 from dataclasses import dataclass, field
 
-if __name__ == "__main__" and sys.argv[1:2] in (["bench"], ["decode-bench"]):
+if __name__ == "__main__" and sys.argv[1:2] == ["bench"]:
     # On the shared 2-core dev machine, OpenMP threads that spin at barriers
     # while a compiler holds the other core made 2-thread steps 5-10x slower
     # than 1-thread ones; sleeping waits avoid that. Must be set before torch loads.
@@ -930,9 +929,6 @@ def cmd_bench(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["decode-bench"]:
-        import decode_bench  # here, not at the top: it imports this module
-        return decode_bench.main(argv[1:])
     parser = argparse.ArgumentParser(prog="shamn_ref.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -972,9 +968,6 @@ def main(argv=None):
                    help="run the forward under torch.autocast (bf16)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=cmd_bench)
-
-    sub.add_parser("decode-bench", help="greedy decode throughput: decode_bench.py's options",
-                   add_help=False)
 
     args = parser.parse_args(argv)
     try:
