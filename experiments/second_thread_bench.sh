@@ -7,14 +7,23 @@
 # about what two threads should reach; the sum of the concurrent pair is the
 # most two independent streams get from both cores (shared L3 and memory
 # bandwidth included). Steady state: 100 prefills after 10 warm-ups.
+# With STREAMS=B set, the same for a decode step over B streams instead
+# (`bench --streams B`, 16-token prompts, 32 decoded tokens, 20 repeats after 3
+# warm-ups; decode tok/s of all streams).
 # Prints one line per round: the pair's sum and, per binary, its 2-thread
-# prefill tok/s and that over the sum (1.0 = linear).
-# Usage: second_thread_bench.sh MODEL.shq ROUNDS SHAMN [SHAMN ...]
+# tok/s and that over the sum (1.0 = linear).
+# Usage: [STREAMS=B] second_thread_bench.sh MODEL.shq ROUNDS SHAMN [SHAMN ...]
 set -euo pipefail
 model=$1 rounds=$2
 shift 2
-args=(bench "$model" --prompt-tokens 512 --decode-tokens 1 --repeats 100 --warmup 10 --json)
-prefill() { python3 -c "import json, sys; print(round(json.load(sys.stdin)['prefill_tok_s']))"; }
+if [ -n "${STREAMS:-}" ]; then
+  args=(bench "$model" --streams "$STREAMS" --prompt-tokens 16 --decode-tokens 32 --repeats 20 --warmup 3 --json)
+  key=decode_tok_s
+else
+  args=(bench "$model" --prompt-tokens 512 --decode-tokens 1 --repeats 100 --warmup 10 --json)
+  key=prefill_tok_s
+fi
+prefill() { python3 -c "import json, sys; print(round(json.load(sys.stdin)['$key']))"; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for r in $(seq 1 "$rounds"); do

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "core/buffer.h"
@@ -13,6 +14,7 @@
 #include "core/kernels/product_key.h"
 #include "core/kernels/rms_norm.h"
 #include "core/parallel.h"
+#include "core/prefetch.h"
 #include "core/profiler.h"
 #include "infer/lora_adapter.h"
 #include "infer/low_rank_q8.h"
@@ -58,6 +60,11 @@ constexpr int64_t kTaskMacs = 1 << 15;
 constexpr int64_t kParallelExpertRows = 32;
 // Rows of the mixer convolved, activated and quantised together (32 KiB of c at D = 512).
 constexpr int64_t kMixerChunkRows = 16;
+// Up to this many rows (a decode step's streams) the passes too light to pay
+// for a second thread (norms, the routers, the mixer's out product, the
+// combine) run on the calling thread: split, they left the next pass half its
+// rows in the other core's cache (experiments/inference.md, stop 48).
+constexpr int64_t kFewRows = 64;
 
 int64_t grain_for(int64_t macs_per_item) {
   return std::max<int64_t>(1, kTaskMacs / std::max<int64_t>(macs_per_item, 1));
@@ -565,7 +572,10 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
                              const Adapters& ad) const {
   Buffer<float> u(n * D), c(n * D);
   ProfilePhases phase("mixer.norm", ProfileCategory::infer);
-  rms_norm(x, L.mix_gain, n, D, u.data());
+  {
+    const SerialScope few(n <= kFewRows);
+    rms_norm(x, L.mix_gain, n, D, u.data());
+  }
   for (int64_t r0 = 0; const StreamStep& s : steps) {
     if (s.record != nullptr) {
       std::vector<float>& rows = s.record->layers[l];
@@ -581,13 +591,14 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
   const BlockSparse& out = L.mixer_out;
   QuantRows cq = out.values.quantized() ? alloc_quant_rows(n, D, out.block) : QuantRows();
   struct Chunk {
-    int64_t row0, t0, t1;  // the stream's first row in u and c, its rows [t0, t1)
+    int64_t row0, t0, t1, n;  // the stream's first row in u and c, its rows [t0, t1) of n
     float* history;
+    bool whole() const { return t0 == 0 && t1 == n; }
   };
   std::vector<Chunk> chunks;
   for (int64_t r0 = 0; const StreamStep& s : steps) {
     for (int64_t t = 0; t < s.n; t += kMixerChunkRows)
-      chunks.push_back({r0, t, std::min(s.n, t + kMixerChunkRows), s.state->history[l].data()});
+      chunks.push_back({r0, t, std::min(s.n, t + kMixerChunkRows), s.n, s.state->history[l].data()});
     r0 += s.n;
   }
   phase.next("mixer.conv");
@@ -595,21 +606,27 @@ void InferModel::Impl::mixer(const Layer& L, size_t l, float* x, int64_t n, std:
   parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const Chunk& ch = chunks[i];
+      // A decode step's streams each read their own history, last touched a
+      // step ago: the next one's is fetched while this one computes.
+      if (i + 1 < hi) prefetch_span(chunks[i + 1].history, (K - 1) * D);
       float* cs = c.data() + ch.row0 * D;
       causal_conv_rows_streaming(cs, u.data() + ch.row0 * D, ch.history, taps, ch.t0, ch.t1);
+      // A stream in one chunk moves its history on here, while it is in cache.
+      if (ch.whole()) causal_conv_advance_history(ch.history, u.data() + ch.row0 * D, ch.n, D, K);
       silu_forward(cs + ch.t0 * D, cs + ch.t0 * D, (ch.t1 - ch.t0) * D);
       if (out.values.quantized())
         quantize_rows_range(cq, c.data(), ch.row0 + ch.t0, ch.row0 + ch.t1, D, out.block);
     }
   });
-  for (int64_t r0 = 0; const StreamStep& s : steps) {
-    causal_conv_advance_history(s.state->history[l].data(), u.data() + r0 * D, s.n, D, K);
-    r0 += s.n;
-  }
+  // Streams of several chunks, once all their chunks have read the history.
+  for (const Chunk& ch : chunks)
+    if (ch.t0 == 0 && !ch.whole())
+      causal_conv_advance_history(ch.history, u.data() + ch.row0 * D, ch.n, D, K);
   const LoraTerm lora(
       ad, l, [](const LoraLayer& a) { return a.mixer_out; }, LoraInput{c.data(), D, whole_blocks(out, cq)},
       nullptr, n);
   phase.next("mixer.out");
+  const SerialScope few(n <= kFewRows);
   block_sparse_product(out, c.data(), &cq, nullptr, n, x, &lora, /*accumulate=*/true);
 }
 
@@ -664,6 +681,7 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   const int64_t G = moe.groups, X = moe.experts(), k = moe.k;
   Buffer<float> u(n * D);
   ProfilePhases phase("moe.route", ProfileCategory::infer);
+  std::optional<SerialScope> few(std::in_place, n <= kFewRows);  // the routing, and the combine below
   rms_norm(x, L.moe_gain, n, D, u.data());
   Buffer<float> rg(n * G), re(n * X);
   // Both routers read u whole-row quantised: quantised once.
@@ -684,6 +702,7 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
   if (obs != nullptr) obs->moe_choices(static_cast<int64_t>(l), chosen.data(), gates.data(), n);
 
+  few.reset();
   phase.next("moe.dispatch");
   // Each expert runs once over the rows of the tokens that chose it, in plan
   // order; a token's outputs are added to x in slot order (thread-count independent).
@@ -738,6 +757,7 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
     }
   });
   phase.next("moe.combine");
+  few.emplace(n <= kFewRows);
   moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);
 }
 

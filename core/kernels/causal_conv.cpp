@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/check.h"
@@ -78,12 +79,12 @@ void causal_conv_rows_streaming(float* c, const float* u, const float* history, 
 }
 
 void causal_conv_advance_history(float* history, const float* u, int64_t T, int64_t D, int64_t K) {
-  const int64_t H = K - 1;
-  auto input_at = [&](int64_t t) { return t >= 0 ? u + t * D : history + (H + t) * D; };
-  // The new history, oldest first: rows T-H .. T-1 of history and u joined.
-  std::vector<float> next(static_cast<size_t>(H * D));
-  for (int64_t j = 0; j < H; ++j) std::copy_n(input_at(T - H + j), D, next.data() + j * D);
-  std::copy(next.begin(), next.end(), history);
+  // The new history, oldest first, is rows T-H .. T-1 of history and u joined:
+  // the newest H - T rows of history moved to the front (in place: a decode
+  // step does this for every stream and layer), then u's last min(T, H) rows.
+  const int64_t H = K - 1, kept = std::max<int64_t>(0, H - T);
+  if (kept > 0) std::memmove(history, history + T * D, sizeof(float) * static_cast<size_t>(kept * D));
+  std::copy_n(u + (T - (H - kept)) * D, (H - kept) * D, history + kept * D);
 }
 
 void causal_conv_backward_input(float* du, const float* dc, const float* conv, const CausalConvDims& s,
