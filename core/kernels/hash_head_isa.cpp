@@ -204,6 +204,31 @@ F chunk_logsumexp(const float* slab, const float* importance, const int32_t* buc
                 : chunk_logsumexp<0>(slab, importance, bucket_index, vocab, h);
 }
 
+// Logits of rows [n0, n0 + 16) and tokens [t0, t1), one row per lane: each
+// (token, hash) pair is one slab load and one multiply-add for all 16 rows,
+// where a row at a time gathers one score per pair. Every logit is
+// slab_logit's chain, w0 s0 then + w_j s_j fused: hash_head_gather's row loop
+// to the bit.
+void gather16(float* logits, const float* scores, const float* importance, const int32_t* bucket_index,
+              int64_t n0, int64_t t0, int64_t t1, const HashDims& d) {
+  Tensor slab_buf = Tensor::empty({d.buckets * kRows});
+  float* slab = slab_buf.data<float>();
+  load_slab(slab, scores, n0, kRows, d.buckets);
+  alignas(64) float block[16 * kRows];  // [token][row]
+  for (int64_t t = t0; t < t1; t += 16) {
+    const int64_t tn = std::min<int64_t>(16, t1 - t);
+    for (int64_t i = 0; i < tn; ++i)
+      simd::store(block + i * kRows, slab_logit(slab, importance, bucket_index, t + i, d.hashes));
+    float* out = logits + n0 * d.vocab + t;
+    if (tn == 16) {
+      transpose_block16(out, d.vocab, block, kRows);
+    } else {
+      for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t i = 0; i < tn; ++i) out[r * d.vocab + i] = block[i * kRows + r];
+    }
+  }
+}
+
 void bucket_scores(float* scores, const float* z, const float* table, int64_t n, const HashDims& d) {
   gemm(Trans::no, Trans::yes, n, d.buckets, d.dim, 1.0f, z, d.dim, table, d.dim, 0.0f, scores, d.buckets);
 }
@@ -353,8 +378,10 @@ void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportan
 SHAMN_ISA_END
 
 namespace shamn::hash_head_isa {
-SHAMN_ISA_TABLE(Kernels) = {
-    &::shamn::SHAMN_ISA_NS::hash_head_forward, &::shamn::SHAMN_ISA_NS::hash_head_backward,
-    &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_forward,
-    &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_backward, &::shamn::SHAMN_ISA_NS::row_losses_from_scores};
+SHAMN_ISA_TABLE(Kernels) = {&::shamn::SHAMN_ISA_NS::hash_head_forward,
+                            &::shamn::SHAMN_ISA_NS::hash_head_backward,
+                            &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_forward,
+                            &::shamn::SHAMN_ISA_NS::hash_head_cross_entropy_backward,
+                            &::shamn::SHAMN_ISA_NS::row_losses_from_scores,
+                            &::shamn::SHAMN_ISA_NS::gather16};
 }  // namespace shamn::hash_head_isa

@@ -23,6 +23,9 @@ struct Kernels {
                                  int64_t n, const HashDims& dims);
   void (*row_losses)(double* loss, float* lse, const float* scores, const float* importance,
                      const int32_t* bucket_index, const int32_t* targets, int64_t n, const HashDims& dims);
+  // hash_head_gather's logits [n0, n0 + 16) x [t0, t1) of 16 whole rows.
+  void (*gather16)(float* logits, const float* scores, const float* importance, const int32_t* bucket_index,
+                   int64_t n0, int64_t t0, int64_t t1, const HashDims& dims);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

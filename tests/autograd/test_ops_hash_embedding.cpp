@@ -2,6 +2,7 @@
 // the bucket rule's check values, gradient checks, fast kernels against the naive
 // oracle, the fused loss against the unfused ops, thread-count determinism, errors.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "autograd/ops.h"
@@ -235,23 +236,33 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
 }
 
 TEST_CASE("hash_head_gather: logits from given scores, over several token blocks", "[hash][head][kernels]") {
-  // The inference runtime's path: scores computed elsewhere, one row (decode) and three.
-  const HashDims d{.vocab = 5000, .hashes = 3, .buckets = 41, .dim = 1};
-  const Tensor imp = random_tensor({d.vocab, d.hashes}, 60, DType::f32);
-  std::vector<int32_t> bi(static_cast<size_t>(d.vocab * d.hashes));
-  for (size_t i = 0; i < bi.size(); ++i) bi[i] = static_cast<int32_t>((i * 7919) % d.buckets);
-  for (int64_t n : {int64_t{1}, int64_t{3}}) {
-    const Tensor s = random_tensor({n, d.buckets}, 61, DType::f32);
-    Tensor logits = Tensor::full({n, d.vocab}, 99.0f);
-    hash_head_gather(logits.data<float>(), s.data<float>(), imp.data<float>(), bi.data(), n, d);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t t = 0; t < d.vocab; ++t) {
-        double want = 0;
-        for (int64_t j = 0; j < d.hashes; ++j)
-          want += static_cast<double>(imp.data<float>()[t * d.hashes + j]) *
-                  s.data<float>()[r * d.buckets + bi[t * d.hashes + j]];
-        REQUIRE(std::abs(logits.data<float>()[r * d.vocab + t] - want) < 1e-5);
-      }
+  // The inference runtime's path: scores computed elsewhere, one row (decode),
+  // three, and groups of 16 rows (gathered a row per lane) with rows left over;
+  // 5,000 tokens end in a partial block of 16. Every logit is w0 s0 followed by
+  // fused multiply-adds in hash order, to the bit, whichever path it took.
+  for (int64_t h : {int64_t{3}, int64_t{2}}) {
+    const HashDims d{.vocab = 5000, .hashes = h, .buckets = 41, .dim = 1};
+    const Tensor imp = random_tensor({d.vocab, d.hashes}, 60, DType::f32);
+    std::vector<int32_t> bi(static_cast<size_t>(d.vocab * d.hashes));
+    for (size_t i = 0; i < bi.size(); ++i) bi[i] = static_cast<int32_t>((i * 7919) % d.buckets);
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{37}}) {
+      INFO("h " << h << ", rows " << n);
+      const Tensor s = random_tensor({n, d.buckets}, 61, DType::f32);
+      Tensor logits = Tensor::full({n, d.vocab}, 99.0f);
+      hash_head_gather(logits.data<float>(), s.data<float>(), imp.data<float>(), bi.data(), n, d);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t t = 0; t < d.vocab; ++t) {
+          const float* w = imp.data<float>() + t * h;
+          const float* sr = s.data<float>() + r * d.buckets;
+          float want = w[0] * sr[bi[t * h]];
+          for (int64_t j = 1; j < h; ++j) want = std::fma(w[j], sr[bi[t * h + j]], want);
+          double exact = 0;
+          for (int64_t j = 0; j < h; ++j) exact += static_cast<double>(w[j]) * sr[bi[t * h + j]];
+          const float got = logits.data<float>()[r * d.vocab + t];
+          REQUIRE(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want));
+          REQUIRE(std::abs(got - exact) < 1e-5);
+        }
+    }
   }
 }
 
