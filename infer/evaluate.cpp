@@ -74,14 +74,16 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   const int64_t per_round = P == 1 ? 1 : std::min(windows, kWindowsPerThreadRound * P);
   std::vector<Tensor> round(static_cast<size_t>(per_round));
   std::vector<double> loss(static_cast<size_t>(per_round * T));
-  // A window's failure is held until its round ends and the lowest window's is
-  // raised: the error one at a time would give, whichever thread failed first.
+  // A window's failure (a bad token in it, or its model call) is held until
+  // its round ends and the lowest window's is raised: the error one at a time
+  // would give, whichever thread failed first.
   std::vector<std::exception_ptr> failure(static_cast<size_t>(per_round));
-  const auto run_window = [&](int64_t i) {
+  const auto run_window = [&](int64_t i, int64_t w) {
     const ProfileScope window_scope("eval_window", ProfileCategory::eval);
-    const int32_t* tok = round[i].data<int32_t>();
-    const ProfileScope scope("model_losses", ProfileCategory::eval);
     try {
+      round[i] = data.window(w * T, T + 1, vocab);
+      const int32_t* tok = round[i].data<int32_t>();
+      const ProfileScope scope("model_losses", ProfileCategory::eval);
       model(tok, T, tok + 1, loss.data() + i * T);
     } catch (...) {
       failure[static_cast<size_t>(i)] = std::current_exception();
@@ -93,14 +95,12 @@ EvalResult evaluate(const TokenFile& data, int64_t vocab, int64_t T, int64_t max
   for (int64_t w0 = 0, step = 1; w0 < windows; w0 += per_round, ++step) {
     profile_begin_step(step);
     const int64_t m = std::min(per_round, windows - w0);
-    // Read in window order, so a bad token is reported as one at a time would.
-    for (int64_t i = 0; i < m; ++i) round[i] = data.window((w0 + i) * T, T + 1, vocab);
     if (m == 1) {
-      run_window(0);
+      run_window(0, w0);
     } else {
       parallel_for(0, m, 1, [&](int64_t lo, int64_t hi) {
         const SerialScope serial;
-        for (int64_t i = lo; i < hi; ++i) run_window(i);
+        for (int64_t i = lo; i < hi; ++i) run_window(i, w0 + i);
       });
     }
     for (int64_t i = 0; i < m; ++i)

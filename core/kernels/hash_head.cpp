@@ -19,8 +19,12 @@ const hash_head_isa::Kernels* const kLevels[] = {&hash_head_isa::kernels_scalar,
 // Tokens per gather task: a decode step (one row) still spreads over the threads.
 constexpr int64_t kGatherTokens = 2048;
 // Tokens per task of 16 rows gathered together (the level's gather16): its
-// slab of the rows' scores is built once per task.
+// slab of the rows' scores is built once per task, so tasks are long, but
+// split down to kGather16MinTokens while there are fewer than two a thread.
 constexpr int64_t kGather16Tokens = 8192;
+constexpr int64_t kGather16MinTokens = 512;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
@@ -30,13 +34,19 @@ constexpr int64_t kGather16Tokens = 8192;
 // do not speed up). Both give every logit the same bits.
 void hash_head_gather(float* logits, const float* scores, const float* importance,
                       const int32_t* bucket_index, int64_t n, const HashDims& d) {
-  const int64_t groups = n / 16, blocks16 = (d.vocab + kGather16Tokens - 1) / kGather16Tokens;
+  const int64_t groups = n / 16;
+  int64_t blocks16 = ceil_div(d.vocab, kGather16Tokens);
+  if (groups > 0)
+    blocks16 =
+        std::max(blocks16, std::min(ceil_div(2 * num_threads(), groups), d.vocab / kGather16MinTokens));
+  const int64_t tokens16 = ceil_div(ceil_div(d.vocab, std::max<int64_t>(blocks16, 1)), 16) * 16;
+  blocks16 = ceil_div(d.vocab, tokens16);
   const auto gather16 = for_kernel_level(kLevels).gather16;
   parallel_for(0, groups * blocks16, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t task = lo; task < hi; ++task) {
-      const int64_t t0 = task % blocks16 * kGather16Tokens;
+      const int64_t t0 = task % blocks16 * tokens16;
       gather16(logits, scores, importance, bucket_index, task / blocks16 * 16, t0,
-               std::min(d.vocab, t0 + kGather16Tokens), d);
+               std::min(d.vocab, t0 + tokens16), d);
     }
   });
   const int64_t r0 = groups * 16;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <utility>
 
 #include "autograd/ops.h"
 #include "autograd/ops_hash_embedding.h"
@@ -238,15 +239,16 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
 TEST_CASE("hash_head_gather: logits from given scores, over several token blocks", "[hash][head][kernels]") {
   // The inference runtime's path: scores computed elsewhere, one row (decode),
   // three, and groups of 16 rows (gathered a row per lane) with rows left over;
-  // 5,000 tokens end in a partial block of 16. Every logit is w0 s0 followed by
-  // fused multiply-adds in hash order, to the bit, whichever path it took.
-  for (int64_t h : {int64_t{3}, int64_t{2}}) {
-    const HashDims d{.vocab = 5000, .hashes = h, .buckets = 41, .dim = 1};
+  // 5,000 tokens end in a partial block of 16, 9,000 take more than one task a
+  // group, 7 fewer than a block. Every logit is w0 s0 followed by fused
+  // multiply-adds in hash order, to the bit, whichever path it took.
+  for (const auto& [vocab, h] : {std::pair<int64_t, int64_t>{5000, 3}, {5000, 2}, {9000, 2}, {7, 1}}) {
+    const HashDims d{.vocab = vocab, .hashes = h, .buckets = 41, .dim = 1};
     const Tensor imp = random_tensor({d.vocab, d.hashes}, 60, DType::f32);
     std::vector<int32_t> bi(static_cast<size_t>(d.vocab * d.hashes));
     for (size_t i = 0; i < bi.size(); ++i) bi[i] = static_cast<int32_t>((i * 7919) % d.buckets);
     for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{37}}) {
-      INFO("h " << h << ", rows " << n);
+      INFO("vocab " << vocab << ", h " << h << ", rows " << n);
       const Tensor s = random_tensor({n, d.buckets}, 61, DType::f32);
       Tensor logits = Tensor::full({n, d.vocab}, 99.0f);
       hash_head_gather(logits.data<float>(), s.data<float>(), imp.data<float>(), bi.data(), n, d);
