@@ -6,6 +6,7 @@
 
 #include "core/bf16.h"
 #include "core/buffer.h"
+#include "core/ceil_div.h"
 #include "core/check.h"
 #include "core/gemm_isa.h"
 #include "core/kernel_level.h"
@@ -26,8 +27,6 @@ constexpr int64_t kDirectRowsB = 4;
 
 const gemm_isa::Kernels* const kLevels[] = {&gemm_isa::kernels_scalar, &gemm_isa::kernels_avx2,
                                             &gemm_isa::kernels_avx512};
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Row-at-a-time GEMM without packing: the float path for very short op(A) (GEMV-like,
 // where packing B would cost more than the product) and the whole double path.

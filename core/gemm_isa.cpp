@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/bf16.h"
+#include "core/ceil_div.h"
 #include "core/chunk_fold.h"
 #include "core/gemm_isa.h"
 #include "core/parallel.h"
@@ -347,8 +348,6 @@ __attribute__((target("avx512bf16"))) void micro_kernel_pairs_native(int64_t pai
   finish_tile(acc, c, ldc, alpha, beta, mr, nr);
 }
 #endif
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // bf16 operands: a packed panel of kc rows of W floats made, in place while it
 // is still in L1/L2, (kc + 1) / 2 rows of bf16 pairs: row p = bf16_pair(row

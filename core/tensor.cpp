@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/aligned.h"
+#include "core/ceil_div.h"
 #include "core/parallel.h"
 
 namespace shamn {
@@ -198,7 +199,7 @@ void Tensor::zero() const {
   constexpr int64_t kChunk = int64_t{256} << 10;
   char* p = static_cast<char*>(raw_data());
   const int64_t bytes = static_cast<int64_t>(nbytes());
-  parallel_for(0, (bytes + kChunk - 1) / kChunk, 1, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, ceil_div(bytes, kChunk), 1, [&](int64_t lo, int64_t hi) {
     const int64_t end = std::min(bytes, hi * kChunk);
     std::memset(p + lo * kChunk, 0, static_cast<size_t>(end - lo * kChunk));
   });

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <set>
 
 #include "core/buffer.h"
@@ -681,28 +680,29 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
   const int64_t G = moe.groups, X = moe.experts(), k = moe.k;
   Buffer<float> u(n * D);
   ProfilePhases phase("moe.route", ProfileCategory::infer);
-  std::optional<SerialScope> few(std::in_place, n <= kFewRows);  // the routing, and the combine below
-  rms_norm(x, L.moe_gain, n, D, u.data());
-  Buffer<float> rg(n * G), re(n * X);
-  // Both routers read u whole-row quantised: quantised once.
+  // Both routers read u whole-row quantised: quantised once (and reused by the experts below).
   const bool routers_q = L.router_group.quantized() || L.router_expert.quantized();
-  const QuantRows uq = routers_q ? quantize_rows(u.data(), n, D, 0) : QuantRows();
-  const LoraInput router_in{u.data(), D, routers_q ? &uq : nullptr};
-  const LoraTerm lora_group(
-      ad, l, [](const LoraLayer& a) { return a.router_group; }, router_in, nullptr, n);
-  const LoraTerm lora_expert(
-      ad, l, [](const LoraLayer& a) { return a.router_expert; }, router_in, nullptr, n);
-  dense_product(Dense{L.router_group, nullptr}, u.data(), &uq, n, rg.data(), &lora_group);
-  dense_product(Dense{L.router_expert, nullptr}, u.data(), &uq, n, re.data(), &lora_expert);
-  Buffer<float> P(n * X), pg(n * G), pe(n * X);
-  router_probs_forward<float>(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, moe);
+  QuantRows uq;
   Buffer<int32_t> chosen(n * k);
-  select_experts<float>(chosen.data(), pg.data(), P.data(), n, moe);
   Buffer<float> gates(n * k);
-  moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
-  if (obs != nullptr) obs->moe_choices(static_cast<int64_t>(l), chosen.data(), gates.data(), n);
-
-  few.reset();
+  {
+    const SerialScope few(n <= kFewRows);
+    rms_norm(x, L.moe_gain, n, D, u.data());
+    if (routers_q) uq = quantize_rows(u.data(), n, D, 0);
+    Buffer<float> rg(n * G), re(n * X);
+    const LoraInput router_in{u.data(), D, routers_q ? &uq : nullptr};
+    const LoraTerm lora_group(
+        ad, l, [](const LoraLayer& a) { return a.router_group; }, router_in, nullptr, n);
+    const LoraTerm lora_expert(
+        ad, l, [](const LoraLayer& a) { return a.router_expert; }, router_in, nullptr, n);
+    dense_product(Dense{L.router_group, nullptr}, u.data(), &uq, n, rg.data(), &lora_group);
+    dense_product(Dense{L.router_expert, nullptr}, u.data(), &uq, n, re.data(), &lora_expert);
+    Buffer<float> P(n * X), pg(n * G), pe(n * X);
+    router_probs_forward<float>(P.data(), pg.data(), pe.data(), rg.data(), re.data(), n, moe);
+    select_experts<float>(chosen.data(), pg.data(), P.data(), n, moe);
+    moe_gates_forward<float>(gates.data(), P.data(), chosen.data(), n, X, k);
+    if (obs != nullptr) obs->moe_choices(static_cast<int64_t>(l), chosen.data(), gates.data(), n);
+  }
   phase.next("moe.dispatch");
   // Each expert runs once over the rows of the tokens that chose it, in plan
   // order; a token's outputs are added to x in slot order (thread-count independent).
@@ -757,7 +757,7 @@ void InferModel::Impl::moe_block(const Layer& L, size_t l, float* x, int64_t n, 
     }
   });
   phase.next("moe.combine");
-  few.emplace(n <= kFewRows);
+  const SerialScope few(n <= kFewRows);
   moe_combine_forward(x, gates.data(), ys.data(), row.data(), n, k, D, /*accumulate=*/true);
 }
 

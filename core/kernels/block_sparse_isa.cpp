@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/ceil_div.h"
 #include "core/chunk_fold.h"
 #include "core/kernels/block_sparse.h"
 #include "core/kernels/block_sparse_isa.h"
@@ -61,8 +62,6 @@ static_assert(kFastMultiple % bsr::kGradWide.mr == 0);
 thread_local ScratchSlot tls_weights;
 thread_local ScratchSlot tls_tile;
 thread_local ScratchSlot tls_chunk;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The row of x that a product's row t reads.
 int64_t source_row(const RowSource& src, int64_t t) { return src.rows ? src.rows[t] : t; }
@@ -340,7 +339,7 @@ class GradValuesChunk {
 
   // Packed rows of a chunk of kc tokens: one per token, or per pair of tokens
   // under bf16 (a missing last token of a pair reads as zero).
-  static int64_t packed_rows(int64_t kc) { return (kc + kPerRow<Round> - 1) / kPerRow<Round>; }
+  static int64_t packed_rows(int64_t kc) { return ceil_div(kc, kPerRow<Round>); }
 
   // Packed rows [t_lo, t_hi) of the chunk, row by row: the reads stream through
   // memory in order. gc [out, kc], xc [in, kc].
@@ -414,7 +413,7 @@ constexpr int64_t kChunkedMaxValues = int64_t{1} << 18;
 
 bool values_by_chunks(int64_t n, const BlockSparseDims& d) {
   const int threads = num_threads();
-  const int64_t chunks = (n + kTokenChunk - 1) / kTokenChunk;
+  const int64_t chunks = ceil_div(n, kTokenChunk);
   if (threads <= 1 || in_serial_scope() || chunks < 2 || d.value_count() > kChunkedMaxValues) return false;
   return d.row_blocks() * d.active < 4 * threads || chunks >= 4 * threads;
 }
@@ -430,22 +429,23 @@ void backward_values_fast(float* dvalues, const float* dy, const float* x, const
 
   if (values_by_chunks(n, d)) {
     const int64_t bb = d.block * d.block;
-    fold_chunks_in_order<float>((n + kTokenChunk - 1) / kTokenChunk, blocks, bb,
-                                [&](int64_t c, float* out) {
-                                  const int64_t t0 = c * kTokenChunk, kc = std::min(kTokenChunk, n - t0);
-                                  ScratchLease clease(tls_chunk, scratch);
-                                  float* gc = clease.get();
-                                  float* xc = gc + d.out * kc_max;
-                                  if (chunk.packs()) chunk.pack(gc, xc, t0, kc, 0, chunk.packed_rows(kc));
-                                  chunk.tiles(out, gc, xc, t0, kc, 0, blocks, false);
-                                },
-                                [&](int64_t c, const float* in, int64_t lo, int64_t hi) {
-                                  float* __restrict dv = dvalues;
-                                  if (overwrite && c == 0)  // the first chunk's partial is stored
-                                    std::copy(in + lo * bb, in + hi * bb, dv + lo * bb);
-                                  else
-                                    for (int64_t e = lo * bb; e < hi * bb; ++e) dv[e] = dv[e] + in[e];
-                                });
+    fold_chunks_in_order<float>(
+        ceil_div(n, kTokenChunk), blocks, bb,
+        [&](int64_t c, float* out) {
+          const int64_t t0 = c * kTokenChunk, kc = std::min(kTokenChunk, n - t0);
+          ScratchLease clease(tls_chunk, scratch);
+          float* gc = clease.get();
+          float* xc = gc + d.out * kc_max;
+          if (chunk.packs()) chunk.pack(gc, xc, t0, kc, 0, chunk.packed_rows(kc));
+          chunk.tiles(out, gc, xc, t0, kc, 0, blocks, false);
+        },
+        [&](int64_t c, const float* in, int64_t lo, int64_t hi) {
+          float* __restrict dv = dvalues;
+          if (overwrite && c == 0)  // the first chunk's partial is stored
+            std::copy(in + lo * bb, in + hi * bb, dv + lo * bb);
+          else
+            for (int64_t e = lo * bb; e < hi * bb; ++e) dv[e] = dv[e] + in[e];
+        });
     return;
   }
 

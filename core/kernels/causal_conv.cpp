@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/ceil_div.h"
 #include "core/check.h"
 #include "core/kernel_level.h"
 #include "core/kernels/causal_conv_isa.h"
@@ -132,7 +133,7 @@ void causal_conv_backward_kernel(float* dconv, const float* dc, const float* u, 
   const int64_t D = s.dim, K = s.kernel;
   const int64_t wide = level.kernel_slice_width;
   const int64_t slice = K == 4 && D / wide >= num_threads() ? wide : 16;
-  parallel_for(0, (D + slice - 1) / slice, 1, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, ceil_div(D, slice), 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> acc(static_cast<size_t>(K * slice));
     for (int64_t sl = lo; sl < hi; ++sl) {
       const int64_t d0 = sl * slice, dn = std::min(slice, D - d0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/ceil_div.h"
 #include "core/kernel_level.h"
 #include "core/kernels/elementwise.h"
 #include "core/kernels/hash_head_isa.h"
@@ -24,8 +25,6 @@ constexpr int64_t kGatherTokens = 2048;
 constexpr int64_t kGather16Tokens = 8192;
 constexpr int64_t kGather16MinTokens = 512;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 // Whole groups of 16 rows (a batch of streams, a prompt's rows) go through the
@@ -39,7 +38,7 @@ void hash_head_gather(float* logits, const float* scores, const float* importanc
   if (groups > 0)
     blocks16 =
         std::max(blocks16, std::min(ceil_div(2 * num_threads(), groups), d.vocab / kGather16MinTokens));
-  const int64_t tokens16 = ceil_div(ceil_div(d.vocab, std::max<int64_t>(blocks16, 1)), 16) * 16;
+  const int64_t tokens16 = ceil_div(ceil_div(d.vocab, blocks16), 16) * 16;
   blocks16 = ceil_div(d.vocab, tokens16);
   const auto gather16 = for_kernel_level(kLevels).gather16;
   parallel_for(0, groups * blocks16, 1, [&](int64_t lo, int64_t hi) {
@@ -50,7 +49,7 @@ void hash_head_gather(float* logits, const float* scores, const float* importanc
     }
   });
   const int64_t r0 = groups * 16;
-  const int64_t h = d.hashes, blocks = (d.vocab + kGatherTokens - 1) / kGatherTokens;
+  const int64_t h = d.hashes, blocks = ceil_div(d.vocab, kGatherTokens);
   parallel_for(0, (n - r0) * blocks, row_grain(kGatherTokens * h), [&](int64_t lo, int64_t hi) {
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t r = r0 + task / blocks, t0 = task % blocks * kGatherTokens;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/ceil_div.h"
 #include "core/gemm.h"
 #include "core/intrinsics.h"  // before TBB brings <immintrin.h> in (GCC bug 105593)
 #include "core/kernels/elementwise.h"
@@ -29,8 +30,6 @@ constexpr int64_t kTokenBlock = 256;     // tokens whose logits a chunk keeps at
 // Chunks per partial dimportance buffer in backward. Fixed, so the partials (and
 // their sum, taken in group order) do not depend on the thread count.
 constexpr int64_t kGroupChunks = 16;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // dst[k * ld_dst + i] = src[i * ld_src + k] for i, k < 16 (whole rows and columns
 // of 16): one transposed 16 x 16 block, in registers at AVX-512.
