@@ -43,6 +43,11 @@ constexpr int64_t kThreadChunk = 128;
 // many slices of at least this many rows, each through whole layers, instead
 // of splitting every small op across the threads (layers_sliced).
 constexpr int64_t kMinSliceRows = 32;
+// Several streams run as one group of streams a thread, each through whole
+// layers, from this many rows a group (streams_grouped). Below it, splitting
+// each pass's weights across the threads is faster: 2 threads, `bench
+// --streams B`, experiments/inference.md stop 49.
+constexpr int64_t kMinGroupRows = 4;
 
 // Rows per forward pass of a long stream (on this thread alone inside a SerialScope).
 int64_t forward_chunk() {
@@ -220,6 +225,7 @@ struct InferModel::Impl {
   // only thing a row takes from the rows before it, and a slice recomputes the
   // K-1 normalised rows it needs. Bitwise what the whole rows give.
   void layers_sliced(const StreamStep& s, float* x, int64_t slices, const Adapters& ad) const;
+  bool streams_grouped(std::span<const StreamStep> steps, float* x, int64_t n, const Adapters& ad) const;
 };
 
 namespace {
@@ -963,7 +969,7 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
   const Adapters ad{adapters, adapters.empty() ? nullptr : row_adapter.data()};
   if (slices > 1) {
     layers_sliced(steps[0], x.data(), slices, ad);
-  } else {
+  } else if (!streams_grouped(steps, x.data(), n, ad)) {
     for (size_t l = 0; l < layers.size(); ++l) layer(l, x.data(), n, steps, ad);
   }
   for (const StreamStep& s : steps) s.state->position += s.n;
@@ -984,6 +990,48 @@ void InferModel::Impl::layer(size_t l, float* x, int64_t n, std::span<const Stre
   }
   const ProfileScope scope(L.moe_scope, ProfileCategory::infer);
   moe_block(L, l, x, n, ad, observer);
+}
+
+// Several streams (a batched decode step, the prompts of a batch) on several
+// threads: consecutive streams of about equal rows make one group a thread, and
+// each group runs through every layer on its thread. The streams are independent,
+// so the threads meet once a step, not at every pass, and each pass's rows stay
+// in its thread's cache. Returns false where this does not pay: one stream, too
+// few rows (the weights' bandwidth, split across threads by the passes, is then
+// the limit), or rows that do not share out evenly.
+bool InferModel::Impl::streams_grouped(std::span<const StreamStep> steps, float* x, int64_t n,
+                                       const Adapters& ad) const {
+  if (in_serial_scope() || steps.size() < 2 || num_threads() < 2) return false;
+  const int64_t groups =
+      std::min<int64_t>({num_threads(), static_cast<int64_t>(steps.size()), n / kMinGroupRows});
+  if (groups < 2) return false;
+  // Group g: the streams from first[g], starting at row row[g].
+  std::vector<size_t> first(static_cast<size_t>(groups + 1), steps.size());
+  std::vector<int64_t> row(static_cast<size_t>(groups + 1), n);
+  first[0] = 0;
+  row[0] = 0;
+  int64_t r = 0, g = 1;
+  for (size_t i = 0; i < steps.size() && g < groups; ++i) {
+    if (i > 0 && r >= n * g / groups) {
+      first[g] = i;
+      row[g] = r;
+      ++g;
+    }
+    r += steps[i].n;
+  }
+  if (g < groups) return false;
+  // A long prompt among decoding streams would leave the other threads idle.
+  for (int64_t q = 0; q < groups; ++q)
+    if ((row[q + 1] - row[q]) * groups > n * 5 / 4 + groups) return false;
+  parallel_for(0, groups, 1, [&](int64_t lo, int64_t hi) {
+    const SerialScope serial;  // a group a thread: its passes run inline
+    for (int64_t q = lo; q < hi; ++q) {
+      const auto group = steps.subspan(first[q], first[q + 1] - first[q]);
+      for (size_t l = 0; l < layers.size(); ++l)
+        layer(l, x + row[q] * D, row[q + 1] - row[q], group, ad.from_row(row[q]));
+    }
+  });
+  return true;
 }
 
 void InferModel::Impl::layers_sliced(const StreamStep& s, float* x, int64_t slices,
