@@ -19,6 +19,7 @@
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "core/kernel_level.h"
+#include "core/parallel.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
 #include "core/rng.h"
@@ -404,7 +405,10 @@ void run_bench(const BenchArgs& a) {
       }
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
         const ProfileScope scope("decode_token", ProfileCategory::step);
-        for (int64_t b = 0; b < B; ++b) next[b] = argmax(logits.data() + b * V);
+        // The streams' next tokens side by side, as `serve` draws them.
+        parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+          for (int64_t b = lo; b < hi; ++b) next[b] = argmax(logits.data() + b * V);
+        });
         m.forward(steps, logits.data());
       }
       const double s = t0.seconds();

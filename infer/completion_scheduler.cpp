@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/parallel.h"
 #include "infer/speculative.h"
 
 namespace shamn {
@@ -299,12 +300,18 @@ void CompletionScheduler::step() {
       for (Stream* s : owners) retire(*s, FinishReason::error, e.what());
       owners.clear();
     }
+    // Each stream draws from its own seeded sampler, so the streams' draws run
+    // side by side with the tokens of one at a time (at V = 32,000 and top-k 40
+    // a draw is about 5 us: 64 in a row were a sixth of a 64-stream step).
+    parallel_for(0, static_cast<int64_t>(owners.size()), 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        if (samples[i]) owners[i]->next = owners[i]->sampler.sample(logits.data() + i * V, V);
+    });
     const Tokenizer& tok = *model_.tokenizer();
     for (size_t i = 0; i < owners.size(); ++i) {
       Stream& s = *owners[i];
       if (steps[i].tokens != &s.next) prompt_tokens += steps[i].n;
       if (!samples[i]) continue;
-      s.next = s.sampler.sample(logits.data() + i * static_cast<size_t>(V), V);
       ++generated;
       if (s.first_token_s < 0) s.first_token_s = seconds_between(s.submitted, Clock::now());
       if (s.completion->append(token_text(tok, s.next), s.request.stop))

@@ -2,7 +2,8 @@
 // Next-token sampling as llama.cpp and Hugging Face do it: temperature, then
 // top-k, then top-p (nucleus) over what is left, then a draw. The draws come
 // from a Philox stream keyed by the seed, so the same seed and logits give the
-// same tokens. temperature 0 is greedy (argmax, lowest id on ties).
+// same tokens. temperature 0 is greedy (argmax, lowest id on ties). Candidates
+// rank by logit, then by lower id; a NaN logit is never one.
 #include <cstdint>
 #include <vector>
 

@@ -4,8 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/parallel.h"
+#include "helpers.h"
 #include "infer/completion_scheduler.h"
 #include "infer/infer_model.h"
 #include "infer/infer_test_model.h"
@@ -92,22 +95,28 @@ std::string alone_speculative(const InferModel& m, const InferModel& draft, cons
 }  // namespace
 
 TEST_CASE("batched completions give each request the text it gets alone", "[infer][serve]") {
+  // On 2 threads the streams draw their tokens in parallel, and a batch of 9
+  // decodes as two groups of streams (infer_model.cpp, streams_grouped).
+  test::ThreadCountGuard guard;
+  const int threads = GENERATE(1, 2);
+  set_num_threads(threads);
   const InferModel m = tiny_model();
   std::vector<CompletionRequest> requests;
   const char* prompts[] = {"the cat", "a dog sat on the mat. the", "the", "cat and"};
   for (int i = 0; i < 8; ++i)
     requests.push_back(request(m, prompts[i % 4], 5 + 7 * i, i % 3 == 0 ? 0.0 : 0.9, 100 + i));
   requests.push_back(request(m, "the mat", 0, 0.8, 1));  // nothing to generate
-  // A batch smaller than the requests (some wait in the queue) and prompts
-  // split in chunks of 3 tokens, interleaved with other streams' decode steps.
-  for (const int64_t chunk : {int64_t{512}, int64_t{3}}) {
-    CompletionScheduler scheduler(m, {3, 16, chunk});
+  // A batch smaller than the requests (some wait in the queue), prompts split
+  // in chunks of 3 tokens, interleaved with other streams' decode steps, and a
+  // batch of every request.
+  for (const auto [batch, chunk] : {std::pair<int64_t, int64_t>{3, 512}, {3, 3}, {9, 512}}) {
+    CompletionScheduler scheduler(m, {batch, 16, chunk});
     std::vector<std::shared_ptr<Completion>> running;
     for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));
     for (size_t i = 0; i < requests.size(); ++i) {
       REQUIRE(running[i] != nullptr);
       FinishReason finish = FinishReason::none;
-      INFO("request " << i << ", prefill chunk " << chunk);
+      INFO("threads " << threads << ", batch " << batch << ", prefill chunk " << chunk << ", request " << i);
       CHECK(drain(*running[i], finish) == alone(m, requests[i]));
       CHECK(finish == FinishReason::length);
       CHECK(running[i]->completion_tokens() == requests[i].max_tokens);

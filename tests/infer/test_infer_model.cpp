@@ -445,6 +445,42 @@ TEST_CASE("argmax_logit finds the first maximum, never a NaN", "[infer][sampler]
     }
 }
 
+TEST_CASE("top-k candidates are the likeliest k, ties to the lower id, never a NaN", "[infer][sampler]") {
+  Rng rng(11);
+  for (int64_t V : {8, 17, 70, 1000, 32000})
+    for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{40}, V / 8, V / 2, V})
+      for (int trial = 0; trial < 4; ++trial) {
+        if (k < 1 || k > V) continue;
+        // Few distinct values (trial 0, 1), so ties are common, or many; some -inf.
+        std::vector<float> l(static_cast<size_t>(V));
+        for (float& v : l) {
+          const uint64_t r = rng.below(20);
+          v = r == 0      ? -INFINITY
+              : trial < 2 ? static_cast<float>(rng.below(6))
+                          : static_cast<float>(rng.normal());
+        }
+        // With NaNs (trial 3): the likeliest k of the other tokens. k up to V / 8
+        // takes the sampler's heap, above it a sort.
+        if (trial == 3)
+          for (int64_t v = 0; v < V; v += 3) l[v] = std::nanf("");
+        std::vector<int32_t> want;
+        for (int32_t v = 0; v < V; ++v)
+          if (!std::isnan(l[v])) want.push_back(v);
+        const int64_t kept = std::min<int64_t>(k, static_cast<int64_t>(want.size()));
+        std::partial_sort(want.begin(), want.begin() + kept, want.end(),
+                          [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+        want.resize(static_cast<size_t>(kept));
+        SamplingOptions o;
+        o.temperature = 1.0;
+        o.top_k = k;
+        o.top_p = 1.0;
+        TokenDistribution d;
+        Sampler(o).distribution(l.data(), V, d);
+        INFO("V " << V << ", k " << k << ", trial " << trial);
+        CHECK(d.tokens == want);
+      }
+}
+
 TEST_CASE("sampling is deterministic per seed and greedy at temperature 0", "[infer][sampler]") {
   const int64_t V = 50;
   std::vector<float> logits(V);
