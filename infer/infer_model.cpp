@@ -927,8 +927,12 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
     SHAMN_CHECK(s.n >= 1, "stream ", i, " has no tokens");
     SHAMN_CHECK(s.state != nullptr && s.state->history.size() == layers.size(), "stream ", i,
                 "'s decode state is for another model");
-    for (size_t j = 0; j < i; ++j)
+    for (size_t j = 0; j < i; ++j) {
       SHAMN_CHECK(steps[j].state != s.state, "streams ", j, " and ", i, " share one decode state");
+      // Streams may run on different threads (streams_grouped).
+      SHAMN_CHECK(s.record == nullptr || steps[j].record != s.record, "streams ", j, " and ", i,
+                  " share one record");
+    }
     if (s.record != nullptr) s.record->layers.resize(layers.size());
     SHAMN_CHECK(s.observer == nullptr || steps.size() == 1,
                 "a routing observer sees a forward of one stream");
@@ -1020,9 +1024,12 @@ bool InferModel::Impl::streams_grouped(std::span<const StreamStep> steps, float*
     r += steps[i].n;
   }
   if (g < groups) return false;
-  // A long prompt among decoding streams would leave the other threads idle.
+  // A long prompt among decoding streams would leave the other threads idle:
+  // no group may have more than about 5/4 of the mean rows (one row a group
+  // of slack).
   for (int64_t q = 0; q < groups; ++q)
     if ((row[q + 1] - row[q]) * groups > n * 5 / 4 + groups) return false;
+  const ProfileScope scope("streams.grouped", ProfileCategory::infer);
   parallel_for(0, groups, 1, [&](int64_t lo, int64_t hi) {
     const SerialScope serial;  // a group a thread: its passes run inline
     for (int64_t q = lo; q < hi; ++q) {

@@ -24,9 +24,9 @@ int32_t argmax_scalar(const float* logits, int64_t begin, int64_t end, int64_t b
   return static_cast<int32_t>(best);
 }
 
-// top_k_tokens from k <= vocab / kHeapFraction; above, a heap of most of the
-// vocabulary costs more than sorting it.
-constexpr int64_t kHeapFraction = 8;
+// top_k_tokens from k <= vocab / kSelectFraction; above, keeping most of the
+// vocabulary costs more than sorting it (sorted_tokens).
+constexpr int64_t kSelectFraction = 8;
 
 // A token's rank among the candidates: higher logit first, then lower id (a
 // total order on non-NaN logits).
@@ -149,6 +149,7 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(optio
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
+  SHAMN_CHECK(vocab >= 1, "sampling needs at least one token");
   // Greedy: the first maximum (a NaN logit never wins).
   if (options_.temperature == 0.0) return argmax_logit(logits, vocab);
   distribution(logits, vocab, scratch_);
@@ -156,6 +157,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
 }
 
 void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution& out) const {
+  SHAMN_CHECK(vocab >= 1, "sampling needs at least one token");
   std::vector<int32_t>& order = out.tokens;
   std::vector<double>& probs = out.weights;
   if (options_.temperature == 0.0) {
@@ -166,7 +168,7 @@ void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution
   }
   const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
   thread_local std::vector<Candidate> candidates;  // scratch, kept between calls
-  if (k * kHeapFraction <= vocab)
+  if (k * kSelectFraction <= vocab)
     top_k_tokens(logits, vocab, k, order, candidates);
   else
     sorted_tokens(logits, vocab, k, order, candidates);

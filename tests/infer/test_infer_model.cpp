@@ -20,6 +20,7 @@
 #include "core/kernels/activation.h"
 #include "core/model_config.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "data/token_file.h"
 #include "helpers.h"
@@ -178,9 +179,10 @@ TEST_CASE("a long prefill cut into row slices (2 and 3 workers) equals decoding 
 TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[infer][runtime]") {
   test::ThreadCountGuard guard;
   const TestModel tm(model_toml(), "streams");
-  // On 2 and 3 threads the decode steps (9 rows) run as two groups of streams,
-  // each through whole layers on one thread (infer_model.cpp, streams_grouped);
-  // the prompts' pass, whose stream of 20 rows would leave the groups uneven,
+  // On 2 and 3 threads the decode steps (13 rows) run as 2 and 3 groups of
+  // streams, each through whole layers on one thread (infer_model.cpp,
+  // streams_grouped). The prompts' pass (67 rows) runs as 3 groups on 3
+  // threads; on 2, its stream of 20 rows would leave the groups uneven, and it
   // is split pass by pass.
   const int threads = GENERATE(1, 2, 3);
   set_num_threads(threads);
@@ -188,7 +190,7 @@ TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[i
     INFO("quant " << shq_quant_name(q) << ", threads " << threads);
     const InferModel m = tm.runtime(q);
     const int64_t V = m.vocab_size();
-    const std::vector<int64_t> prompt_lengths = {1, 4, 7, 12, 20, 2, 3, 1, 5};
+    const std::vector<int64_t> prompt_lengths = {1, 4, 7, 12, 20, 2, 3, 1, 5, 2, 1, 3, 6};
     const size_t B = prompt_lengths.size();
     const int64_t steps = 6;
     std::vector<std::vector<int32_t>> prompts;
@@ -239,7 +241,15 @@ TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[i
     for (int64_t i = 0; i < steps; ++i) {
       std::vector<StreamStep> batch;
       for (size_t b = 0; b < B; ++b) batch.push_back({&states[b], &next[b], 1, false});
+      if (i == 0) start_profiling();
       m.forward(batch, out.data());
+      if (i == 0) {  // the step took the grouped path from 2 threads on
+        stop_profiling();
+        int64_t grouped = 0;
+        for (const ProfileStat& st : profile_report().stats)
+          grouped += st.name == "streams.grouped" ? st.calls : 0;
+        CHECK(grouped == (threads > 1 ? 1 : 0));
+      }
       for (size_t b = 0; b < B; ++b) {
         together[b].insert(together[b].end(), out.begin() + b * V, out.begin() + (b + 1) * V);
         next[b] = argmax_logit(out.data() + b * V, V);
@@ -460,7 +470,7 @@ TEST_CASE("top-k candidates are the likeliest k, ties to the lower id, never a N
                           : static_cast<float>(rng.normal());
         }
         // With NaNs (trial 3): the likeliest k of the other tokens. k up to V / 8
-        // takes the sampler's heap, above it a sort.
+        // takes the sampler's one-pass selection, above it a sort.
         if (trial == 3)
           for (int64_t v = 0; v < V; v += 3) l[v] = std::nanf("");
         std::vector<int32_t> want;
