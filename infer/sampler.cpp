@@ -177,8 +177,11 @@ void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution
   probs.resize(order.size());
   const double top = logits[order[0]];
   double sum = 0.0;
-  for (size_t i = 0; i < order.size(); ++i)
-    sum += probs[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / options_.temperature);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const double l = logits[order[i]];
+    // An infinite top (inf - inf is NaN) shares the mass among the tokens at it.
+    sum += probs[i] = std::isfinite(top) ? std::exp((l - top) / options_.temperature) : l == top ? 1.0 : 0.0;
+  }
   // Nucleus: the smallest prefix whose mass reaches top_p (at least one token).
   size_t keep = order.size();
   if (options_.top_p < 1.0) {

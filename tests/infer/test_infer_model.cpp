@@ -535,6 +535,20 @@ TEST_CASE("sampling is deterministic per seed and greedy at temperature 0", "[in
   double z = 0.0;
   for (float l : logits) z += std::exp(l - 4.0);
   CHECK(std::fabs(hits / 4000.0 - 1.0 / z) < 0.03);
+  // An infinite logit takes all the mass (shared by the tokens at +inf); before,
+  // inf - inf made every weight NaN and the draw fell to the last candidate.
+  std::vector<float> inf = logits;
+  inf[5] = inf[30] = INFINITY;
+  for (const int64_t k : {int64_t{0}, int64_t{3}}) {
+    SamplingOptions ok = o;
+    ok.top_k = k;
+    Sampler s(ok);
+    std::vector<int> seen(V);
+    for (int i = 0; i < 200; ++i) ++seen[s.sample(inf.data(), V)];
+    CHECK(seen[5] + seen[30] == 200);
+    CHECK(seen[5] > 50);
+    CHECK(seen[30] > 50);
+  }
   SamplingOptions bad = o;
   bad.top_p = 0.0;
   CHECK_THROWS_AS(Sampler(bad), InputError);
