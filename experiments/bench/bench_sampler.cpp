@@ -3,12 +3,14 @@
 // stream after the model, once for every running request of `shamn serve`.
 //
 //   BM_greedy: temperature 0, argmax_logit.
-//   BM_sample: temperature 0.8 with top_k = arg 0 (0: no limit) and top_p =
+//   BM_sample: temperature 0.8 with top_k = arg (0: no limit) and top_p =
 //              0.95, the server's defaults at top_k 40.
 //   BM_top_k_partial_sort: the baseline, how the sampler chose its top k
-//              before stop 49: std::partial_sort of every token id by logit.
-//   BM_top_k_sampler: the same k through the sampler (temperature 1, top_p
-//              1): its top_k_tokens, plus the k exps that follow.
+//              before stop 49: std::partial_sort of every token id by logit
+//              (k = 32,000: a heap sort of the whole vocabulary).
+//   BM_top_k_sampler: the same k through the sampler's distribution
+//              (temperature 1, top_p 1): its top k (top_k_tokens, or the radix
+//              sort from k > V / 8), plus the k exps that follow.
 //
 // Logits: uniform in [-8, 8), the same every run. Counter: ns per sample (the
 // benchmark's time).
@@ -67,7 +69,7 @@ void BM_top_k_partial_sort(benchmark::State& state) {
     benchmark::DoNotOptimize(order.data());
   }
 }
-BENCHMARK(BM_top_k_partial_sort)->Arg(40)->Arg(400);
+BENCHMARK(BM_top_k_partial_sort)->Arg(40)->Arg(400)->Arg(kVocab);
 
 void BM_top_k_sampler(benchmark::State& state) {
   const std::vector<float> l = logits();
@@ -78,7 +80,7 @@ void BM_top_k_sampler(benchmark::State& state) {
     benchmark::DoNotOptimize(d.tokens.data());
   }
 }
-BENCHMARK(BM_top_k_sampler)->Arg(40)->Arg(400);
+BENCHMARK(BM_top_k_sampler)->Arg(40)->Arg(400)->Arg(kVocab);
 
 }  // namespace
 

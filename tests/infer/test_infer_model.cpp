@@ -461,11 +461,13 @@ TEST_CASE("top-k candidates are the likeliest k, ties to the lower id, never a N
     for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{40}, V / 8, V / 2, V})
       for (int trial = 0; trial < 4; ++trial) {
         if (k < 1 || k > V) continue;
-        // Few distinct values (trial 0, 1), so ties are common, or many; some -inf.
+        // Few distinct values (trial 0, 1), so ties are common (-0 among the
+        // zeros, which it equals), or many; some -inf.
         std::vector<float> l(static_cast<size_t>(V));
         for (float& v : l) {
           const uint64_t r = rng.below(20);
           v = r == 0      ? -INFINITY
+              : r == 1    ? -0.0f
               : trial < 2 ? static_cast<float>(rng.below(6))
                           : static_cast<float>(rng.normal());
         }
