@@ -1009,21 +1009,22 @@ bool InferModel::Impl::streams_grouped(std::span<const StreamStep> steps, float*
   const int64_t groups =
       std::min<int64_t>({num_threads(), static_cast<int64_t>(steps.size()), n / kMinGroupRows});
   if (groups < 2) return false;
-  // Group g: the streams from first[g], starting at row row[g].
-  std::vector<size_t> first(static_cast<size_t>(groups + 1), steps.size());
-  std::vector<int64_t> row(static_cast<size_t>(groups + 1), n);
-  first[0] = 0;
-  row[0] = 0;
-  int64_t r = 0, g = 1;
-  for (size_t i = 0; i < steps.size() && g < groups; ++i) {
-    if (i > 0 && r >= n * g / groups) {
-      first[g] = i;
-      row[g] = r;
-      ++g;
+  // Group g: the streams from first[g], starting at row row[g]; a group starts
+  // at the first stream past its share of the rows.
+  std::vector<size_t> first{0};
+  std::vector<int64_t> row{0};
+  int64_t r = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto g = static_cast<int64_t>(first.size());
+    if (i > 0 && g < groups && r >= n * g / groups) {
+      first.push_back(i);
+      row.push_back(r);
     }
     r += steps[i].n;
   }
-  if (g < groups) return false;
+  if (static_cast<int64_t>(first.size()) < groups) return false;
+  first.push_back(steps.size());
+  row.push_back(n);
   // A long prompt among decoding streams would leave the other threads idle:
   // no group may have more than about 5/4 of the mean rows (one row a group
   // of slack).

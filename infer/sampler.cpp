@@ -103,19 +103,30 @@ struct Keyed {
   int32_t id;
 };
 
+// The selections' working memory, one per thread (the server's streams draw in
+// parallel), kept between draws so a draw allocates nothing once warm.
+struct SelectionScratch {
+  std::vector<Candidate> kept;  // top_k_tokens
+  std::vector<Keyed> a, b;      // sorted_tokens: the pairs, and the pass's output
+  std::vector<uint32_t> count;  // sorted_tokens: the passes' bucket counts
+};
+
 // top_k_tokens for a k near the vocabulary: every non-NaN token in likelier
 // order by a stable radix sort of (key, id) pairs, ids ascending to start
 // with, so equal logits stay in id order: three passes of 11 bits, O(V). (A
 // partial sort of all 32,000 ids, a heap sort, took 5-8 ms; std::sort of
 // (logit, id) pairs 2.4 ms a draw with the exps: experiments/serving.md.)
-void sorted_tokens(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>& order) {
+void sorted_tokens(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>& order,
+                   SelectionScratch& scratch) {
   constexpr int kBits = 11, kPasses = 3, kBuckets = 1 << kBits;
-  thread_local std::vector<Keyed> a, b;  // scratch, kept between calls
+  std::vector<Keyed>& a = scratch.a;
+  std::vector<Keyed>& b = scratch.b;
+  std::vector<uint32_t>& count = scratch.count;
   a.clear();
   for (int64_t v = 0; v < vocab; ++v)
     if (!std::isnan(logits[v])) a.push_back({descending_key(logits[v]), static_cast<int32_t>(v)});
   b.resize(a.size());
-  std::vector<uint32_t> count(static_cast<size_t>(kPasses * kBuckets));
+  count.assign(static_cast<size_t>(kPasses * kBuckets), 0);
   for (const Keyed& e : a)
     for (int p = 0; p < kPasses; ++p) ++count[p * kBuckets + ((e.key >> (p * kBits)) & (kBuckets - 1))];
   for (int p = 0; p < kPasses; ++p) {
@@ -133,6 +144,7 @@ void sorted_tokens(const float* logits, int64_t vocab, int64_t k, std::vector<in
 }  // namespace
 
 int32_t argmax_logit(const float* logits, int64_t vocab) {
+  SHAMN_CHECK(vocab >= 1, "sampling needs at least one token");
   // Sixteen lanes as two halves of eight (simd::F8): the baseline compares eight
   // floats in one instruction, and the loop carries four registers.
   using simd::F8;
@@ -175,7 +187,6 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(optio
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
-  SHAMN_CHECK(vocab >= 1, "sampling needs at least one token");
   // Greedy: the first maximum (a NaN logit never wins).
   if (options_.temperature == 0.0) return argmax_logit(logits, vocab);
   distribution(logits, vocab, scratch_);
@@ -193,11 +204,11 @@ void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution
     return;
   }
   const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
-  thread_local std::vector<Candidate> candidates;  // scratch, kept between calls
+  thread_local SelectionScratch scratch;
   if (k * kSelectFraction <= vocab)
-    top_k_tokens(logits, vocab, k, order, candidates);
+    top_k_tokens(logits, vocab, k, order, scratch.kept);
   else
-    sorted_tokens(logits, vocab, k, order);
+    sorted_tokens(logits, vocab, k, order, scratch);
   if (order.empty()) order.assign(1, argmax_logit(logits, vocab));  // every logit NaN
 
   probs.resize(order.size());

@@ -557,6 +557,16 @@ TEST_CASE("sampling is deterministic per seed and greedy at temperature 0", "[in
   bad = o;
   bad.temperature = -1.0;
   CHECK_THROWS_AS(Sampler(bad), InputError);
+  // An empty vocabulary has no token to give, greedy or sampled.
+  SamplingOptions first_max = o;
+  first_max.temperature = 0.0;
+  for (const SamplingOptions& e : {o, first_max}) {
+    Sampler s(e);
+    CHECK_THROWS_WITH(s.sample(logits.data(), 0), Catch::Contains("at least one token"));
+    TokenDistribution d;
+    CHECK_THROWS_WITH(s.distribution(logits.data(), 0, d), Catch::Contains("at least one token"));
+  }
+  CHECK_THROWS_WITH(argmax_logit(logits.data(), 0), Catch::Contains("at least one token"));
 }
 
 }  // namespace shamn
