@@ -109,7 +109,7 @@ TEST_CASE("batched completions give each request the text it gets alone", "[infe
   // A batch smaller than the requests (some wait in the queue), prompts split
   // in chunks of 3 tokens, interleaved with other streams' decode steps, and a
   // batch of every request.
-  for (const auto [batch, chunk] : {std::pair<int64_t, int64_t>{3, 512}, {3, 3}, {9, 512}}) {
+  for (const auto& [batch, chunk] : {std::pair<int64_t, int64_t>{3, 512}, {3, 3}, {9, 512}}) {
     CompletionScheduler scheduler(m, {batch, 16, chunk});
     std::vector<std::shared_ptr<Completion>> running;
     for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));

@@ -10,6 +10,7 @@
 #include "core/checksum.h"
 #include "core/hdf5_file.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "core/tensor_checksum.h"
 #include "helpers.h"
@@ -179,7 +180,7 @@ TEST_CASE("streams with different adapters decoded together get what each gets a
   s2.rank = 2;
   s2.matrices = {"layers.0.mixer.out", "layers.1.moe.experts.1.up", "layers.1.moe.experts.2.down"};
   const LoraAdapter a1 = load_adapter(m, s1), a2 = load_adapter(m, s2);
-  const std::vector<const LoraAdapter*> which = {&a1, nullptr, &a2, &a1, nullptr};
+  const std::vector<const LoraAdapter*> which = {&a1, nullptr, &a2, &a1, nullptr, &a2, nullptr, &a1};
   const int64_t V = m.vocab_size();
   for (int threads_n : {1, 2}) {
     set_num_threads(threads_n);
@@ -207,6 +208,53 @@ TEST_CASE("streams with different adapters decoded together get what each gets a
       INFO("threads " << threads_n << ", stream " << i);
       CHECK(std::memcmp(together.data() + r * V, alone[i].data(), alone[i].size() * sizeof(float)) == 0);
       r += static_cast<int64_t>(prompts[i].size());
+    }
+    // Then decode steps of one token a stream, all streams in one forward: on 2
+    // threads the 8 rows run as two groups of streams, each through whole
+    // layers with its own streams' adapters (streams_grouped). Alone, each
+    // stream decodes the same tokens after its prompt.
+    constexpr int kSteps = 3;
+    const auto token = [&](size_t i, int j) {
+      return static_cast<int32_t>((prompts[i][static_cast<size_t>(j)] + 1) % V);
+    };
+    std::vector<std::vector<float>> decoded_alone(which.size());
+    for (size_t i = 0; i < which.size(); ++i) {
+      DecodeState s = m.new_state();
+      StreamStep prompt{&s, prompts[i].data(), static_cast<int64_t>(prompts[i].size()), false};
+      prompt.adapter = which[i];
+      m.forward(std::span(&prompt, 1), nullptr);
+      for (int j = 0; j < kSteps; ++j) {
+        const int32_t t = token(i, j);
+        StreamStep st{&s, &t, 1, false};
+        st.adapter = which[i];
+        std::vector<float> row(static_cast<size_t>(V));
+        m.forward(std::span(&st, 1), row.data());
+        decoded_alone[i].insert(decoded_alone[i].end(), row.begin(), row.end());
+      }
+    }
+    for (int j = 0; j < kSteps; ++j) {
+      std::vector<int32_t> next(which.size());
+      std::vector<StreamStep> batch;
+      for (size_t i = 0; i < which.size(); ++i) {
+        next[i] = token(i, j);
+        StreamStep st{&states[i], &next[i], 1, false};
+        st.adapter = which[i];
+        batch.push_back(st);
+      }
+      std::vector<float> out(which.size() * static_cast<size_t>(V));
+      if (j == 0) start_profiling();
+      m.forward(batch, out.data());
+      if (j == 0) {
+        stop_profiling();
+        int64_t grouped = 0;
+        for (const ProfileStat& st : profile_report().stats)
+          grouped += st.name == "streams.grouped" ? st.calls : 0;
+        CHECK(grouped == (threads_n > 1 ? 1 : 0));
+      }
+      for (size_t i = 0; i < which.size(); ++i) {
+        INFO("threads " << threads_n << ", stream " << i << ", decode step " << j);
+        CHECK(std::memcmp(out.data() + i * V, decoded_alone[i].data() + j * V, V * sizeof(float)) == 0);
+      }
     }
   }
   // A long prompt with an adapter runs in slices on 2 threads: the same bits as on 1.
