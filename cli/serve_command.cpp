@@ -194,14 +194,15 @@ class Server {
   }
 
   // One JSON body at the end. Until then the body is leading white space (valid
-  // JSON) written every heartbeat: a client that went away fails the write.
+  // JSON) written every heartbeat: a client that went away fails the write. The
+  // handler's thread sleeps until the end or the heartbeat, not a wake-up a token.
   static void respond_whole(httplib::Response& res, const std::shared_ptr<Completion>& completion,
                             CompletionId id) {
     auto text = std::make_shared<std::string>();
     res.set_chunked_content_provider(
         "application/json",
         [completion, id, text](size_t, httplib::DataSink& sink) {
-          const Completion::Chunk c = completion->take(kHeartbeat);
+          const Completion::Chunk c = completion->take(kHeartbeat, Completion::Wake::on_end);
           *text += c.text;
           if (c.finished == FinishReason::none) {
             if (!sink.write(" ", 1)) {

@@ -9,8 +9,14 @@ in the running batch (no queueing); its figures are then comparable with
 `shamn bench --streams C` (the same decode steps without HTTP), which the
 script also runs, in the same session, for the ratio server / bench.
 
+With --client PATH (build/experiments/bench/serve_load_client) the load comes
+from that C++ program instead of Python threads: a few microseconds of CPU a
+token instead of tens, so on a small machine the server keeps more of it.
+With --max-batch below the largest C, the rest of the clients wait in the queue
+(--max-queue is then C), and latency includes that wait.
+
 Usage: serve_load.py SHAMN MODEL.shq [--clients 1,4,16,64] [--seconds 20]
-       [--max-tokens 64] [--threads 2]
+       [--max-tokens 64] [--threads 2] [--client PATH] [--max-batch N]
 """
 import argparse
 import http.client
@@ -27,6 +33,8 @@ parser.add_argument("--clients", default="1,4,16,64")
 parser.add_argument("--seconds", type=float, default=20)
 parser.add_argument("--max-tokens", type=int, default=64)
 parser.add_argument("--threads", type=int, default=2)
+parser.add_argument("--client", help="the C++ load client (serve_load_client); default: Python threads")
+parser.add_argument("--max-batch", type=int, help="the server's --max-batch (default: the largest C)")
 args = parser.parse_args()
 clients = [int(c) for c in args.clients.split(",")]
 PROMPTS = ["The jury said", "It was a cold", "In the morning the", "He asked whether", "The committee"]
@@ -78,6 +86,16 @@ def load(port, n_clients):
             "first_p50": quantile([r[1] for r in results], 0.5), "first_p99": quantile([r[1] for r in results], 0.99)}
 
 
+def load_cpp(port, n_clients):
+    out = subprocess.run([args.client, "--port", str(port), "--clients", str(n_clients), "--seconds",
+                          str(args.seconds), "--max-tokens", str(args.max_tokens)],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    if r["short_finish"]:
+        print(f"note: {r['short_finish']} requests ended before max_tokens (not counted as tokens)")
+    return r
+
+
 def bench(streams):
     out = subprocess.run([args.shamn, "--threads", str(args.threads), "bench", args.model, "--prompt-tokens", "4",
                           "--decode-tokens", str(args.max_tokens), "--repeats", "3", "--streams", str(streams),
@@ -85,16 +103,17 @@ def bench(streams):
     return json.loads(out)["decode_tok_s"]
 
 
+max_batch = args.max_batch or max(clients)
 server = subprocess.Popen([args.shamn, "--threads", str(args.threads), "serve", args.model, "--port", "0",
-                           "--max-batch", str(max(clients)), "--max-queue", str(max(clients))],
+                           "--max-batch", str(max_batch), "--max-queue", str(max(clients))],
                           stdout=subprocess.PIPE, text=True)
 port = int(server.stdout.readline().split("127.0.0.1:")[1].split()[0])
 print(f"| clients | requests | server tok/s | bench --streams tok/s | server / bench | req/s | latency p50 | p99 | first token p50 | p99 |")
 print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 try:
     for c in clients:
-        r = load(port, c)
-        b = bench(c)
+        r = load_cpp(port, c) if args.client else load(port, c)
+        b = bench(min(c, max_batch))
         print(f"| {c} | {r['requests']} | {r['tok_s']:,.0f} | {b:,.0f} | {r['tok_s'] / b:.2f} | {r['req_s']:.1f} | "
               f"{r['latency_p50'] * 1e3:.0f} ms | {r['latency_p99'] * 1e3:.0f} ms | "
               f"{r['first_p50'] * 1e3:.1f} ms | {r['first_p99'] * 1e3:.1f} ms |", flush=True)

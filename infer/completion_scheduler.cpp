@@ -71,9 +71,11 @@ const char* finish_reason_name(FinishReason r) {
 
 // ---- Completion ----
 
-Completion::Chunk Completion::take(std::chrono::milliseconds wait) {
+Completion::Chunk Completion::take(std::chrono::milliseconds wait, Wake wake) {
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, wait, [&] { return taken_ < released_ || finished_ != FinishReason::none; });
+  wake_on_text_ = wake == Wake::on_text;
+  changed_.wait_for(lock, wait,
+                    [&] { return (wake_on_text_ && taken_ < released_) || finished_ != FinishReason::none; });
   Chunk c;
   c.text = text_.substr(taken_, released_ - taken_);
   taken_ = released_;
@@ -118,7 +120,7 @@ bool Completion::append(const std::string& piece, const std::vector<std::string>
   // Held back: the last longest - 1 bytes, which may be the start of a stop string.
   const size_t safe = text_.size() - std::min(text_.size(), longest > 0 ? longest - 1 : 0);
   released_ = std::max(released_, whole_characters(text_, safe));
-  changed_.notify_all();
+  if (wake_on_text_) changed_.notify_all();
   return false;
 }
 
@@ -293,9 +295,12 @@ void CompletionScheduler::step() {
   std::vector<std::pair<Stream*, FinishReason>> ending;
   if (!steps.empty()) {
     const int64_t V = model_.vocab_size();
-    std::vector<float> logits(steps.size() * static_cast<size_t>(V));
+    // Grows to the largest batch and stays (resize zeroes only what it adds).
+    if (step_logits_.size() < steps.size() * static_cast<size_t>(V))
+      step_logits_.resize(steps.size() * static_cast<size_t>(V));
+    float* const logits = step_logits_.data();
     try {
-      model_.forward(steps, logits.data());
+      model_.forward(steps, logits);
     } catch (const std::exception& e) {
       for (Stream* s : owners) retire(*s, FinishReason::error, e.what());
       owners.clear();
@@ -306,7 +311,7 @@ void CompletionScheduler::step() {
     // were a sixth of a 64-stream step).
     parallel_for(0, static_cast<int64_t>(owners.size()), 1, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i)
-        if (samples[i]) owners[i]->next = owners[i]->sampler.sample(logits.data() + i * V, V);
+        if (samples[i]) owners[i]->next = owners[i]->sampler.sample(logits + i * V, V);
     });
     const Tokenizer& tok = *model_.tokenizer();
     for (size_t i = 0; i < owners.size(); ++i) {

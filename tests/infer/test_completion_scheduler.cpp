@@ -187,6 +187,21 @@ TEST_CASE("a stop string ends the text before it, and no piece shows part of it"
   CHECK(scheduler.stats().finished_stop == 1);
 }
 
+// A whole (not streamed) response waits with Wake::on_end: one take() returns the
+// finished text however many tokens came before (with Wake::on_text it returns at
+// the first piece, long before 200 tokens are decoded).
+TEST_CASE("a reader waiting for the end takes the whole text at once", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  const CompletionRequest r = request(m, "the cat", 200, 0.8, 4);
+  CompletionScheduler scheduler(m, {});
+  std::shared_ptr<Completion> c = scheduler.submit(r);
+  REQUIRE(c != nullptr);
+  const Completion::Chunk chunk = c->take(60000ms, Completion::Wake::on_end);
+  CHECK(chunk.finished == FinishReason::length);
+  CHECK(chunk.text == alone(m, r));
+  CHECK(c->completion_tokens() == 200);
+}
+
 TEST_CASE("a cancelled completion ends at the next step, and a full queue refuses", "[infer][serve]") {
   const InferModel m = tiny_model();
   CompletionScheduler scheduler(m, {1, 1, 512});
