@@ -5,6 +5,11 @@
 //   BM_greedy: temperature 0, argmax_logit.
 //   BM_sample: temperature 0.8 with top_k = arg (0: no limit) and top_p =
 //              0.95, the server's defaults at top_k 40.
+//   BM_sample_rows: BM_sample/40 over 64 rows of logits in turn (8 MB, as a
+//              64-stream step of `shamn serve` leaves them): each draw reads
+//              its row from beyond L2, and its branches are not the last
+//              draw's. BM_sample's one row stays in L1/L2 and the branch
+//              predictor learns its selection, so it understates a draw.
 //   BM_top_k_partial_sort: the baseline, how the sampler chose its top k
 //              before stop 49: std::partial_sort of every token id by logit
 //              (k = 32,000: a heap sort of the whole vocabulary).
@@ -57,6 +62,22 @@ void BM_sample(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(s.sample(l.data(), kVocab));
 }
 BENCHMARK(BM_sample)->Arg(40)->Arg(0);
+
+void BM_sample_rows(benchmark::State& state) {
+  constexpr int64_t kRows = 64;
+  std::vector<float> rows(static_cast<size_t>(kRows * kVocab));
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::vector<float> l = bench::random_floats(kVocab, static_cast<uint32_t>(100 + r));
+    for (int64_t t = 0; t < kVocab; ++t) rows[static_cast<size_t>(r * kVocab + t)] = 8.0f * l[t];
+  }
+  Sampler s(options(0.8, state.range(0), 0.95));
+  int64_t r = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(s.sample(rows.data() + r * kVocab, kVocab));
+    r = (r + 1) % kRows;
+  }
+}
+BENCHMARK(BM_sample_rows)->Arg(40);
 
 void BM_top_k_partial_sort(benchmark::State& state) {
   const std::vector<float> l = logits();

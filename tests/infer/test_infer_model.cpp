@@ -458,11 +458,14 @@ TEST_CASE("argmax_logit finds the first maximum, never a NaN", "[infer][sampler]
 TEST_CASE("top-k candidates are the likeliest k, ties to the lower id, never a NaN", "[infer][sampler]") {
   Rng rng(11);
   for (int64_t V : {8, 17, 70, 1000, 32000})
-    for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{40}, V / 8, V / 2, V})
-      for (int trial = 0; trial < 4; ++trial) {
+    for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{40}, int64_t{100}, int64_t{128},
+                      int64_t{129}, V / 8, V / 2, V})
+      for (int trial = 0; trial < 5; ++trial) {
         if (k < 1 || k > V) continue;
         // Few distinct values (trial 0, 1), so ties are common (-0 among the
-        // zeros, which it equals), or many; some -inf.
+        // zeros, which it equals), or many; some -inf. From V = 1,000 the scan
+        // starts at a floor taken from group maxima (k up to 128), which ties
+        // often meet.
         std::vector<float> l(static_cast<size_t>(V));
         for (float& v : l) {
           const uint64_t r = rng.below(20);
@@ -470,6 +473,15 @@ TEST_CASE("top-k candidates are the likeliest k, ties to the lower id, never a N
               : r == 1    ? -0.0f
               : trial < 2 ? static_cast<float>(rng.below(6))
                           : static_cast<float>(rng.normal());
+        }
+        // Trial 4: four tokens above -inf (one +inf), the rest -inf: most group
+        // maxima are -inf, so for k > 4 there is no floor.
+        if (trial == 4) {
+          std::fill(l.begin(), l.end(), -INFINITY);
+          l[static_cast<size_t>(V / 3)] = 1.0f;
+          l[static_cast<size_t>(V / 2)] = INFINITY;
+          l[static_cast<size_t>(V - 1)] = 1.0f;
+          l[0] = -2.0f;
         }
         // With NaNs (trial 3): the likeliest k of the other tokens. k up to V / 8
         // takes the sampler's one-pass selection, above it a sort.
