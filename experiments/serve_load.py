@@ -12,11 +12,12 @@ script also runs, in the same session, for the ratio server / bench.
 With --client PATH (build/experiments/bench/serve_load_client) the load comes
 from that C++ program instead of Python threads: a few microseconds of CPU a
 token instead of tens, so on a small machine the server keeps more of it.
+--no-stream (with --client) sends whole-body requests (no first-token time).
 With --max-batch below the largest C, the rest of the clients wait in the queue
 (--max-queue is then C), and latency includes that wait.
 
 Usage: serve_load.py SHAMN MODEL.shq [--clients 1,4,16,64] [--seconds 20]
-       [--max-tokens 64] [--threads 2] [--client PATH] [--max-batch N]
+       [--max-tokens 64] [--threads 2] [--client PATH] [--no-stream] [--max-batch N]
 """
 import argparse
 import http.client
@@ -35,6 +36,7 @@ parser.add_argument("--max-tokens", type=int, default=64)
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--client", help="the C++ load client (serve_load_client); default: Python threads")
 parser.add_argument("--max-batch", type=int, help="the server's --max-batch (default: the largest C)")
+parser.add_argument("--no-stream", action="store_true", help="with --client: whole-body requests")
 args = parser.parse_args()
 clients = [int(c) for c in args.clients.split(",")]
 PROMPTS = ["The jury said", "It was a cold", "In the morning the", "He asked whether", "The committee"]
@@ -87,12 +89,17 @@ def load(port, n_clients):
 
 
 def load_cpp(port, n_clients):
+    # Exit status 1 means some requests failed: the JSON still holds the rest.
     out = subprocess.run([args.client, "--port", str(port), "--clients", str(n_clients), "--seconds",
-                          str(args.seconds), "--max-tokens", str(args.max_tokens)],
-                         check=True, capture_output=True, text=True).stdout
+                          str(args.seconds), "--max-tokens", str(args.max_tokens)] +
+                         (["--no-stream"] if args.no_stream else []),
+                         capture_output=True, text=True).stdout
     r = json.loads(out)
-    if r["short_finish"]:
-        print(f"note: {r['short_finish']} requests ended before max_tokens (not counted as tokens)")
+    for key in ("latency_p50", "latency_p99", "first_p50", "first_p99"):
+        r[key] = float("nan") if r[key] is None else r[key]
+    if r["failed"] or r["short_finish"]:
+        print(f"note: {r['failed']} requests failed, {r['short_finish']} ended by a stop string "
+              "(neither counted as tokens)")
     return r
 
 

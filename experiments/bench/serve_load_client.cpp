@@ -1,7 +1,10 @@
-// Load on a running `shamn serve`: C client threads, each sending streamed
-// completions back to back for a fixed time; prints one JSON object with the
-// server's generated tokens/s, requests/s and the p50/p99 of each request's
-// latency (sent to last event) and time to first token.
+// Load on a running `shamn serve`: C client threads, each sending completions
+// (streamed, or whole with --no-stream) back to back for a fixed time; prints
+// one JSON object with the server's generated tokens/s, requests/s and the
+// p50/p99 of each request's latency (sent to last byte) and, streamed, time to
+// first token. Requests that failed or ended other than by length or a stop
+// string (an error, a time limit) are counted apart, not in the figures; the
+// exit status is 1 if there were any.
 //
 // experiments/serve_load.py drives it (`--client`): a client in C++ spends a
 // few microseconds a token where the Python one spends tens, so on a machine
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -38,9 +42,10 @@ constexpr const char* kPrompts[] = {"The jury said", "It was a cold", "In the mo
 
 struct Outcome {
   double latency_s = 0;
-  double first_s = -1;  // -1: no token event arrived
-  bool ok = false;      // HTTP 200 and the final [DONE]
-  bool full = false;    // finished by length: max_tokens tokens generated
+  double first_s = -1;   // -1: no token event arrived
+  bool ok = false;       // HTTP 200, finished by length or a stop string
+  bool full = false;     // finished by length: max_tokens tokens generated
+  bool stopped = false;  // finished by a stop string
 };
 
 Outcome one_request(const Options& opt, int64_t i) {
@@ -71,6 +76,7 @@ Outcome one_request(const Options& opt, int64_t i) {
       } else if (event.starts_with("data: ")) {
         if (out.first_s < 0) out.first_s = std::chrono::duration<double>(Clock::now() - start).count();
         if (event.find("\"finish_reason\":\"length\"") != std::string_view::npos) out.full = true;
+        if (event.find("\"finish_reason\":\"stop\"") != std::string_view::npos) out.stopped = true;
       }
     }
     tail.erase(0, pos);
@@ -83,15 +89,17 @@ Outcome one_request(const Options& opt, int64_t i) {
   const bool sent = client.send(req, res, error);
   out.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (!opt.stream) {
-    done = tail.find("\"finish_reason\"") != std::string::npos;
+    done = true;
     out.full = tail.find("\"finish_reason\":\"length\"") != std::string::npos;
+    out.stopped = tail.find("\"finish_reason\":\"stop\"") != std::string::npos;
   }
-  out.ok = sent && res.status == 200 && done;
+  out.ok = sent && res.status == 200 && done && (out.full || out.stopped);
   return out;
 }
 
+// NaN (JSON null) when there is nothing to rank.
 double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
 }
@@ -128,7 +136,8 @@ int main(int argc, char** argv) {
 
   std::vector<double> latency, first;
   // An event holds whatever text came since the client's last read, so tokens
-  // are not counted by events: a request finished by length generated max_tokens.
+  // are not counted by events: a request finished by length generated max_tokens
+  // (one ended by a stop string is counted in short_finish, without tokens).
   int64_t tokens = 0, failed = 0, short_finish = 0;
   for (const Outcome& o : outcomes) {
     if (!o.ok) {

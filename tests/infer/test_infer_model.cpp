@@ -457,15 +457,15 @@ TEST_CASE("argmax_logit finds the first maximum, never a NaN", "[infer][sampler]
 
 TEST_CASE("top-k candidates are the likeliest k, ties to the lower id, never a NaN", "[infer][sampler]") {
   Rng rng(11);
-  for (int64_t V : {8, 17, 70, 1000, 32000})
+  for (int64_t V : {8, 17, 70, 1000, 2559, 2560, 32000})
     for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{40}, int64_t{100}, int64_t{128},
                       int64_t{129}, V / 8, V / 2, V})
       for (int trial = 0; trial < 5; ++trial) {
         if (k < 1 || k > V) continue;
         // Few distinct values (trial 0, 1), so ties are common (-0 among the
-        // zeros, which it equals), or many; some -inf. From V = 1,000 the scan
-        // starts at a floor taken from group maxima (k up to 128), which ties
-        // often meet.
+        // zeros, which it equals), or many; some -inf. The scan starts at a
+        // floor taken from group maxima where V >= 32 * 8 * G / 8 (G about 2k,
+        // k up to 128; k = 40: from V = 2,560), which ties often meet.
         std::vector<float> l(static_cast<size_t>(V));
         for (float& v : l) {
           const uint64_t r = rng.below(20);
