@@ -102,7 +102,7 @@ int64_t Completion::completion_tokens() const {
 }
 
 bool Completion::append(const std::string& piece, const std::vector<std::string>& stop) {
-  const std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   const size_t before = text_.size();
   text_ += piece;
   ++tokens_;
@@ -119,8 +119,12 @@ bool Completion::append(const std::string& piece, const std::vector<std::string>
   }
   // Held back: the last longest - 1 bytes, which may be the start of a stop string.
   const size_t safe = text_.size() - std::min(text_.size(), longest > 0 ? longest - 1 : 0);
+  const size_t was = released_;
   released_ = std::max(released_, whole_characters(text_, safe));
-  if (wake_on_text_) changed_.notify_all();
+  // Woken after the unlock, the reader does not block at once on the mutex.
+  const bool wake = wake_on_text_ && released_ > was;
+  lock.unlock();
+  if (wake) changed_.notify_all();
   return false;
 }
 
