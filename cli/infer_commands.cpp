@@ -334,8 +334,17 @@ struct BenchArgs {
   std::vector<std::string> adapters;  // stream b runs adapters[b % count]
   int64_t prompt_tokens = 128, decode_tokens = 128, repeats = 5, warmup = 1, streams = 1;
   uint64_t seed = 1;
+  // Greedy unless --temperature > 0 (the figures then include each draw, as
+  // serve's default requests do); stream b's sampler is seeded seed + b.
+  SamplingOptions sampling = greedy_sampling();
   bool json = false;
   ProfileFlags profile;
+
+  static SamplingOptions greedy_sampling() {
+    SamplingOptions o;
+    o.temperature = 0.0;
+    return o;
+  }
 };
 
 void run_bench(const BenchArgs& a) {
@@ -343,6 +352,7 @@ void run_bench(const BenchArgs& a) {
   SHAMN_INPUT_CHECK(a.prompt_tokens >= 1 && a.decode_tokens >= 1 && a.repeats >= 1 && a.streams >= 1,
                     "--prompt-tokens, --decode-tokens, --repeats and --streams must be >= 1");
   SHAMN_INPUT_CHECK(a.warmup >= 0, "--warmup must be >= 0");
+  a.sampling.validate();
   const ModelSource model = open_model_source(a.model);
   SHAMN_INPUT_CHECK(a.adapters.empty() || model.runtime,
                     "--adapter runs with a model file (.shq), not the "
@@ -362,7 +372,16 @@ void run_bench(const BenchArgs& a) {
   // One random prompt per stream.
   std::vector<int32_t> prompt(static_cast<size_t>(B * a.prompt_tokens));
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
-  auto argmax = [V](const float* l) { return argmax_logit(l, V); };
+  // Each run draws the same tokens: its streams' samplers start afresh.
+  const auto new_samplers = [&a, B] {
+    std::vector<Sampler> samplers;
+    for (int64_t b = 0; b < B; ++b) {
+      SamplingOptions o = a.sampling;
+      o.seed = a.seed + static_cast<uint64_t>(b);
+      samplers.emplace_back(o);
+    }
+    return samplers;
+  };
 
   // The first runs are not timed (--warmup): a process's first prefill pays for
   // the thread pool's start, its buffers' first page faults and cold caches (on
@@ -380,6 +399,7 @@ void run_bench(const BenchArgs& a) {
     std::vector<int32_t> next(static_cast<size_t>(B));
     for (int64_t r = 0; r < runs; ++r) {
       const bool keep = timed(r);
+      std::vector<Sampler> samplers = new_samplers();
       std::vector<DecodeState> states;
       for (int64_t b = 0; b < B; ++b) states.push_back(m.new_state());
       Stopwatch t0;
@@ -407,7 +427,7 @@ void run_bench(const BenchArgs& a) {
         const ProfileScope scope("decode_token", ProfileCategory::step);
         // The streams' next tokens side by side, as `serve` draws them.
         parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
-          for (int64_t b = lo; b < hi; ++b) next[b] = argmax(logits.data() + b * V);
+          for (int64_t b = lo; b < hi; ++b) next[b] = samplers[b].sample(logits.data() + b * V, V);
         });
         m.forward(steps, logits.data());
       }
@@ -424,6 +444,7 @@ void run_bench(const BenchArgs& a) {
     const LogitFunction f = model.logit_function();
     for (int64_t r = 0; r < runs; ++r) {
       const bool keep = timed(r);
+      Sampler sampler = std::move(new_samplers()[0]);
       std::vector<float> logits(static_cast<size_t>(a.prompt_tokens * V));
       Stopwatch t0;
       {
@@ -432,7 +453,7 @@ void run_bench(const BenchArgs& a) {
       }
       const double prefill_s = t0.seconds();
       std::vector<int32_t> context = prompt;
-      int32_t next = argmax(logits.data() + (a.prompt_tokens - 1) * V);
+      int32_t next = sampler.sample(logits.data() + (a.prompt_tokens - 1) * V, V);
       logits.resize(static_cast<size_t>(R * V));
       t0.restart();
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
@@ -440,7 +461,7 @@ void run_bench(const BenchArgs& a) {
         context.push_back(next);
         const int64_t w = std::min<int64_t>(R, static_cast<int64_t>(context.size()));
         f(context.data() + context.size() - w, w, logits.data());
-        next = argmax(logits.data() + (w - 1) * V);
+        next = sampler.sample(logits.data() + (w - 1) * V, V);
       }
       if (!keep) continue;
       prefill.push_back(a.prompt_tokens / prefill_s);
@@ -464,6 +485,9 @@ void run_bench(const BenchArgs& a) {
                                         {"repeats", a.repeats},
                                         {"warmup", a.warmup},
                                         {"streams", B},
+                                        {"temperature", a.sampling.temperature},
+                                        {"top_k", a.sampling.top_k},
+                                        {"top_p", a.sampling.top_p},
                                         {"prefill_tok_s", pre},
                                         {"decode_tok_s", dec},
                                         {"decode_step_ms", latency},
@@ -481,6 +505,9 @@ void run_bench(const BenchArgs& a) {
   std::printf("decode     %.1f tok/s (median of %" PRId64 ", %" PRId64 " tokens, %" PRId64
               " streams; %.3f ms per step, each stream's per-token latency)\n",
               dec, a.repeats, a.decode_tokens, B, latency);
+  if (a.sampling.temperature > 0)
+    std::printf("sampling   temperature %g, top-k %" PRId64 ", top-p %g (each token drawn)\n",
+                a.sampling.temperature, a.sampling.top_k, a.sampling.top_p);
   if (per_token > 0) std::printf("weights    %.3f MiB read per decoded token\n", per_token / 1048576.0);
   std::printf("file       %.2f MiB\n", file_bytes / 1048576.0);
   std::printf("peak RSS   %.1f MiB\n", rss_mib);
@@ -580,7 +607,15 @@ void register_infer_commands(CLI::App& app) {
   bc->add_option("--repeats", be->repeats, "repeats (the median is reported)")->capture_default_str();
   bc->add_option("--warmup", be->warmup, "untimed runs before the repeats (prefill and decode, unprofiled)")
       ->capture_default_str();
-  bc->add_option("--seed", be->seed, "seed of the random prompts")->capture_default_str();
+  bc->add_option("--seed", be->seed, "seed of the random prompts (and of stream b's sampler: seed + b)")
+      ->capture_default_str();
+  bc->add_option("--temperature", be->sampling.temperature,
+                 "0 = greedy (the default); above, every decoded token is drawn with --top-k and --top-p, "
+                 "as serve's requests are")
+      ->capture_default_str();
+  bc->add_option("--top-k", be->sampling.top_k, "with --temperature: keep the k likeliest tokens (0 = all)")
+      ->capture_default_str();
+  bc->add_option("--top-p", be->sampling.top_p, "with --temperature: nucleus mass")->capture_default_str();
   bc->add_option("--streams", be->streams,
                  "independent sequences decoded together (each has its own prompt and state)")
       ->capture_default_str();

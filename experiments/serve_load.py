@@ -6,8 +6,10 @@ of each request's latency (arrival to last token) and time to first token.
 
 The server runs with --max-batch at least the largest C, so every client is
 in the running batch (no queueing); its figures are then comparable with
-`shamn bench --streams C` (the same decode steps without HTTP), which the
-script also runs, in the same session, for the ratio server / bench.
+`shamn bench --streams C --temperature 0.8` (the same decode steps and draws
+without HTTP), which the script also runs, in the same session, for the ratio
+server / bench. (Before stop 51 bench decoded greedily, about 9% faster at 64
+streams than drawing at these settings.)
 
 With --client PATH (build/experiments/bench/serve_load_client) the load comes
 from that C++ program instead of Python threads: a few microseconds of CPU a
@@ -104,9 +106,12 @@ def load_cpp(port, n_clients):
 
 
 def bench(streams):
+    # The clients' sampling (temperature 0.8, the server's top-k 40 and top-p
+    # 0.95), so the ratio leaves out what the draws cost.
     out = subprocess.run([args.shamn, "--threads", str(args.threads), "bench", args.model, "--prompt-tokens", "4",
                           "--decode-tokens", str(args.max_tokens), "--repeats", "3", "--streams", str(streams),
-                          "--json"], check=True, capture_output=True, text=True).stdout
+                          "--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--json"],
+                         check=True, capture_output=True, text=True).stdout
     return json.loads(out)["decode_tok_s"]
 
 

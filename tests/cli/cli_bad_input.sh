@@ -194,6 +194,8 @@ bad "--format" analyze model.h5 --data data/val.bin --format u8
 bad "$readonly_dir/plots" analyze model.shq --data data/val.bin --seq-len 16 --plots "$readonly_dir/plots"
 bad "--repeats" bench model.shq --repeats 0
 bad "--warmup" bench model.shq --warmup -1
+bad "--temperature" bench model.shq --temperature -1
+bad "--top-p" bench model.shq --temperature 0.8 --top-p 0
 
 # tokenizer / prepare / synthetic / machine / sweep.
 bad "model.shq" tokenizer encode --tokenizer model.shq --input text.txt
