@@ -336,15 +336,9 @@ struct BenchArgs {
   uint64_t seed = 1;
   // Greedy unless --temperature > 0 (the figures then include each draw, as
   // serve's default requests do); stream b's sampler is seeded seed + b.
-  SamplingOptions sampling = greedy_sampling();
+  SamplingOptions sampling{.temperature = 0.0};
   bool json = false;
   ProfileFlags profile;
-
-  static SamplingOptions greedy_sampling() {
-    SamplingOptions o;
-    o.temperature = 0.0;
-    return o;
-  }
 };
 
 void run_bench(const BenchArgs& a) {
