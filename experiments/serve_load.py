@@ -16,10 +16,12 @@ from that C++ program instead of Python threads: a few microseconds of CPU a
 token instead of tens, so on a small machine the server keeps more of it.
 --no-stream (with --client) sends whole-body requests (no first-token time).
 With --max-batch below the largest C, the rest of the clients wait in the queue
-(--max-queue is then C), and latency includes that wait.
+(--max-queue is then C), and latency includes that wait. --stream-interval N
+passes the server's option on (an event every N tokens after the first).
 
 Usage: serve_load.py SHAMN MODEL.shq [--clients 1,4,16,64] [--seconds 20]
        [--max-tokens 64] [--threads 2] [--client PATH] [--no-stream] [--max-batch N]
+       [--stream-interval N]
 """
 import argparse
 import http.client
@@ -38,6 +40,7 @@ parser.add_argument("--max-tokens", type=int, default=64)
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--client", help="the C++ load client (serve_load_client); default: Python threads")
 parser.add_argument("--max-batch", type=int, help="the server's --max-batch (default: the largest C)")
+parser.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
 parser.add_argument("--no-stream", action="store_true", help="with --client: whole-body requests")
 args = parser.parse_args()
 clients = [int(c) for c in args.clients.split(",")]
@@ -117,7 +120,8 @@ def bench(streams):
 
 max_batch = args.max_batch or max(clients)
 server = subprocess.Popen([args.shamn, "--threads", str(args.threads), "serve", args.model, "--port", "0",
-                           "--max-batch", str(max_batch), "--max-queue", str(max(clients))],
+                           "--max-batch", str(max_batch), "--max-queue", str(max(clients)),
+                           "--stream-interval", str(args.stream_interval)],
                           stdout=subprocess.PIPE, text=True)
 port = int(server.stdout.readline().split("127.0.0.1:")[1].split()[0])
 print(f"| clients | requests | server tok/s | bench --streams tok/s | server / bench | req/s | latency p50 | p99 | first token p50 | p99 |")

@@ -71,14 +71,25 @@ const char* finish_reason_name(FinishReason r) {
 
 // ---- Completion ----
 
+bool Completion::ready_locked() const {
+  if (finished_ != FinishReason::none) return true;
+  if (wake_.tokens == 0 || taken_ == released_) return false;
+  return taken_ == 0 || tokens_ - tokens_taken_ >= wake_.tokens;
+}
+
 Completion::Chunk Completion::take(std::chrono::milliseconds wait, Wake wake) {
+  SHAMN_CHECK(wake.tokens >= 0, "Completion::take: Wake of ", wake.tokens, " tokens");
   std::unique_lock lock(mutex_);
-  wake_on_text_ = wake == Wake::on_text;
-  changed_.wait_for(lock, wait,
-                    [&] { return (wake_on_text_ && taken_ < released_) || finished_ != FinishReason::none; });
+  wake_ = wake;
   Chunk c;
+  // Text short of the Wake stays for a later take: a heartbeat does not break the
+  // reader's rhythm of N tokens an event.
+  const bool ready = changed_.wait_for(lock, wait, [&] { return ready_locked(); });
+  c.tokens = tokens_;
+  if (!ready) return c;
   c.text = text_.substr(taken_, released_ - taken_);
   taken_ = released_;
+  tokens_taken_ = tokens_;
   if (taken_ == text_.size()) {
     c.finished = finished_;
     c.error = error_;
@@ -119,10 +130,10 @@ bool Completion::append(const std::string& piece, const std::vector<std::string>
   }
   // Held back: the last longest - 1 bytes, which may be the start of a stop string.
   const size_t safe = text_.size() - std::min(text_.size(), longest > 0 ? longest - 1 : 0);
-  const size_t was = released_;
   released_ = std::max(released_, whole_characters(text_, safe));
-  // Woken after the unlock, the reader does not block at once on the mutex.
-  const bool wake = wake_on_text_ && released_ > was;
+  // Woken after the unlock, the reader does not block at once on the mutex. (A
+  // reader that is not waiting costs notify_all no system call.)
+  const bool wake = ready_locked();
   lock.unlock();
   if (wake) changed_.notify_all();
   return false;

@@ -109,6 +109,7 @@ class Server:
         if r.status != 200 or not r.getheader("Content-Type", "").startswith("text/event-stream"):
             fail(f"stream: HTTP {r.status} {r.getheader('Content-Type')}")
         text, finish, done = "", None, False
+        self.events = 0  # with text or the finish reason
         for raw in r:
             line = raw.decode().rstrip("\n")
             if not line.startswith("data: "):
@@ -117,6 +118,7 @@ class Server:
                 done = True
                 break
             event = json.loads(line[6:])
+            self.events += 1
             text += event["choices"][0]["text"]
             finish = event["choices"][0]["finish_reason"] or finish
         c.close()
@@ -273,6 +275,24 @@ s.close()
 server.wait_for('shamn_requests_finished_total{reason="cancelled"}', cancelled + 2)
 say("disconnected clients (streaming and not): their requests cancelled")
 server.stop()
+
+# ---- --stream-interval: an event every N tokens after the first, the same text ----
+spaced = Server("--stream-interval", "8", "--max-batch", "4")
+for c, want in list(zip(cases, expected))[:2] + list(zip(cases, expected))[7:8]:
+    prompt, n, temp, k, p, seed = c
+    text, finish, done = spaced.stream({"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k,
+                                        "top_p": p, "seed": seed})
+    if text != want or finish != "length" or not done:
+        fail(f"--stream-interval 8 {c}: {text!r} {finish} differs from generate's {want!r}")
+    # The first token's event, one for each 8 more, and the end's.
+    if not 1 <= spaced.events <= 2 + (n - 1) // 8:
+        fail(f"--stream-interval 8 {c}: {spaced.events} events for {n} tokens")
+spaced.stop()
+refused = subprocess.run([shamn, "serve", model, "--stream-interval", "0"], capture_output=True, text=True,
+                         timeout=DEADLINE)
+if refused.returncode == 0 or "--stream-interval 0 must lie in [1, 1024]" not in refused.stderr:
+    fail(f"--stream-interval 0: exit {refused.returncode}, {refused.stderr!r}")
+say("--stream-interval 8: at most one event in 8 tokens after the first, generate's text; 0 is refused")
 
 # ---- speculative decoding: the text of generate --draft ----
 drafted = Server("--draft", f"{work}/d.shq", "--draft-tokens", "3", "--max-batch", "2")

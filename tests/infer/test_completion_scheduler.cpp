@@ -187,8 +187,8 @@ TEST_CASE("a stop string ends the text before it, and no piece shows part of it"
   CHECK(scheduler.stats().finished_stop == 1);
 }
 
-// A whole (not streamed) response waits with Wake::on_end: one take() returns the
-// finished text however many tokens came before (with Wake::on_text it returns at
+// A whole (not streamed) response waits with Wake::on_end(): one take() returns the
+// finished text however many tokens came before (with Wake::every(1) it returns at
 // the first piece, long before 200 tokens are decoded).
 TEST_CASE("a reader waiting for the end takes the whole text at once", "[infer][serve]") {
   const InferModel m = tiny_model();
@@ -196,10 +196,40 @@ TEST_CASE("a reader waiting for the end takes the whole text at once", "[infer][
   CompletionScheduler scheduler(m, {});
   std::shared_ptr<Completion> c = scheduler.submit(r);
   REQUIRE(c != nullptr);
-  const Completion::Chunk chunk = c->take(60000ms, Completion::Wake::on_end);
+  const Completion::Chunk chunk = c->take(60000ms, Completion::Wake::on_end());
   CHECK(chunk.finished == FinishReason::length);
   CHECK(chunk.text == alone(m, r));
   CHECK(c->completion_tokens() == 200);
+}
+
+// `serve --stream-interval N`: after the first text, a streamed reader wakes only
+// once N more tokens came (or at the end), and the pieces still make up the text.
+TEST_CASE("a reader waking every N tokens takes N or more at a time", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  const CompletionRequest r = request(m, "the cat", 200, 0.8, 4);
+  for (const int64_t every : {1, 8, 64}) {
+    CompletionScheduler scheduler(m, {});
+    std::shared_ptr<Completion> c = scheduler.submit(r);
+    REQUIRE(c != nullptr);
+    std::string text;
+    std::vector<int64_t> at;  // tokens at each take with text, until the last
+    for (;;) {
+      const Completion::Chunk chunk = c->take(60000ms, Completion::Wake::every(every));
+      text += chunk.text;
+      if (chunk.finished != FinishReason::none) {
+        CHECK(chunk.finished == FinishReason::length);
+        CHECK(chunk.tokens == 200);
+        break;
+      }
+      REQUIRE_FALSE(chunk.text.empty());  // a 60 s wait ends only when the Wake is met
+      at.push_back(chunk.tokens);
+    }
+    CHECK(text == alone(m, r));
+    INFO("every " << every);
+    REQUIRE_FALSE(at.empty());
+    for (size_t i = 1; i < at.size(); ++i) CHECK(at[i] - at[i - 1] >= every);
+    CHECK(static_cast<int64_t>(at.size()) <= 1 + 199 / every);
+  }
 }
 
 TEST_CASE("a cancelled completion ends at the next step, and a full queue refuses", "[infer][serve]") {
