@@ -120,8 +120,9 @@ def bench(streams):
 
 max_batch = args.max_batch or max(clients)
 server = subprocess.Popen([args.shamn, "--threads", str(args.threads), "serve", args.model, "--port", "0",
-                           "--max-batch", str(max_batch), "--max-queue", str(max(clients)),
-                           "--stream-interval", str(args.stream_interval)],
+                           "--max-batch", str(max_batch), "--max-queue", str(max(clients))]
+                          # Only when asked: binaries before stop 52 have no such option.
+                          + (["--stream-interval", str(args.stream_interval)] if args.stream_interval != 1 else []),
                           stdout=subprocess.PIPE, text=True)
 port = int(server.stdout.readline().split("127.0.0.1:")[1].split()[0])
 print(f"| clients | requests | server tok/s | bench --streams tok/s | server / bench | req/s | latency p50 | p99 | first token p50 | p99 |")

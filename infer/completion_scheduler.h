@@ -38,6 +38,10 @@ struct CompletionRequest {
   const LoraAdapter* adapter = nullptr;  // a LoRA adapter of the model's base (null: the base alone)
 };
 
+namespace test {
+struct CompletionDriver;  // tests/infer: the worker's side of a Completion, to test take() alone
+}
+
 enum class FinishReason { none, length, stop, cancelled, time_limit, error };
 // The finish_reason of an OpenAI-style response: "length", "stop", or ours:
 // "cancelled", "time_limit", "error".
@@ -74,6 +78,7 @@ class Completion {
 
  private:
   friend class CompletionScheduler;
+  friend struct test::CompletionDriver;
   // Worker side: a sampled token's bytes. True when the text now contains a stop
   // string: it is cut before it, and the worker finishes the completion.
   bool append(const std::string& piece, const std::vector<std::string>& stop);

@@ -94,6 +94,13 @@ std::string alone_speculative(const InferModel& m, const InferModel& draft, cons
 
 }  // namespace
 
+namespace test {
+struct CompletionDriver {
+  static void append(Completion& c, const std::string& piece) { c.append(piece, {}); }
+  static void finish(Completion& c) { c.finish(FinishReason::length); }
+};
+}  // namespace test
+
 TEST_CASE("batched completions give each request the text it gets alone", "[infer][serve]") {
   // On 2 threads the streams draw their tokens in parallel, and a batch of 9
   // decodes as two groups of streams (infer_model.cpp, streams_grouped).
@@ -212,6 +219,7 @@ TEST_CASE("a reader waking every N tokens takes N or more at a time", "[infer][s
     std::shared_ptr<Completion> c = scheduler.submit(r);
     REQUIRE(c != nullptr);
     std::string text;
+    INFO("every " << every);
     std::vector<int64_t> at;  // tokens at each take with text, until the last
     for (;;) {
       const Completion::Chunk chunk = c->take(60000ms, Completion::Wake::every(every));
@@ -225,10 +233,52 @@ TEST_CASE("a reader waking every N tokens takes N or more at a time", "[infer][s
       at.push_back(chunk.tokens);
     }
     CHECK(text == alone(m, r));
-    INFO("every " << every);
-    REQUIRE_FALSE(at.empty());
+    // `at` may be empty: a reader first scheduled after the last token takes it all at once.
     for (size_t i = 1; i < at.size(); ++i) CHECK(at[i] - at[i - 1] >= every);
     CHECK(static_cast<int64_t>(at.size()) <= 1 + 199 / every);
+  }
+}
+
+// The same rules with the worker's side played by the test, one token at a time,
+// and takes that do not wait: the first released text is taken at once, text
+// short of N tokens stays for a later take, and Wake::on_end() gets only the end.
+TEST_CASE("a take gets the first text at once, then N tokens at a time, or only the end", "[infer][serve]") {
+  using Driver = test::CompletionDriver;
+  using Wake = Completion::Wake;
+  SECTION("every 4 tokens") {
+    Completion c;
+    CHECK(c.take(0ms, Wake::every(4)).text.empty());
+    Driver::append(c, "\xc3");  // half of an e acute: not released yet
+    CHECK(c.take(0ms, Wake::every(4)).text.empty());
+    Driver::append(c, "\xa9");
+    const Completion::Chunk first = c.take(0ms, Wake::every(4));
+    CHECK(first.text == "\xc3\xa9");
+    CHECK(first.tokens == 2);
+    CHECK(first.finished == FinishReason::none);
+    for (int i = 0; i < 3; ++i) Driver::append(c, "b");
+    const Completion::Chunk short_of_n = c.take(0ms, Wake::every(4));
+    CHECK(short_of_n.text.empty());
+    CHECK(short_of_n.tokens == 5);
+    Driver::append(c, "c");
+    const Completion::Chunk four = c.take(0ms, Wake::every(4));
+    CHECK(four.text == "bbbc");
+    CHECK(four.tokens == 6);
+    Driver::append(c, "d");
+    Driver::finish(c);
+    const Completion::Chunk end = c.take(0ms, Wake::every(4));
+    CHECK(end.text == "d");
+    CHECK(end.finished == FinishReason::length);
+  }
+  SECTION("only the end") {
+    Completion c;
+    Driver::append(c, "a");
+    Driver::append(c, "b");
+    CHECK(c.take(0ms, Wake::on_end()).text.empty());
+    Driver::finish(c);
+    const Completion::Chunk end = c.take(0ms, Wake::on_end());
+    CHECK(end.text == "ab");
+    CHECK(end.tokens == 2);
+    CHECK(end.finished == FinishReason::length);
   }
 }
 
