@@ -200,12 +200,11 @@ class Server {
   // handler's thread sleeps until the end or the heartbeat, not a wake-up a token.
   static void respond_whole(httplib::Response& res, const std::shared_ptr<Completion>& completion,
                             CompletionId id) {
-    auto text = std::make_shared<std::string>();
     res.set_chunked_content_provider(
         "application/json",
-        [completion, id, text](size_t, httplib::DataSink& sink) {
+        [completion, id](size_t, httplib::DataSink& sink) {
+          // Wake::on_end() gives no text before the end, and all of it then.
           const Completion::Chunk c = completion->take(kHeartbeat, Completion::Wake::on_end());
-          *text += c.text;
           if (c.finished == FinishReason::none) {
             if (!sink.write(" ", 1)) {
               completion->cancel();
@@ -213,7 +212,7 @@ class Server {
             }
             return true;
           }
-          const std::string body = completion_json(id, *text, c.finished, completion->prompt_tokens(),
+          const std::string body = completion_json(id, c.text, c.finished, completion->prompt_tokens(),
                                                    completion->completion_tokens()) +
                                    "\n";
           if (!sink.write(body.data(), body.size())) return false;
