@@ -4,6 +4,7 @@
 #include "autograd/op_work.h"
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
+#include "core/product_precision.h"
 #include "core/profiler.h"
 
 namespace shamn {
@@ -98,7 +99,8 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
   dispatch_floating(z.dtype(), "hash_head", [&](auto zero) {
     using T = decltype(zero);
     const int32_t* bi = bucket_index.data<int32_t>();
-    hash_head_forward(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, n, d);
+    hash_head_forward(logits.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(), iv.data<T>(), bi, n, d,
+                      product_precision());
   });
   return record("hash_head", logits, {z, table, importance}, [=](Node& node) {
     record_work(op_work::hash_head_backward(n, d, s, /*fused=*/false,
@@ -110,7 +112,7 @@ Var hash_head(const Var& z, const Var& table, const Var& importance, const Tenso
       T* di = node.needs_grad(2) ? node.input_grad(2).data<T>() : nullptr;
       const int32_t* bi = bucket_index.data<int32_t>();
       hash_head_backward(dz, dt, di, node.out_grad.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
-                         iv.data<T>(), bi, n, d);
+                         iv.data<T>(), bi, n, d, product_precision());
     });
   });
 }
@@ -141,8 +143,9 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
     using T = decltype(zero);
     const int32_t* bi = bucket_index.data<int32_t>();
     const int32_t* tg = targets.data<int32_t>();
-    const double loss = hash_head_cross_entropy_forward(lse.data<T>(), scores.data<T>(), zv.data<T>(),
-                                                        tv.data<T>(), iv.data<T>(), bi, tg, n, d);
+    const double loss =
+        hash_head_cross_entropy_forward(lse.data<T>(), scores.data<T>(), zv.data<T>(), tv.data<T>(),
+                                        iv.data<T>(), bi, tg, n, d, product_precision());
     out.data<T>()[0] = static_cast<T>(loss);
   });
   return record(op, out, {z, table, importance}, [=](Node& node) {
@@ -157,7 +160,7 @@ Var hash_head_cross_entropy(const Var& z, const Var& table, const Var& importanc
       const int32_t* bi = bucket_index.data<int32_t>();
       const int32_t* tg = targets.data<int32_t>();
       hash_head_cross_entropy_backward(dz, dt, di, dloss, lse.data<T>(), scores.data<T>(), zv.data<T>(),
-                                       tv.data<T>(), iv.data<T>(), bi, tg, n, d);
+                                       tv.data<T>(), iv.data<T>(), bi, tg, n, d, product_precision());
     });
   });
 }

@@ -334,9 +334,10 @@ class Run {
                        double(trainable_count()), 100.0 * double(trainable_count()) / params));
     if (product_precision() == ProductPrecision::bf16)  // set by train() from train.precision
       console_.say(bf16_dot_native()
-                       ? "precision: matmul and block-sparse operands rounded to bf16, sums and weights f32 "
-                         "(products on vdpbf16ps)"
-                       : "precision: matmul and block-sparse operands rounded to bf16, sums and weights f32; "
+                       ? "precision: matmul, block-sparse and hashed-head operands rounded to bf16, sums and "
+                         "weights f32 (products on vdpbf16ps)"
+                       : "precision: matmul, block-sparse and hashed-head operands rounded to bf16, sums and "
+                         "weights f32; "
                          "note: without AVX512_BF16 at this kernel level the bf16 products run emulated "
                          "(the same numbers, no faster than f32)");
     if (comm_.is_root())

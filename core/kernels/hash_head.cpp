@@ -81,32 +81,33 @@ void hash_head_row_losses(double* loss, const float* scores, const float* import
 }
 
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
-                       const float* importance, const int32_t* bucket_index, int64_t n,
-                       const HashDims& dims) {
-  for_kernel_level(kLevels).forward(logits, scores, z, table, importance, bucket_index, n, dims);
+                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& dims,
+                       ProductPrecision p) {
+  for_kernel_level(kLevels).forward(logits, scores, z, table, importance, bucket_index, n, dims, p);
 }
 
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,
                         const float* scores, const float* z, const float* table, const float* importance,
-                        const int32_t* bucket_index, int64_t n, const HashDims& dims) {
+                        const int32_t* bucket_index, int64_t n, const HashDims& dims, ProductPrecision p) {
   for_kernel_level(kLevels).backward(dz, dtable, dimportance, dlogits, scores, z, table, importance,
-                                     bucket_index, n, dims);
+                                     bucket_index, n, dims, p);
 }
 
 double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
                                        const float* importance, const int32_t* bucket_index,
-                                       const int32_t* targets, int64_t n, const HashDims& dims) {
+                                       const int32_t* targets, int64_t n, const HashDims& dims,
+                                       ProductPrecision p) {
   return for_kernel_level(kLevels).cross_entropy_forward(lse, scores, z, table, importance, bucket_index,
-                                                         targets, n, dims);
+                                                         targets, n, dims, p);
 }
 
 void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportance, float dloss,
                                       const float* lse, const float* scores, const float* z,
                                       const float* table, const float* importance,
                                       const int32_t* bucket_index, const int32_t* targets, int64_t n,
-                                      const HashDims& dims) {
+                                      const HashDims& dims, ProductPrecision p) {
   for_kernel_level(kLevels).cross_entropy_backward(dz, dtable, dimportance, dloss, lse, scores, z, table,
-                                                   importance, bucket_index, targets, n, dims);
+                                                   importance, bucket_index, targets, n, dims, p);
 }
 
 }  // namespace shamn

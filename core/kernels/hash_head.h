@@ -11,20 +11,26 @@
 // Backward kernels accumulate (+=) and skip a gradient whose pointer is null. The
 // float kernels give the same bits for any thread count; the `_naive` twins are
 // the test oracle and the f64 path of gradient checks.
+// With p = bf16 the head's three products (scores = z table^T, dz = ds table,
+// dtable = ds^T z) read their operands rounded to bf16 and sum in f32, as the
+// GEMM does (core/gemm.h); the gather, softmax and the scatter into ds stay f32.
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "core/kernels/hash_embedding.h"
+#include "core/product_precision.h"
 
 namespace shamn {
 
 // logits and the bucket scores (kept for backward).
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
-                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& dims);
+                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& dims,
+                       ProductPrecision p = ProductPrecision::f32);
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,
                         const float* scores, const float* z, const float* table, const float* importance,
-                        const int32_t* bucket_index, int64_t n, const HashDims& dims);
+                        const int32_t* bucket_index, int64_t n, const HashDims& dims,
+                        ProductPrecision p = ProductPrecision::f32);
 // The second step alone, from scores already computed (the inference runtime scores
 // with its quantised table): logits[n, t] = sum_j importance[t, j] * scores[n, b_j],
 // j in order. hash_head_forward gathers with it.
@@ -42,13 +48,14 @@ void hash_head_row_losses(double* loss, const float* scores, const float* import
 // backward). Works on 16 rows at a time, so it holds [16, V] logits at most.
 double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
                                        const float* importance, const int32_t* bucket_index,
-                                       const int32_t* targets, int64_t n, const HashDims& dims);
+                                       const int32_t* targets, int64_t n, const HashDims& dims,
+                                       ProductPrecision p = ProductPrecision::f32);
 // dloss: the gradient of the mean loss. Recomputes each row's softmax from scores and lse.
 void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportance, float dloss,
                                       const float* lse, const float* scores, const float* z,
                                       const float* table, const float* importance,
                                       const int32_t* bucket_index, const int32_t* targets, int64_t n,
-                                      const HashDims& dims);
+                                      const HashDims& dims, ProductPrecision p = ProductPrecision::f32);
 
 // ---------------------------------------------------------------------------------
 // Naive twins: one row at a time, sums in double.
@@ -165,29 +172,31 @@ void hash_head_cross_entropy_backward_naive(T* dz, T* dtable, T* dimportance, T 
 
 // f64 (gradient checks): the naive twins, so an op calls one name for both dtypes.
 // The cross-entropy pair recomputes the bucket scores instead of keeping them.
+// Never rounded (the precision is ignored), as the f64 GEMM.
 inline void hash_head_forward(double* logits, double* scores, const double* z, const double* table,
                               const double* importance, const int32_t* bucket_index, int64_t n,
-                              const HashDims& dims) {
+                              const HashDims& dims, ProductPrecision = ProductPrecision::f32) {
   hash_head_forward_naive(logits, scores, z, table, importance, bucket_index, n, dims);
 }
 inline void hash_head_backward(double* dz, double* dtable, double* dimportance, const double* dlogits,
                                const double* scores, const double* z, const double* table,
                                const double* importance, const int32_t* bucket_index, int64_t n,
-                               const HashDims& dims) {
+                               const HashDims& dims, ProductPrecision = ProductPrecision::f32) {
   hash_head_backward_naive(dz, dtable, dimportance, dlogits, scores, z, table, importance, bucket_index, n,
                            dims);
 }
 inline double hash_head_cross_entropy_forward(double* lse, double* /*scores*/, const double* z,
                                               const double* table, const double* importance,
                                               const int32_t* bucket_index, const int32_t* targets, int64_t n,
-                                              const HashDims& dims) {
+                                              const HashDims& dims,
+                                              ProductPrecision = ProductPrecision::f32) {
   return hash_head_cross_entropy_forward_naive(lse, z, table, importance, bucket_index, targets, n, dims);
 }
 inline void hash_head_cross_entropy_backward(double* dz, double* dtable, double* dimportance, double dloss,
                                              const double* lse, const double* /*scores*/, const double* z,
                                              const double* table, const double* importance,
                                              const int32_t* bucket_index, const int32_t* targets, int64_t n,
-                                             const HashDims& dims) {
+                                             const HashDims& dims, ProductPrecision = ProductPrecision::f32) {
   hash_head_cross_entropy_backward_naive(dz, dtable, dimportance, dloss, lse, z, table, importance,
                                          bucket_index, targets, n, dims);
 }

@@ -228,29 +228,32 @@ void gather16(float* logits, const float* scores, const float* importance, const
   }
 }
 
-void bucket_scores(float* scores, const float* z, const float* table, int64_t n, const HashDims& d) {
-  gemm(Trans::no, Trans::yes, n, d.buckets, d.dim, 1.0f, z, d.dim, table, d.dim, 0.0f, scores, d.buckets);
+void bucket_scores(float* scores, const float* z, const float* table, int64_t n, const HashDims& d,
+                   ProductPrecision p) {
+  gemm(Trans::no, Trans::yes, n, d.buckets, d.dim, 1.0f, z, d.dim, table, d.dim, 0.0f, scores, d.buckets, p);
 }
 
 // dz += ds table, dtable += ds^T z   (ds: [N, buckets])
 void bucket_scores_backward(float* dz, float* dtable, const float* ds, const float* z, const float* table,
-                            int64_t n, const HashDims& d) {
-  if (dz) gemm(Trans::no, Trans::no, n, d.dim, d.buckets, 1.0f, ds, d.buckets, table, d.dim, 1.0f, dz, d.dim);
+                            int64_t n, const HashDims& d, ProductPrecision p) {
+  if (dz)
+    gemm(Trans::no, Trans::no, n, d.dim, d.buckets, 1.0f, ds, d.buckets, table, d.dim, 1.0f, dz, d.dim, p);
   if (dtable)
-    gemm(Trans::yes, Trans::no, d.buckets, d.dim, n, 1.0f, ds, d.buckets, z, d.dim, 1.0f, dtable, d.dim);
+    gemm(Trans::yes, Trans::no, d.buckets, d.dim, n, 1.0f, ds, d.buckets, z, d.dim, 1.0f, dtable, d.dim, p);
 }
 
 }  // namespace
 
 void hash_head_forward(float* logits, float* scores, const float* z, const float* table,
-                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& d) {
-  bucket_scores(scores, z, table, n, d);
+                       const float* importance, const int32_t* bucket_index, int64_t n, const HashDims& d,
+                       ProductPrecision p) {
+  bucket_scores(scores, z, table, n, d, p);
   ::shamn::hash_head_gather(logits, scores, importance, bucket_index, n, d);
 }
 
 void hash_head_backward(float* dz, float* dtable, float* dimportance, const float* dlogits,
                         const float* scores, const float* z, const float* table, const float* importance,
-                        const int32_t* bucket_index, int64_t n, const HashDims& d) {
+                        const int32_t* bucket_index, int64_t n, const HashDims& d, ProductPrecision p) {
   const int64_t h = d.hashes;
   if (dimportance) {
     // Each task owns a block of tokens and adds the rows in order.
@@ -278,7 +281,7 @@ void hash_head_backward(float* dz, float* dtable, float* dimportance, const floa
         for (int64_t j = 0; j < h; ++j) dsr[bucket_index[t * h + j]] += importance[t * h + j] * dl[t];
     }
   });
-  bucket_scores_backward(dz, dtable, ds, z, table, n, d);
+  bucket_scores_backward(dz, dtable, ds, z, table, n, d, p);
 }
 
 // loss[r] = lse[r] - logit[r, targets[r]] from bucket scores [n, buckets], 16 rows
@@ -310,8 +313,9 @@ void row_losses_from_scores(double* loss, float* lse, const float* scores, const
 
 double hash_head_cross_entropy_forward(float* lse, float* scores, const float* z, const float* table,
                                        const float* importance, const int32_t* bucket_index,
-                                       const int32_t* targets, int64_t n, const HashDims& d) {
-  bucket_scores(scores, z, table, n, d);
+                                       const int32_t* targets, int64_t n, const HashDims& d,
+                                       ProductPrecision p) {
+  bucket_scores(scores, z, table, n, d, p);
   std::vector<double> row_loss(static_cast<size_t>(n));
   row_losses_from_scores(row_loss.data(), lse, scores, importance, bucket_index, targets, n, d);
   double total = 0.0;  // in row order: the same for any thread count
@@ -323,7 +327,7 @@ void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportan
                                       const float* lse, const float* scores, const float* z,
                                       const float* table, const float* importance,
                                       const int32_t* bucket_index, const int32_t* targets, int64_t n,
-                                      const HashDims& d) {
+                                      const HashDims& d, ProductPrecision p) {
   const bool want_ds = dz || dtable;
   if (!want_ds && !dimportance) return;
   const int64_t h = d.hashes, vh = d.vocab * h, chunks = ceil_div(n, kRows);
@@ -371,7 +375,7 @@ void hash_head_cross_entropy_backward(float* dz, float* dtable, float* dimportan
         for (int64_t k = lo; k < hi; ++k) dimportance[k] += partial[grp * vh + k];
     });
   }
-  if (want_ds) bucket_scores_backward(dz, dtable, ds, z, table, n, d);
+  if (want_ds) bucket_scores_backward(dz, dtable, ds, z, table, n, d, p);
 }
 
 SHAMN_ISA_END

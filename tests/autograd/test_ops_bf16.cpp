@@ -6,6 +6,7 @@
 // that arithmetic).
 #include "autograd/ops.h"
 #include "autograd/ops_block_sparse.h"
+#include "autograd/ops_hash_embedding.h"
 #include "core/bf16.h"
 #include "core/kernel_level.h"
 #include "core/product_precision.h"
@@ -115,6 +116,33 @@ TEST_CASE("bf16 block_sparse_linear: rounds its operands, not the bias, at every
         // The bias is added, not multiplied: it is not rounded.
         check_bf16_product(f, {x, w, bias}, {9, 2 * b}, b != 3, {true, true, false});
       }
+    }
+  }
+}
+
+TEST_CASE("bf16 hashed head: its three products round z and the table, not the importance weights",
+          "[autograd][bf16][hash][head]") {
+  test::ThreadCountGuard guard;
+  // 37 rows: two whole 16-row chunks of the fused loss and a short one, more
+  // rows than the GEMM's unpacked path takes.
+  const int64_t n = 37, vocab = 90, buckets = 24, dim = 40, hashes = 2;
+  const Tensor z = random_tensor({n, dim}, 91, DType::f32);
+  const Tensor table = random_tensor({buckets, dim}, 92, DType::f32, -0.5, 0.5);
+  const Tensor importance = random_tensor({vocab, hashes}, 93, DType::f32, 0.2, 1.5);
+  const Tensor bucket_index = hash_bucket_index(vocab, hashes, buckets);
+  const Tensor targets = test::random_indices({n}, static_cast<int32_t>(vocab), 94);
+  const auto logits = [=](const std::vector<Var>& v) { return hash_head(v[0], v[1], v[2], bucket_index); };
+  const auto loss = [=](const std::vector<Var>& v) {
+    return hash_head_cross_entropy(v[0], v[1], v[2], bucket_index, targets);
+  };
+  for (int level = 0; level < kKernelLevels; ++level) {
+    if (!kernel_level_supported(static_cast<KernelLevel>(level))) continue;
+    const ScopedKernelLevel scoped(static_cast<KernelLevel>(level));
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      INFO("level " << kernel_level_name(static_cast<KernelLevel>(level)) << " threads " << threads);
+      check_bf16_product(logits, {z, table, importance}, {n, vocab}, true, {true, true, false});
+      check_bf16_product(loss, {z, table, importance}, {}, true, {true, true, false});
     }
   }
 }
