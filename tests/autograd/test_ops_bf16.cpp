@@ -145,4 +145,9 @@ TEST_CASE("bf16 hashed head: its three products round z and the table, not the i
       check_bf16_product(loss, {z, table, importance}, {}, true, {true, true, false});
     }
   }
+  // The importance weights are not rounded: rounding them first changes the result.
+  const ScopedProductPrecision scope(ProductPrecision::bf16);
+  const Tensor seed = rounded(random_tensor({}, 95, DType::f32));
+  CHECK_FALSE(
+      same(run(loss, {z, table, importance}, seed), run(loss, {z, table, rounded(importance)}, seed)));
 }
