@@ -1,7 +1,6 @@
 #include "infer/infer_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "core/buffer.h"
@@ -16,10 +15,15 @@
 #include "core/prefetch.h"
 #include "core/profiler.h"
 #include "infer/lora_adapter.h"
-#include "infer/low_rank_q8.h"
+#include "infer/lora_term.h"
+#include "infer/model_parts.h"
+#include "infer/model_products.h"
+#include "infer/quant_rows.h"
 #include "infer/quant_tiles.h"
 
 namespace shamn {
+
+using namespace forward_detail;
 
 namespace {
 
@@ -55,10 +59,6 @@ int64_t forward_chunk() {
   return std::max<int64_t>(kForwardChunk, kThreadChunk * std::max(1, num_threads()));
 }
 
-// Multiply-adds per parallel task: below this a loop runs on the calling
-// thread, so a decode step's small matrices do not pay for task dispatch.
-constexpr int64_t kTaskMacs = 1 << 15;
-
 // Routed rows (tokens x k) from which a MoE block runs its experts as parallel
 // tasks: below it (a decode step) the experts' products are split instead.
 constexpr int64_t kParallelExpertRows = 32;
@@ -69,47 +69,6 @@ constexpr int64_t kMixerChunkRows = 16;
 // combine) run on the calling thread: split, they left the next pass half its
 // rows in the other core's cache (experiments/inference.md, stop 48).
 constexpr int64_t kFewRows = 64;
-
-int64_t grain_for(int64_t macs_per_item) {
-  return std::max<int64_t>(1, kTaskMacs / std::max<int64_t>(macs_per_item, 1));
-}
-
-struct Dense {
-  WeightMatrix w;               // [out, in]
-  const float* bias = nullptr;  // [out] or null
-};
-
-// A BlockSparseLinear as the runtime stores it: values [nob, b, a, b] (output
-// row r*b+i holds its a active blocks side by side), each b-value segment
-// quantised on its own, so one output row is a * quant_blocks(b) blocks.
-struct BlockSparse {
-  int64_t in = 0, out = 0, block = 0, active = 0;
-  WeightMatrix values;                                            // rows = out, cols = active * block
-  const int32_t* col_index = nullptr;                             // [nob, a]
-  const float* bias = nullptr;                                    // [out]
-  int64_t segment_blocks() const { return quant_blocks(block); }  // per b-value segment
-};
-
-struct Expert {
-  BlockSparse up, down;
-};
-
-struct Layer {
-  const float* mix_gain = nullptr;
-  const float* conv = nullptr;  // [D, K]
-  BlockSparse mixer_out;
-  bool has_memory = false;
-  const float* mem_gain = nullptr;
-  Dense query;
-  WeightMatrix keys1, keys2, mem_values;  // [n, dh], [n, dh], [n^2, D]
-  const float* moe_gain = nullptr;
-  WeightMatrix router_group, router_expert;  // [G, D], [G*E, D]
-  std::vector<Expert> experts;
-  // Profiler scope names: "layers.3.mixer", ...
-  const char* mixer_scope = nullptr;
-  const char* memory_scope = nullptr;
-  const char* moe_scope = nullptr;
-};
 
 // Looks tensors up by name and checks them against the config; counts what it
 // used so a file with extra tensors is rejected too.
@@ -183,14 +142,6 @@ uint64_t block_sparse_bytes(const BlockSparse& b) {
   return b.values.bytes() + static_cast<uint64_t>(b.out / b.block * b.active) * 4 + (b.bias ? b.out * 4 : 0);
 }
 
-// Which LoRA adapter each row of a forward uses: `list` holds the steps'
-// distinct adapters, of_row[t] an index into it or -1 (the bare base).
-struct Adapters {
-  std::span<const LoraAdapter* const> list;
-  const int32_t* of_row = nullptr;  // null: no row uses one
-  Adapters from_row(int64_t r0) const { return {list, of_row ? of_row + r0 : nullptr}; }
-};
-
 }  // namespace
 
 struct InferModel::Impl {
@@ -229,326 +180,6 @@ struct InferModel::Impl {
 };
 
 namespace {
-
-// Activation rows quantised for the products: q [n, blocks per row] and each
-// block's sum of values (Q8Rows::sums), computed once instead of per weight tile.
-struct QuantRows {
-  Buffer<BlockQ8> q;
-  Buffer<int32_t> sums;
-  const BlockQ8* data() const { return q.data(); }
-};
-
-int64_t quant_row_blocks(int64_t in, int64_t segment) {
-  const int64_t seg = segment > 0 ? segment : in;
-  return in / seg * quant_blocks(seg);
-}
-
-// Rows [t0, t1) of x [., in] into xq (allocated for them): each row quantised
-// in segments of `segment` values (0 = whole rows), the blocking of the
-// matrices that read it.
-void quantize_rows_range(QuantRows& xq, const float* x, int64_t t0, int64_t t1, int64_t in, int64_t segment) {
-  const int64_t seg = segment > 0 ? segment : in, bpr = quant_row_blocks(in, segment);
-  if (seg % kQuantBlock == 0 && in % kQuantBlock == 0) {
-    // Rows of whole blocks lie end to end in x and in xq: one call quantises
-    // them all (the same bytes; the kernel overlaps one group of blocks' scales
-    // with the previous group's values, which one call per row cannot).
-    quantize_row_q8_sums(x + t0 * in, xq.q.data() + t0 * bpr, xq.sums.data() + t0 * bpr, (t1 - t0) * in);
-    return;
-  }
-  for (int64_t t = t0; t < t1; ++t) {
-    BlockQ8* row = xq.q.data() + t * bpr;
-    // Segments that are whole quantisation blocks quantise as one row (the same bytes, one call).
-    if (seg % kQuantBlock == 0) {
-      quantize_row_q8_sums(x + t * in, row, xq.sums.data() + t * bpr, in);
-    } else {
-      for (int64_t s = 0; s < in / seg; ++s)
-        quantize_row_q8(x + t * in + s * seg, row + s * quant_blocks(seg), seg);
-      q8_block_sums(row, bpr, xq.sums.data() + t * bpr);
-    }
-  }
-}
-
-QuantRows alloc_quant_rows(int64_t n, int64_t in, int64_t segment) {
-  const int64_t bpr = quant_row_blocks(in, segment);
-  return QuantRows{Buffer<BlockQ8>(n * bpr), Buffer<int32_t>(n * bpr)};
-}
-
-// x: [n, in] -> [n, quant_blocks per row], as quantize_rows_range.
-QuantRows quantize_rows(const float* x, int64_t n, int64_t in, int64_t segment) {
-  QuantRows xq = alloc_quant_rows(n, in, segment);
-  parallel_for(0, n, grain_for(in),
-               [&](int64_t lo, int64_t hi) { quantize_rows_range(xq, x, lo, hi, in, segment); });
-  return xq;
-}
-
-// y [o0, o1) += scale * sum_k t[k] bt[k] (bt: [r, stride], y and bt indexed
-// by output): B t for one row's outputs o0..o1, 16 at a time summed over k in
-// registers, so y is read and written once. Every row takes this path whatever
-// the batch, so a row's bits do not depend on it.
-void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t stride, int64_t o0,
-                  int64_t o1, float scale) {
-  constexpr int64_t kChunk = 16;
-  for (int64_t c0 = o0; c0 < o1; c0 += kChunk) {
-    const int64_t c = std::min(kChunk, o1 - c0);
-    float acc[kChunk] = {};
-    for (int64_t k = 0; k < r; ++k) {
-      const float tk = t[k], *b = bt + k * stride + c0;
-      for (int64_t j = 0; j < c; ++j) acc[j] = std::fma(tk, b[j], acc[j]);
-    }
-    for (int64_t j = 0; j < c; ++j) y[c0 + j] += scale * acc[j];
-  }
-}
-
-// The input of an adapted product: op row i reads x[x_rows ? x_rows[i] : i]
-// ([.., in] f32) and, when the base product quantised it in whole-row blocks,
-// xq's row of the same index.
-struct LoraInput {
-  const float* x = nullptr;
-  int64_t in = 0;
-  const QuantRows* xq = nullptr;
-  const int32_t* x_rows = nullptr;
-};
-
-// The LoRA term of one adapted product of n op rows: y[i] += (alpha / r) B (A x_i)
-// for each row i whose adapter adapts the matrix (pick(its LoraLayer) is not
-// null; row i's adapter is ad.of_row[tokens ? tokens[i] : i]). A x_i is
-// computed when the term is made, from the activations the base product
-// quantised (no second quantisation or gather); the base product adds B's part
-// tile by tile (add), while the tile's outputs are in cache. An int8 adapter
-// runs both factors in int8 (infer/low_rank_q8.h), a f32 one B as r axpys.
-class LoraTerm {
- public:
-  template <class Pick>
-  LoraTerm(const Adapters& ad, size_t l, Pick pick, const LoraInput& in, const int32_t* tokens, int64_t n) {
-    if (ad.of_row == nullptr) return;
-    const int64_t A = static_cast<int64_t>(ad.list.size());
-    int64_t r_max = 0;
-    for (int64_t a = 0; a < A; ++a)
-      if (const LoraFactors* f = pick(ad.list[a]->layer(l))) r_max = std::max(r_max, f->a.rows);
-    if (r_max == 0) return;
-    r_stride_ = r_max;
-    tb_ = quant_blocks(r_max);
-    // One allocation per term (a decode step makes one per adapted matrix):
-    // factors [A], group offsets [A + 1], rows [n], t [n, r], tq [n, tb], sums [n, tb].
-    const auto floats = [](int64_t count, size_t size) {
-      return (count * static_cast<int64_t>(size) + 3) / 4;
-    };
-    arena_ = Buffer<float>(floats(A, sizeof(LoraFactors*)) + floats(A + 1, 4) + floats(n, 4) + n * r_max +
-                           floats(n * tb_, sizeof(BlockQ8)) + floats(n * tb_, 4));
-    float* p = arena_.data();
-    const auto carve = [&p, &floats](auto*& out, int64_t count) {
-      out = reinterpret_cast<std::remove_reference_t<decltype(out)>>(p);
-      p += floats(count, sizeof(*out));
-    };
-    carve(factors_, A);
-    carve(offsets_, A + 1);
-    carve(rows_, n);
-    carve(t_, n * r_max);
-    carve(tq_, n * tb_);
-    carve(tq_sums_, n * tb_);
-    groups_ = A;
-    // The rows of each adapter that adapts this matrix, in row order (a counting sort).
-    std::fill_n(offsets_, A + 1, 0);
-    for (int64_t a = 0; a < A; ++a) factors_[a] = pick(ad.list[a]->layer(l));
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t a = ad.of_row[tokens ? tokens[i] : i];
-      if (a >= 0 && factors_[a] != nullptr) ++offsets_[a + 1];
-    }
-    for (int64_t a = 0; a < A; ++a) offsets_[a + 1] += offsets_[a];
-    // offsets_[a] walks through group a while it fills, ending where group a + 1 starts.
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t a = ad.of_row[tokens ? tokens[i] : i];
-      if (a >= 0 && factors_[a] != nullptr) rows_[offsets_[a]++] = static_cast<int32_t>(i);
-    }
-    for (int64_t a = A; a > 0; --a) offsets_[a] = offsets_[a - 1];
-    offsets_[0] = 0;
-    // A x for each adapted row, at its place in rows_: an adapter with many
-    // rows and a quantised input runs them through the batched tile product
-    // (each tile of A read once for all of them), others one row at a time.
-    for (int64_t a = 0; a < A; ++a) {
-      const LoraFactors* f = factors_[a];
-      const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
-      if (m == 0) continue;
-      const int64_t r = f->a.rows;
-      if (f->a.quantized() && in.xq != nullptr && m >= kBatchedRows) {
-        Buffer<int32_t> x_ids(m);
-        for (int64_t k = 0; k < m; ++k) x_ids[k] = in.x_rows ? in.x_rows[rows_[begin + k]] : rows_[begin + k];
-        const Q8Rows q{in.xq->q.data(), m, f->a.blocks_per_row(), nullptr, x_ids.data(), in.xq->sums.data()};
-        parallel_for(0, row_tiles(r), grain_for(kTileRows * in.in * m), [&](int64_t lo, int64_t hi) {
-          for (int64_t c = lo; c < hi; ++c)
-            f->a.dot_rows_batch(c * kTileRows, std::min(kTileRows, r - c * kTileRows), q,
-                                t_ + begin * r_stride_ + c * kTileRows, r_stride_);
-        });
-        for (int64_t k = begin; k < begin + m; ++k) quantize_t(k, r);
-        continue;
-      }
-      parallel_for(begin, begin + m, grain_for(r * in.in), [&](int64_t lo, int64_t hi) {
-        std::vector<BlockQ8> own;  // an f32 base's rows, or segments that are not whole blocks
-        for (int64_t k = lo; k < hi; ++k) {
-          const int64_t i = rows_[k], x_id = in.x_rows ? in.x_rows[i] : i;
-          const float* x = in.x + x_id * in.in;
-          float* t = t_ + k * r_stride_;
-          if (!f->a.quantized()) {
-            f->a.dot_rows(0, r, InputRow{x, nullptr}, t);
-            continue;
-          }
-          // A in the runtime's tiles, one row at a time (the single-row tile
-          // kernel: as fast as 8-row chunks at rank 8, twice as fast at 32).
-          const BlockQ8* xq = nullptr;
-          if (in.xq != nullptr) {
-            xq = in.xq->q.data() + x_id * f->a.blocks_per_row();
-          } else {
-            own.resize(static_cast<size_t>(quant_blocks(in.in)));
-            quantize_row_q8(x, own.data(), in.in);
-            xq = own.data();
-          }
-          f->a.dot_rows(0, r, InputRow{nullptr, xq}, t);
-          quantize_t(k, r);
-        }
-      });
-    }
-  }
-  LoraTerm(const LoraTerm&) = delete;
-
-  explicit operator bool() const { return groups_ > 0 && offsets_[groups_] > 0; }
-
-  // Outputs [o0, o1) of every adapted row += its term (o0 a multiple of
-  // LowRankQ8::kChunk); y: [n, y_stride], op row i at y + i * y_stride.
-  void add(float* y, int64_t y_stride, int64_t o0, int64_t o1) const {
-    for (int64_t a = 0; a < groups_; ++a) {
-      const LoraFactors* f = factors_[a];
-      const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
-      if (m == 0) continue;
-      if (f->a.quantized()) {
-        low_rank_add_q8(f->bq, tq_ + begin * tb_, tq_sums_ + begin * tb_, tb_, m, rows_ + begin, f->scale, y,
-                        y_stride, o0, o1);
-      } else {
-        const int64_t r = f->a.rows, out = static_cast<int64_t>(f->bt.size()) / r;
-        for (int64_t k = begin; k < begin + m; ++k)
-          add_low_rank(y + rows_[k] * y_stride, t_ + k * r_stride_, f->bt.data(), r, out, o0, o1, f->scale);
-      }
-    }
-  }
-
- private:
-  // An adapter with at least this many rows in a product runs A batched.
-  static constexpr int64_t kBatchedRows = 4;
-
-  // t of the k-th adapted row (of rank r), quantised for B's int8 product.
-  void quantize_t(int64_t k, int64_t r) const {
-    quantize_row_q8(t_ + k * r_stride_, tq_ + k * tb_, r);
-    q8_block_sums(tq_ + k * tb_, quant_blocks(r), tq_sums_ + k * tb_);
-  }
-
-  Buffer<float> arena_;
-  int64_t groups_ = 0;                     // the batch's adapters (A)
-  const LoraFactors** factors_ = nullptr;  // [A] each adapter's factors for this matrix, or null
-  int32_t* offsets_ = nullptr;             // [A + 1] adapter a's rows are rows_[offsets_[a], offsets_[a+1])
-  int32_t* rows_ = nullptr;                // op rows, grouped by adapter
-  int64_t r_stride_ = 0, tb_ = 0;          // the largest rank, its quantisation blocks
-  float* t_ = nullptr;                     // [n, r_stride] A x of the k-th adapted row (rows_[k])
-  BlockQ8* tq_ = nullptr;                  // [n, tb] those quantised (int8 adapters)
-  int32_t* tq_sums_ = nullptr;             // [n, tb] their block sums
-};
-
-// y [n, out] += bias [out] (null: nothing): the bias of a product whose
-// kernel could not take it in its epilogue (f32 weights, or a LoRA term to add
-// first). A pass of its own after the product: added right behind the
-// kernel's masked stores, every load of y waited for them (a store-forwarding
-// stall per row block).
-void add_bias(float* y, const float* bias, int64_t n, int64_t out) {
-  if (bias == nullptr) return;
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < out; ++i) y[t * out + i] += bias[i];
-}
-
-// Quantised weights and no LoRA term to add between the product and the bias:
-// the kernel adds the bias (and, accumulating, the result to y) itself.
-bool epilogue_in_kernel(const WeightMatrix& W, const LoraTerm* lora) {
-  return W.quantized() && !(lora && *lora);
-}
-
-// y[t] = W x[t] + bias for t < n. x: [n, in]  xq: x quantised (quantize_rows
-// with segment 0; read only when W is quantised)  y: [n, out]. Tasks take
-// tiles of 16 weight rows and multiply every token by them at once, so a tile
-// is read from memory once per call.
-void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t n, float* y,
-                   const LoraTerm* lora = nullptr) {
-  const WeightMatrix& W = L.w;
-  const int64_t in = W.cols, out = W.rows, bpr = W.blocks_per_row();
-  const bool fused = epilogue_in_kernel(W, lora);
-  parallel_for(0, row_tiles(out), grain_for(kTileRows * in * n), [&](int64_t lo, int64_t hi) {
-    for (int64_t c = lo; c < hi; ++c) {
-      const int64_t r0 = c * kTileRows, rn = std::min(kTileRows, out - r0);
-      if (W.quantized())
-        W.dot_rows_batch(r0, rn, Q8Rows{xq->q.data(), n, bpr, nullptr, nullptr, xq->sums.data()}, y + r0, out,
-                         TileEpilogue{fused && L.bias ? L.bias + r0 : nullptr});
-      else
-        for (int64_t t = 0; t < n; ++t) W.dot_rows(r0, rn, InputRow{x + t * in, nullptr}, y + t * out + r0);
-      if (lora && *lora) lora->add(y, out, r0, r0 + rn);
-    }
-  });
-  if (!fused) add_bias(y, L.bias, n, out);
-}
-
-void dense_forward(const Dense& L, const float* x, int64_t n, float* y) {
-  const QuantRows xq = L.w.quantized() ? quantize_rows(x, n, L.w.cols, 0) : QuantRows();
-  dense_product(L, x, &xq, n, y);
-}
-
-// y[t] = W x[t] + bias for a block-sparse W, t < n (accumulate: y[t] += that).
-// Quantised W: x row t is xq row rows[t] (or t), quantised per b-value segment
-// (quantize_rows with segment b). f32 W: x [n, in]. y: [n, out].
-void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows* xq, const int32_t* rows,
-                          int64_t n, float* y, const LoraTerm* lora = nullptr, bool accumulate = false) {
-  const WeightMatrix& W = L.values;
-  const int64_t b = L.block, a = L.active, nib = L.in / b, nob = L.out / b, sb = L.segment_blocks();
-  const bool fused = epilogue_in_kernel(W, lora);
-  // Without the kernel's epilogue the product goes to scratch, biased, then added.
-  Buffer<float> scratch(accumulate && !fused ? n * L.out : 0);
-  float* out = accumulate && !fused ? scratch.data() : y;
-  const bool lora_per_block = lora && *lora && b % LowRankQ8::kChunk == 0;
-  parallel_for(0, nob, grain_for(b * a * b * n), [&](int64_t lo, int64_t hi) {
-    // On the stack for the usual few active blocks: this runs once per call in a decode step.
-    constexpr int64_t kStackIndex = 64;
-    int32_t index_stack[kStackIndex];
-    std::vector<int32_t> index_heap(a * sb > kStackIndex ? static_cast<size_t>(a * sb) : 0);
-    int32_t* index = a * sb > kStackIndex ? index_heap.data() : index_stack;
-    std::vector<float> gf(W.quantized() ? 0 : static_cast<size_t>(a * b));
-    for (int64_t r = lo; r < hi; ++r) {
-      const int32_t* cols = L.col_index + r * a;
-      if (W.quantized()) {
-        // Row block r multiplies its a input segments where they lie (Q8Rows' index).
-        for (int64_t m = 0; m < a; ++m)
-          for (int64_t s = 0; s < sb; ++s) index[m * sb + s] = static_cast<int32_t>(cols[m] * sb + s);
-        const TileEpilogue e =
-            fused ? TileEpilogue{L.bias ? L.bias + r * b : nullptr, accumulate} : TileEpilogue{};
-        W.dot_rows_batch(r * b, b, Q8Rows{xq->q.data(), n, nib * sb, index, rows, xq->sums.data()},
-                         out + r * b, L.out, e);
-      } else {
-        for (int64_t t = 0; t < n; ++t) {
-          // The a input segments row block r reads, gathered side by side.
-          for (int64_t m = 0; m < a; ++m) std::copy_n(x + t * L.in + cols[m] * b, b, gf.data() + m * b);
-          W.dot_rows(r * b, b, InputRow{gf.data(), nullptr}, out + t * L.out + r * b);
-        }
-      }
-      if (lora_per_block) lora->add(out, L.out, r * b, (r + 1) * b);
-    }
-  });
-  if (fused) return;
-  // Row blocks narrower than the low-rank kernel's chunk take the term after the product.
-  if (lora && *lora && !lora_per_block) lora->add(out, L.out, 0, L.out);
-  add_bias(out, L.bias, n, L.out);
-  if (accumulate)
-    for (int64_t i = 0; i < n * L.out; ++i) y[i] += out[i];
-}
-
-// xq when a block-sparse product quantised its input in segments of whole
-// quantisation blocks (the same bytes as whole rows, which a LoRA factor
-// reads), else null.
-const QuantRows* whole_blocks(const BlockSparse& L, const QuantRows& xq) {
-  return L.values.quantized() && L.block % kQuantBlock == 0 ? &xq : nullptr;
-}
 
 // RMSNorm (SPEC 1.1): training's kernel (its 16 fixed lanes, so an f32 model
 // normalises a row to the same bits in both).

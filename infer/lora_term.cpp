@@ -1,0 +1,145 @@
+#include "infer/lora_term.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/parallel.h"
+#include "infer/low_rank_q8.h"
+#include "infer/quant_tiles.h"
+
+namespace shamn::forward_detail {
+namespace {
+
+// y [o0, o1) += scale * sum_k t[k] bt[k] (bt: [r, stride], y and bt indexed
+// by output): B t for one row's outputs o0..o1, 16 at a time summed over k in
+// registers, so y is read and written once. Every row takes this path whatever
+// the batch, so a row's bits do not depend on it.
+void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t stride, int64_t o0,
+                  int64_t o1, float scale) {
+  constexpr int64_t kChunk = 16;
+  for (int64_t c0 = o0; c0 < o1; c0 += kChunk) {
+    const int64_t c = std::min(kChunk, o1 - c0);
+    float acc[kChunk] = {};
+    for (int64_t k = 0; k < r; ++k) {
+      const float tk = t[k], *b = bt + k * stride + c0;
+      for (int64_t j = 0; j < c; ++j) acc[j] = std::fma(tk, b[j], acc[j]);
+    }
+    for (int64_t j = 0; j < c; ++j) y[c0 + j] += scale * acc[j];
+  }
+}
+
+}  // namespace
+
+void LoraTerm::build(const Adapters& ad, const LoraFactors* const* picked, const LoraInput& in,
+                     const int32_t* tokens, int64_t n) {
+  const int64_t A = static_cast<int64_t>(ad.list.size());
+  int64_t r_max = 0;
+  for (int64_t a = 0; a < A; ++a)
+    if (const LoraFactors* f = picked[a]) r_max = std::max(r_max, f->a.rows);
+  if (r_max == 0) return;
+  r_stride_ = r_max;
+  tb_ = quant_blocks(r_max);
+  // One allocation per term (a decode step makes one per adapted matrix):
+  // factors [A], group offsets [A + 1], rows [n], t [n, r], tq [n, tb], sums [n, tb].
+  const auto floats = [](int64_t count, size_t size) { return (count * static_cast<int64_t>(size) + 3) / 4; };
+  arena_ = Buffer<float>(floats(A, sizeof(void*)) + floats(A + 1, 4) + floats(n, 4) + n * r_max +
+                         floats(n * tb_, sizeof(BlockQ8)) + floats(n * tb_, 4));
+  float* p = arena_.data();
+  const auto carve = [&p, &floats]<class T>(T*& out, int64_t count) {
+    out = reinterpret_cast<T*>(p);
+    p += floats(count, sizeof(T));
+  };
+  // The pointer array by hand: clang-tidy reads sizeof of a pointer type as a slip.
+  factors_ = reinterpret_cast<const LoraFactors**>(p);
+  p += floats(A, sizeof(void*));
+  carve(offsets_, A + 1);
+  carve(rows_, n);
+  carve(t_, n * r_max);
+  carve(tq_, n * tb_);
+  carve(tq_sums_, n * tb_);
+  groups_ = A;
+  // The rows of each adapter that adapts this matrix, in row order (a counting sort).
+  std::fill_n(offsets_, A + 1, 0);
+  for (int64_t a = 0; a < A; ++a) factors_[a] = picked[a];
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t a = ad.of_row[tokens ? tokens[i] : i];
+    if (a >= 0 && factors_[a] != nullptr) ++offsets_[a + 1];
+  }
+  for (int64_t a = 0; a < A; ++a) offsets_[a + 1] += offsets_[a];
+  // offsets_[a] walks through group a while it fills, ending where group a + 1 starts.
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t a = ad.of_row[tokens ? tokens[i] : i];
+    if (a >= 0 && factors_[a] != nullptr) rows_[offsets_[a]++] = static_cast<int32_t>(i);
+  }
+  for (int64_t a = A; a > 0; --a) offsets_[a] = offsets_[a - 1];
+  offsets_[0] = 0;
+  // A x for each adapted row, at its place in rows_: an adapter with many
+  // rows and a quantised input runs them through the batched tile product
+  // (each tile of A read once for all of them), others one row at a time.
+  for (int64_t a = 0; a < A; ++a) {
+    const LoraFactors* f = factors_[a];
+    const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
+    if (m == 0) continue;
+    const int64_t r = f->a.rows;
+    if (f->a.quantized() && in.xq != nullptr && m >= kBatchedRows) {
+      Buffer<int32_t> x_ids(m);
+      for (int64_t k = 0; k < m; ++k) x_ids[k] = in.x_rows ? in.x_rows[rows_[begin + k]] : rows_[begin + k];
+      const Q8Rows q{in.xq->q.data(), m, f->a.blocks_per_row(), nullptr, x_ids.data(), in.xq->sums.data()};
+      parallel_for(0, row_tiles(r), grain_for(kTileRows * in.in * m), [&](int64_t lo, int64_t hi) {
+        for (int64_t c = lo; c < hi; ++c)
+          f->a.dot_rows_batch(c * kTileRows, std::min(kTileRows, r - c * kTileRows), q,
+                              t_ + begin * r_stride_ + c * kTileRows, r_stride_);
+      });
+      for (int64_t k = begin; k < begin + m; ++k) quantize_t(k, r);
+      continue;
+    }
+    parallel_for(begin, begin + m, grain_for(r * in.in), [&](int64_t lo, int64_t hi) {
+      std::vector<BlockQ8> own;  // an f32 base's rows, or segments that are not whole blocks
+      for (int64_t k = lo; k < hi; ++k) {
+        const int64_t i = rows_[k], x_id = in.x_rows ? in.x_rows[i] : i;
+        const float* x = in.x + x_id * in.in;
+        float* t = t_ + k * r_stride_;
+        if (!f->a.quantized()) {
+          f->a.dot_rows(0, r, InputRow{x, nullptr}, t);
+          continue;
+        }
+        // A in the runtime's tiles, one row at a time (the single-row tile
+        // kernel: as fast as 8-row chunks at rank 8, twice as fast at 32).
+        const BlockQ8* xq = nullptr;
+        if (in.xq != nullptr) {
+          xq = in.xq->q.data() + x_id * f->a.blocks_per_row();
+        } else {
+          own.resize(static_cast<size_t>(quant_blocks(in.in)));
+          quantize_row_q8(x, own.data(), in.in);
+          xq = own.data();
+        }
+        f->a.dot_rows(0, r, InputRow{nullptr, xq}, t);
+        quantize_t(k, r);
+      }
+    });
+  }
+}
+
+void LoraTerm::add(float* y, int64_t y_stride, int64_t o0, int64_t o1) const {
+  for (int64_t a = 0; a < groups_; ++a) {
+    const LoraFactors* f = factors_[a];
+    const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
+    if (m == 0) continue;
+    if (f->a.quantized()) {
+      low_rank_add_q8(f->bq, tq_ + begin * tb_, tq_sums_ + begin * tb_, tb_, m, rows_ + begin, f->scale, y,
+                      y_stride, o0, o1);
+    } else {
+      const int64_t r = f->a.rows, out = static_cast<int64_t>(f->bt.size()) / r;
+      for (int64_t k = begin; k < begin + m; ++k)
+        add_low_rank(y + rows_[k] * y_stride, t_ + k * r_stride_, f->bt.data(), r, out, o0, o1, f->scale);
+    }
+  }
+}
+
+void LoraTerm::quantize_t(int64_t k, int64_t r) const {
+  quantize_row_q8(t_ + k * r_stride_, tq_ + k * tb_, r);
+  q8_block_sums(tq_ + k * tb_, quant_blocks(r), tq_sums_ + k * tb_);
+}
+
+}  // namespace shamn::forward_detail
