@@ -27,12 +27,16 @@ IDLE = ["--prompt-tokens", "1", "--decode-tokens", "1", "--repeats", "1"]
 
 def cpu_seconds(cmd):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    run = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if run.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({run.returncode}): {run.stderr.strip()}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main():
+    if len(sys.argv) not in (6, 7):
+        sys.exit(__doc__)
     old, new, model, f32, int8 = sys.argv[1:6]
     rounds = int(sys.argv[6]) if len(sys.argv) > 6 else 15
     bins = {"old": old, "new": new}

@@ -18,7 +18,7 @@ namespace {
 // is one chain, fma(t[k], b, acc) over k from 0, then y = fma(scale, acc, y),
 // in the vector chunks and the scalar tail alike: a row's bits do not depend
 // on where its outputs fall. (Left to the compiler the chunk's sums went
-// through memory every k: 4.6x the int8 B's time at rank 8, bench_low_rank.)
+// through memory every k: 4.6x the base product's time at rank 8, bench_low_rank.)
 void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t stride, int64_t o0,
                   int64_t o1, float scale) {
   int64_t c0 = o0;
@@ -47,7 +47,7 @@ void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t 
   for (int64_t j = c0; j < o1; ++j) {
     float acc = 0.0f;
     for (int64_t k = 0; k < r; ++k) acc = std::fma(t[k], bt[k * stride + j], acc);
-    y[j] = std::fma(scale, acc, y[j]);
+    y[j] += scale * acc;  // contracted to fma(scale, acc, y) where the baseline has FMA
   }
 }
 

@@ -6,8 +6,10 @@
 //              rows (dot_tiles: half of each tile is padding at rank 8);
 //              layout 1: A in low-rank chunks of 8 rows (low_rank_add_q8).
 //   BM_lora_b: y += B t, B [256, r]. layout 0: B as f32 columns [r, 256], r
-//              axpys of 16 outputs summed in registers (the runtime's f32
-//              path); layout 1: B in int8 chunks (low_rank_add_q8), t quantised.
+//              axpys of 16 outputs (the runtime's f32 loop before stop 54,
+//              whose sums GCC kept on the stack; infer/lora_term.cpp now
+//              keeps them in registers); layout 1: B in int8 chunks
+//              (low_rank_add_q8), t quantised.
 //   BM_base:   the base's own product of the same matrix, y = W x with W
 //              [256, 64] in tiles (dot_tiles): what an adapter's cost is
 //              compared with.
@@ -80,7 +82,7 @@ void BM_lora_a(benchmark::State& state) {
   }
 }
 
-// The runtime's f32 path for B: y [out] += scale * sum_k t[k] bt[k], 16 outputs at a time.
+// The runtime's f32 path for B before stop 54: y [out] += scale * sum_k t[k] bt[k], 16 outputs at a time.
 void add_low_rank_f32(float* y, const float* t, const float* bt, int64_t r, int64_t out, float scale) {
   constexpr int64_t kChunk = 16;
   for (int64_t o0 = 0; o0 < out; o0 += kChunk) {
