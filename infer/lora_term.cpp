@@ -12,6 +12,25 @@
 namespace shamn::forward_detail {
 namespace {
 
+#if defined(__AVX2__) && defined(__FMA__)
+// Outputs [c0, c0 + 8 * kWide) of add_low_rank: kWide independent chains a k,
+// 8 outputs each, the sums in registers.
+template <int kWide>
+void add_low_rank_chunk(float* y, const float* t, const float* bt, int64_t r, int64_t stride, int64_t c0,
+                        float scale) {
+  __m256 acc[kWide];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (int64_t k = 0; k < r; ++k) {
+    const __m256 tk = _mm256_set1_ps(t[k]);
+    const float* b = bt + k * stride + c0;
+    for (int v = 0; v < kWide; ++v) acc[v] = _mm256_fmadd_ps(tk, _mm256_loadu_ps(b + 8 * v), acc[v]);
+  }
+  for (int v = 0; v < kWide; ++v)
+    _mm256_storeu_ps(y + c0 + 8 * v,
+                     _mm256_fmadd_ps(_mm256_set1_ps(scale), acc[v], _mm256_loadu_ps(y + c0 + 8 * v)));
+}
+#endif
+
 // y [o0, o1) += scale * sum_k t[k] bt[k] (bt: [r, stride], y and bt indexed
 // by output): B t for one row's outputs o0..o1 (an f32 adapter's B), summed
 // over k in registers, so y is read and written once. Each output
@@ -23,26 +42,8 @@ void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t 
                   int64_t o1, float scale) {
   int64_t c0 = o0;
 #if defined(__AVX2__) && defined(__FMA__)
-  // 32 outputs (four independent chains a k) at a time, then 8.
-  constexpr int kWide = 4;
-  for (; c0 + 8 * kWide <= o1; c0 += 8 * kWide) {
-    __m256 acc[kWide];
-    for (__m256& a : acc) a = _mm256_setzero_ps();
-    for (int64_t k = 0; k < r; ++k) {
-      const __m256 tk = _mm256_set1_ps(t[k]);
-      const float* b = bt + k * stride + c0;
-      for (int v = 0; v < kWide; ++v) acc[v] = _mm256_fmadd_ps(tk, _mm256_loadu_ps(b + 8 * v), acc[v]);
-    }
-    for (int v = 0; v < kWide; ++v)
-      _mm256_storeu_ps(y + c0 + 8 * v,
-                       _mm256_fmadd_ps(_mm256_set1_ps(scale), acc[v], _mm256_loadu_ps(y + c0 + 8 * v)));
-  }
-  for (; c0 + 8 <= o1; c0 += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t k = 0; k < r; ++k)
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(t[k]), _mm256_loadu_ps(bt + k * stride + c0), acc);
-    _mm256_storeu_ps(y + c0, _mm256_fmadd_ps(_mm256_set1_ps(scale), acc, _mm256_loadu_ps(y + c0)));
-  }
+  for (; c0 + 32 <= o1; c0 += 32) add_low_rank_chunk<4>(y, t, bt, r, stride, c0, scale);
+  for (; c0 + 8 <= o1; c0 += 8) add_low_rank_chunk<1>(y, t, bt, r, stride, c0, scale);
 #endif
   for (int64_t j = c0; j < o1; ++j) {
     float acc = 0.0f;
