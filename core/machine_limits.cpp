@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
-#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -122,49 +122,67 @@ ProbeRate one_and_all(const MachineProbeOptions& o, Work&& work) {
 }
 
 // One buffer a thread, sized for the largest probe and touched once; every
-// bandwidth probe reads a prefix of it. The DRAM probe reads four times the L3,
-// which is gigabytes where a VM reports its host's L3 (508 MiB on the 2-core
-// VMs of experiments/roofline.md): with fresh buffers for each probe, touching
-// them (page faults) took 95% of `shamn machine`'s 14 s there (perf), and
-// `--profile` waited as long before the first step. Huge pages, where the
-// kernel gives them on request, take the faults down 512-fold.
+// bandwidth probe reads a prefix of it. A fresh buffer for each probe, touched
+// each time, was most of the probe's time where the L3 is large or reported
+// so (experiments/roofline.md, stop 55). Each buffer is its own mapping, on
+// huge pages where the kernel grants them on request, and unmapped after: the
+// advice must not stay on heap memory the run's tensors reuse (AdamW ran
+// slower on huge pages, same place).
 class ProbeBuffers {
  public:
   ProbeBuffers(int threads, int64_t bytes) : bytes_(round_up(bytes)) {
-    for (int t = 0; t < threads; ++t) {
-      auto* p = static_cast<float*>(std::aligned_alloc(kHugePage, static_cast<size_t>(bytes_)));
-      SHAMN_CHECK(p != nullptr, "machine limits: out of memory for a probe buffer of ", bytes_, " bytes");
-      buffers_.push_back(p);
-#if defined(MADV_HUGEPAGE)
-      madvise(p, static_cast<size_t>(bytes_), MADV_HUGEPAGE);  // advice: refused is fine
-#endif
-      std::fill_n(p, bytes_ / static_cast<int64_t>(sizeof(float)), 1.0f);
+    try {
+      for (int t = 0; t < threads; ++t) map_one();
+    } catch (...) {  // the destructor does not run for a constructor that throws
+      unmap_all();
+      throw;
     }
   }
   ProbeBuffers(const ProbeBuffers&) = delete;
   ProbeBuffers& operator=(const ProbeBuffers&) = delete;
-  ~ProbeBuffers() {
-    for (float* p : buffers_) std::free(p);
-  }
-  // Thread t's buffer, at least `bytes` long.
-  float* get(int t, int64_t bytes) const {
-    SHAMN_CHECK(bytes <= bytes_, "probe of ", bytes, " bytes from a ", bytes_, "-byte buffer");
-    return buffers_[static_cast<size_t>(t)];
-  }
+  ~ProbeBuffers() { unmap_all(); }
+  int64_t bytes() const { return bytes_; }
+  float* operator[](int t) const { return buffers_[static_cast<size_t>(t)]; }
 
  private:
   static constexpr int64_t kHugePage = int64_t{2} << 20;
   static int64_t round_up(int64_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+
+  void map_one() {
+    maps_.reserve(maps_.size() + 1);  // so no push below throws once mmap has succeeded
+    buffers_.reserve(buffers_.size() + 1);
+    // 2 MiB more, so a 2 MiB-aligned span of bytes_ lies inside.
+    const size_t length = static_cast<size_t>(bytes_ + kHugePage);
+    void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    SHAMN_CHECK(base != MAP_FAILED, "machine limits: out of memory for a probe buffer of ", bytes_, " bytes");
+    maps_.emplace_back(base, length);
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
+    auto* p = reinterpret_cast<float*>(at);
+#if defined(MADV_HUGEPAGE)
+    madvise(p, static_cast<size_t>(bytes_), MADV_HUGEPAGE);  // advice: refused is fine
+#endif
+    std::fill_n(p, bytes_ / static_cast<int64_t>(sizeof(float)), 1.0f);
+    buffers_.push_back(p);
+  }
+  void unmap_all() noexcept {
+    for (const auto& [base, length] : maps_) munmap(base, length);
+    maps_.clear();
+    buffers_.clear();
+  }
+
   int64_t bytes_;
+  std::vector<std::pair<void*, size_t>> maps_;  // what munmap takes back
   std::vector<float*> buffers_;
 };
 
 // Read bandwidth from `bytes` of each thread's buffer (a multiple of 1 KiB).
 ProbeRate read_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, int64_t bytes) {
+  SHAMN_CHECK(bytes <= buffers.bytes(), "probe of ", bytes, " bytes from a ", buffers.bytes(),
+              "-byte buffer");
   const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
   const auto& k = kernels();
   return one_and_all(o, [&](int t, int64_t rounds) {
-    const float* x = buffers.get(t, bytes);
+    const float* x = buffers[t];
     float s = 0;
     for (int64_t i = 0; i < rounds; ++i) s += k.read_sum(x, n);
     g_sink.store(s, std::memory_order_relaxed);
@@ -174,10 +192,12 @@ ProbeRate read_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, i
 
 // Update bandwidth (y += x) over `bytes` of each thread's buffer, x and y its halves.
 ProbeRate update_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, int64_t bytes) {
+  SHAMN_CHECK(bytes <= buffers.bytes(), "probe of ", bytes, " bytes from a ", buffers.bytes(),
+              "-byte buffer");
   const int64_t n = bytes / 2 / static_cast<int64_t>(sizeof(float));
   const auto& k = kernels();
   return one_and_all(o, [&](int t, int64_t rounds) {
-    float* x = buffers.get(t, bytes);
+    float* x = buffers[t];
     float* y = x + n;
     for (int64_t i = 0; i < rounds; ++i) k.add_into(y, x, n);
     g_sink.store(y[0], std::memory_order_relaxed);
@@ -222,7 +242,7 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
   // Half a level's capacity stays in it; the L3 buffers of all threads share
   // half the L3 (but each is at least twice an L2, so it is not an L2 read);
   // DRAM reads four times the L3, or 1 GiB if less but never under twice the L3
-  // (a stream through twice a cache's capacity finds none of it there), so a
+  // (a stream through twice a cache's capacity finds little of it there), so a
   // VM that reports its host's 512 MiB L3 is not made to touch 2 GiB.
   const int64_t threads = o.threads;
   const int64_t dram_bytes = std::max(2 * m.l3_bytes, std::min(4 * m.l3_bytes, int64_t{1} << 30));

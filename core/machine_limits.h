@@ -3,9 +3,9 @@
 // roofline from them): f32 FMA peak at the kernel level in use, bf16 dot
 // products where the CPU has AVX512_BF16, and the bandwidth of a read stream and
 // of an update stream (y += x: two reads, one write) from buffers sized for L2,
-// L3 and DRAM (on huge pages where the kernel grants them on request: with
-// 4 KiB pages a 2-core VM streamed 21 GB/s from DRAM against 34 GB/s, its
-// page walks the limit); each on one thread and on `threads` threads at once.
+// L3 and DRAM, 64-byte aligned (a buffer 16 bytes off read a third slower:
+// every vector load split two lines); each on one thread and on `threads`
+// threads at once.
 //
 // Every probe runs a short timed loop (about `probe_seconds`) `repeats` times
 // and keeps the median. A rate is work per second of the CPU time each thread

@@ -42,7 +42,8 @@ void add_low_rank(float* y, const float* t, const float* bt, int64_t r, int64_t 
                   int64_t o1, float scale) {
   int64_t c0 = o0;
 #if defined(__AVX2__) && defined(__FMA__)
-  for (; c0 + 32 <= o1; c0 += 32) add_low_rank_chunk<4>(y, t, bt, r, stride, c0, scale);
+  constexpr int kWide = 4;  // chains a k in the main loop
+  for (; c0 + 8 * kWide <= o1; c0 += 8 * kWide) add_low_rank_chunk<kWide>(y, t, bt, r, stride, c0, scale);
   for (; c0 + 8 <= o1; c0 += 8) add_low_rank_chunk<1>(y, t, bt, r, stride, c0, scale);
 #endif
   for (int64_t j = c0; j < o1; ++j) {

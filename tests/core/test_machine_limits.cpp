@@ -49,8 +49,9 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
   CHECK(m.read_buffer_bytes[1] > m.read_buffer_bytes[0]);
   CHECK(m.read_buffer_bytes[2] > m.read_buffer_bytes[1]);
   // The DRAM buffers together: at least twice the L3 (a stream through them
-  // finds none of it in the cache), at most 1 GiB or twice the L3, whichever
-  // is more (a VM that reports its host's L3 is not made to touch gigabytes).
+  // finds little of it in the cache), at most 1 GiB or twice the L3, whichever
+  // is more (a VM that reports its host's L3 is not made to touch gigabytes),
+  // or four L2s a thread where those are larger.
   const int64_t dram_total = m.read_buffer_bytes[2] * m.threads;
   CHECK(dram_total >= 2 * m.l3_bytes - 1024 * m.threads);  // each buffer rounded to whole KiB
   CHECK(dram_total <= std::max<int64_t>({int64_t{1} << 30, 2 * m.l3_bytes, 4 * m.l2_bytes * m.threads}));
