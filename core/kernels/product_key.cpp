@@ -383,7 +383,9 @@ void product_key_forward(float* out, int32_t* slots, float* weights, const float
                          const float* residual) {
   check_product_key_dims(d);
   const int64_t tile = std::min(N, std::max<int64_t>(64, kScoreTileFloats / (2 * d.n)));
-  std::vector<float> s(static_cast<size_t>(2 * tile * d.n));
+  // Uninitialised and 64-byte aligned (a std::vector zero-filled its 512 KiB each
+  // call, 16-byte aligned: bench_memory fwd/total about 4% slower).
+  Buffer<float> s(2 * tile * d.n);
   const float z = guess_z(d);
   float* s1 = s.data();
   float* s2 = s1 + tile * d.n;
