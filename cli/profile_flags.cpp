@@ -29,7 +29,7 @@ void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string
   command
       ->add_option("--machine", flags.machine,
                    "machine limits for the roofline columns, from `shamn machine --json` (default: measure "
-                   "them at start, about 1.5 s)")
+                   "them at start, about 2.5 s)")
       ->needs(on);
 }
 

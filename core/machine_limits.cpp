@@ -175,19 +175,23 @@ class ProbeBuffers {
   std::vector<float*> buffers_;
 };
 
+// Reads of `bytes` of each thread's buffer (a multiple of 1 KiB), for median_rate.
+auto read_work(const ProbeBuffers& buffers, int64_t bytes) {
+  return [&buffers, bytes](int t, int64_t rounds) {
+    const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+    const float* x = buffers[t];
+    float s = 0;
+    for (int64_t i = 0; i < rounds; ++i) s += kernels().read_sum(x, n);
+    g_sink.store(s, std::memory_order_relaxed);
+    return static_cast<double>(rounds) * static_cast<double>(bytes);
+  };
+}
+
 // Read bandwidth from `bytes` of each thread's buffer (a multiple of 1 KiB).
 ProbeRate read_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, int64_t bytes) {
   SHAMN_CHECK(bytes <= buffers.bytes(), "probe of ", bytes, " bytes from a ", buffers.bytes(),
               "-byte buffer");
-  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
-  const auto& k = kernels();
-  return one_and_all(o, [&](int t, int64_t rounds) {
-    const float* x = buffers[t];
-    float s = 0;
-    for (int64_t i = 0; i < rounds; ++i) s += k.read_sum(x, n);
-    g_sink.store(s, std::memory_order_relaxed);
-    return static_cast<double>(rounds) * static_cast<double>(bytes);
-  });
+  return one_and_all(o, read_work(buffers, bytes));
 }
 
 // Update bandwidth (y += x) over `bytes` of each thread's buffer, x and y its halves.
@@ -207,6 +211,24 @@ ProbeRate update_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers,
 
 int64_t round_to_kib(int64_t bytes) { return std::max<int64_t>(1, bytes >> 10) << 10; }
 
+// The L3 capacity the probes take: the reported one, unless one core's reads,
+// over buffers from 4x the L2 doubling up to half the reported L3 (a stream
+// through a whole L3 is not all found there) and half the DRAM buffer, fall to
+// DRAM speed at a smaller size (cache_knee_bytes).
+int64_t measured_l3_bytes(const MachineProbeOptions& o, const ProbeBuffers& buffers, const MachineLimits& m) {
+  const int64_t limit = std::min(m.l3_bytes, buffers.bytes()) / 2;
+  constexpr int kMaxSizes = 24;
+  int64_t sizes[kMaxSizes];
+  double rates[kMaxSizes];
+  int count = 0;
+  for (int64_t s = 4 * m.l2_bytes; s <= limit && count < kMaxSizes; s *= 2, ++count) {
+    sizes[count] = round_to_kib(s);
+    rates[count] = median_rate(1, o.repeats, o.probe_seconds, read_work(buffers, sizes[count]));
+  }
+  const int64_t knee = cache_knee_bytes(sizes, rates, count, m.read_bytes[2].one);
+  return knee > 0 && knee < m.l3_bytes ? knee : m.l3_bytes;
+}
+
 }  // namespace
 
 MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
@@ -224,6 +246,7 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
     m.l2_bytes = int64_t{1} << 20;
     m.l3_bytes = int64_t{32} << 20;
   }
+  m.l3_reported_bytes = m.l3_bytes;
 
   const auto& k = kernels();
   m.f32_flops = one_and_all(o, [&](int, int64_t rounds) {
@@ -247,15 +270,29 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
   const int64_t threads = o.threads;
   const int64_t dram_bytes = std::max(2 * m.l3_bytes, std::min(4 * m.l3_bytes, int64_t{1} << 30));
   m.read_buffer_bytes[0] = round_to_kib(m.l2_bytes / 2);
-  m.read_buffer_bytes[1] = round_to_kib(std::max(m.l3_bytes / (2 * threads), 2 * m.l2_bytes));
   m.read_buffer_bytes[2] = round_to_kib(std::max(dram_bytes / threads, 4 * m.l2_bytes));
-  const ProbeBuffers buffers(o.threads,
-                             *std::max_element(m.read_buffer_bytes, m.read_buffer_bytes + kMemoryLevels));
-  for (int level = 0; level < kMemoryLevels; ++level) {
+  const ProbeBuffers buffers(o.threads, std::max(m.read_buffer_bytes[0], m.read_buffer_bytes[2]));
+  for (int level : {0, 2}) {
     m.read_bytes[level] = read_rate(o, buffers, m.read_buffer_bytes[level]);
     m.update_bytes[level] = update_rate(o, buffers, m.read_buffer_bytes[level]);
   }
+  m.l3_bytes = measured_l3_bytes(o, buffers, m);
+  m.read_buffer_bytes[1] = round_to_kib(std::max(m.l3_bytes / (2 * threads), 2 * m.l2_bytes));
+  m.read_bytes[1] = read_rate(o, buffers, m.read_buffer_bytes[1]);
+  m.update_bytes[1] = update_rate(o, buffers, m.read_buffer_bytes[1]);
   return m;
+}
+
+int64_t cache_knee_bytes(const int64_t* sizes, const double* rates, int count, double dram_rate) {
+  const double fast = 2 * dram_rate;
+  for (int i = 1; i < count; ++i)
+    if (rates[i] < fast && rates[i - 1] >= fast) {
+      // The last fast size before the first slow one, if no later size is fast again.
+      bool stays_slow = true;
+      for (int j = i + 1; j < count; ++j) stays_slow = stays_slow && rates[j] < fast;
+      if (stays_slow) return sizes[i - 1];
+    }
+  return 0;
 }
 
 RooflineLimits roofline_limits(const MachineLimits& m) {

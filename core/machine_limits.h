@@ -3,9 +3,10 @@
 // roofline from them): f32 FMA peak at the kernel level in use, bf16 dot
 // products where the CPU has AVX512_BF16, and the bandwidth of a read stream and
 // of an update stream (y += x: two reads, one write) from buffers sized for L2,
-// L3 and DRAM, 64-byte aligned (a buffer 16 bytes off read a third slower:
-// every vector load split two lines); each on one thread and on `threads`
-// threads at once.
+// L3 and DRAM, 64-byte aligned (a buffer 16 bytes off read a quarter to a third
+// slower: every vector load split two lines); each on one thread and on
+// `threads` threads at once. The L3's size is the OS's, or less where one
+// core's reads over growing buffers fall to DRAM speed sooner (cache_knee_bytes).
 //
 // Every probe runs a short timed loop (about `probe_seconds`) `repeats` times
 // and keeps the median. A rate is work per second of the CPU time each thread
@@ -35,7 +36,8 @@ struct MachineLimits {
   int threads = 1;
   int repeats = 0;
   int64_t l2_bytes = 0;              // per core
-  int64_t l3_bytes = 0;              // shared
+  int64_t l3_bytes = 0;              // shared: what the probes and the roofline take
+  int64_t l3_reported_bytes = 0;     // what the OS said (a VM may pass its host's through)
   bool cache_sizes_assumed = false;  // the OS did not say; 1 MiB and 32 MiB taken
   ProbeRate f32_flops;
   bool bf16_available = false;
@@ -49,6 +51,16 @@ struct MachineLimits {
 };
 
 MachineLimits measure_machine_limits(const MachineProbeOptions& options);
+
+// One core's read rate by buffer size (ascending sizes), against its rate from
+// DRAM: the largest size still read at least twice as fast as DRAM, where a
+// larger size in the curve falls below that and none after it rises back (the
+// L3's capacity as the reads see it); 0 where no size falls (the curve ends
+// inside the cache, or no cache is faster than DRAM). A VM can report its
+// host's whole L3 (508 MiB on a 2-core Zen 5 VM whose reads fall towards DRAM
+// speed past 16-32 MiB): the L3 probe's buffer, sized from that, then measured
+// DRAM, and every op's bytes looked L3-resident (experiments/roofline.md, stop 56).
+int64_t cache_knee_bytes(const int64_t* sizes, const double* rates, int count, double dram_rate);
 
 // The figures a run on limits.threads threads is bound by: the all-thread rates
 // (per level the faster of read and update, so an op that writes as much as it

@@ -47,7 +47,10 @@ nlohmann::ordered_json machine_limits_json(const MachineLimits& m) {
           {"threads", m.threads},
           {"repeats", m.repeats},
           {"cache",
-           {{"l2_bytes_per_core", m.l2_bytes}, {"l3_bytes", m.l3_bytes}, {"assumed", m.cache_sizes_assumed}}},
+           {{"l2_bytes_per_core", m.l2_bytes},
+            {"l3_bytes", m.l3_bytes},
+            {"l3_reported_bytes", m.l3_reported_bytes},
+            {"assumed", m.cache_sizes_assumed}}},
           {"f32_fma_gflops", rate_json(m.f32_flops)},
           {"bf16_dot_gflops",
            m.bf16_available ? rate_json(m.bf16_flops) : nlohmann::ordered_json("not available")},
@@ -66,6 +69,10 @@ MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::strin
   const nlohmann::json& cache = member(j, "cache", what);
   m.l2_bytes = static_cast<int64_t>(positive(cache, "l2_bytes_per_core", what + " cache"));
   m.l3_bytes = static_cast<int64_t>(positive(cache, "l3_bytes", what + " cache"));
+  // Files written before stop 56 have no reported size: the probes took the OS's.
+  m.l3_reported_bytes = cache.contains("l3_reported_bytes")
+                            ? static_cast<int64_t>(positive(cache, "l3_reported_bytes", what + " cache"))
+                            : m.l3_bytes;
   m.f32_flops = rate_from(member(j, "f32_fma_gflops", what), what + " f32_fma_gflops");
   const nlohmann::json& bf16 = member(j, "bf16_dot_gflops", what);
   m.bf16_available = !bf16.is_string();
@@ -101,10 +108,16 @@ std::string format_machine_limits(const MachineLimits& m) {
     out += buf;
   };
   std::snprintf(buf, sizeof(buf),
-                "machine limits (kernel %s, median of %d; L2 %lld KiB per core, L3 %lld KiB%s):\n",
+                "machine limits (kernel %s, median of %d; L2 %lld KiB per core, L3 %lld KiB",
                 m.kernel.c_str(), m.repeats, static_cast<long long>(m.l2_bytes >> 10),
-                static_cast<long long>(m.l3_bytes >> 10), m.cache_sizes_assumed ? ", assumed" : "");
+                static_cast<long long>(m.l3_bytes >> 10));
   out += buf;
+  if (m.l3_bytes != m.l3_reported_bytes) {
+    std::snprintf(buf, sizeof(buf), " as one core's reads find it; the OS reports %lld KiB",
+                  static_cast<long long>(m.l3_reported_bytes >> 10));
+    out += buf;
+  }
+  out += m.cache_sizes_assumed ? ", assumed):\n" : "):\n";
   line("f32 FMA", m.f32_flops, "GFLOP/s");
   if (m.bf16_available)
     line("bf16 dot (vdpbf16ps)", m.bf16_flops, "GFLOP/s");

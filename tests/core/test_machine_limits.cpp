@@ -28,6 +28,10 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
   CHECK(m.threads == 2);
   CHECK(m.l2_bytes > 0);
   CHECK(m.l3_bytes > 0);
+  // The L3 the probes take: the reported one, or a smaller size the reads
+  // measured, at least the sweep's first (4 L2s).
+  CHECK(m.l3_bytes <= m.l3_reported_bytes);
+  CHECK((m.l3_bytes == m.l3_reported_bytes || m.l3_bytes >= 4 * m.l2_bytes));
   CHECK(m.f32_flops.one > 0);
   CHECK(m.f32_flops.all > 0);
   CHECK(m.bf16_available == bf16_dot_supported());
@@ -52,9 +56,10 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
   // finds little of it in the cache), at most 1 GiB or twice the L3, whichever
   // is more (a VM that reports its host's L3 is not made to touch gigabytes),
   // or four L2s a thread where those are larger.
-  const int64_t dram_total = m.read_buffer_bytes[2] * m.threads;
-  CHECK(dram_total >= 2 * m.l3_bytes - 1024 * m.threads);  // each buffer rounded to whole KiB
-  CHECK(dram_total <= std::max<int64_t>({int64_t{1} << 30, 2 * m.l3_bytes, 4 * m.l2_bytes * m.threads}));
+  // (Sized from the reported L3: the sweep that may find a smaller one reads them.)
+  const int64_t dram_total = m.read_buffer_bytes[2] * m.threads, l3 = m.l3_reported_bytes;
+  CHECK(dram_total >= 2 * l3 - 1024 * m.threads);  // each buffer rounded to whole KiB
+  CHECK(dram_total <= std::max<int64_t>({int64_t{1} << 30, 2 * l3, 4 * m.l2_bytes * m.threads}));
 
   const RooflineLimits r = roofline_limits(m);
   CHECK(r.valid());
@@ -73,6 +78,7 @@ TEST_CASE("machine limits: the JSON reads back to the same figures", "[core][mac
   CHECK(back.threads == 1);
   CHECK(back.l2_bytes == m.l2_bytes);
   CHECK(back.l3_bytes == m.l3_bytes);
+  CHECK(back.l3_reported_bytes == m.l3_reported_bytes);
   CHECK(back.f32_flops.all == Approx(m.f32_flops.all));
   CHECK(back.bf16_available == m.bf16_available);
   for (int level = 0; level < kMemoryLevels; ++level) {
@@ -81,6 +87,36 @@ TEST_CASE("machine limits: the JSON reads back to the same figures", "[core][mac
     CHECK(back.update_bytes[level].all == Approx(m.update_bytes[level].all));
   }
   CHECK(format_machine_limits(m).find("f32 FMA") != std::string::npos);
+}
+
+TEST_CASE("machine limits: a file from before the L3 sweep reads with the reported L3", "[core][machine]") {
+  nlohmann::json j = nlohmann::json::parse(machine_limits_json(quick_limits(1)).dump());
+  j["cache"].erase("l3_reported_bytes");
+  const MachineLimits m = machine_limits_from_json(j, "old.json");
+  CHECK(m.l3_reported_bytes == m.l3_bytes);
+  j["cache"]["l3_reported_bytes"] = 0;
+  CHECK_THROWS_WITH(machine_limits_from_json(j, "m.json"),
+                    Catch::Contains("\"l3_reported_bytes\" must be a positive number"));
+}
+
+TEST_CASE("cache knee: the largest size read twice as fast as DRAM, where reads then stay slower",
+          "[core][machine]") {
+  constexpr int64_t MiB = int64_t{1} << 20;
+  const int64_t sizes[] = {4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB, 128 * MiB, 256 * MiB};
+  // One core of a 2-core Zen 5 VM that reports its host's 508 MiB L3 (GB/s; DRAM 30).
+  const double vm[] = {86, 96, 75, 44, 24, 27, 28};
+  CHECK(cache_knee_bytes(sizes, vm, 7, 30) == 16 * MiB);
+  // A dip and back (noise) is not the knee; the last fall that stays is.
+  const double dip[] = {90, 40, 90, 85, 30, 28, 29};
+  CHECK(cache_knee_bytes(sizes, dip, 7, 30) == 32 * MiB);
+  // Every size fast (the sweep ended inside the cache), every size slow (no
+  // cache faster than DRAM), too few sizes: no knee.
+  const double fast[] = {90, 90, 88, 85, 80, 75, 70};
+  CHECK(cache_knee_bytes(sizes, fast, 7, 30) == 0);
+  const double slow[] = {35, 33, 31, 30, 30, 29, 30};
+  CHECK(cache_knee_bytes(sizes, slow, 7, 30) == 0);
+  CHECK(cache_knee_bytes(sizes, vm, 1, 30) == 0);
+  CHECK(cache_knee_bytes(sizes, vm, 0, 30) == 0);
 }
 
 TEST_CASE("machine limits: a broken file is refused with the key named", "[core][machine]") {
