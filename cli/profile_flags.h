@@ -21,7 +21,7 @@ struct ProfileFlags {
 void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string& default_trace);
 
 // Turns the profiler on when --profile was given, with the roofline limits of
-// --machine FILE, or else measured now (about 1.5 s, on the run's threads).
+// --machine FILE, or else measured now (about 2.5 s, on the run's threads).
 void begin_profile(const ProfileFlags& flags);
 // With --profile: prints the table to `table_out`, writes the trace (to
 // --profile-trace, else `default_trace`) and says where it went.

@@ -128,11 +128,14 @@ ProbeRate one_and_all(const MachineProbeOptions& o, Work&& work) {
 // huge pages where the kernel grants them on request, and unmapped after: the
 // advice must not stay on heap memory the run's tensors reuse (AdamW ran
 // slower on huge pages, same place).
+// Thread 0's buffer may be larger (first_bytes): one core's probes that must
+// read DRAM whatever the thread count read it.
 class ProbeBuffers {
  public:
-  ProbeBuffers(int threads, int64_t bytes) : bytes_(round_up(bytes)) {
+  ProbeBuffers(int threads, int64_t bytes, int64_t first_bytes)
+      : bytes_(round_up(bytes)), first_bytes_(round_up(std::max(bytes, first_bytes))) {
     try {
-      for (int t = 0; t < threads; ++t) map_one();
+      for (int t = 0; t < threads; ++t) map_one(t == 0 ? first_bytes_ : bytes_);
     } catch (...) {  // the destructor does not run for a constructor that throws
       unmap_all();
       throw;
@@ -141,27 +144,28 @@ class ProbeBuffers {
   ProbeBuffers(const ProbeBuffers&) = delete;
   ProbeBuffers& operator=(const ProbeBuffers&) = delete;
   ~ProbeBuffers() { unmap_all(); }
-  int64_t bytes() const { return bytes_; }
+  int64_t bytes() const { return bytes_; }              // every thread's
+  int64_t first_bytes() const { return first_bytes_; }  // thread 0's
   float* operator[](int t) const { return buffers_[static_cast<size_t>(t)]; }
 
  private:
   static constexpr int64_t kHugePage = int64_t{2} << 20;
   static int64_t round_up(int64_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
 
-  void map_one() {
+  void map_one(int64_t bytes) {
     maps_.reserve(maps_.size() + 1);  // so no push below throws once mmap has succeeded
     buffers_.reserve(buffers_.size() + 1);
-    // 2 MiB more, so a 2 MiB-aligned span of bytes_ lies inside.
-    const size_t length = static_cast<size_t>(bytes_ + kHugePage);
+    // 2 MiB more, so a 2 MiB-aligned span of `bytes` lies inside.
+    const size_t length = static_cast<size_t>(bytes + kHugePage);
     void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    SHAMN_CHECK(base != MAP_FAILED, "machine limits: out of memory for a probe buffer of ", bytes_, " bytes");
+    SHAMN_CHECK(base != MAP_FAILED, "machine limits: out of memory for a probe buffer of ", bytes, " bytes");
     maps_.emplace_back(base, length);
     const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
     auto* p = reinterpret_cast<float*>(at);
 #if defined(MADV_HUGEPAGE)
-    madvise(p, static_cast<size_t>(bytes_), MADV_HUGEPAGE);  // advice: refused is fine
+    madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);  // advice: refused is fine
 #endif
-    std::fill_n(p, bytes_ / static_cast<int64_t>(sizeof(float)), 1.0f);
+    std::fill_n(p, bytes / static_cast<int64_t>(sizeof(float)), 1.0f);
     buffers_.push_back(p);
   }
   void unmap_all() noexcept {
@@ -170,7 +174,7 @@ class ProbeBuffers {
     buffers_.clear();
   }
 
-  int64_t bytes_;
+  int64_t bytes_, first_bytes_;
   std::vector<std::pair<void*, size_t>> maps_;  // what munmap takes back
   std::vector<float*> buffers_;
 };
@@ -213,19 +217,25 @@ int64_t round_to_kib(int64_t bytes) { return std::max<int64_t>(1, bytes >> 10) <
 
 // The L3 capacity the probes take: the reported one, unless one core's reads,
 // over buffers from 4x the L2 doubling up to half the reported L3 (a stream
-// through a whole L3 is not all found there) and half the DRAM buffer, fall to
-// DRAM speed at a smaller size (cache_knee_bytes).
-int64_t measured_l3_bytes(const MachineProbeOptions& o, const ProbeBuffers& buffers, const MachineLimits& m) {
-  const int64_t limit = std::min(m.l3_bytes, buffers.bytes()) / 2;
+// through a whole L3 is not all found there), fall from twice DRAM's rate to
+// about DRAM's at a smaller size (cache_knee_bytes). One core reads thread 0's
+// buffer, which holds the whole DRAM probe (`dram_bytes`, at least twice the
+// reported L3): its reference rate is DRAM's at any thread count.
+int64_t measured_l3_bytes(const MachineProbeOptions& o, const ProbeBuffers& buffers, const MachineLimits& m,
+                          int64_t dram_bytes) {
+  const int64_t limit = std::min(m.l3_bytes, dram_bytes) / 2;
   constexpr int kMaxSizes = 24;
   int64_t sizes[kMaxSizes];
-  double rates[kMaxSizes];
   int count = 0;
-  for (int64_t s = 4 * m.l2_bytes; s <= limit && count < kMaxSizes; s *= 2, ++count) {
-    sizes[count] = round_to_kib(s);
-    rates[count] = median_rate(1, o.repeats, o.probe_seconds, read_work(buffers, sizes[count]));
-  }
-  const int64_t knee = cache_knee_bytes(sizes, rates, count, m.read_bytes[2].one);
+  for (int64_t s = 4 * m.l2_bytes; s <= limit && count < kMaxSizes; s *= 2) sizes[count++] = round_to_kib(s);
+  if (count < 2) return m.l3_bytes;  // too small an L3 for a knee among the sizes
+  SHAMN_CHECK(dram_bytes <= buffers.first_bytes(), "machine limits: DRAM reference of ", dram_bytes,
+              " bytes from a ", buffers.first_bytes(), "-byte buffer");
+  const double dram = median_rate(1, o.repeats, o.probe_seconds, read_work(buffers, dram_bytes));
+  double rates[kMaxSizes];
+  for (int i = 0; i < count; ++i)
+    rates[i] = median_rate(1, o.repeats, o.probe_seconds, read_work(buffers, sizes[i]));
+  const int64_t knee = cache_knee_bytes(sizes, rates, count, dram);
   return knee > 0 && knee < m.l3_bytes ? knee : m.l3_bytes;
 }
 
@@ -271,12 +281,14 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
   const int64_t dram_bytes = std::max(2 * m.l3_bytes, std::min(4 * m.l3_bytes, int64_t{1} << 30));
   m.read_buffer_bytes[0] = round_to_kib(m.l2_bytes / 2);
   m.read_buffer_bytes[2] = round_to_kib(std::max(dram_bytes / threads, 4 * m.l2_bytes));
-  const ProbeBuffers buffers(o.threads, std::max(m.read_buffer_bytes[0], m.read_buffer_bytes[2]));
+  const int64_t dram_one_bytes = round_to_kib(dram_bytes);
+  const ProbeBuffers buffers(o.threads, std::max(m.read_buffer_bytes[0], m.read_buffer_bytes[2]),
+                             dram_one_bytes);
   for (int level : {0, 2}) {
     m.read_bytes[level] = read_rate(o, buffers, m.read_buffer_bytes[level]);
     m.update_bytes[level] = update_rate(o, buffers, m.read_buffer_bytes[level]);
   }
-  m.l3_bytes = measured_l3_bytes(o, buffers, m);
+  m.l3_bytes = measured_l3_bytes(o, buffers, m, dram_one_bytes);
   m.read_buffer_bytes[1] = round_to_kib(std::max(m.l3_bytes / (2 * threads), 2 * m.l2_bytes));
   m.read_bytes[1] = read_rate(o, buffers, m.read_buffer_bytes[1]);
   m.update_bytes[1] = update_rate(o, buffers, m.read_buffer_bytes[1]);
@@ -284,14 +296,19 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
 }
 
 int64_t cache_knee_bytes(const int64_t* sizes, const double* rates, int count, double dram_rate) {
-  const double fast = 2 * dram_rate;
-  for (int i = 1; i < count; ++i)
-    if (rates[i] < fast && rates[i - 1] >= fast) {
-      // The last fast size before the first slow one, if no later size is fast again.
-      bool stays_slow = true;
-      for (int j = i + 1; j < count; ++j) stays_slow = stays_slow && rates[j] < fast;
-      if (stays_slow) return sizes[i - 1];
+  const double fast = 2 * dram_rate, near_dram = 1.25 * dram_rate;
+  for (int i = 1; i < count; ++i) {
+    if (rates[i] >= fast || rates[i - 1] < fast) continue;
+    // A fall from fast: the knee if no later size is fast again and the reads
+    // come down to about DRAM's rate (a cache that is only a little faster than
+    // DRAM, read near the threshold, does not make one).
+    bool stays_slow = true, reaches_dram = false;
+    for (int j = i; j < count; ++j) {
+      stays_slow = stays_slow && rates[j] < fast;
+      reaches_dram = reaches_dram || rates[j] <= near_dram;
     }
+    if (stays_slow) return reaches_dram ? sizes[i - 1] : 0;
+  }
   return 0;
 }
 

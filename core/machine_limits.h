@@ -6,7 +6,8 @@
 // L3 and DRAM, 64-byte aligned (a buffer 16 bytes off read a quarter to a third
 // slower: every vector load split two lines); each on one thread and on
 // `threads` threads at once. The L3's size is the OS's, or less where one
-// core's reads over growing buffers fall to DRAM speed sooner (cache_knee_bytes).
+// core's reads over growing buffers fall from twice DRAM's rate to about
+// DRAM's sooner (cache_knee_bytes).
 //
 // Every probe runs a short timed loop (about `probe_seconds`) `repeats` times
 // and keeps the median. A rate is work per second of the CPU time each thread
@@ -38,7 +39,7 @@ struct MachineLimits {
   int64_t l2_bytes = 0;              // per core
   int64_t l3_bytes = 0;              // shared: what the probes and the roofline take
   int64_t l3_reported_bytes = 0;     // what the OS said (a VM may pass its host's through)
-  bool cache_sizes_assumed = false;  // the OS did not say; 1 MiB and 32 MiB taken
+  bool cache_sizes_assumed = false;  // the OS did not say; 1 MiB and 32 MiB (reported) taken
   ProbeRate f32_flops;
   bool bf16_available = false;
   ProbeRate bf16_flops;  // zero where not available
@@ -54,9 +55,10 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& options);
 
 // One core's read rate by buffer size (ascending sizes), against its rate from
 // DRAM: the largest size still read at least twice as fast as DRAM, where a
-// larger size in the curve falls below that and none after it rises back (the
-// L3's capacity as the reads see it); 0 where no size falls (the curve ends
-// inside the cache, or no cache is faster than DRAM). A VM can report its
+// larger size in the curve falls below that, none after it rises back, and one
+// comes down to 1.25x DRAM or less (the L3's capacity as the reads see it); 0
+// where no size falls so (the curve ends inside the cache, or no cache is
+// faster than DRAM). A VM can report its
 // host's whole L3 (508 MiB on a 2-core Zen 5 VM whose reads fall towards DRAM
 // speed past 16-32 MiB): the L3 probe's buffer, sized from that, then measured
 // DRAM, and every op's bytes looked L3-resident (experiments/roofline.md, stop 56).

@@ -73,6 +73,9 @@ MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::strin
   m.l3_reported_bytes = cache.contains("l3_reported_bytes")
                             ? static_cast<int64_t>(positive(cache, "l3_reported_bytes", what + " cache"))
                             : m.l3_bytes;
+  SHAMN_INPUT_CHECK(m.l3_bytes <= m.l3_reported_bytes, what, " cache: \"l3_bytes\" ", m.l3_bytes,
+                    " is more than \"l3_reported_bytes\" ", m.l3_reported_bytes,
+                    " (the probes take the reported L3 or less)");
   m.f32_flops = rate_from(member(j, "f32_fma_gflops", what), what + " f32_fma_gflops");
   const nlohmann::json& bf16 = member(j, "bf16_dot_gflops", what);
   m.bf16_available = !bf16.is_string();
@@ -113,11 +116,14 @@ std::string format_machine_limits(const MachineLimits& m) {
                 static_cast<long long>(m.l3_bytes >> 10));
   out += buf;
   if (m.l3_bytes != m.l3_reported_bytes) {
-    std::snprintf(buf, sizeof(buf), " as one core's reads find it; the OS reports %lld KiB",
+    std::snprintf(buf, sizeof(buf), " as one core's reads find it; %s %lld KiB",
+                  m.cache_sizes_assumed ? "the OS said nothing, assumed" : "the OS reports",
                   static_cast<long long>(m.l3_reported_bytes >> 10));
     out += buf;
+  } else if (m.cache_sizes_assumed) {
+    out += ", assumed: the OS said nothing";
   }
-  out += m.cache_sizes_assumed ? ", assumed):\n" : "):\n";
+  out += "):\n";
   line("f32 FMA", m.f32_flops, "GFLOP/s");
   if (m.bf16_available)
     line("bf16 dot (vdpbf16ps)", m.bf16_flops, "GFLOP/s");

@@ -14,8 +14,9 @@ grep -q "f32 FMA" "$work/machine.txt"
 import json, sys
 m = json.load(open(sys.argv[1]))
 assert m["threads"] == 2 and m["kernel"] in ("scalar", "avx2", "avx512"), m
-for key in ("l2_bytes_per_core", "l3_bytes"):
+for key in ("l2_bytes_per_core", "l3_bytes", "l3_reported_bytes"):
     assert m["cache"][key] > 0, m
+assert m["cache"]["l3_bytes"] <= m["cache"]["l3_reported_bytes"], m
 levels = ("l2", "l3", "dram")
 for rate in [m["f32_fma_gflops"]] + [m[k][level] for k in ("read_gbs", "update_gbs") for level in levels]:
     assert rate["one_core"] > 0 and rate["all_cores"] > 0, m

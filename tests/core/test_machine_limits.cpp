@@ -31,7 +31,7 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
   // The L3 the probes take: the reported one, or a smaller size the reads
   // measured, at least the sweep's first (4 L2s).
   CHECK(m.l3_bytes <= m.l3_reported_bytes);
-  CHECK((m.l3_bytes == m.l3_reported_bytes || m.l3_bytes >= 4 * m.l2_bytes));
+  CHECK((m.l3_bytes == m.l3_reported_bytes || m.l3_bytes >= (4 * m.l2_bytes >> 10 << 10)));
   CHECK(m.f32_flops.one > 0);
   CHECK(m.f32_flops.all > 0);
   CHECK(m.bf16_available == bf16_dot_supported());
@@ -49,6 +49,10 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
     CHECK(m.update_bytes[level].one > 0);
     CHECK(m.update_bytes[level].all > 0);
   }
+  // The L3 buffers share half the measured L3 (each at least two L2s), so a
+  // VM's reported host L3 does not make them DRAM reads.
+  const int64_t l3_share = std::max(m.l3_bytes / (2 * m.threads), 2 * m.l2_bytes);
+  CHECK(m.read_buffer_bytes[1] == std::max<int64_t>(1, l3_share >> 10) << 10);
   // Buffers grow level by level: an L3 read is never an L2 one.
   CHECK(m.read_buffer_bytes[1] > m.read_buffer_bytes[0]);
   CHECK(m.read_buffer_bytes[2] > m.read_buffer_bytes[1]);
@@ -89,14 +93,38 @@ TEST_CASE("machine limits: the JSON reads back to the same figures", "[core][mac
   CHECK(format_machine_limits(m).find("f32 FMA") != std::string::npos);
 }
 
+TEST_CASE("machine limits: the text says when the L3 taken is not the OS's", "[core][machine]") {
+  MachineLimits m = quick_limits(1);
+  m.l3_reported_bytes = int64_t{512} << 20;
+  m.l3_bytes = int64_t{16} << 20;
+  m.cache_sizes_assumed = false;
+  CHECK_THAT(format_machine_limits(m),
+             Catch::Contains("L3 16384 KiB as one core's reads find it; the OS reports 524288 KiB)"));
+  m.cache_sizes_assumed = true;
+  m.l3_reported_bytes = int64_t{32} << 20;
+  CHECK_THAT(
+      format_machine_limits(m),
+      Catch::Contains("L3 16384 KiB as one core's reads find it; the OS said nothing, assumed 32768 KiB)"));
+  m.l3_bytes = m.l3_reported_bytes;
+  CHECK_THAT(format_machine_limits(m), Catch::Contains("L3 32768 KiB, assumed: the OS said nothing)"));
+  m.cache_sizes_assumed = false;
+  CHECK_THAT(format_machine_limits(m), Catch::Contains("L3 32768 KiB):"));
+}
+
 TEST_CASE("machine limits: a file from before the L3 sweep reads with the reported L3", "[core][machine]") {
   nlohmann::json j = nlohmann::json::parse(machine_limits_json(quick_limits(1)).dump());
   j["cache"].erase("l3_reported_bytes");
+  j["cache"]["l3_bytes"] = 12345678;
   const MachineLimits m = machine_limits_from_json(j, "old.json");
-  CHECK(m.l3_reported_bytes == m.l3_bytes);
+  CHECK(m.l3_bytes == 12345678);
+  CHECK(m.l3_reported_bytes == 12345678);
   j["cache"]["l3_reported_bytes"] = 0;
   CHECK_THROWS_WITH(machine_limits_from_json(j, "m.json"),
                     Catch::Contains("\"l3_reported_bytes\" must be a positive number"));
+  j["cache"]["l3_reported_bytes"] = 1000;  // less than the L3 the probes took
+  CHECK_THROWS_WITH(
+      machine_limits_from_json(j, "m.json"),
+      Catch::Contains("m.json cache: \"l3_bytes\" 12345678 is more than \"l3_reported_bytes\" 1000"));
 }
 
 TEST_CASE("cache knee: the largest size read twice as fast as DRAM, where reads then stay slower",
@@ -109,6 +137,15 @@ TEST_CASE("cache knee: the largest size read twice as fast as DRAM, where reads 
   // A dip and back (noise) is not the knee; the last fall that stays is.
   const double dip[] = {90, 40, 90, 85, 30, 28, 29};
   CHECK(cache_knee_bytes(sizes, dip, 7, 30) == 32 * MiB);
+  // A knee at the first size; exactly twice DRAM counts as fast.
+  const double first[] = {90, 31, 30, 29, 30, 28, 29};
+  CHECK(cache_knee_bytes(sizes, first, 7, 30) == 4 * MiB);
+  const double edge[] = {90, 60, 30, 29, 30, 28, 29};
+  CHECK(cache_knee_bytes(sizes, edge, 7, 30) == 8 * MiB);
+  // A fall below twice DRAM that never comes near DRAM (a cache only a little
+  // faster, read near the threshold) is no knee.
+  const double shallow[] = {65, 62, 58, 55, 50, 45, 40};
+  CHECK(cache_knee_bytes(sizes, shallow, 7, 30) == 0);
   // Every size fast (the sweep ended inside the cache), every size slow (no
   // cache faster than DRAM), too few sizes: no knee.
   const double fast[] = {90, 90, 88, 85, 80, 75, 70};
