@@ -218,7 +218,7 @@ int64_t round_to_kib(int64_t bytes) { return std::max<int64_t>(1, bytes >> 10) <
 // The L3 capacity the probes take: the reported one, unless one core's reads,
 // over buffers from 4x the L2 doubling up to half the reported L3 (a stream
 // through a whole L3 is not all found there), fall from twice DRAM's rate to
-// about DRAM's at a smaller size (cache_knee_bytes). One core reads thread 0's
+// near DRAM's at a smaller size (cache_knee_bytes). One core reads thread 0's
 // buffer, which holds the whole DRAM probe (`dram_bytes`, at least twice the
 // reported L3): its reference rate is DRAM's at any thread count.
 int64_t measured_l3_bytes(const MachineProbeOptions& o, const ProbeBuffers& buffers, const MachineLimits& m,
@@ -296,11 +296,11 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
 }
 
 int64_t cache_knee_bytes(const int64_t* sizes, const double* rates, int count, double dram_rate) {
-  const double fast = 2 * dram_rate, near_dram = 1.25 * dram_rate;
+  const double fast = 2 * dram_rate, near_dram = 1.5 * dram_rate;
   for (int i = 1; i < count; ++i) {
     if (rates[i] >= fast || rates[i - 1] < fast) continue;
     // A fall from fast: the knee if no later size is fast again and the reads
-    // come down to about DRAM's rate (a cache that is only a little faster than
+    // come down near DRAM's rate (a cache that is only a little faster than
     // DRAM, read near the threshold, does not make one).
     bool stays_slow = true, reaches_dram = false;
     for (int j = i; j < count; ++j) {

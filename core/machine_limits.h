@@ -6,7 +6,7 @@
 // L3 and DRAM, 64-byte aligned (a buffer 16 bytes off read a quarter to a third
 // slower: every vector load split two lines); each on one thread and on
 // `threads` threads at once. The L3's size is the OS's, or less where one
-// core's reads over growing buffers fall from twice DRAM's rate to about
+// core's reads over growing buffers fall from twice DRAM's rate to near
 // DRAM's sooner (cache_knee_bytes).
 //
 // Every probe runs a short timed loop (about `probe_seconds`) `repeats` times
@@ -56,7 +56,7 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& options);
 // One core's read rate by buffer size (ascending sizes), against its rate from
 // DRAM: the largest size still read at least twice as fast as DRAM, where a
 // larger size in the curve falls below that, none after it rises back, and one
-// comes down to 1.25x DRAM or less (the L3's capacity as the reads see it); 0
+// comes down to 1.5x DRAM or less (the L3's capacity as the reads see it); 0
 // where no size falls so (the curve ends inside the cache, or no cache is
 // faster than DRAM). A VM can report its
 // host's whole L3 (508 MiB on a 2-core Zen 5 VM whose reads fall towards DRAM

@@ -144,7 +144,7 @@ TEST_CASE("cache knee: the largest size read twice as fast as DRAM, where reads 
   CHECK(cache_knee_bytes(sizes, edge, 7, 30) == 8 * MiB);
   // A fall below twice DRAM that never comes near DRAM (a cache only a little
   // faster, read near the threshold) is no knee.
-  const double shallow[] = {65, 62, 58, 55, 50, 45, 40};
+  const double shallow[] = {65, 62, 58, 55, 52, 50, 46};
   CHECK(cache_knee_bytes(sizes, shallow, 7, 30) == 0);
   // Every size fast (the sweep ended inside the cache), every size slow (no
   // cache faster than DRAM), too few sizes: no knee.
