@@ -112,13 +112,18 @@ double median_rate(int threads, int repeats, double seconds, Work&& work) {
   return median(rates);
 }
 
-// The rate of `work` on one thread and on `threads`.
+// The rate of `one` on one thread and of `all` on `threads`.
+template <class One, class All>
+ProbeRate one_and_all(const MachineProbeOptions& o, One&& one, All&& all) {
+  ProbeRate r;
+  r.one = median_rate(1, o.repeats, o.probe_seconds, one);
+  r.all = o.threads == 1 ? r.one : median_rate(o.threads, o.repeats, o.probe_seconds, all);
+  return r;
+}
+
 template <class Work>
 ProbeRate one_and_all(const MachineProbeOptions& o, Work&& work) {
-  ProbeRate r;
-  r.one = median_rate(1, o.repeats, o.probe_seconds, work);
-  r.all = o.threads == 1 ? r.one : median_rate(o.threads, o.repeats, o.probe_seconds, work);
-  return r;
+  return one_and_all(o, work, work);
 }
 
 // One buffer a thread, sized for the largest probe and touched once; every
@@ -146,37 +151,36 @@ class ProbeBuffers {
   ~ProbeBuffers() { unmap_all(); }
   int64_t bytes() const { return bytes_; }              // every thread's
   int64_t first_bytes() const { return first_bytes_; }  // thread 0's
-  float* operator[](int t) const { return buffers_[static_cast<size_t>(t)]; }
+  float* operator[](int t) const { return huge_page_start(maps_[static_cast<size_t>(t)].first); }
 
  private:
   static constexpr int64_t kHugePage = int64_t{2} << 20;
   static int64_t round_up(int64_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+  static float* huge_page_start(void* base) {
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
+    return reinterpret_cast<float*>(at);
+  }
 
   void map_one(int64_t bytes) {
-    maps_.reserve(maps_.size() + 1);  // so no push below throws once mmap has succeeded
-    buffers_.reserve(buffers_.size() + 1);
+    maps_.reserve(maps_.size() + 1);  // so the push below does not throw once mmap has succeeded
     // 2 MiB more, so a 2 MiB-aligned span of `bytes` lies inside.
     const size_t length = static_cast<size_t>(bytes + kHugePage);
     void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     SHAMN_CHECK(base != MAP_FAILED, "machine limits: out of memory for a probe buffer of ", bytes, " bytes");
     maps_.emplace_back(base, length);
-    const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
-    auto* p = reinterpret_cast<float*>(at);
+    float* p = huge_page_start(base);
 #if defined(MADV_HUGEPAGE)
     madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);  // advice: refused is fine
 #endif
     std::fill_n(p, bytes / static_cast<int64_t>(sizeof(float)), 1.0f);
-    buffers_.push_back(p);
   }
   void unmap_all() noexcept {
     for (const auto& [base, length] : maps_) munmap(base, length);
     maps_.clear();
-    buffers_.clear();
   }
 
   int64_t bytes_, first_bytes_;
-  std::vector<std::pair<void*, size_t>> maps_;  // what munmap takes back
-  std::vector<float*> buffers_;
+  std::vector<std::pair<void*, size_t>> maps_;  // what munmap takes back; thread t's is maps_[t]
 };
 
 // Reads of `bytes` of each thread's buffer (a multiple of 1 KiB), for median_rate.
@@ -191,52 +195,66 @@ auto read_work(const ProbeBuffers& buffers, int64_t bytes) {
   };
 }
 
-// Read bandwidth from `bytes` of each thread's buffer (a multiple of 1 KiB).
-ProbeRate read_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, int64_t bytes) {
+void check_fits(const ProbeBuffers& buffers, int64_t bytes, int64_t one_bytes) {
   SHAMN_CHECK(bytes <= buffers.bytes(), "probe of ", bytes, " bytes from a ", buffers.bytes(),
               "-byte buffer");
-  return one_and_all(o, read_work(buffers, bytes));
+  SHAMN_CHECK(one_bytes <= buffers.first_bytes(), "one thread's probe of ", one_bytes, " bytes from a ",
+              buffers.first_bytes(), "-byte buffer");
 }
 
-// Update bandwidth (y += x) over `bytes` of each thread's buffer, x and y its halves.
-ProbeRate update_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, int64_t bytes) {
-  SHAMN_CHECK(bytes <= buffers.bytes(), "probe of ", bytes, " bytes from a ", buffers.bytes(),
-              "-byte buffer");
-  const int64_t n = bytes / 2 / static_cast<int64_t>(sizeof(float));
-  const auto& k = kernels();
-  return one_and_all(o, [&](int t, int64_t rounds) {
-    float* x = buffers[t];
-    float* y = x + n;
-    for (int64_t i = 0; i < rounds; ++i) k.add_into(y, x, n);
-    g_sink.store(y[0], std::memory_order_relaxed);
-    return static_cast<double>(rounds) * 3.0 * static_cast<double>(n) * sizeof(float);
-  });
+// Read bandwidth from `bytes` of each thread's buffer, and on one thread from
+// `one_bytes` of thread 0's (multiples of 1 KiB).
+ProbeRate read_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, int64_t bytes,
+                    int64_t one_bytes) {
+  check_fits(buffers, bytes, one_bytes);
+  return one_and_all(o, read_work(buffers, one_bytes), read_work(buffers, bytes));
 }
+
+// Update bandwidth (y += x) over `bytes` of each thread's buffer, x and y its
+// halves, and on one thread over `one_bytes` of thread 0's.
+ProbeRate update_rate(const MachineProbeOptions& o, const ProbeBuffers& buffers, int64_t bytes,
+                      int64_t one_bytes) {
+  check_fits(buffers, bytes, one_bytes);
+  const auto& k = kernels();
+  auto work = [&](int64_t span) {
+    const int64_t n = span / 2 / static_cast<int64_t>(sizeof(float));
+    return [&buffers, &k, n](int t, int64_t rounds) {
+      float* x = buffers[t];
+      float* y = x + n;
+      for (int64_t i = 0; i < rounds; ++i) k.add_into(y, x, n);
+      g_sink.store(y[0], std::memory_order_relaxed);
+      return static_cast<double>(rounds) * 3.0 * static_cast<double>(n) * sizeof(float);
+    };
+  };
+  return one_and_all(o, work(one_bytes), work(bytes));
+}
+
+constexpr int kL2 = static_cast<int>(MemoryLevel::l2);
+constexpr int kL3 = static_cast<int>(MemoryLevel::l3);
+constexpr int kDram = static_cast<int>(MemoryLevel::dram);
 
 int64_t round_to_kib(int64_t bytes) { return std::max<int64_t>(1, bytes >> 10) << 10; }
 
 // The L3 capacity the probes take: the reported one, unless one core's reads,
 // over buffers from 4x the L2 doubling up to half the reported L3 (a stream
 // through a whole L3 is not all found there), fall from twice DRAM's rate to
-// near DRAM's at a smaller size (cache_knee_bytes). One core reads thread 0's
-// buffer, which holds the whole DRAM probe (`dram_bytes`, at least twice the
-// reported L3): its reference rate is DRAM's at any thread count.
-int64_t measured_l3_bytes(const MachineProbeOptions& o, const ProbeBuffers& buffers, const MachineLimits& m,
-                          int64_t dram_bytes) {
-  const int64_t limit = std::min(m.l3_bytes, dram_bytes) / 2;
+// near DRAM's at a smaller size (cache_knee_bytes). The reference is one
+// core's DRAM read rate (m.read_bytes[kDram].one, over the whole DRAM probe, at
+// least twice the reported L3), which the sweep's sizes stay within.
+int64_t measured_l3_bytes(const MachineProbeOptions& o, const ProbeBuffers& buffers, const MachineLimits& m) {
+  const int64_t limit = m.l3_bytes / 2;
   constexpr int kMaxSizes = 24;
   int64_t sizes[kMaxSizes];
   int count = 0;
   for (int64_t s = 4 * m.l2_bytes; s <= limit && count < kMaxSizes; s *= 2) sizes[count++] = round_to_kib(s);
   if (count < 2) return m.l3_bytes;  // too small an L3 for a knee among the sizes
-  SHAMN_CHECK(dram_bytes <= buffers.first_bytes(), "machine limits: DRAM reference of ", dram_bytes,
+  SHAMN_CHECK(sizes[count - 1] <= buffers.first_bytes(), "machine limits: L3 sweep to ", sizes[count - 1],
               " bytes from a ", buffers.first_bytes(), "-byte buffer");
-  const double dram = median_rate(1, o.repeats, o.probe_seconds, read_work(buffers, dram_bytes));
   double rates[kMaxSizes];
   for (int i = 0; i < count; ++i)
     rates[i] = median_rate(1, o.repeats, o.probe_seconds, read_work(buffers, sizes[i]));
-  const int64_t knee = cache_knee_bytes(sizes, rates, count, dram);
-  return knee > 0 && knee < m.l3_bytes ? knee : m.l3_bytes;
+  const int64_t knee = cache_knee_bytes(sizes, rates, count, m.read_bytes[kDram].one);
+  return knee > 0 ? knee : m.l3_bytes;  // every size is under the reported L3
 }
 
 }  // namespace
@@ -279,19 +297,23 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
   // VM that reports its host's 512 MiB L3 is not made to touch 2 GiB.
   const int64_t threads = o.threads;
   const int64_t dram_bytes = std::max(2 * m.l3_bytes, std::min(4 * m.l3_bytes, int64_t{1} << 30));
-  m.read_buffer_bytes[0] = round_to_kib(m.l2_bytes / 2);
-  m.read_buffer_bytes[2] = round_to_kib(std::max(dram_bytes / threads, 4 * m.l2_bytes));
-  const int64_t dram_one_bytes = round_to_kib(dram_bytes);
-  const ProbeBuffers buffers(o.threads, std::max(m.read_buffer_bytes[0], m.read_buffer_bytes[2]),
+  m.read_buffer_bytes[kL2] = round_to_kib(m.l2_bytes / 2);
+  m.read_buffer_bytes[kDram] = round_to_kib(std::max(dram_bytes / threads, 4 * m.l2_bytes));
+  const int64_t dram_one_bytes = std::max(round_to_kib(dram_bytes), m.read_buffer_bytes[kDram]);
+  const ProbeBuffers buffers(o.threads, std::max(m.read_buffer_bytes[kL2], m.read_buffer_bytes[kDram]),
                              dram_one_bytes);
-  for (int level : {0, 2}) {
-    m.read_bytes[level] = read_rate(o, buffers, m.read_buffer_bytes[level]);
-    m.update_bytes[level] = update_rate(o, buffers, m.read_buffer_bytes[level]);
-  }
-  m.l3_bytes = measured_l3_bytes(o, buffers, m, dram_one_bytes);
-  m.read_buffer_bytes[1] = round_to_kib(std::max(m.l3_bytes / (2 * threads), 2 * m.l2_bytes));
-  m.read_bytes[1] = read_rate(o, buffers, m.read_buffer_bytes[1]);
-  m.update_bytes[1] = update_rate(o, buffers, m.read_buffer_bytes[1]);
+  // One core's DRAM probes read all of thread 0's buffer: the per-thread
+  // buffers shrink as threads grow, and one core reading 1/16 of the DRAM probe
+  // can find it in a large L3.
+  auto probe = [&](int level, int64_t one_bytes) {
+    m.read_bytes[level] = read_rate(o, buffers, m.read_buffer_bytes[level], one_bytes);
+    m.update_bytes[level] = update_rate(o, buffers, m.read_buffer_bytes[level], one_bytes);
+  };
+  probe(kL2, m.read_buffer_bytes[kL2]);
+  probe(kDram, dram_one_bytes);
+  m.l3_bytes = measured_l3_bytes(o, buffers, m);
+  m.read_buffer_bytes[kL3] = round_to_kib(std::max(m.l3_bytes / (2 * threads), 2 * m.l2_bytes));
+  probe(kL3, m.read_buffer_bytes[kL3]);
   return m;
 }
 

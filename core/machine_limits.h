@@ -43,9 +43,10 @@ struct MachineLimits {
   ProbeRate f32_flops;
   bool bf16_available = false;
   ProbeRate bf16_flops;  // zero where not available
-  // Per-thread buffer sizes (all buffers of a probe together) and rates of the
-  // L2, L3 and DRAM probes (MemoryLevel order). An update moves 12 bytes per
-  // element: x and y read, y written.
+  // Per-thread buffer sizes and rates of the L2, L3 and DRAM probes
+  // (MemoryLevel order). One thread's DRAM rates read the whole DRAM probe
+  // (threads x its buffer), so they stay DRAM's at any thread count. An update
+  // moves 12 bytes per element: x and y read, y written.
   int64_t read_buffer_bytes[kMemoryLevels] = {};
   ProbeRate read_bytes[kMemoryLevels];
   ProbeRate update_bytes[kMemoryLevels];
@@ -58,10 +59,10 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& options);
 // larger size in the curve falls below that, none after it rises back, and one
 // comes down to 1.5x DRAM or less (the L3's capacity as the reads see it); 0
 // where no size falls so (the curve ends inside the cache, or no cache is
-// faster than DRAM). A VM can report its
-// host's whole L3 (508 MiB on a 2-core Zen 5 VM whose reads fall towards DRAM
-// speed past 16-32 MiB): the L3 probe's buffer, sized from that, then measured
-// DRAM, and every op's bytes looked L3-resident (experiments/roofline.md, stop 56).
+// faster than DRAM). A VM can report its host's whole L3 (508 MiB on a 2-core
+// Zen 5 VM whose reads fall towards DRAM speed past 16-32 MiB): the L3 probe's
+// buffer, sized from that, then measured DRAM, and every op's bytes looked
+// L3-resident (experiments/roofline.md, stop 56).
 int64_t cache_knee_bytes(const int64_t* sizes, const double* rates, int count, double dram_rate);
 
 // The figures a run on limits.threads threads is bound by: the all-thread rates
