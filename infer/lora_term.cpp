@@ -162,8 +162,7 @@ void LoraTerm::add(float* y, int64_t y_stride, int64_t o0, int64_t o1) const {
 }
 
 void LoraTerm::quantize_t(int64_t k, int64_t r) const {
-  quantize_row_q8(t_ + k * r_stride_, tq_ + k * tb_, r);
-  q8_block_sums(tq_ + k * tb_, quant_blocks(r), tq_sums_ + k * tb_);
+  quantize_row_q8_sums(t_ + k * r_stride_, tq_ + k * tb_, tq_sums_ + k * tb_, r);
 }
 
 }  // namespace shamn::forward_detail

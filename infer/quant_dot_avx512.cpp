@@ -121,6 +121,57 @@ SHAMN_TARGET_AVX512 void group_scales_avx512(const float* x, int64_t n, int64_t 
   _mm512_store_ps(out.inv, _mm512_div_ps(_mm512_set1_ps(1.0f), d16));
 }
 
+// One block from its two vectors v (zero past the row's end), with d = max |x|
+// / 127 and inv = 1 / d: the fast path below, or the exact one. Returns the
+// block's values summed in 16 int32 lanes.
+SHAMN_TARGET_AVX512 inline __m512i quantize_block(const __m512* v, float d, float inv, BlockQ8& out) {
+  out.d = d;
+  if (d == 0.0f) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q), _mm256_setzero_si256());
+    return _mm512_setzero_si512();
+  }
+  const __m512 near = _mm512_set1_ps(0.5f - kHalfMargin);
+  const __m512 vinv = _mm512_set1_ps(inv);
+  // s rounded to the nearest integer, and back to float for the distance: a
+  // NaN or infinite s converts to INT_MIN, so its distance is NaN or infinite
+  // and the block goes to the exact path.
+  __m512i q[2];
+  __mmask16 near_half = 0;
+  for (int k = 0; k < 2; ++k) {
+    const __m512 s = _mm512_mul_ps(v[k], vinv);
+    q[k] = _mm512_cvt_roundps_epi32(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_cvtepi32_ps(q[k]);
+    near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, r)), near, _CMP_NLT_UQ);
+  }
+  if (near_half) return quantize_block_exact(v, d, out);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q), _mm512_cvtepi32_epi8(q[0]));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q + 16), _mm512_cvtepi32_epi8(q[1]));
+  return _mm512_add_epi32(q[0], q[1]);
+}
+
+// A row of one block: a LoRA adapter's t = A x (r <= 32 values), quantised
+// once a token for each adapted matrix, where group_scales_avx512's reduction
+// of 16 blocks' maxima, all but one empty, took most of the time. The maximum
+// is reduced in reduce_each's order (the same pairs, the same operand first),
+// so a NaN gives the same d as on the group path.
+SHAMN_TARGET_AVX512 void quantize_one_block(const float* x, int64_t n, BlockQ8& out, int32_t* sums) {
+  const auto mask = [](int64_t len) {
+    return static_cast<__mmask16>(len >= 16 ? 0xFFFF : len <= 0 ? 0 : (1u << len) - 1);
+  };
+  const __m512 v[2] = {_mm512_maskz_loadu_ps(mask(n), x), _mm512_maskz_loadu_ps(mask(n - 16), x + 16)};
+  const __m512 m = _mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1]));
+  const __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(m),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+  const __m128 m2 = _mm_max_ps(_mm_shuffle_ps(m4, m4, _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm_shuffle_ps(m4, m4, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m128 m1 = _mm_max_ps(_mm_shuffle_ps(m2, m2, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm_shuffle_ps(m2, m2, _MM_SHUFFLE(3, 1, 3, 1)));
+  const float d = _mm_cvtss_f32(m1) / 127.0f;
+  const __m512i sum = quantize_block(v, d, 1.0f / d, out);
+  if (sums) sums[0] = _mm512_reduce_add_epi32(sum);
+}
+
 }  // namespace
 
 // Two zmm registers per block. The fast path rounds x * (1 / d) to nearest
@@ -133,11 +184,11 @@ SHAMN_TARGET_AVX512 void group_scales_avx512(const float* x, int64_t n, int64_t 
 // values, so their chain of maxima, reductions and two divisions overlaps
 // this group's rounding instead of stalling every group (1.6x on 512-wide rows).
 SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, int32_t* sums, int64_t n) {
-  const __m512 near = _mm512_set1_ps(0.5f - kHalfMargin);
+  const int64_t blocks = quant_blocks(n);
+  if (blocks == 1) return quantize_one_block(x, n, out[0], sums);
   const auto add = [](__m512 a, __m512 b) SHAMN_TARGET_AVX512 { return _mm512_add_ps(a, b); };
   constexpr int64_t kGroup = 16;
   float buf[kQuantBlock];
-  const int64_t blocks = quant_blocks(n);
   GroupScales scales[2];
   if (blocks > 0) group_scales_avx512(x, n, 0, std::min(kGroup, blocks), buf, scales[0]);
   for (int64_t b0 = 0, g = 0; b0 < blocks; b0 += kGroup, g ^= 1) {
@@ -152,32 +203,7 @@ SHAMN_TARGET_AVX512 void quantize_row_q8_avx512(const float* x, BlockQ8* out, in
       const int64_t b = b0 + i;
       const float* src = q8_source_block(x, n, b, buf);
       const __m512 v[2] = {_mm512_loadu_ps(src), _mm512_loadu_ps(src + 16)};
-      const float d = sc.d[i];
-      out[b].d = d;
-      if (d == 0.0f) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), _mm256_setzero_si256());
-        continue;
-      }
-      const __m512 inv = _mm512_set1_ps(sc.inv[i]);
-      // s rounded to the nearest integer, and back to float for the distance: a
-      // NaN or infinite s converts to INT_MIN, so its distance is NaN or infinite
-      // and the block goes to the exact path.
-      __m512i q[2];
-      __mmask16 near_half = 0;
-      for (int k = 0; k < 2; ++k) {
-        const __m512 s = _mm512_mul_ps(v[k], inv);
-        q[k] = _mm512_cvt_roundps_epi32(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512 r = _mm512_cvtepi32_ps(q[k]);
-        near_half |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, r)), near, _CMP_NLT_UQ);
-      }
-      if (near_half) {
-        part[i] = _mm512_cvtepi32_ps(quantize_block_exact(v, d, out[b]));
-        continue;
-      }
-      const __m512i q0 = q[0], q1 = q[1];
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q), _mm512_cvtepi32_epi8(q0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16), _mm512_cvtepi32_epi8(q1));
-      part[i] = _mm512_cvtepi32_ps(_mm512_add_epi32(q0, q1));
+      part[i] = _mm512_cvtepi32_ps(quantize_block(v, sc.d[i], sc.inv[i], out[b]));
     }
     if (sums)
       _mm512_mask_storeu_epi32(sums + b0, static_cast<__mmask16>((1u << nb) - 1),

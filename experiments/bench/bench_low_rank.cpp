@@ -107,8 +107,7 @@ void BM_lora_b(benchmark::State& state) {
   for (auto _ : state) {
     if (int8) {
       // What the runtime does per row: quantise t, then the product.
-      quantize_row_q8(t.data(), tq.data(), r);
-      q8_block_sums(tq.data(), quant_blocks(r), sums.data());
+      quantize_row_q8_sums(t.data(), tq.data(), sums.data(), r);
       low_rank_add_q8(packed, tq.data(), sums.data(), 0.5f, y.data());
     } else {
       add_low_rank_f32(y.data(), t.data(), bt.data(), r, kDim, 0.5f);
