@@ -44,8 +44,9 @@ struct MachineLimits {
   bool bf16_available = false;
   ProbeRate bf16_flops;  // zero where not available
   // Per-thread buffer sizes and rates of the L2, L3 and DRAM probes
-  // (MemoryLevel order). One thread's DRAM rates read the whole DRAM probe
-  // (threads x its buffer), so they stay DRAM's at any thread count. An update
+  // (MemoryLevel order). One thread's DRAM rates read thread 0's buffer, which
+  // holds the whole DRAM probe (at least twice the reported L3), so they stay
+  // DRAM's at any thread count. An update
   // moves 12 bytes per element: x and y read, y written.
   int64_t read_buffer_bytes[kMemoryLevels] = {};
   ProbeRate read_bytes[kMemoryLevels];

@@ -1,7 +1,7 @@
 #pragma once
 // Internal to the runtime's forward: the LoRA term of an adapted product,
-// computed beside the base product and added into its outputs tile by tile
-// (experiments/lora.md).
+// computed beside the base product and added into its outputs by spans of
+// tiles, while they are in cache (experiments/lora.md).
 #include <cstdint>
 #include <vector>
 
@@ -27,7 +27,7 @@ struct LoraInput {
 // null; row i's adapter is ad.of_row[tokens ? tokens[i] : i]). A x_i is
 // computed when the term is made, from the activations the base product
 // quantised (no second quantisation or gather); the base product adds B's part
-// tile by tile (add), while the tile's outputs are in cache. An int8 adapter
+// by spans of tiles (add), while their outputs are in cache. An int8 adapter
 // runs both factors in int8 (infer/low_rank_q8.h), a f32 one B as r axpys.
 class LoraTerm {
  public:

@@ -3,6 +3,7 @@
 // into the base, mixed batches, and export --merge.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -158,10 +159,14 @@ TEST_CASE("a dense matrix's adapter equals its weights with (alpha / r) B A fold
   o.quant = ShqQuant::f32;
   const std::vector<uint8_t> im = export_model_image(path, o);
   const InferModel mf(ShqFile::from_bytes(im.data(), im.size(), "folded"));
-  const std::vector<int32_t> tokens = random_tokens(30, tm.config.vocab_size, 4);
-  const std::vector<float> want = logits_with(mf, tokens, nullptr), got = logits_with(m, tokens, &a);
-  CHECK(mean_rel_diff(got, logits_with(m, tokens, nullptr)) > 1e-3);  // the adapter matters
-  CHECK(mean_rel_diff(got, want) < 1e-5);
+  // 600 rows: the term is added by spans of tiles within a task (infer/model_products.cpp).
+  for (int64_t count : {30, 600}) {
+    INFO(count << " tokens");
+    const std::vector<int32_t> tokens = random_tokens(count, tm.config.vocab_size, 4);
+    const std::vector<float> want = logits_with(mf, tokens, nullptr), got = logits_with(m, tokens, &a);
+    CHECK(mean_rel_diff(got, logits_with(m, tokens, nullptr)) > 1e-3);  // the adapter matters
+    CHECK(mean_rel_diff(got, want) < 1e-5);
+  }
 }
 
 TEST_CASE("streams with different adapters decoded together get what each gets alone", "[infer][lora]") {
@@ -357,10 +362,17 @@ TEST_CASE("an adapter checkpoint exported for the runtime gives the autograd mod
       adapted, "adapter.h5");
   const AdapterIdentity id = read_adapter_identity(Hdf5Reader(path));
   CHECK(id.base_crc32 == checkpoint_source_id(tm.checkpoint));  // the same identity on both sides
-  const std::vector<int32_t> tokens = random_tokens(33, tm.config.vocab_size, 12);
+  // 300 tokens: the term is added by spans of row blocks within a task (infer/model_products.cpp).
+  const int64_t count = GENERATE(33, 300);
+  const std::vector<int32_t> tokens = random_tokens(count, tm.config.vocab_size, 12);
   const std::vector<float> ref = autograd_logits(adapted, tokens);
+  // How far the bare int8 runtime is from the bare autograd model on these
+  // tokens: its error grows along a sequence (the conv state carries it).
+  Shamn base(tm.config);
+  load_model_tensors(Hdf5Reader(tm.checkpoint), base);
+  const std::vector<float> base_ref = autograd_logits(base, tokens);
   for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
-    INFO("quant " << shq_quant_name(q));
+    INFO("quant " << shq_quant_name(q) << ", " << count << " tokens");
     const InferModel m = tm.runtime(q);
     AdapterExport o;
     o.rank = id.lora.rank;
@@ -372,10 +384,14 @@ TEST_CASE("an adapter checkpoint exported for the runtime gives the autograd mod
     CHECK(a.adapted_matrices() == 2 * 3 + 1 + 2 * 4 + 4);
     const std::vector<float> got = logits_with(m, tokens, &a), bare = logits_with(m, tokens, nullptr);
     const double err = mean_rel_diff(got, ref), moved = mean_rel_diff(bare, ref);
-    INFO("mean relative difference to autograd: " << err << " (bare base: " << moved << ")");
+    const double bare_err = mean_rel_diff(bare, base_ref);
+    INFO("mean relative difference to autograd: " << err << " (bare base: " << moved
+                                                  << "; bare runtime to bare autograd: " << bare_err << ")");
     // f32: float rounding only (the runtime's RMSNorm sums in 16 lanes); int8:
-    // the bound the bare int8 runtime is held to (test_infer_model.cpp).
-    CHECK(err < (q == ShqQuant::f32 ? 1e-5 : 0.03));
+    // the bound the bare int8 runtime is held to (test_infer_model.cpp), or
+    // near the bare runtime's own error where 300 tokens carry it further
+    // (0.04 at block 32: the adapter adds none of its own).
+    CHECK(err < (q == ShqQuant::f32 ? 1e-5 : std::max(0.03, 1.5 * bare_err)));
     CHECK(moved > 10 * err);  // the adapter is what the comparison sees
   }
 }

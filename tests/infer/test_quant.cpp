@@ -20,7 +20,9 @@ using namespace shamn;
 
 namespace {
 
-const int64_t kLengths[] = {1, 7, 31, 33, 127, 4096};
+// 1-32: one block (a LoRA adapter's t, a block-sparse segment of 16 or 4
+// values), each of its two vectors full, partial or empty.
+const int64_t kLengths[] = {1, 7, 16, 17, 31, 32, 33, 127, 4096};
 const KernelLevel kAllKernels[] = {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512};
 
 // Puts the process-wide kernel back after a test changes it.
@@ -198,6 +200,51 @@ TEST_CASE("q8 quantisation gives the same bytes on the scalar and SIMD paths, ti
     CHECK(b.q[4] == -1);
     CHECK(b.q[5] == 0);
   }
+}
+
+TEST_CASE(
+    "a row of one q8 block gives the bytes and sum of the same block in a longer row, non-finite values too",
+    "[infer][quant]") {
+  // The AVX-512 path quantises a one-block row on its own (quantize_one_block)
+  // and longer rows 16 blocks at a time: the two must agree where the scalar
+  // path defines nothing (a NaN or an infinity in the block: its cast to int8
+  // is undefined, so only this path is run).
+  KernelGuard guard;
+  const float inf = INFINITY, nan = NAN;
+  // (index, value) pairs. A max keeps a NaN only as its second operand, so a
+  // NaN's lane decides whether d is NaN: lanes 15 and 31 are the second at
+  // every step of the reduction (one kept, one dropped at the first), 14 and
+  // 17 fall out at a later step.
+  const std::vector<std::vector<std::pair<int, float>>> cases = {{{14, nan}},
+                                                                 {{15, nan}},
+                                                                 {{17, nan}},
+                                                                 {{31, nan}},
+                                                                 {{1, inf}, {30, -2.0f}},
+                                                                 {{0, -inf}, {17, nan}},
+                                                                 {{3, 1e38f}, {20, -1e38f}},
+                                                                 {{0, -0.0f}}};
+  if (!kernel_level_supported(KernelLevel::avx512)) {
+    WARN("skipping: this CPU lacks AVX-512");
+    return;
+  }
+  set_kernel_level(KernelLevel::avx512);
+  for (int64_t n : {4, 16, 17, 32})
+    for (size_t c = 0; c < cases.size(); ++c) {
+      INFO("n = " << n << ", case " << c);
+      std::vector<float> one(static_cast<size_t>(n), 0.5f);
+      for (const auto& [i, v] : cases[c])
+        if (i < n) one[static_cast<size_t>(i)] = v;
+      std::vector<float> two(2 * kQuantBlock, 0.0f);
+      std::copy(one.begin(), one.end(), two.begin());
+      for (int64_t i = kQuantBlock; i < 2 * kQuantBlock; ++i) two[i] = 0.01f * static_cast<float>(i);
+      BlockQ8 alone, within[2];
+      int32_t sum_alone = -1, sums_within[2] = {-1, -1};
+      quantize_row_q8_sums(one.data(), &alone, &sum_alone, n);
+      quantize_row_q8_sums(two.data(), within, sums_within, 2 * kQuantBlock);
+      CHECK(bits(alone.d) == bits(within[0].d));
+      CHECK(std::memcmp(alone.q, within[0].q, sizeof(alone.q)) == 0);
+      CHECK(sum_alone == sums_within[0]);
+    }
 }
 
 TEST_CASE("q8 quantisation by reciprocal matches exact division on values near halves and at every scale",
