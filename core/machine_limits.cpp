@@ -306,6 +306,7 @@ MachineLimits measure_machine_limits(const MachineProbeOptions& o) {
   // buffers shrink as threads grow, and one core reading 1/16 of the DRAM probe
   // can find it in a large L3.
   auto probe = [&](int level, int64_t one_bytes) {
+    m.one_core_buffer_bytes[level] = one_bytes;
     m.read_bytes[level] = read_rate(o, buffers, m.read_buffer_bytes[level], one_bytes);
     m.update_bytes[level] = update_rate(o, buffers, m.read_buffer_bytes[level], one_bytes);
   };

@@ -46,9 +46,12 @@ struct MachineLimits {
   // Per-thread buffer sizes and rates of the L2, L3 and DRAM probes
   // (MemoryLevel order). One thread's DRAM rates read thread 0's buffer, which
   // holds the whole DRAM probe (at least twice the reported L3), so they stay
-  // DRAM's at any thread count. An update
-  // moves 12 bytes per element: x and y read, y written.
+  // DRAM's at any thread count. An update moves 12 bytes per element: x and y
+  // read, y written.
   int64_t read_buffer_bytes[kMemoryLevels] = {};
+  // What one core's probe of each level reads: its per-thread buffer, but the
+  // whole DRAM probe for DRAM.
+  int64_t one_core_buffer_bytes[kMemoryLevels] = {};
   ProbeRate read_bytes[kMemoryLevels];
   ProbeRate update_bytes[kMemoryLevels];
 };

@@ -40,6 +40,7 @@ nlohmann::ordered_json machine_limits_json(const MachineLimits& m) {
   for (int level = 0; level < kMemoryLevels; ++level) {
     nlohmann::ordered_json r = rate_json(m.read_bytes[level]);
     r["buffer_bytes_per_thread"] = m.read_buffer_bytes[level];
+    r["buffer_bytes_one_core"] = m.one_core_buffer_bytes[level];
     reads[kLevelKeys[level]] = r;
     updates[kLevelKeys[level]] = rate_json(m.update_bytes[level]);
   }
@@ -86,6 +87,10 @@ MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::strin
     const nlohmann::json& r = member(reads, kLevelKeys[level], what + " read_gbs");
     m.read_bytes[level] = rate_from(r, where);
     m.read_buffer_bytes[level] = static_cast<int64_t>(positive(r, "buffer_bytes_per_thread", where));
+    // Files from before stop 58 do not say; their one-core probes read a thread's share.
+    m.one_core_buffer_bytes[level] = r.contains("buffer_bytes_one_core")
+                                         ? static_cast<int64_t>(positive(r, "buffer_bytes_one_core", where))
+                                         : m.read_buffer_bytes[level];
     const nlohmann::json& u = member(member(j, "update_gbs", what), kLevelKeys[level], what + " update_gbs");
     m.update_bytes[level] = rate_from(u, what + " update_gbs." + kLevelKeys[level]);
   }
@@ -138,6 +143,14 @@ std::string format_machine_limits(const MachineLimits& m) {
     std::snprintf(name, sizeof(name), "update y += x, %s", names[level]);
     line(name, m.update_bytes[level], "GB/s   ");
   }
+  out += "  (sizes a thread";
+  for (int level = 0; level < kMemoryLevels; ++level)
+    if (m.one_core_buffer_bytes[level] != m.read_buffer_bytes[level]) {
+      std::snprintf(buf, sizeof(buf), "; one core's %s probes read %lld KiB", names[level],
+                    static_cast<long long>(m.one_core_buffer_bytes[level] >> 10));
+      out += buf;
+    }
+  out += ")\n";
   return out;
 }
 

@@ -64,6 +64,14 @@ TEST_CASE("machine limits: every probe gives a positive figure", "[core][machine
   const int64_t dram_total = m.read_buffer_bytes[2] * m.threads, l3 = m.l3_reported_bytes;
   CHECK(dram_total >= 2 * l3 - 1024 * m.threads);  // each buffer rounded to whole KiB
   CHECK(dram_total <= std::max<int64_t>({int64_t{1} << 30, 2 * l3, 4 * m.l2_bytes * m.threads}));
+  // One core's DRAM probes read what all threads read between them (a share
+  // could sit in a large L3 at many threads); the caches' read a thread's share.
+  CHECK(m.one_core_buffer_bytes[0] == m.read_buffer_bytes[0]);
+  CHECK(m.one_core_buffer_bytes[1] == m.read_buffer_bytes[1]);
+  CHECK(m.one_core_buffer_bytes[2] >= dram_total - 1024 * m.threads);
+  CHECK(format_machine_limits(m).find("one core's DRAM-sized probes read " +
+                                      std::to_string(m.one_core_buffer_bytes[2] >> 10) + " KiB") !=
+        std::string::npos);
 
   const RooflineLimits r = roofline_limits(m);
   CHECK(r.valid());
@@ -88,6 +96,7 @@ TEST_CASE("machine limits: the JSON reads back to the same figures", "[core][mac
   for (int level = 0; level < kMemoryLevels; ++level) {
     CHECK(back.read_bytes[level].one == Approx(m.read_bytes[level].one));
     CHECK(back.read_buffer_bytes[level] == m.read_buffer_bytes[level]);
+    CHECK(back.one_core_buffer_bytes[level] == m.one_core_buffer_bytes[level]);
     CHECK(back.update_bytes[level].all == Approx(m.update_bytes[level].all));
   }
   CHECK(format_machine_limits(m).find("f32 FMA") != std::string::npos);
@@ -125,6 +134,17 @@ TEST_CASE("machine limits: a file from before the L3 sweep reads with the report
   CHECK_THROWS_WITH(
       machine_limits_from_json(j, "m.json"),
       Catch::Contains("m.json cache: \"l3_bytes\" 12345678 is more than \"l3_reported_bytes\" 1000"));
+}
+
+TEST_CASE("machine limits: a file from before stop 58 reads one core's DRAM buffer as a thread's",
+          "[core][machine]") {
+  nlohmann::json j = nlohmann::json::parse(machine_limits_json(quick_limits(2)).dump());
+  REQUIRE(j["read_gbs"]["dram"].contains("buffer_bytes_one_core"));
+  CHECK(machine_limits_from_json(j, "new.json").one_core_buffer_bytes[2] >
+        machine_limits_from_json(j, "new.json").read_buffer_bytes[2]);
+  j["read_gbs"]["dram"].erase("buffer_bytes_one_core");
+  const MachineLimits old = machine_limits_from_json(j, "old.json");
+  CHECK(old.one_core_buffer_bytes[2] == old.read_buffer_bytes[2]);
 }
 
 TEST_CASE("cache knee: the largest size read twice as fast as DRAM, where reads then stay slower",
