@@ -51,7 +51,11 @@ struct TestModel {
   std::unique_ptr<Shamn> reference;
 
   // `name` must be unique among the models alive at once; `seed` initialises the weights.
-  explicit TestModel(const std::string& toml, const std::string& name, uint64_t seed = 5) {
+  // bias_width > 0 draws every bias from U(-bias_width, bias_width) where init
+  // leaves zeros, for tests of the products' bias paths (a random model's
+  // routing flips with them, so the quantisation tests keep zeros).
+  explicit TestModel(const std::string& toml, const std::string& name, uint64_t seed = 5,
+                     double bias_width = 0.0) {
     dir =
         (std::filesystem::temp_directory_path() / ("shamn_infer_" + name + "_" + std::to_string(::getpid())))
             .string();
@@ -66,6 +70,9 @@ struct TestModel {
       if (p.name.find("gain") != std::string::npos || p.name.find("importance") != std::string::npos) {
         Rng rng(seed + 2, std::hash<std::string>{}(p.name));  // seed 5: the gains the tests were written with
         rng.fill_uniform(v, 0.5, 3.0);
+      } else if (bias_width > 0 && p.name.ends_with(".bias")) {
+        Rng rng(seed + 3, std::hash<std::string>{}(p.name));
+        rng.fill_uniform(v, -bias_width, bias_width);
       }
     }
     save_model_checkpoint(checkpoint, *reference, config.to_toml(), 42);

@@ -38,6 +38,8 @@ using test::random_tokens;
 using test::same_bits;
 using test::Spec;
 using test::TestModel;
+// Biases that are not zero (init's): the term goes between a product and its bias.
+constexpr double kBiasWidth = 0.01;
 
 std::vector<float> logits_with(const InferModel& m, const std::vector<int32_t>& tokens,
                                const LoraAdapter* a) {
@@ -128,7 +130,7 @@ TEST_CASE("an adapter whose B is zero leaves the base's logits bit for bit", "[i
 }
 
 TEST_CASE("a dense matrix's adapter equals its weights with (alpha / r) B A folded in", "[infer][lora]") {
-  const TestModel tm(model_toml(), "lora_fold");
+  const TestModel tm(model_toml(), "lora_fold", 5, kBiasWidth);
   const InferModel m = tm.runtime(ShqQuant::f32);
   Spec s;
   s.rank = 3;
@@ -176,7 +178,7 @@ TEST_CASE("streams with different adapters decoded together get what each gets a
   // than the low-rank kernel's 8 rows (B is added after the product, not per block).
   const int64_t block = GENERATE(32, 16, 4);
   INFO("block " << block);
-  const TestModel tm(model_toml("", block), "lora_mixed_" + std::to_string(block));
+  const TestModel tm(model_toml("", block), "lora_mixed_" + std::to_string(block), 5, kBiasWidth);
   const InferModel m = tm.runtime(ShqQuant::int8);
   Spec s1;
   s1.q8 = true;
@@ -350,7 +352,7 @@ TEST_CASE("an adapter checkpoint exported for the runtime gives the autograd mod
   // Block 4 is narrower than the low-rank kernel's chunk: B's term then follows the whole product.
   const int64_t block = GENERATE(32, 4);
   INFO("block " << block);
-  const TestModel tm(model_toml("", block), "lora_e2e_" + std::to_string(block));
+  const TestModel tm(model_toml("", block), "lora_e2e_" + std::to_string(block), 5, kBiasWidth);
   // The adapted model: the base's weights, adapters on every kind of matrix, B random.
   Shamn adapted(tm.config);
   const std::string path = write_adapter_checkpoint(
