@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cross-checks shamn against the independent PyTorch reference on one config:
 # the same checkpoint and batch must give the same loss (1e-4 relative) and the
-# same gradients (1e-3 relative, per tensor; see experiments/reference/README.md).
+# same gradients (1e-3 relative, per tensor; see experiments/reference/README.md),
+# on init's weights after 2 steps of training (no bias 0, no gain 1).
 # With LORA_RANK > 0, then the same for LoRA: adapters of that rank on every kind
 # of layer, trained 2 steps from the checkpoint by shamn train (so B is not
 # zero), and the adapted model's loss and the adapters' gradients compared.
@@ -18,7 +19,47 @@ if ! "$py" -c "import torch, h5py" 2>/dev/null; then
 fi
 mkdir -p "$work"
 vocab=$("$py" -c "import tomllib,sys; print(tomllib.load(open(sys.argv[1],'rb'))['model']['vocab_size'])" "$config")
-"$shamn" init "$config" -o "$work/model.h5" --seed 11
+"$shamn" init "$config" -o "$work/init.h5" --seed 11
+"$py" "$ref/shamn_ref.py" make-tokens --vocab "$vocab" --count 20000 --seed 6 -o "$work/train.bin"
+# A training config: the model's, 2 steps at a high rate on train.bin from
+# checkpoint $1 into $2, then the TOML on stdin.
+train_toml() {
+  cat "$config"
+  cat <<EOF
+[data]
+train_path = "$work/train.bin"
+[train]
+batch_size = 4
+seq_len = 32
+max_steps = 2
+out_dir = "$2"
+init_from = "$1"
+[optim]
+lr = 1e-2
+[log]
+progress = "never"
+EOF
+  cat
+}
+# The model compared is init's after 2 steps of full training: at init every
+# bias is 0 and every gain 1, where a bias or gain left out of the forward
+# pass would change nothing.
+rm -rf "$work/base_run"
+train_toml "$work/init.h5" "$work/base_run" < /dev/null > "$work/base.toml"
+"$shamn" train "$work/base.toml" > "$work/base_train.log"
+cp "$work/base_run/ckpt_00000002.h5" "$work/model.h5"
+"$py" - "$work/model.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    names = []
+    f.visit(names.append)
+    params = {n: np.asarray(f[n]) for n in names if isinstance(f[n], h5py.Dataset)}
+biases = [v for n, v in params.items() if n.startswith("model/") and n.endswith("/bias")]
+gains = [v for n, v in params.items() if n.startswith("model/") and n.endswith("/gain")]
+assert biases and all(np.abs(v).max() > 0 for v in biases), "a bias is still all zero after training"
+assert gains and all(np.abs(v - 1).max() > 0 for v in gains), "a gain is still all one after training"
+print(f"model: {len(biases)} biases, none all zero; {len(gains)} gains, none all one")
+PY
 "$py" "$ref/shamn_ref.py" make-tokens --vocab "$vocab" --count $((batch * seq + 1)) --seed 5 -o "$work/tokens.bin"
 ours=$("$shamn" loss "$work/model.h5" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/grads_shamn.h5")
 theirs=$("$py" "$ref/shamn_ref.py" loss "$work/model.h5" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/grads_ref.h5")
@@ -41,30 +82,14 @@ same_loss "$ours" "$theirs"
 (( lora_rank > 0 )) || exit 0
 
 echo "# LoRA, rank $lora_rank"
-"$py" "$ref/shamn_ref.py" make-tokens --vocab "$vocab" --count 20000 --seed 6 -o "$work/train.bin"
 rm -rf "$work/lora_run"
-{
-  cat "$config"
-  cat <<EOF
-[data]
-train_path = "$work/train.bin"
-[train]
-batch_size = 4
-seq_len = 32
-max_steps = 2
-out_dir = "$work/lora_run"
-init_from = "$work/model.h5"
-[optim]
-lr = 1e-2
+train_toml "$work/model.h5" "$work/lora_run" > "$work/lora.toml" <<EOF
 [lora]
 rank = $lora_rank
 alpha = $((2 * lora_rank)).0
 targets = ["layers.*.mixer.out", "layers.*.memory.query", "layers.*.moe.router_group",
            "layers.*.moe.router_expert", "layers.*.moe.experts.*.up", "layers.*.moe.experts.*.down"]
-[log]
-progress = "never"
 EOF
-} > "$work/lora.toml"
 "$shamn" train "$work/lora.toml" > "$work/lora_train.log"
 adapter="$work/lora_run/ckpt_00000002.h5"
 ours=$("$shamn" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/lora_grads_shamn.h5")
