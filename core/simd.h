@@ -328,33 +328,15 @@ inline F exp_reduced(F r) {
   return fmadd(p, r * r, r) + splat(1.0f);
 }
 
-// exp(x) lane by lane to within 2 ulp: x = n ln2 + r (Cody-Waite: ln 2 split in two
-// so that n * hi is exact), exp(x) = 2^n exp(r), rounded once. NaN gives NaN, lanes
-// above ln(FLT_MAX) give inf, lanes below -104 give 0, with denormals between.
-// std::exp does not vectorise without -ffast-math, and the softmax-heavy kernels
-// spend much of their time here.
-inline F exp(F x) {
-  const F log2e = splat(1.44269504088896341f);
-  const F ln2_hi = splat(-0.693359375f), ln2_lo = splat(2.12194440e-4f);
+// p * 2^n rounded once, for integral n in [-250, 250] or NaN lanes of p (as
+// vscalefps): exp and exp2's last step.
+inline F scale_pow2(F p, F n) {
 #if SHAMN_ISA_SIMD == 2
-  // maxps and minps return their second operand when one is NaN, so NaN survives the
-  // clamp. The upper clamp keeps +inf out of vscalefps, whose answer for a NaN scaled
-  // by +inf is not the same on every CPU (Zen 4 gives +inf).
-  const F xc = _mm512_min_ps(splat(100.0f), _mm512_max_ps(splat(-104.0f), x));
-  const F n = _mm512_roundscale_ps(xc * log2e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const F r = fmadd(n, ln2_lo, fmadd(n, ln2_hi, xc));
-  return _mm512_scalef_ps(exp_reduced(r), n);
+  return _mm512_scalef_ps(p, n);
 #else
-  const F lo = splat(-104.0f), hi = splat(100.0f);
-  F xc = select_gt(lo, x, lo, x);  // NaN compares false and stays
-  xc = select_gt(xc, hi, hi, xc);
-  const F p = xc * log2e;
-  F n;
-  for (int i = 0; i < kLanes; ++i) n[i] = std::nearbyint(p[i]);  // to nearest even
-  const F y = exp_reduced(fmadd(n, ln2_lo, fmadd(n, ln2_hi, xc)));
-  // y * 2^n rounded once, as vscalefps does: in two exact halves 2^h and 2^(n-h)
-  // (each a normal float), so only the second product can round (to a denormal,
-  // or to inf). NaN lanes keep y's NaN (their n is replaced by -250 to convert it).
+  // In two exact halves 2^h and 2^(n-h) (each a normal float), so only the
+  // second product can round (to a denormal, or to inf). NaN lanes keep p's
+  // NaN (their n is replaced by -250 to convert it).
   I h, rest;
   for (int i = 0; i < kLanes; ++i) {
     const float c = n[i] >= -250.0f && n[i] <= 250.0f ? n[i] : (n[i] > 0.0f ? 250.0f : -250.0f);
@@ -364,8 +346,65 @@ inline F exp(F x) {
   }
   const F scale_h = std::bit_cast<F>((h + 127) << 23);
   const F scale_rest = std::bit_cast<F>((rest + 127) << 23);
-  return (y * scale_h) * scale_rest;
+  return (p * scale_h) * scale_rest;
 #endif
+}
+
+// x clamped to [lo, hi], NaN lanes kept.
+inline F clamp_keep_nan(F x, float lo, float hi) {
+#if SHAMN_ISA_SIMD == 2
+  // maxps and minps return their second operand when one is NaN.
+  return _mm512_min_ps(splat(hi), _mm512_max_ps(splat(lo), x));
+#else
+  const F l = splat(lo), h = splat(hi);
+  const F xc = select_gt(l, x, l, x);  // NaN compares false and stays
+  return select_gt(xc, h, h, xc);
+#endif
+}
+
+// x rounded to the nearest integer, ties to even (vrndscaleps).
+inline F round_even(F x) {
+#if SHAMN_ISA_SIMD == 2
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+  F n;
+  for (int i = 0; i < kLanes; ++i) n[i] = std::nearbyint(x[i]);
+  return n;
+#endif
+}
+
+// exp(x) lane by lane to within 2 ulp: x = n ln2 + r (Cody-Waite: ln 2 split in two
+// so that n * hi is exact), exp(x) = 2^n exp(r), rounded once. NaN gives NaN, lanes
+// above ln(FLT_MAX) give inf, lanes below -104 give 0, with denormals between.
+// std::exp does not vectorise without -ffast-math, and the softmax-heavy kernels
+// spend much of their time here. The upper clamp keeps +inf out of vscalefps,
+// whose answer for a NaN scaled by +inf is not the same on every CPU (Zen 4
+// gives +inf).
+inline F exp(F x) {
+  const F log2e = splat(1.44269504088896341f);
+  const F ln2_hi = splat(-0.693359375f), ln2_lo = splat(2.12194440e-4f);
+  const F xc = clamp_keep_nan(x, -104.0f, 100.0f);
+  const F n = round_even(xc * log2e);
+  return scale_pow2(exp_reduced(fmadd(n, ln2_lo, fmadd(n, ln2_hi, xc))), n);
+}
+
+// 2^y lane by lane to within 2 ulp, for kernels whose arguments come in base 2
+// (the hashed head's logits, scaled by log2(e) through its importance): y = n
+// + f with |f| <= 1/2 exact, 2^f by a degree-6 polynomial (a least-squares
+// fit in relative error, 1.0e-7 at most in float), times 2^n rounded once.
+// Four fewer multiply-adds than exp, which is most of a softmax's arithmetic.
+// NaN gives NaN, lanes above 128 give inf, lanes below -150 give 0.
+inline F exp2(F y) {
+  const F yc = clamp_keep_nan(y, -150.0f, 150.0f);
+  const F n = round_even(yc);
+  const F f = yc - n;
+  F p = splat(1.5370704932138324e-4f);
+  p = fmadd(p, f, splat(1.3399848248809576e-3f));
+  p = fmadd(p, f, splat(9.618373587727547e-3f));
+  p = fmadd(p, f, splat(5.550329014658928e-2f));
+  p = fmadd(p, f, splat(2.4022647738456726e-1f));
+  p = fmadd(p, f, splat(6.931471824645996e-1f));
+  return scale_pow2(fmadd(p, f, splat(1.0f)), n);
 }
 
 #if SHAMN_ISA_SIMD == 2

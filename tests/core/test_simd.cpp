@@ -51,6 +51,52 @@ TEST_CASE("simd::exp underflows to zero, overflows to inf and propagates NaN", "
   CHECK(z[7] < 1.2e-38f);
 }
 
+TEST_CASE("simd::exp2 is within 2 ulp of 2^y from underflow to overflow, exact at integers",
+          "[kernels][simd]") {
+  double worst = 0.0;
+  for (int k = 0; k < 200000; ++k) {
+    simd::F y;
+    for (int i = 0; i < simd::kLanes; ++i)
+      y[i] = -126.0f + 253.9f * static_cast<float>(k * simd::kLanes + i) / (200000.0f * 16.0f);
+    const simd::F p = simd::exp2(y);
+    for (int i = 0; i < simd::kLanes; ++i) {
+      const double want = std::exp2(static_cast<double>(y[i]));
+      const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+      worst = std::max(worst, std::abs(p[i] - want) / ulp);
+    }
+  }
+  INFO("worst error " << worst << " ulp");
+  CHECK(worst <= 2.0);
+  for (int e = -149; e <= 127; e += 16) {
+    simd::F y;
+    for (int i = 0; i < simd::kLanes; ++i) y[i] = static_cast<float>(std::min(127, e + i));
+    const simd::F p = simd::exp2(y);
+    for (int i = 0; i < simd::kLanes; ++i) CHECK(p[i] == std::ldexp(1.0f, static_cast<int>(y[i])));
+  }
+}
+
+TEST_CASE("simd::exp2 underflows to zero, overflows to inf and propagates NaN", "[kernels][simd]") {
+  simd::F y = simd::splat(0.0f);
+  y[0] = -151.0f;
+  y[1] = -std::numeric_limits<float>::infinity();
+  y[2] = std::numeric_limits<float>::quiet_NaN();
+  y[3] = -1e30f;
+  y[5] = 128.0f;
+  y[6] = std::numeric_limits<float>::infinity();
+  y[7] = -149.0f;
+  y[8] = -130.5f;  // a denormal
+  const simd::F p = simd::exp2(y);
+  CHECK(p[0] == 0.0f);
+  CHECK(p[1] == 0.0f);
+  CHECK(std::isnan(p[2]));
+  CHECK(p[3] == 0.0f);
+  CHECK(p[4] == 1.0f);
+  CHECK(std::isinf(p[5]));
+  CHECK(std::isinf(p[6]));
+  CHECK(p[7] == std::numeric_limits<float>::denorm_min());
+  CHECK(p[8] == Approx(std::exp2(-130.5)).epsilon(1e-5));
+}
+
 TEST_CASE("simd::sum16 sums each input into its own lane", "[kernels][simd]") {
   simd::F v[simd::kLanes];
   for (int i = 0; i < simd::kLanes; ++i)
