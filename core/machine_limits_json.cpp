@@ -143,14 +143,14 @@ std::string format_machine_limits(const MachineLimits& m) {
     std::snprintf(name, sizeof(name), "update y += x, %s", names[level]);
     line(name, m.update_bytes[level], "GB/s   ");
   }
-  out += "  (sizes a thread";
+  // Sizes are a thread's; say where one core's probes read more (DRAM's, at
+  // more than one thread).
   for (int level = 0; level < kMemoryLevels; ++level)
     if (m.one_core_buffer_bytes[level] != m.read_buffer_bytes[level]) {
-      std::snprintf(buf, sizeof(buf), "; one core's %s probes read %lld KiB", names[level],
-                    static_cast<long long>(m.one_core_buffer_bytes[level] >> 10));
+      std::snprintf(buf, sizeof(buf), "  (sizes a thread; one core's %s probes read %lld KiB)\n",
+                    names[level], static_cast<long long>(m.one_core_buffer_bytes[level] >> 10));
       out += buf;
     }
-  out += ")\n";
   return out;
 }
 
