@@ -87,7 +87,9 @@ MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::strin
     const nlohmann::json& r = member(reads, kLevelKeys[level], what + " read_gbs");
     m.read_bytes[level] = rate_from(r, where);
     m.read_buffer_bytes[level] = static_cast<int64_t>(positive(r, "buffer_bytes_per_thread", where));
-    // Files from before stop 58 do not say; their one-core probes read a thread's share.
+    // Files written before the key was (stop 58) do not say: taken as a thread's
+    // share, though builds from stop 56 on read the whole DRAM probe already
+    // (it only changes the note the text prints).
     m.one_core_buffer_bytes[level] = r.contains("buffer_bytes_one_core")
                                          ? static_cast<int64_t>(positive(r, "buffer_bytes_one_core", where))
                                          : m.read_buffer_bytes[level];

@@ -6,7 +6,8 @@
 //          8 plain floats portable) for register-tiled micro-kernels, whose every
 //          output is one FMA chain: the same bits at any width.
 //   F      sixteen float lanes as one value (GCC vector extension: one zmm, two
-//          ymm, or what the baseline has) with fmadd, sum, sum16, dot and exp.
+//          ymm, or what the baseline has) with fmadd, sum, sum16, dot, exp and
+//          exp2.
 //
 // Every operation gives bitwise the same result at every level, in a build
 // whose baseline has FMA (the default, x86-64-v3): the portable sums add in the
@@ -393,7 +394,7 @@ inline F exp(F x) {
 // + f with |f| <= 1/2 exact, 2^f by a degree-6 polynomial (a least-squares
 // fit in relative error, 1.0e-7 at most in float), times 2^n rounded once.
 // Four fewer multiply-adds than exp, which is most of a softmax's arithmetic.
-// NaN gives NaN, lanes above 128 give inf, lanes below -150 give 0.
+// NaN gives NaN, lanes at 128 and above give inf, lanes below -150 give 0.
 inline F exp2(F y) {
   const F yc = clamp_keep_nan(y, -150.0f, 150.0f);
   const F n = round_even(yc);

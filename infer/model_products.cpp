@@ -31,10 +31,11 @@ bool epilogue_in_kernel(const WeightMatrix& W, const LoraTerm* lora) {
 // A LoRA term added behind the product, over spans of whole row tiles whose
 // outputs for all n rows of input reach kSpanFloats (32 KiB; under twice that,
 // about an L1's worth): a decode step's 16 streams take one low-rank call for
-// all of a task's rows, a prefill's 512 tokens one per tile as before. One call per 32-row tile in
-// decode spent more in each call's set-up than in its 4 chunks (perf of `bench
-// --streams 16` with a rank-8 int8 adapter: low_rank_add_q8 10% of the samples,
-// 7% by spans). Every output gets the same term, so the same bits.
+// all of a task's rows, a prefill's 512 tokens one per tile as before. One call
+// per 32-row tile in decode spent more in each call's set-up than in its 4
+// chunks (perf of `bench --streams 16` with a rank-8 int8 adapter:
+// low_rank_add_q8 10% of the samples, 7% by spans). Every output gets the same
+// term, so the same bits.
 class LoraSpans {
  public:
   LoraSpans(const LoraTerm* lora, float* y, int64_t y_stride, int64_t n, int64_t begin)
