@@ -53,14 +53,19 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     return;
   }
   // The caller's writes happen before every task; every task's writes happen
-  // before the return. oneTBB guarantees both; these tell ThreadSanitizer.
+  // before the return. oneTBB guarantees both; these tell ThreadSanitizer, which
+  // also skips oneTBB's bookkeeping between bodies (core/thread_sanitizer.h).
   char fork_sync = 0, join_sync = 0;
+  detail::tsan_observe_arena();
+  const detail::TsanEndBookkeeping end_bookkeeping;  // also when a task throws
   detail::tsan_release(&fork_sync);
   tbb::parallel_for(tbb::blocked_range<int64_t>(begin, end, grain),
                     [&](const tbb::blocked_range<int64_t>& r) {
+                      detail::tsan_end_bookkeeping();
                       detail::tsan_acquire(&fork_sync);
                       f(r.begin(), r.end());
                       detail::tsan_release(&join_sync);
+                      detail::tsan_begin_bookkeeping();
                     });
   detail::tsan_acquire(&join_sync);
 }

@@ -8,6 +8,10 @@
 // -DSHAMN_SANITIZE=thread build.
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
+// In libtsan, not declared by GCC 12's header: every memory access of the
+// calling thread is ignored from begin to end (its synchronisation is not).
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
 #endif
 
 namespace shamn::detail {
@@ -25,5 +29,63 @@ inline void tsan_acquire([[maybe_unused]] void* sync) {
   __tsan_acquire(sync);
 #endif
 }
+
+// oneTBB's bookkeeping between task bodies. The thread that finishes a loop's
+// last task decrements the loop's wait node, which lives on the stack of the
+// thread that started the loop; that thread's later use of the same stack (a
+// deeper call of its own, or another task it runs while it waits) is ordered
+// after the decrement only by libtbb's wait, so TSan reports it. A thread
+// ignores its own memory accesses from the end of a task body until it starts
+// the next body, returns from its own loop, or leaves the arena (an observer,
+// core/thread_sanitizer.cpp): what it skips is oneTBB's code, never ours.
+#if defined(__SANITIZE_THREAD__)
+inline thread_local bool tsan_in_bookkeeping = false;
+#endif
+
+inline void tsan_begin_bookkeeping() {
+#if defined(__SANITIZE_THREAD__)
+  if (!tsan_in_bookkeeping) {
+    __tsan_ignore_thread_begin();
+    tsan_in_bookkeeping = true;
+  }
+#endif
+}
+
+inline void tsan_end_bookkeeping() {
+#if defined(__SANITIZE_THREAD__)
+  if (tsan_in_bookkeeping) {
+    __tsan_ignore_thread_end();
+    tsan_in_bookkeeping = false;
+  }
+#endif
+}
+
+// Whether this thread is between a task body's end and its next one (always
+// false outside a TSan build).
+inline bool tsan_in_bookkeeping_span() {
+#if defined(__SANITIZE_THREAD__)
+  return tsan_in_bookkeeping;
+#else
+  return false;
+#endif
+}
+
+// Ends this thread's bookkeeping span when its own loop returns or throws.
+class TsanEndBookkeeping {
+ public:
+  TsanEndBookkeeping() = default;
+  ~TsanEndBookkeeping() { tsan_end_bookkeeping(); }
+  TsanEndBookkeeping(const TsanEndBookkeeping&) = delete;
+  TsanEndBookkeeping& operator=(const TsanEndBookkeeping&) = delete;
+};
+
+// Before this thread starts a loop: the observer that ends the bookkeeping of
+// the workers leaving this thread's arena (one per thread that starts loops;
+// every application thread has an arena of its own).
+#if defined(__SANITIZE_THREAD__)
+void tsan_observe_arena();
+#else
+inline void tsan_observe_arena() {}
+#endif
 
 }  // namespace shamn::detail

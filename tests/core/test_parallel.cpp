@@ -70,3 +70,28 @@ TEST_CASE("inside a SerialScope parallel_for runs the whole range inline", "[cor
     CHECK(calls(1000) > 1);
   }
 }
+
+// Under TSan (core/thread_sanitizer.h) a thread ignores its memory accesses
+// between task bodies; a body run in that span, or a caller left in it after its
+// loop, would hide our own races. Outside a TSan build the span never opens.
+// (Not tested here: a loop whose task throws on another thread also ends the
+// span; TSan reports the exception's transfer through libtbb itself.)
+TEST_CASE("no task body and no caller after its loop runs inside oneTBB's bookkeeping span (1 and 2 threads)",
+          "[core][parallel]") {
+  test::ThreadCountGuard guard;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::atomic<int> bodies_in_span{0};
+    const auto body = [&](int64_t lo, int64_t hi) {
+      if (detail::tsan_in_bookkeeping_span()) bodies_in_span.fetch_add(1);
+      // A loop nested in a task: its return must leave this body out of the span too.
+      parallel_for(lo, hi, 1, [&](int64_t, int64_t) {
+        if (detail::tsan_in_bookkeeping_span()) bodies_in_span.fetch_add(1);
+      });
+      if (detail::tsan_in_bookkeeping_span()) bodies_in_span.fetch_add(1);
+    };
+    parallel_for(0, 256, 32, body);  // bodies of 32 or more, each a loop of its own
+    CHECK(bodies_in_span.load() == 0);
+    CHECK_FALSE(detail::tsan_in_bookkeeping_span());
+  }
+}
