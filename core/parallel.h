@@ -56,7 +56,6 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   // before the return. oneTBB guarantees both; these tell ThreadSanitizer, which
   // also skips oneTBB's bookkeeping between bodies (core/thread_sanitizer.h).
   char fork_sync = 0, join_sync = 0;
-  detail::tsan_observe_arena();
   const detail::TsanEndBookkeeping end_bookkeeping;  // also when a task throws
   detail::tsan_release(&fork_sync);
   tbb::parallel_for(tbb::blocked_range<int64_t>(begin, end, grain),

@@ -36,26 +36,38 @@ inline void tsan_acquire([[maybe_unused]] void* sync) {
 // deeper call of its own, or another task it runs while it waits) is ordered
 // after the decrement only by libtbb's wait, so TSan reports it. A thread
 // ignores its own memory accesses from the end of a task body until it starts
-// the next body, returns from its own loop, or leaves the arena (an observer,
-// core/thread_sanitizer.cpp): what it skips is oneTBB's code, never ours.
+// the next body or returns from its own loop: what it skips is oneTBB's code,
+// never ours. A worker may sit in that span until it exits, and TSan aborts
+// when a thread exits with accesses ignored, so the span also ends with the
+// thread (C++ thread_local destructors run before TSan's own thread-exit
+// work, a pthread key destructor).
 #if defined(__SANITIZE_THREAD__)
-inline thread_local bool tsan_in_bookkeeping = false;
+struct TsanBookkeepingSpan {
+  bool open = false;
+  TsanBookkeepingSpan() = default;
+  ~TsanBookkeepingSpan() {
+    if (open) __tsan_ignore_thread_end();
+  }
+  TsanBookkeepingSpan(const TsanBookkeepingSpan&) = delete;
+  TsanBookkeepingSpan& operator=(const TsanBookkeepingSpan&) = delete;
+};
+inline thread_local TsanBookkeepingSpan tsan_bookkeeping;
 #endif
 
 inline void tsan_begin_bookkeeping() {
 #if defined(__SANITIZE_THREAD__)
-  if (!tsan_in_bookkeeping) {
+  if (!tsan_bookkeeping.open) {
     __tsan_ignore_thread_begin();
-    tsan_in_bookkeeping = true;
+    tsan_bookkeeping.open = true;
   }
 #endif
 }
 
 inline void tsan_end_bookkeeping() {
 #if defined(__SANITIZE_THREAD__)
-  if (tsan_in_bookkeeping) {
+  if (tsan_bookkeeping.open) {
     __tsan_ignore_thread_end();
-    tsan_in_bookkeeping = false;
+    tsan_bookkeeping.open = false;
   }
 #endif
 }
@@ -64,7 +76,7 @@ inline void tsan_end_bookkeeping() {
 // false outside a TSan build).
 inline bool tsan_in_bookkeeping_span() {
 #if defined(__SANITIZE_THREAD__)
-  return tsan_in_bookkeeping;
+  return tsan_bookkeeping.open;
 #else
   return false;
 #endif
@@ -78,14 +90,5 @@ class TsanEndBookkeeping {
   TsanEndBookkeeping(const TsanEndBookkeeping&) = delete;
   TsanEndBookkeeping& operator=(const TsanEndBookkeeping&) = delete;
 };
-
-// Before this thread starts a loop: the observer that ends the bookkeeping of
-// the workers leaving this thread's arena (one per thread that starts loops;
-// every application thread has an arena of its own).
-#if defined(__SANITIZE_THREAD__)
-void tsan_observe_arena();
-#else
-inline void tsan_observe_arena() {}
-#endif
 
 }  // namespace shamn::detail
