@@ -25,9 +25,7 @@ inline thread_local int serial_depth = 0;
 // While one is alive (and active), every parallel_for on this thread runs
 // inline. For the body of a task that is already one of as many as there are
 // threads (the runtime's row slices, its experts): loops inside it would only
-// add task overhead, and a loop nested in a task reuses stack where libtbb's
-// bookkeeping of an earlier loop stood, which ThreadSanitizer cannot see
-// ordered.
+// add task overhead.
 class SerialScope {
  public:
   explicit SerialScope(bool active = true) : active_(active) { detail::serial_depth += active_ ? 1 : 0; }
@@ -56,17 +54,14 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   // before the return. oneTBB guarantees both; these tell ThreadSanitizer, which
   // also skips oneTBB's bookkeeping between bodies (core/thread_sanitizer.h).
   char fork_sync = 0, join_sync = 0;
-  const detail::TsanEndBookkeeping end_bookkeeping;  // also when a task throws
+  detail::tsan_observe_arena();
+  const detail::TsanLoopJoin join(&join_sync);
   detail::tsan_release(&fork_sync);
   tbb::parallel_for(tbb::blocked_range<int64_t>(begin, end, grain),
                     [&](const tbb::blocked_range<int64_t>& r) {
-                      detail::tsan_end_bookkeeping();
-                      detail::tsan_acquire(&fork_sync);
+                      const detail::TsanTaskBody body(&fork_sync, &join_sync);
                       f(r.begin(), r.end());
-                      detail::tsan_release(&join_sync);
-                      detail::tsan_begin_bookkeeping();
                     });
-  detail::tsan_acquire(&join_sync);
 }
 
 // Deterministic sum: [begin, end) is cut into fixed chunks of `chunk` iterations

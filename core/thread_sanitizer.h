@@ -36,38 +36,28 @@ inline void tsan_acquire([[maybe_unused]] void* sync) {
 // deeper call of its own, or another task it runs while it waits) is ordered
 // after the decrement only by libtbb's wait, so TSan reports it. A thread
 // ignores its own memory accesses from the end of a task body until it starts
-// the next body or returns from its own loop: what it skips is oneTBB's code,
-// never ours. A worker may sit in that span until it exits, and TSan aborts
-// when a thread exits with accesses ignored, so the span also ends with the
-// thread (C++ thread_local destructors run before TSan's own thread-exit
-// work, a pthread key destructor).
+// the next body, returns from its own loop, or leaves the arena (an observer,
+// core/thread_sanitizer.cpp; TSan aborts when a thread exits with accesses
+// ignored, and a worker leaves its arena before it can exit). What it skips is
+// oneTBB's code between our bodies.
 #if defined(__SANITIZE_THREAD__)
-struct TsanBookkeepingSpan {
-  bool open = false;
-  TsanBookkeepingSpan() = default;
-  ~TsanBookkeepingSpan() {
-    if (open) __tsan_ignore_thread_end();
-  }
-  TsanBookkeepingSpan(const TsanBookkeepingSpan&) = delete;
-  TsanBookkeepingSpan& operator=(const TsanBookkeepingSpan&) = delete;
-};
-inline thread_local TsanBookkeepingSpan tsan_bookkeeping;
+inline thread_local bool tsan_in_bookkeeping = false;
 #endif
 
 inline void tsan_begin_bookkeeping() {
 #if defined(__SANITIZE_THREAD__)
-  if (!tsan_bookkeeping.open) {
+  if (!tsan_in_bookkeeping) {
     __tsan_ignore_thread_begin();
-    tsan_bookkeeping.open = true;
+    tsan_in_bookkeeping = true;
   }
 #endif
 }
 
 inline void tsan_end_bookkeeping() {
 #if defined(__SANITIZE_THREAD__)
-  if (tsan_bookkeeping.open) {
+  if (tsan_in_bookkeeping) {
     __tsan_ignore_thread_end();
-    tsan_bookkeeping.open = false;
+    tsan_in_bookkeeping = false;
   }
 #endif
 }
@@ -76,19 +66,71 @@ inline void tsan_end_bookkeeping() {
 // false outside a TSan build).
 inline bool tsan_in_bookkeeping_span() {
 #if defined(__SANITIZE_THREAD__)
-  return tsan_bookkeeping.open;
+  return tsan_in_bookkeeping;
 #else
   return false;
 #endif
 }
 
-// Ends this thread's bookkeeping span when its own loop returns or throws.
-class TsanEndBookkeeping {
+// Before this thread starts its first loop: the observer that ends the span of
+// every worker leaving this thread's arena (each application thread has an
+// arena of its own).
+#if defined(__SANITIZE_THREAD__)
+void tsan_observe_arena();
+#else
+inline void tsan_observe_arena() {}
+#endif
+
+// Around one task body: acquires the fork and ends the span on entry; releases
+// the join and opens the span on exit, also when the body throws.
+class TsanTaskBody {
  public:
-  TsanEndBookkeeping() = default;
-  ~TsanEndBookkeeping() { tsan_end_bookkeeping(); }
-  TsanEndBookkeeping(const TsanEndBookkeeping&) = delete;
-  TsanEndBookkeeping& operator=(const TsanEndBookkeeping&) = delete;
+  TsanTaskBody([[maybe_unused]] void* fork_sync, [[maybe_unused]] void* join_sync)
+#if defined(__SANITIZE_THREAD__)
+      : join_sync_(join_sync)
+#endif
+  {
+    tsan_end_bookkeeping();
+    tsan_acquire(fork_sync);
+  }
+  ~TsanTaskBody() {
+#if defined(__SANITIZE_THREAD__)
+    tsan_release(join_sync_);
+#endif
+    tsan_begin_bookkeeping();
+  }
+  TsanTaskBody(const TsanTaskBody&) = delete;
+  TsanTaskBody& operator=(const TsanTaskBody&) = delete;
+
+ private:
+#if defined(__SANITIZE_THREAD__)
+  void* join_sync_;
+#endif
+};
+
+// Around the caller's loop: on return or throw, ends the caller's span and
+// acquires the join (every task's writes before the caller's next step).
+class TsanLoopJoin {
+ public:
+  explicit TsanLoopJoin([[maybe_unused]] void* join_sync)
+#if defined(__SANITIZE_THREAD__)
+      : join_sync_(join_sync)
+#endif
+  {
+  }
+  ~TsanLoopJoin() {
+    tsan_end_bookkeeping();
+#if defined(__SANITIZE_THREAD__)
+    tsan_acquire(join_sync_);
+#endif
+  }
+  TsanLoopJoin(const TsanLoopJoin&) = delete;
+  TsanLoopJoin& operator=(const TsanLoopJoin&) = delete;
+
+ private:
+#if defined(__SANITIZE_THREAD__)
+  void* join_sync_;
+#endif
 };
 
 }  // namespace shamn::detail
