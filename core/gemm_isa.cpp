@@ -52,6 +52,7 @@ constexpr int NR = 8;
 #endif
 constexpr int NV = NR / simd::kVec;  // vectors per row of the C tile
 constexpr int64_t KC = 512;
+constexpr int64_t kMinKInPlace = 64;
 constexpr int64_t NC = 1024 / NR * NR;  // B panel [KC, NC] = 2 MiB: shared via L3
 
 // Also split B's columns between threads when M has fewer micro-panels than this per
@@ -170,10 +171,15 @@ void pack_b_panel(Trans tb, const float* B, int64_t ldb, int64_t k0, int64_t kc,
 // is one FMA chain over k = 0..kc-1, so its value does not depend on the tile shape,
 // on where the tile sits or on which thread runs it: every level gives the same bits.
 
+// C + alpha * acc is one explicit FMA: left as a product and a sum, GCC fused
+// it in some copies of the kernel and not in others (levels, A packed or read
+// in place), and their bits differed.
 inline simd::Vec combine(simd::Vec acc, const float* p, float alpha, float beta) {
+  if (beta == 1.0f)
+    return alpha == 1.0f ? simd::vadd(simd::vloadu(p), acc)
+                         : simd::vfma(simd::vsplat(alpha), acc, simd::vloadu(p));
   const simd::Vec r = alpha == 1.0f ? acc : simd::vmul(simd::vsplat(alpha), acc);
   if (beta == 0.0f) return r;
-  if (beta == 1.0f) return simd::vadd(simd::vloadu(p), r);
   return simd::vfma(simd::vsplat(beta), simd::vloadu(p), r);
 }
 
@@ -219,22 +225,29 @@ using Tile = simd::Vec[MR][NV];
     for (int v = 0; v < NV; ++v) simd::vstoreu(&tile[i][v * kVec], acc[i][v]);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) {
-      float r = alpha == 1.0f ? tile[i][j] : alpha * tile[i][j];
       float& out = c[i * ldc + j];
       if (beta == 1.0f) {
-        r = out + r;
-      } else if (beta != 0.0f) {
-        r = std::fma(beta, out, r);
+        out = alpha == 1.0f ? out + tile[i][j] : std::fma(alpha, tile[i][j], out);
+        continue;
       }
+      float r = alpha == 1.0f ? tile[i][j] : alpha * tile[i][j];
+      if (beta != 0.0f) r = std::fma(beta, out, r);
       out = r;
     }
 }
 
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
-                  int64_t ldc, float alpha, float beta, int mr, int nr) {
+// ARows: A read in place, row i of the tile at a + i * lda (rows >= mr repeat
+// row mr - 1, whose sums the edge path drops); else the packed micro-panel.
+template <bool ARows>
+[[gnu::always_inline]] inline void micro_kernel_impl(int64_t kc, const float* __restrict a, int64_t lda,
+                                                     const float* __restrict b, float* __restrict c,
+                                                     int64_t ldc, float alpha, float beta, int mr, int nr) {
   using simd::kVec;
   using simd::Vec;
   Vec acc[MR][NV];
+  const float* arow[MR];
+  if constexpr (ARows)
+    for (int i = 0; i < MR; ++i) arow[i] = a + std::min(i, mr - 1) * lda;
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
@@ -251,11 +264,11 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     for (int v = 0; v < NV; ++v) bv[v] = simd::vload(b + v * kVec);
 #pragma GCC unroll 32
     for (int i = 0; i < MR; ++i) {
-      const Vec ai = simd::vbroadcast(a + i);
+      const Vec ai = ARows ? simd::vbroadcast(arow[i] + k) : simd::vbroadcast(a + i);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = simd::vfma(ai, bv[v], acc[i][v]);
     }
-    a += MR;
+    if constexpr (!ARows) a += MR;
     b += NR;
   }
 
@@ -280,15 +293,25 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     for (int v = 0; v < NV; ++v) simd::vstoreu(&tile[i][v * kVec], acc[i][v]);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) {
-      float r = alpha == 1.0f ? tile[i][j] : alpha * tile[i][j];
       float& out = c[i * ldc + j];
       if (beta == 1.0f) {
-        r = out + r;
-      } else if (beta != 0.0f) {
-        r = std::fma(beta, out, r);
+        out = alpha == 1.0f ? out + tile[i][j] : std::fma(alpha, tile[i][j], out);
+        continue;
       }
+      float r = alpha == 1.0f ? tile[i][j] : alpha * tile[i][j];
+      if (beta != 0.0f) r = std::fma(beta, out, r);
       out = r;
     }
+}
+
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
+                  int64_t ldc, float alpha, float beta, int mr, int nr) {
+  micro_kernel_impl<false>(kc, a, 0, b, c, ldc, alpha, beta, mr, nr);
+}
+
+void micro_kernel_rows(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
+                       float* __restrict c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+  micro_kernel_impl<true>(kc, a, lda, b, c, ldc, alpha, beta, mr, nr);
 }
 
 // The bf16 products (train.precision = "bf16") on panels of bf16 pairs
@@ -382,9 +405,10 @@ void product_tile(bool bf16, bool native, int64_t kc, const float* a, const floa
 // Products with few tiles of C against a long K, a weight gradient above all
 // (C [16, 512] summed over 49,152 tokens): the loop below would run two parallel
 // loops per K block over a handful of tiles each. Here the K blocks are the
-// parallel work (core/chunk_fold.h): block c's partial is alpha * op(A) op(B) over
-// its K slice, exactly what the loop below adds into C for it, and the partials
-// are added into C in block order, beta applied with the first: the same bits.
+// parallel work (core/chunk_fold.h): block c's partial is op(A) op(B) over its K
+// slice, exactly the sums the loop below scales by alpha and adds into C for it,
+// and the partials are added into C in block order, beta applied with the first:
+// the same bits.
 constexpr int64_t kSplitMaxC = int64_t{1} << 18;  // floats of C: 1 MiB per partial
 
 // Split when C has few row panels for the threads, or when K has blocks enough to
@@ -421,23 +445,28 @@ void gemm_split_k(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alp
         if (bf16) pair_panel<MR>(ap, kc);
         for (int64_t q = 0; q < n_panels; ++q) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
-          product_tile(bf16, native, kc, ap, bp + q * NR * kc, out + p * MR * N + jc + q * NR, N, alpha, 0.0f,
+          product_tile(bf16, native, kc, ap, bp + q * NR * kc, out + p * MR * N + jc + q * NR, N, 1.0f, 0.0f,
                        mr, nr);
         }
       }
     }
   };
-  // As combine() and the edge tiles: C + r after the first block, beta's rule with it.
+  // As combine() and the edge tiles: C + alpha * r (one FMA) after the first
+  // block, beta's rule with it.
   const auto add_block = [&](int64_t block, const float* in, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float* __restrict c = C + i * ldc;
       const float* __restrict r = in + i * N;
       if (block > 0 || beta == 1.0f) {
-        for (int64_t j = 0; j < N; ++j) c[j] = c[j] + r[j];
+        if (alpha == 1.0f) {
+          for (int64_t j = 0; j < N; ++j) c[j] = c[j] + r[j];
+        } else {
+          for (int64_t j = 0; j < N; ++j) c[j] = std::fma(alpha, r[j], c[j]);
+        }
       } else if (beta == 0.0f) {
-        std::copy(r, r + N, c);
+        for (int64_t j = 0; j < N; ++j) c[j] = alpha == 1.0f ? r[j] : alpha * r[j];
       } else {
-        for (int64_t j = 0; j < N; ++j) c[j] = std::fma(beta, c[j], r[j]);
+        for (int64_t j = 0; j < N; ++j) c[j] = std::fma(beta, c[j], alpha == 1.0f ? r[j] : alpha * r[j]);
       }
     }
   };
@@ -462,6 +491,11 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
   ScratchLease bpack(tls_bpack, static_cast<size_t>(kc_max * nc_max) + kPackPad);
   float* bp = bpack.get();
   const int64_t m_panels = ceil_div(M, MR);
+  // A stored row-major is read in place by the kernels (same sums, same order):
+  // 4-14% faster on one thread for K >= 512 (experiments/matmul.md), and no
+  // packing pass. Below kMinKInPlace the packed copy stays: there the strided
+  // row reads cost more than the copy (bwd dx of a router, K = 4..20).
+  const bool a_in_place = !bf16 && ta == Trans::no && K >= kMinKInPlace;
 
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
@@ -502,10 +536,18 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
           const int64_t q0 = g * group_panels;
           const int64_t q1 = std::min(n_panels, q0 + group_panels);
           const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
+          float* crow = C + p * MR * ldc + jc;
+          if (a_in_place) {
+            const float* arows = A + p * MR * lda + pc;
+            for (int64_t q = q0; q < q1; ++q) {
+              const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
+              micro_kernel_rows(kc, arows, lda, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);
+            }
+            continue;
+          }
           // Packed right before use, the A micro-panel is still in L1 for the kernels.
           pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
           if (bf16) pair_panel<MR>(ap, kc);
-          float* crow = C + p * MR * ldc + jc;
           for (int64_t q = q0; q < q1; ++q) {
             const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
             product_tile(bf16, native, kc, ap, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);

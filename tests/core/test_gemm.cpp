@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/gemm.h"
+#include "core/kernel_level.h"
 #include "core/parallel.h"
 
 using shamn::Trans;
@@ -273,7 +274,8 @@ TEST_CASE("gemm float: a long K split over threads gives the bits of the serial 
   uint32_t seed = 4500;
   for (Trans ta : kTrans)
     for (Trans tb : kTrans)
-      for (const auto& [alpha, beta] : {std::pair{1.0f, 1.0f}, {0.5f, 0.0f}, {1.0f, 0.25f}}) {
+      for (const auto& [alpha, beta] :
+           {std::pair{1.0f, 1.0f}, {0.5f, 0.0f}, {1.0f, 0.25f}, {0.75f, 1.0f}, {0.3f, 0.0f}}) {
         Problem<float> p(ta, tb, 16, 100, 1500, alpha, beta, 1, seed++);
         if (beta == 0.0f) std::fill(p.c0.begin(), p.c0.end(), std::numeric_limits<float>::quiet_NaN());
         shamn::set_num_threads(1);
@@ -322,6 +324,59 @@ TEST_CASE("gemm with few columns of C gives the bits of the direct product", "[g
               CHECK(std::memcmp(direct.data(), few.data(), direct.size() * sizeof(float)) == 0);
               if (precision == shamn::ProductPrecision::f32) CHECK(compare(p, few, p.run_naive(), p.c0) == 0);
             }
+}
+
+TEST_CASE("gemm float reads a row-major A in place with the bits of the packed transposed A",
+          "[gemm][threads]") {
+  // op(A) = A (K >= 64) is read row by row in place; op(A) = (A^T)^T is packed
+  // first. Both give each C element the same chain of fused multiply-adds, so the
+  // bits agree, and equal the first level's at every other: row counts that leave
+  // edge tiles, padded rows, several K blocks (513, 1300), both B layouts, every
+  // beta rule (C + alpha * acc among them, once fused in some kernels only).
+  ThreadCountGuard guard;
+  struct RestoreLevel {
+    shamn::KernelLevel level = shamn::kernel_level();
+    ~RestoreLevel() { shamn::set_kernel_level(level); }
+  } restore;
+  struct Dims {
+    int64_t M, N, K;
+  };
+  std::vector<std::vector<float>> first_level;
+  for (int level = 0; level < shamn::kKernelLevels; ++level) {
+    if (!shamn::kernel_level_supported(static_cast<shamn::KernelLevel>(level))) continue;
+    shamn::set_kernel_level(static_cast<shamn::KernelLevel>(level));
+    const bool first = first_level.empty();
+    size_t index = 0;
+    uint32_t seed = 7500;
+    for (const Dims& d : {Dims{37, 70, 64}, Dims{301, 257, 513}, Dims{45, 100, 1300}})
+      for (Trans tb : kTrans)
+        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.75f, 1.0f}, {1.0f, 0.25f}})
+          for (int threads : {1, 2}) {
+            shamn::set_num_threads(threads);
+            Problem<float> rows(Trans::no, tb, d.M, d.N, d.K, alpha, beta, 3, seed++);
+            if (beta == 0.0f)
+              std::fill(rows.c0.begin(), rows.c0.end(), std::numeric_limits<float>::quiet_NaN());
+            const int64_t lda_t = d.M + 1;  // A^T [K, M], padded too
+            std::vector<float> a_t(static_cast<size_t>(d.K * lda_t), 0.0f);
+            for (int64_t i = 0; i < d.M; ++i)
+              for (int64_t k = 0; k < d.K; ++k) a_t[k * lda_t + i] = rows.a[i * rows.lda + k];
+            std::vector<float> packed = rows.c0;
+            shamn::gemm(Trans::yes, tb, d.M, d.N, d.K, alpha, a_t.data(), lda_t, rows.b.data(), rows.ldb,
+                        beta, packed.data(), rows.ldc);
+            const std::vector<float> in_place = rows.run_fast(rows.c0);
+            INFO(rows.describe() << " level=" << shamn::kernel_level_name(shamn::kernel_level())
+                                 << " threads=" << threads);
+            CHECK(std::memcmp(in_place.data(), packed.data(), in_place.size() * sizeof(float)) == 0);
+            CHECK(compare(rows, in_place, rows.run_naive(), rows.c0) == 0);
+            if (first) {
+              first_level.push_back(in_place);
+            } else {
+              CHECK(std::memcmp(in_place.data(), first_level[index].data(),
+                                in_place.size() * sizeof(float)) == 0);
+            }
+            ++index;
+          }
+  }
 }
 
 TEST_CASE("gemm double is bit-identical with 1 and 2 threads", "[gemm][threads]") {
