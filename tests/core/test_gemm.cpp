@@ -367,8 +367,8 @@ TEST_CASE("gemm float reads a row-major A in place with the bits of the packed t
             INFO(rows.describe() << " level=" << shamn::kernel_level_name(shamn::kernel_level())
                                  << " threads=" << threads);
             CHECK(std::memcmp(in_place.data(), packed.data(), in_place.size() * sizeof(float)) == 0);
-            CHECK(compare(rows, in_place, rows.run_naive(), rows.c0) == 0);
             if (first) {
+              CHECK(compare(rows, in_place, rows.run_naive(), rows.c0) == 0);
               first_level.push_back(in_place);
             } else {
               CHECK(std::memcmp(in_place.data(), first_level[index].data(),
