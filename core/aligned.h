@@ -11,12 +11,13 @@ inline constexpr size_t kAlignment = 64;
 // (naming the size) when memory runs out.
 //
 // Blocks of kCachedBlockBytes or more are not returned to the C library when freed
-// but kept, by size, for the next request of the same size: a training step
-// allocates the same activation sizes every step, and fresh pages would otherwise
-// fault and be cleared by the kernel each time. A request that finds no block of
-// its size frees the oldest cached blocks as far as needed to keep live plus cached
-// bytes within the largest live footprint reached so far: the cache never raises
-// the peak.
+// but kept, by size, for the next request of that size or a little less (a
+// quarter at most): a training step allocates the same activation sizes every
+// step, and fresh pages would otherwise fault and be cleared by the kernel each
+// time. Live plus cached bytes stay within the largest live footprint reached so
+// far plus 1/32 of it: a request that would pass that takes a cached block up to
+// twice its size, else frees cached blocks (the smallest that is enough, else the
+// largest first) as far as needed.
 void* aligned_alloc_bytes(size_t nbytes);
 // `nbytes` must be the size passed to aligned_alloc_bytes.
 void aligned_free(void* ptr, size_t nbytes) noexcept;

@@ -48,20 +48,64 @@ TEST_CASE("a request of a new size frees cached blocks rather than pass the peak
   release_cached_blocks();
 }
 
-TEST_CASE("a miss frees the oldest cached blocks only as far as the peak needs", "[core][aligned]") {
+TEST_CASE("a request takes a cached block up to a quarter larger, and its free caches all of it",
+          "[core][aligned]") {
   release_cached_blocks();
   const size_t one = kCachedBlockBytes;
-  void* a = aligned_alloc_bytes(2 * one);
+  const size_t live0 = live_block_bytes();
+  void* x = aligned_alloc_bytes(16 * one);
+  aligned_free(x, 16 * one);
+  void* s = aligned_alloc_bytes(one);  // frees x: the cache now holds less than the peak
+  REQUIRE(cached_block_bytes() == 0);
+  void* a = aligned_alloc_bytes(4 * one);
+  aligned_free(a, 4 * one);
+  aligned_free(s, one);
+  void* b = aligned_alloc_bytes(3 * one + one / 2);
+  CHECK(b == a);
+  CHECK(live_block_bytes() == live0 + 4 * one);  // the block's own size
+  aligned_free(b, 3 * one + one / 2);
+  CHECK(cached_block_bytes() == 5 * one);
+  CHECK(live_block_bytes() == live0);
+  // a is twice this request, and there is room below the peak: a fresh block.
+  void* c = aligned_alloc_bytes(2 * one);
+  CHECK(c != a);
+  CHECK(cached_block_bytes() == 5 * one);
+  aligned_free(c, 2 * one);
+  release_cached_blocks();
+}
+
+TEST_CASE("where a fresh block would pass the peak, a cached block up to twice the request serves",
+          "[core][aligned]") {
+  release_cached_blocks();
+  const size_t one = kCachedBlockBytes;
+  const size_t live0 = live_block_bytes();
+  void* a = aligned_alloc_bytes(4 * one);
+  aligned_free(a, 4 * one);
   void* b = aligned_alloc_bytes(2 * one);
-  aligned_free(a, 2 * one);
+  CHECK(b == a);
+  CHECK(cached_block_bytes() == 0);
   aligned_free(b, 2 * one);
-  // Live + cached + this request would pass the peak by one block: a (the older) goes.
-  void* c = aligned_alloc_bytes(one);
-  CHECK(cached_block_bytes() == 2 * one);
-  void* d = aligned_alloc_bytes(2 * one);
-  CHECK(d == b);
-  aligned_free(c, one);
-  aligned_free(d, 2 * one);
+  CHECK(cached_block_bytes() == 4 * one);
+  CHECK(live_block_bytes() == live0);
+  release_cached_blocks();
+}
+
+TEST_CASE("a miss frees the smallest cached block that makes room, not the oldest", "[core][aligned]") {
+  release_cached_blocks();
+  const size_t one = kCachedBlockBytes;
+  // Peak 33.5 blocks, so the cache may hold about one block more than that.
+  void* big = aligned_alloc_bytes(32 * one);
+  void* mid = aligned_alloc_bytes(one + one / 2);
+  aligned_free(big, 32 * one);  // the oldest
+  aligned_free(mid, one + one / 2);
+  // No block near 2.5 blocks, and 36 would pass 33.5 + 33.5 / 32 by about 1.45:
+  // the 1.5-block one makes that room alone.
+  void* c = aligned_alloc_bytes(2 * one + one / 2);
+  CHECK(cached_block_bytes() == 32 * one);
+  void* d = aligned_alloc_bytes(32 * one);
+  CHECK(d == big);
+  aligned_free(c, 2 * one + one / 2);
+  aligned_free(d, 32 * one);
   release_cached_blocks();
 }
 
