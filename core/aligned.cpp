@@ -51,17 +51,13 @@ class BlockCache {
  public:
   void* take(size_t rounded) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto fit = blocks_.lower_bound(rounded);
-    if (fit != blocks_.end() && fit->first - rounded <= rounded / kReuseSlack && note_size(*fit, rounded)) {
-      return hand_out(fit);
-    }
     const size_t limit = std::max(peak_ + peak_ / kHeadroom, live_ + rounded);
     // Where a fresh block would free a cached one, a cached block up to twice the
     // request serves instead.
-    if (live_ + cached_ + rounded > limit) {
-      fit = blocks_.lower_bound(rounded);
-      if (fit != blocks_.end() && fit->first / 2 <= rounded && note_size(*fit, rounded)) return hand_out(fit);
-    }
+    const size_t slack = live_ + cached_ + rounded > limit ? rounded : rounded / kReuseSlack;
+    auto fit = blocks_.lower_bound(rounded);
+    if (fit != blocks_.end() && fit->first - rounded <= slack && note_size(*fit, rounded))
+      return hand_out(fit);
     while (!blocks_.empty() && live_ + cached_ + rounded > limit) {
       auto victim = blocks_.lower_bound(live_ + cached_ + rounded - limit);
       if (victim == blocks_.end()) victim = blocks_.lower_bound(std::prev(blocks_.end())->first);
