@@ -3,10 +3,13 @@
 
   roofline_table.py RUN.txt STEPS [MIN_SHARE]     ops of RUN over MIN_SHARE % of the step (default 1),
                                                   per step, then the step and its passes
-  roofline_table.py --compare ONE.txt TWO.txt STEPS [MIN_SHARE]
+  roofline_table.py --compare ONE.txt TWO.txt STEPS [MIN_SHARE] [THREADS]
                                                   ms per step of each op in two runs (1 and 2 threads)
                                                   and the speed-up of the second; STEPS is one count
-                                                  for both or ONE_STEPS,TWO_STEPS
+                                                  for both or ONE_STEPS,TWO_STEPS. With THREADS (the
+                                                  second run's; the first ran on one), each op's ms
+                                                  above THREADS-fold scaling and the step's serial
+                                                  fraction by Amdahl's law
 
 Rows are the roofline table's (name, category, total ms, GFLOP, MB, bound ms,
 x bound, % step); layers, phases and the step are left out of the op rows.
@@ -47,22 +50,31 @@ def table(path, steps, min_share):
               f"| {v['level']} | {v['bound'] / steps:.2f} | {v['ratio']} | {v['share']} |")
 
 
-def compare(one, two, steps, min_share):
+def compare(one, two, steps, min_share, threads=None):
     a, b = rows(one), rows(two)
     steps_a, steps_b = (int(n) for n in (steps.split(",") if "," in steps else (steps, steps)))
-    print("| op | pass | ms/step, run 1 | ms/step, run 2 | speed-up | x bound, run 2 |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    over = f" | ms over {threads}x" if threads else ""
+    print(f"| op | pass | ms/step, run 1 | ms/step, run 2 | speed-up | x bound, run 2{over} |")
+    print("| --- | --- | ---: | ---: | ---: | ---:" + (" | ---: |" if threads else " |"))
     keys = [k for k, v in a.items() if k in b and (not NOT_OPS.match(k[0]) or k[0] == "train_step")
             and v["share"] >= min_share]
     for name, cat in keys:
         x, y = a[(name, cat)]["ms"] / steps_a, b[(name, cat)]["ms"] / steps_b
-        print(f"| {name} | {cat} | {x:.1f} | {y:.1f} | {x / y:.2f}x | {b[(name, cat)]['ratio']} |")
+        extra = f" | {y - x / threads:.1f}" if threads else ""
+        print(f"| {name} | {cat} | {x:.1f} | {y:.1f} | {x / y:.2f}x | {b[(name, cat)]['ratio']}{extra} |")
+    if threads and threads > 1 and ("train_step", "step") in a and ("train_step", "step") in b:
+        # Amdahl: T_n = T_1 * (f + (1 - f) / n), so f = (T_n / T_1 - 1 / n) / (1 - 1 / n).
+        x, y = a[("train_step", "step")]["ms"] / steps_a, b[("train_step", "step")]["ms"] / steps_b
+        f = (y / x - 1 / threads) / (1 - 1 / threads)
+        print(f"\nstep speed-up {x / y:.2f}x on {threads} threads: serial fraction {100 * f:.1f}% "
+              f"(Amdahl); at 16 threads that fraction alone would allow {1 / (f + (1 - f) / 16):.1f}x")
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args and args[0] == "--compare":
-        compare(args[1], args[2], args[3], float(args[4]) if len(args) > 4 else 1.0)
+        compare(args[1], args[2], args[3], float(args[4]) if len(args) > 4 else 1.0,
+                int(args[5]) if len(args) > 5 else None)
     elif len(args) >= 2:
         table(args[0], int(args[1]), float(args[2]) if len(args) > 2 else 1.0)
     else:
