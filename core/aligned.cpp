@@ -8,6 +8,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <sys/mman.h>
+
 #include "core/check.h"
 
 // Under AddressSanitizer a cached block is poisoned while it waits in the cache:
@@ -25,6 +27,25 @@
 
 namespace shamn {
 namespace {
+
+// A block of kPopulatedBlockBytes or more is mapped with its pages populated in
+// one call (MAP_POPULATE): left to the C library it was faulted in page by page
+// at its first writes, and on default at batch 96 (9 GB of fresh tensors) the
+// first step took 25-32 s that way and takes 18-23 s populated, on a VM whose
+// page faults are slow (experiments/roofline.md, "Stop 62"). Whether a block is
+// mapped follows from its own size alone, so its release needs nothing else.
+void* fresh_block(size_t rounded) {
+  if (rounded < kPopulatedBlockBytes) return std::aligned_alloc(kAlignment, rounded);
+  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;  // page-aligned, so kAlignment-aligned
+}
+
+void release_block(void* ptr, size_t bytes) noexcept {
+  if (bytes < kPopulatedBlockBytes)
+    std::free(ptr);
+  else
+    munmap(ptr, bytes);
+}
 
 size_t rounded_size(size_t nbytes) {
   // std::aligned_alloc wants a multiple of the alignment.
@@ -65,7 +86,7 @@ class BlockCache {
       blocks_.erase(victim);
       cached_ -= bytes;
       SHAMN_UNPOISON(ptr, bytes);
-      std::free(ptr);
+      release_block(ptr, bytes);
     }
     return nullptr;
   }
@@ -91,7 +112,7 @@ class BlockCache {
     try {
       blocks_.emplace(bytes, ptr);  // after its equals: the oldest stays first
     } catch (...) {
-      std::free(ptr);
+      release_block(ptr, bytes);
       return;
     }
     cached_ += bytes;
@@ -119,7 +140,7 @@ class BlockCache {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [bytes, ptr] : blocks_) {
       SHAMN_UNPOISON(ptr, bytes);
-      std::free(ptr);
+      release_block(ptr, bytes);
     }
     blocks_.clear();
     cached_ = 0;
@@ -177,10 +198,10 @@ void* aligned_alloc_bytes(size_t nbytes) {
   const bool cached = rounded >= kCachedBlockBytes;
   if (cached)
     if (void* ptr = cache().take(rounded)) return ptr;
-  void* ptr = std::aligned_alloc(kAlignment, rounded);
+  void* ptr = fresh_block(rounded);
   if (ptr == nullptr && cached_block_bytes() > 0) {
     release_cached_blocks();
-    ptr = std::aligned_alloc(kAlignment, rounded);
+    ptr = fresh_block(rounded);
   }
   SHAMN_CHECK(ptr != nullptr, "out of memory allocating ", nbytes, " bytes");
   if (cached) cache().note_fresh(rounded);

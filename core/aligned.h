@@ -1,5 +1,6 @@
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 namespace shamn {
 
@@ -23,6 +24,15 @@ void* aligned_alloc_bytes(size_t nbytes);
 void aligned_free(void* ptr, size_t nbytes) noexcept;
 
 inline constexpr size_t kCachedBlockBytes = size_t{256} << 10;
+
+// Blocks of this many bytes or more come from the kernel with every page already
+// mapped (mmap, MAP_POPULATE) rather than faulted in at their first writes. The
+// sanitizer builds keep the C library's blocks, whose bounds their checks know.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr size_t kPopulatedBlockBytes = SIZE_MAX;
+#else
+inline constexpr size_t kPopulatedBlockBytes = size_t{32} << 20;
+#endif
 
 // Bytes held in the cache of freed blocks (tests, memory reports).
 size_t cached_block_bytes();

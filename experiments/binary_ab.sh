@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two shamn binaries in turn (A then B, B then A in the next batch size, for
 # ROUNDS rounds) training CONFIG on synthetic tokens at each batch size in
-# BATCHES: each run's median tok/s and peak RSS from its `done:` and `peak RSS`
-# lines, and its first six losses, which must match between the binaries where
+# BATCHES: each run's median tok/s, the time to its first step and its peak RSS
+# from its `done:` and `peak RSS` lines, and its first six losses, which must match between the binaries where
 # the change is meant to move no bit.
 # Usage: [BATCHES="96 8"] [STEPS=6] [ROUNDS=3] [THREADS=2] \
 #   experiments/binary_ab.sh OLD_SHAMN NEW_SHAMN [CONFIG]   (from the repo root)
@@ -26,7 +26,7 @@ run() {  # binary batch tag
     --set "data.val_path=\"$work/data/val.bin\"" --set 'data.tokenizer=""' --set "train.batch_size=$2" \
     --set "train.max_steps=$steps" --set optim.warmup_steps=1 --set train.eval_every=1000000 \
     --set train.eval_batches=1 --set train.checkpoint_every=1000000 --set "train.out_dir=\"$out\"" > "$out.log" 2>&1
-  echo "$3 batch $2: $(grep -o 'median [0-9]* tok/s' "$out.log") | $(grep -o 'peak RSS [0-9]* MiB' "$out.log") |" \
+  echo "$3 batch $2: $(grep -o 'median [0-9]* tok/s | first step after [0-9.]* s' "$out.log") | $(grep -o 'peak RSS [0-9]* MiB' "$out.log") |" \
     "losses $(python3 -c 'import json, sys; print([json.loads(l).get("loss") for l in open(sys.argv[1])][:6])' \
       "$out/metrics.jsonl")"
 }

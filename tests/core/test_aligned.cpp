@@ -1,5 +1,10 @@
 // The cache of freed large blocks behind aligned_alloc_bytes.
+#include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -135,4 +140,50 @@ TEST_CASE("live block bytes count large blocks handed out, and their peak since 
   aligned_free(c, big);
   aligned_free(small, 1024);
   CHECK(live_block_bytes() == live0);
+}
+
+// Pages of [p, p + bytes) not resident in memory now.
+static size_t pages_not_resident(void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((bytes + page - 1) / page);
+  REQUIRE(mincore(p, bytes, in_core.data()) == 0);
+  return static_cast<size_t>(
+      std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return !(c & 1); }));
+}
+
+TEST_CASE("a fresh block of kPopulatedBlockBytes or more has every page mapped before its first write",
+          "[core][aligned]") {
+  if (kPopulatedBlockBytes == SIZE_MAX) return;  // the sanitizer builds keep the C library's blocks
+  release_cached_blocks();
+  const size_t big = kPopulatedBlockBytes + 3 * 4096 + 64;
+  void* a = aligned_alloc_bytes(big);
+  CHECK(reinterpret_cast<uintptr_t>(a) % kAlignment == 0);
+  CHECK(pages_not_resident(a, big) == 0);
+  static_cast<char*>(a)[big - 1] = 1;  // the whole block is usable
+  aligned_free(a, big);
+  release_cached_blocks();
+  CHECK(cached_block_bytes() == 0);
+}
+
+TEST_CASE("a mapped block handed to a smaller request goes back to the kernel by its own size",
+          "[core][aligned]") {
+  if (kPopulatedBlockBytes == SIZE_MAX) return;  // the sanitizer builds keep the C library's blocks
+  release_cached_blocks();
+  // Mapped (over the threshold), then taken by a request under it (within a
+  // quarter): its free caches it at its own size, and its release unmaps it
+  // rather than hand the C library a block it never made (which aborts).
+  const size_t mapped = kPopulatedBlockBytes + kPopulatedBlockBytes / 16, under = kPopulatedBlockBytes - 64;
+  void* a = aligned_alloc_bytes(mapped);
+  aligned_free(a, mapped);
+  void* b = aligned_alloc_bytes(under);
+  REQUIRE(b == a);
+  static_cast<char*>(b)[under - 1] = 1;
+  aligned_free(b, under);
+  CHECK(cached_block_bytes() == mapped);
+  release_cached_blocks();
+  CHECK(cached_block_bytes() == 0);
+}
+
+TEST_CASE("a block the kernel cannot map is out of memory, naming its size", "[core][aligned]") {
+  CHECK_THROWS_WITH(aligned_alloc_bytes(size_t{1} << 52), Catch::Contains("out of memory allocating"));
 }
