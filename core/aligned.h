@@ -11,7 +11,7 @@ inline constexpr size_t kAlignment = 64;
 // Zero-size requests return a valid, unique, aligned pointer. Throws shamn::Error
 // (naming the size) when memory runs out.
 //
-// Blocks of kCachedBlockBytes or more are not returned to the C library when freed
+// Blocks of kCachedBlockBytes or more are not given back (to the C library or the kernel) when freed
 // but kept, by size, for the next request of that size or a little less (a
 // quarter at most): a training step allocates the same activation sizes every
 // step, and fresh pages would otherwise fault and be cleared by the kernel each
@@ -36,7 +36,7 @@ inline constexpr size_t kPopulatedBlockBytes = size_t{32} << 20;
 
 // Bytes held in the cache of freed blocks (tests, memory reports).
 size_t cached_block_bytes();
-// Returns every cached block to the C library.
+// Returns every cached block: to the C library, or unmapped where it was mapped.
 void release_cached_blocks();
 
 // Bytes of blocks of kCachedBlockBytes or more handed out and not yet freed

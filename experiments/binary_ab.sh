@@ -2,8 +2,8 @@
 # Two shamn binaries in turn (A then B, B then A in the next batch size, for
 # ROUNDS rounds) training CONFIG on synthetic tokens at each batch size in
 # BATCHES: each run's median tok/s, the time to its first step and its peak RSS
-# from its `done:` and `peak RSS` lines, and its first six losses, which must match between the binaries where
-# the change is meant to move no bit.
+# from its `done:` and `peak RSS` lines, and its first six losses, which must
+# match between the binaries where the change is meant to move no bit.
 # Usage: [BATCHES="96 8"] [STEPS=6] [ROUNDS=3] [THREADS=2] \
 #   experiments/binary_ab.sh OLD_SHAMN NEW_SHAMN [CONFIG]   (from the repo root)
 set -euo pipefail
