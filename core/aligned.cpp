@@ -10,7 +10,10 @@
 
 #include <sys/mman.h>
 
+#include <tbb/task_arena.h>
+
 #include "core/check.h"
+#include "core/parallel.h"
 
 // Under AddressSanitizer a cached block is poisoned while it waits in the cache:
 // it is still allocated as far as the C library knows, so without this a tensor
@@ -28,16 +31,38 @@
 namespace shamn {
 namespace {
 
-// A block of kPopulatedBlockBytes or more is mapped with its pages populated in
-// one call (MAP_POPULATE): left to the C library it was faulted in page by page
-// at its first writes, and on default at batch 96 (9 GB of fresh tensors) the
-// first step took 25-32 s that way and takes 18-23 s populated, on a VM whose
-// page faults are slow (experiments/roofline.md, "Stop 62"). Whether a block is
-// mapped follows from its own size alone, so its release needs nothing else.
+// Populates [p, p + bytes) in slices of kPopulateSliceBytes, one task each. A
+// slice the kernel cannot populate (before Linux 5.14, or short of memory) is left
+// to fault in at its first writes, as the C library's blocks do. Isolated: while
+// this thread waits for the slices it takes no unrelated task, which could find
+// the thread-local state of the task that is allocating in mid-update.
+void populate_pages(char* p, size_t bytes) {
+  constexpr size_t kPopulateSliceBytes = size_t{4} << 20;
+  const auto slices = static_cast<int64_t>((bytes + kPopulateSliceBytes - 1) / kPopulateSliceBytes);
+  tbb::this_task_arena::isolate([&] {
+    parallel_for(0, slices, 1, [&](int64_t lo, int64_t hi) {
+      const size_t begin = static_cast<size_t>(lo) * kPopulateSliceBytes;
+      const size_t end = std::min(bytes, static_cast<size_t>(hi) * kPopulateSliceBytes);
+      madvise(p + begin, end - begin, MADV_POPULATE_WRITE);
+    });
+  });
+}
+
+// A block of kPopulatedBlockBytes or more is mapped and its pages populated at
+// once: left to the C library it was faulted in page by page at its first
+// writes, and on default at batch 96 (9 GB of fresh tensors) the first step took
+// 25-32 s that way and 18-23 s populated, on a VM whose page faults are slow
+// (experiments/roofline.md, "Stop 62"). The pool's threads populate it slice by
+// slice: one MAP_POPULATE call ran on the allocating thread alone and made that
+// first step 2.2x slower on 16 threads than faulting in
+// (experiments/thread_scaling.md, run 7). Whether a block is mapped follows from
+// its own size alone, so its release needs nothing else.
 void* fresh_block(size_t rounded) {
   if (rounded < kPopulatedBlockBytes) return std::aligned_alloc(kAlignment, rounded);
-  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;  // page-aligned, so kAlignment-aligned
+  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;  // page-aligned, so kAlignment-aligned
+  populate_pages(static_cast<char*>(p), rounded);
+  return p;
 }
 
 void release_block(void* ptr, size_t bytes) noexcept {

@@ -10,6 +10,8 @@
 
 #include "core/aligned.h"
 #include "core/check.h"
+#include "core/parallel.h"
+#include "helpers.h"
 
 using namespace shamn;
 
@@ -154,13 +156,25 @@ static size_t pages_not_resident(void* p, size_t bytes) {
 TEST_CASE("a fresh block of kPopulatedBlockBytes or more has every page mapped before its first write",
           "[core][aligned]") {
   if (kPopulatedBlockBytes == SIZE_MAX) return;  // the sanitizer builds keep the C library's blocks
+  const test::ThreadCountGuard restore;
+  // Its slices are populated by the pool's threads, also where the request comes
+  // from inside a parallel loop's task.
+  const int threads = GENERATE(1, 2, 4);
+  const bool nested = GENERATE(false, true);
+  CAPTURE(threads, nested);
+  set_num_threads(threads);
   release_cached_blocks();
   const size_t big = kPopulatedBlockBytes + 3 * 4096 + 64;
-  void* a = aligned_alloc_bytes(big);
-  CHECK(reinterpret_cast<uintptr_t>(a) % kAlignment == 0);
-  CHECK(pages_not_resident(a, big) == 0);
-  static_cast<char*>(a)[big - 1] = 1;  // the whole block is usable
-  aligned_free(a, big);
+  std::vector<void*> blocks(nested ? 2 : 1);
+  parallel_for(0, static_cast<int64_t>(blocks.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) blocks[static_cast<size_t>(i)] = aligned_alloc_bytes(big);
+  });
+  for (void* a : blocks) {
+    CHECK(reinterpret_cast<uintptr_t>(a) % kAlignment == 0);
+    CHECK(pages_not_resident(a, big) == 0);
+    static_cast<char*>(a)[big - 1] = 1;  // the whole block is usable
+    aligned_free(a, big);
+  }
   release_cached_blocks();
   CHECK(cached_block_bytes() == 0);
 }
