@@ -27,8 +27,8 @@ inline constexpr size_t kCachedBlockBytes = size_t{256} << 10;
 
 // Blocks of this many bytes or more come from the kernel (mmap) with every page
 // already populated, by the pool's threads, rather than faulted in at their first
-// writes. The
-// sanitizer builds keep the C library's blocks, whose bounds their checks know.
+// writes. The sanitizer builds keep the C library's blocks, whose bounds their
+// checks know.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 inline constexpr size_t kPopulatedBlockBytes = SIZE_MAX;
 #else
