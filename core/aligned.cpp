@@ -12,6 +12,7 @@
 
 #include <tbb/task_arena.h>
 
+#include "core/ceil_div.h"
 #include "core/check.h"
 #include "core/parallel.h"
 
@@ -37,12 +38,12 @@ namespace {
 // this thread waits for the slices it takes no unrelated task, which could find
 // the thread-local state of the task that is allocating in mid-update.
 void populate_pages(char* p, size_t bytes) {
-  constexpr size_t kPopulateSliceBytes = size_t{4} << 20;
-  const auto slices = static_cast<int64_t>((bytes + kPopulateSliceBytes - 1) / kPopulateSliceBytes);
+  constexpr int64_t kPopulateSliceBytes = int64_t{4} << 20;
+  const int64_t slices = ceil_div(static_cast<int64_t>(bytes), kPopulateSliceBytes);
   tbb::this_task_arena::isolate([&] {
     parallel_for(0, slices, 1, [&](int64_t lo, int64_t hi) {
-      const size_t begin = static_cast<size_t>(lo) * kPopulateSliceBytes;
-      const size_t end = std::min(bytes, static_cast<size_t>(hi) * kPopulateSliceBytes);
+      const auto begin = static_cast<size_t>(lo * kPopulateSliceBytes);
+      const size_t end = std::min(bytes, static_cast<size_t>(hi * kPopulateSliceBytes));
       madvise(p + begin, end - begin, MADV_POPULATE_WRITE);
     });
   });

@@ -152,44 +152,90 @@ F chunk_logsumexp(const float* slab, const float* importance2, const int32_t* bu
 // logit2 = logit * log2(e) from importance2, row_lse2 = lse * log2(e)):
 //   dslab[bucket_index[t, j]] += importance[t, j] * p      (dslab may be null)
 //   part[t * h + j]           += sum over lanes of p * slab[bucket_index[t, j]]
-// Each block of tokens gets its p first (independent exps the out-of-order core can
-// overlap), then the scatter. The lane sums of 16 consecutive (t, j) pairs are taken
-// together (simd::sum16). Compiled per combination of the two outputs, so the
+// One pass over the tokens: each token's p goes to the scatter while its scores
+// are still in registers. (Blocks of 256 tokens with their logits, then their p,
+// stored between the passes, took 1.2x the time: 3 stores a pair, not 2;
+// experiments/roofline.md, stop 64.) The lane sums of 16 consecutive (t, j) pairs
+// are taken together (simd::sum16). Compiled per combination of the two outputs, so the
 // token loop tests neither, and for h = 2 (1.02x the head's forward and backward
 // over the run-time h, bench_hash_head; the same bits).
+// Token t's p, its scatter into dslab, and emit(j, p * slab[bucket_index[t, j]])
+// for each hash j (the importance's products, WantPart only).
+template <int64_t kH, bool WantSlab, bool WantPart, class Emit>
+[[gnu::always_inline]] inline void token_softmax_backward(float* dslab, const float* slab, F row_lse2,
+                                                          F weight, const float* importance,
+                                                          const float* importance2,
+                                                          const int32_t* bucket_index, int64_t t, int64_t h,
+                                                          Emit&& emit) {
+  const float* w = importance + t * h;
+  const int32_t* b = bucket_index + t * h;
+  // The scores the logit read, kept for the importance's products when h is
+  // known (a run-time h reads them again).
+  F s[kH > 0 ? kH : 1];
+  F x;
+  if constexpr (kH > 0) {
+    const float* w2 = importance2 + t * kH;
+    s[0] = simd::load(slab + static_cast<int64_t>(b[0]) * kRows);
+    x = simd::splat(w2[0]) * s[0];
+#pragma GCC unroll 8
+    for (int64_t j = 1; j < kH; ++j) {
+      s[j] = simd::load(slab + static_cast<int64_t>(b[j]) * kRows);
+      x = simd::fmadd(simd::splat(w2[j]), s[j], x);
+    }
+  } else {
+    x = slab_logit(slab, importance2, bucket_index, t, h);
+  }
+  const F p = simd::exp2(x - row_lse2) * weight;
+#pragma GCC unroll 8
+  for (int64_t j = 0; j < h; ++j) {
+    const int64_t off = static_cast<int64_t>(b[j]) * kRows;
+    if constexpr (WantSlab)
+      simd::store(dslab + off, simd::fmadd(simd::splat(w[j]), p, simd::load(dslab + off)));
+    if constexpr (WantPart) {
+      if constexpr (kH > 0)
+        emit(j, p * s[j]);
+      else
+        emit(j, p * simd::load(slab + off));
+    }
+  }
+}
+
 template <int64_t kH, bool WantSlab, bool WantPart>
 void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse2, F weight,
                             const float* importance, const float* importance2, const int32_t* bucket_index,
                             int64_t vocab, int64_t runtime_h) {
   const int64_t h = hashes<kH>(runtime_h);
-  alignas(64) F block[kTokenBlock];
+  int64_t t = 0;
+  if constexpr (kH > 0 && kRows % kH == 0) {
+    // kRows / kH tokens make one lane sum of 16 pairs, unrolled so that the
+    // products stay in registers.
+    constexpr int64_t kGroup = kRows / kH;
+    for (; t + kGroup <= vocab; t += kGroup) {
+      F prod[kRows];
+#pragma GCC unroll 16
+      for (int64_t i = 0; i < kGroup; ++i)
+        token_softmax_backward<kH, WantSlab, WantPart>(dslab, slab, row_lse2, weight, importance, importance2,
+                                                       bucket_index, t + i, h,
+                                                       [&](int64_t j, F v) { prod[i * kH + j] = v; });
+      if constexpr (WantPart) simd::store(part + t * kH, simd::load(part + t * kH) + simd::sum16(prod));
+    }
+  }
+  // The rest (all tokens for a run-time h): the pairs' products gathered 16 at a time.
   alignas(64) F prod[kRows];
   int pending = 0;
-  int64_t k0 = 0;  // first (t, j) pair of `prod`
-  for (int64_t t0 = 0; t0 < vocab; t0 += kTokenBlock) {
-    const int64_t tn = std::min(kTokenBlock, vocab - t0);
-    for (int64_t t = 0; t < tn; ++t) block[t] = slab_logit(slab, importance2, bucket_index, t0 + t, h);
-    for (int64_t t = 0; t < tn; ++t) block[t] = simd::exp2(block[t] - row_lse2) * weight;
-    for (int64_t t = 0; t < tn; ++t) {
-      const F p = block[t];
-      const float* w = importance + (t0 + t) * h;
-      const int32_t* b = bucket_index + (t0 + t) * h;
-      for (int64_t j = 0; j < h; ++j) {
-        const int64_t off = static_cast<int64_t>(b[j]) * kRows;
-        if constexpr (WantSlab)
-          simd::store(dslab + off, simd::fmadd(simd::splat(w[j]), p, simd::load(dslab + off)));
-        if constexpr (WantPart) {
-          prod[pending++] = p * simd::load(slab + off);
+  int64_t k0 = t * h;  // first (t, j) pair of `prod`
+  for (; t < vocab; ++t)
+    token_softmax_backward<kH, WantSlab, WantPart>(
+        dslab, slab, row_lse2, weight, importance, importance2, bucket_index, t, h, [&](int64_t, F v) {
+          prod[pending++] = v;
           if (pending == kRows) {
             simd::store(part + k0, simd::load(part + k0) + simd::sum16(prod));
             k0 += kRows;
             pending = 0;
           }
-        }
-      }
-    }
-  }
-  for (int i = 0; i < pending; ++i) part[k0 + i] += simd::sum(prod[i]);
+        });
+  if constexpr (WantPart)
+    for (int i = 0; i < pending; ++i) part[k0 + i] += simd::sum(prod[i]);
 }
 
 template <int64_t kH>
