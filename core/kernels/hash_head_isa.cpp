@@ -148,17 +148,6 @@ F chunk_logsumexp(const float* slab, const float* importance2, const int32_t* bu
   return out;
 }
 
-// For one chunk, with p = weight * 2^(logit2 - row_lse2) per token (lane = row;
-// logit2 = logit * log2(e) from importance2, row_lse2 = lse * log2(e)):
-//   dslab[bucket_index[t, j]] += importance[t, j] * p      (dslab may be null)
-//   part[t * h + j]           += sum over lanes of p * slab[bucket_index[t, j]]
-// One pass over the tokens: each token's p goes to the scatter while its scores
-// are still in registers. (Blocks of 256 tokens with their logits, then their p,
-// stored between the passes, took 1.2x the time: 3 stores a pair, not 2;
-// experiments/roofline.md, stop 64.) The lane sums of 16 consecutive (t, j) pairs
-// are taken together (simd::sum16). Compiled per combination of the two outputs, so the
-// token loop tests neither, and for h = 2 (1.02x the head's forward and backward
-// over the run-time h, bench_hash_head; the same bits).
 // Token t's p, its scatter into dslab, and emit(j, p * slab[bucket_index[t, j]])
 // for each hash j (the importance's products, WantPart only).
 template <int64_t kH, bool WantSlab, bool WantPart, class Emit>
@@ -200,6 +189,18 @@ template <int64_t kH, bool WantSlab, bool WantPart, class Emit>
   }
 }
 
+// For one chunk, with p = weight * 2^(logit2 - row_lse2) per token (lane = row;
+// logit2 = logit * log2(e) from importance2, row_lse2 = lse * log2(e)):
+//   dslab[bucket_index[t, j]] += importance[t, j] * p      (dslab may be null)
+//   part[t * h + j]           += sum over lanes of p * slab[bucket_index[t, j]]
+// One pass over the tokens: each token's p goes to the scatter while its scores
+// are still in registers, and at h = 2 the products of 16 pairs stay in
+// registers for their lane sums (simd::sum16). Blocks of 256 tokens with their
+// logits, then their p, stored between passes (three stores a pair where this
+// makes one) took 1.37x this pass's time (experiments/roofline.md, stop 64).
+// Compiled per combination of the two outputs, so the token loop tests neither,
+// and for h = 2 (1.02x the head's forward and backward over the run-time h,
+// bench_hash_head; the same bits).
 template <int64_t kH, bool WantSlab, bool WantPart>
 void chunk_softmax_backward(float* dslab, float* part, const float* slab, F row_lse2, F weight,
                             const float* importance, const float* importance2, const int32_t* bucket_index,
