@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/bf16.h"
 #include "core/ceil_div.h"
@@ -69,6 +70,7 @@ constexpr int64_t kParallelWork = int64_t{1} << 21;
 // Packed panels live in per-thread scratch slots (core/scratch.h).
 thread_local ScratchSlot tls_apack;
 thread_local ScratchSlot tls_bpack;
+thread_local ScratchSlot tls_apanels;  // all of A's micro-panels of a K block, shared
 
 // Slack after each packed buffer, so that a stray full-vector access at a panel's end
 // can never leave the allocation.
@@ -512,13 +514,30 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
     const int64_t grain =
         serial ? units : std::max<int64_t>(1, std::min<int64_t>(kUnitGrain, units / (4 * threads)));
     const int64_t pack_grain = serial ? n_panels : 4;
+    // A packed (stored [K, M], or bf16) and used by several groups: each group
+    // would pack it again, a strided read of kc rows for one short kernel call
+    // (dtable [1,600, 512] at 16 threads: 16 groups of 1 panel). Packed once per
+    // K block beside B instead, and read by every group.
+    const bool a_shared = !a_in_place && n_groups > 1;
+    std::optional<ScratchLease> apanels;
+    if (a_shared) apanels.emplace(tls_apanels, static_cast<size_t>(m_panels * MR * kc_max) + kPackPad);
+    float* aps = a_shared ? apanels->get() : nullptr;
 
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
       const float beta_k = pc == 0 ? beta : 1.0f;
 
-      parallel_for(0, n_panels, pack_grain, [&](int64_t lo, int64_t hi) {
+      // Items [0, n_panels) pack B's micro-panels, [n_panels, + m_panels) A's.
+      const int64_t pack_items = n_panels + (a_shared ? m_panels : 0);
+      parallel_for(0, pack_items, pack_grain, [&](int64_t lo, int64_t hi) {
         for (int64_t q = lo; q < hi; ++q) {
+          if (q >= n_panels) {
+            const int64_t p = q - n_panels;
+            const int mr = static_cast<int>(std::min<int64_t>(MR, M - p * MR));
+            pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, aps + p * MR * kc);
+            if (bf16) pair_panel<MR>(aps + p * MR * kc, kc);
+            continue;
+          }
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
           pack_b_panel(tb, B, ldb, pc, kc, jc + q * NR, nr, bp + q * NR * kc);
           if (bf16) pair_panel<NR>(bp + q * NR * kc, kc);
@@ -546,11 +565,14 @@ void gemm_packed(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alph
             continue;
           }
           // Packed right before use, the A micro-panel is still in L1 for the kernels.
-          pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
-          if (bf16) pair_panel<MR>(ap, kc);
+          const float* a = a_shared ? aps + p * MR * kc : ap;
+          if (!a_shared) {
+            pack_a_panel(ta, A, lda, p * MR, mr, pc, kc, ap);
+            if (bf16) pair_panel<MR>(ap, kc);
+          }
           for (int64_t q = q0; q < q1; ++q) {
             const int nr = static_cast<int>(std::min<int64_t>(NR, nc - q * NR));
-            product_tile(bf16, native, kc, ap, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);
+            product_tile(bf16, native, kc, a, bp + q * NR * kc, crow + q * NR, ldc, alpha, beta_k, mr, nr);
           }
         }
       });

@@ -326,6 +326,42 @@ TEST_CASE("gemm with few columns of C gives the bits of the direct product", "[g
             }
 }
 
+TEST_CASE("gemm float: A panels packed once for several column groups give the bits of one thread",
+          "[gemm][threads]") {
+  // With A's row panels not a multiple of the threads, B's columns are split into
+  // groups too; a packed A (stored [K, M], or bf16) is then packed once per K block
+  // and shared by the groups. 3 and 16 threads make groups at every MR (4, 6, 8);
+  // K <= 512 and a C over 1 MiB keep the product off the split-K path.
+  ThreadCountGuard guard;
+  struct Dims {
+    int64_t M, N, K;
+  };
+  uint32_t seed = 8000;
+  for (const Dims& d : {Dims{75, 200, 300}, Dims{602, 520, 1100}})
+    for (Trans ta : kTrans)
+      for (Trans tb : kTrans)
+        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.5f, 0.25f}})
+          for (const auto precision : {shamn::ProductPrecision::f32, shamn::ProductPrecision::bf16}) {
+            Problem<float> p(ta, tb, d.M, d.N, d.K, alpha, beta, 1, seed++);
+            if (beta == 0.0f) std::fill(p.c0.begin(), p.c0.end(), std::numeric_limits<float>::quiet_NaN());
+            const auto run = [&](int threads) {
+              shamn::set_num_threads(threads);
+              std::vector<float> c = p.c0;
+              shamn::gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta,
+                          c.data(), p.ldc, precision);
+              return c;
+            };
+            const std::vector<float> one = run(1);
+            INFO(p.describe() << (precision == shamn::ProductPrecision::bf16 ? " bf16" : " f32"));
+            for (int threads : {3, 16}) {
+              const std::vector<float> many = run(threads);
+              INFO("threads=" << threads);
+              CHECK(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
+            }
+            if (precision == shamn::ProductPrecision::f32) CHECK(compare(p, one, p.run_naive(), p.c0) == 0);
+          }
+}
+
 TEST_CASE("gemm float reads a row-major A in place with the bits of the packed transposed A",
           "[gemm][threads]") {
   // op(A) = A (K >= 64) is read row by row in place; op(A) = (A^T)^T is packed
