@@ -15,6 +15,7 @@ namespace {
 const bsr::Kernels* const kLevels[] = {&bsr::kernels_scalar, &bsr::kernels_avx2, &bsr::kernels_avx512};
 
 std::atomic<int64_t> g_pack_readers{kGradValuesPackReaders};
+std::atomic<bool> g_rows_in_place{true};
 
 }  // namespace
 
@@ -24,6 +25,10 @@ void set_grad_values_pack_readers(int64_t readers) {
 }
 
 int64_t bsr::grad_values_pack_readers() { return g_pack_readers.load(std::memory_order_relaxed); }
+
+void set_block_sparse_rows_in_place(bool in_place) { g_rows_in_place = in_place; }
+
+bool bsr::rows_in_place() { return g_rows_in_place.load(std::memory_order_relaxed); }
 
 void check_block_pattern(const int32_t* col_index, const BlockSparseDims& d) {
   SHAMN_CHECK(d.block > 0 && d.in % d.block == 0 && d.out % d.block == 0, "block-sparse dims ", d.out, "x",

@@ -81,6 +81,13 @@ void block_sparse_backward_bias(float* dbias, const float* dy, int64_t n, const 
 inline constexpr int64_t kGradValuesPackReaders = 4;
 void set_grad_values_pack_readers(int64_t readers);
 
+// The f32 forward and grad-input tiles of up to 16 rows read their A operand where
+// it lies (x's rows, gathered or not, when no activation applies; dy's rows) rather than from
+// a packed, transposed copy of each token tile: the same FMAs in the same order,
+// so the same bits (a test). On by default; tests and benchmarks turn it off to
+// compare the two.
+void set_block_sparse_rows_in_place(bool in_place);
+
 // The n rows a RowSource names, as a contiguous copy [n, in]: the naive
 // kernels' (and the f64 path's) x, and the tests' oracle for the fast kernels.
 template <class T>

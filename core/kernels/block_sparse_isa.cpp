@@ -1,5 +1,6 @@
 // The fast float kernels, compiled once per SIMD level (core/isa.h).
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "core/bf16.h"
@@ -16,7 +17,9 @@
 // Fast kernels (block sizes that are multiples of 16; others take the naive loops).
 //
 // All three products run the one micro-kernel of block_sparse_simd.h on packed
-// operands:
+// weights, and on packed activations where those are rounded (bf16) or activated
+// as they are read; f32 token tiles of up to 16 rows are read in place
+// (tile_kernel_rows):
 //   forward      y tile [tokens, NR of block row r]   = sum over m of
 //                x panel [tokens, block c_m]  x  values[r, m]^T
 //   grad input   dx tile [tokens, NR of block col c] += sum over (r, m) with c_m = c of
@@ -65,6 +68,20 @@ thread_local ScratchSlot tls_chunk;
 
 // The row of x that a product's row t reads.
 int64_t source_row(const RowSource& src, int64_t t) { return src.rows ? src.rows[t] : t; }
+
+// rows[0, count) = the tile's rows row_at(0), ..., row_at(valid - 1), the last
+// repeated to fill a partial panel (tile_kernel_rows reads, then drops, them).
+template <class RowAt>
+void row_pointers(std::vector<const float*>& rows, int64_t count, int64_t valid, const RowAt& row_at) {
+  for (int64_t t = 0; t < count; ++t) rows[static_cast<size_t>(t)] = row_at(std::min(t, valid - 1));
+}
+
+// Token tiles of more rows than this pack their rows even in f32: the AVX-512
+// narrow tile (28 x 16, for blocks of 16) keeps a pointer per row for two FMAs a
+// broadcast, and its 28 rows of a wide dy (2,048 floats, rows 8 KiB apart) fall in
+// one L1 set; in place it ran 1.3-2.3x slower (`bench_block_sparse`
+// part/ against part_packed/, experiments/block_sparse.md).
+constexpr int kInPlaceMaxRows = 16;
 
 bool is_wide(int64_t block) { return block % (bsr::kTokenWide.nv * kVec) == 0; }
 bool is_wide_grad(int64_t block) {
@@ -187,20 +204,31 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
 
   const std::vector<int32_t> used = used_column_blocks(col_index, d);
   const TokenTiling tt = plan_tokens(n, d.in, MR, nob);
+  // f32 rows taken as they are are read in place (tile_kernel_rows); rounded or
+  // activated ones are packed once per tile and read by every block row.
+  const bool in_place =
+      !Round && MR <= kInPlaceMaxRows && src.act == InputActivation::none && bsr::rows_in_place();
   parallel_for(0, tt.tiles * tt.groups, 1, [&](int64_t lo, int64_t hi) {
-    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.in) + kScratchSlack);
-    float* xp = tlease.get();  // xp[p][col][MR]: x rows of panel p, column-major
+    std::optional<ScratchLease> tlease;
+    if (!in_place) tlease.emplace(tls_tile, static_cast<size_t>(tt.mc * d.in) + kScratchSlack);
+    float* xp = in_place ? nullptr : tlease->get();  // xp[p][col][MR]: x rows of panel p, column-major
+    std::vector<const float*> tile_rows(in_place ? static_cast<size_t>(tt.mc) : 0);
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t tile = u / tt.groups, g = u % tt.groups;
       const int64_t t0 = tile * tt.mc, rows = std::min(tt.mc, n - t0);
       const int64_t panels = ceil_div(rows, MR);
-      for (int64_t p = 0; p < panels; ++p) {
-        const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        const float* row[MR];
-        for (int i = 0; i < mr; ++i) row[i] = x + source_row(src, t0 + p * MR + i) * d.in;
-        for (const int32_t c : used)
-          bsr::pack_transposed_rows<Round>([&row, c, b](int i) { return row[i] + c * b; }, mr, b,
-                                           xp + (p * d.in + c * bk) * MR, MR, src.act);
+      if (in_place) {
+        row_pointers(tile_rows, panels * MR, rows,
+                     [&](int64_t t) { return x + source_row(src, t0 + t) * d.in; });
+      } else {
+        for (int64_t p = 0; p < panels; ++p) {
+          const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
+          const float* row[MR];
+          for (int i = 0; i < mr; ++i) row[i] = x + source_row(src, t0 + p * MR + i) * d.in;
+          for (const int32_t c : used)
+            bsr::pack_transposed_rows<Round>([&row, c, b](int i) { return row[i] + c * b; }, mr, b,
+                                             xp + (p * d.in + c * bk) * MR, MR, src.act);
+        }
       }
       const int64_t r0 = g * tt.per_group, r1 = std::min(nob, r0 + tt.per_group);
       NextTile next(tt, u, n, (r1 - r0) * jn * panels, x, d.in, y, d.out, src.rows, residual);
@@ -209,9 +237,14 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
           for (int64_t p = 0; p < panels; ++p) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
             const int64_t at = (t0 + p * MR) * d.out + r * b + j * NR;
-            product_tile<MR, NV, Round>(native, a, bk, xp + p * d.in * MR, col_index + r * a, bk * MR, MR,
-                                        wp + (r * jn + j) * panel, NR, y + at, d.out,
-                                        bias ? bias + r * b + j * NR : nullptr, false, mr);
+            const float* bias_at = bias ? bias + r * b + j * NR : nullptr;
+            if (in_place) {
+              bsr::tile_kernel_rows<MR, NV>(a, b, tile_rows.data() + p * MR, col_index + r * a, b,
+                                            wp + (r * jn + j) * panel, NR, y + at, d.out, bias_at, false, mr);
+            } else {
+              product_tile<MR, NV, Round>(native, a, bk, xp + p * d.in * MR, col_index + r * a, bk * MR, MR,
+                                          wp + (r * jn + j) * panel, NR, y + at, d.out, bias_at, false, mr);
+            }
             if (residual) bsr::add_to_tile<NV>(y + at, residual + at, d.out, mr);
             next.step();
           }
@@ -276,16 +309,23 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
   });
 
   const TokenTiling tt = plan_tokens(n, d.out, MR, nib);
+  const bool in_place = !Round && MR <= kInPlaceMaxRows && bsr::rows_in_place();  // as in forward_fast
   parallel_for(0, tt.tiles * tt.groups, 1, [&](int64_t lo, int64_t hi) {
-    ScratchLease tlease(tls_tile, static_cast<size_t>(tt.mc * d.out) + kScratchSlack);
-    float* gp = tlease.get();  // gp[p][col][MR]: dy rows of panel p, column-major
+    std::optional<ScratchLease> tlease;
+    if (!in_place) tlease.emplace(tls_tile, static_cast<size_t>(tt.mc * d.out) + kScratchSlack);
+    float* gp = in_place ? nullptr : tlease->get();  // gp[p][col][MR]: dy rows of panel p, column-major
+    std::vector<const float*> tile_rows(in_place ? static_cast<size_t>(tt.mc) : 0);
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t tile = u / tt.groups, g = u % tt.groups;
       const int64_t t0 = tile * tt.mc, rows = std::min(tt.mc, n - t0);
       const int64_t panels = ceil_div(rows, MR);
-      for (int64_t p = 0; p < panels; ++p) {
-        const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
-        bsr::pack_transposed<Round>(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
+      if (in_place) {
+        row_pointers(tile_rows, panels * MR, rows, [&](int64_t t) { return dy + (t0 + t) * d.out; });
+      } else {
+        for (int64_t p = 0; p < panels; ++p) {
+          const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
+          bsr::pack_transposed<Round>(dy + (t0 + p * MR) * d.out, d.out, mr, d.out, gp + p * d.out * MR, MR);
+        }
       }
       const int64_t c0 = g * tt.per_group, c1 = std::min(nib, c0 + tt.per_group);
       NextTile next(tt, u, n, (c1 - c0) * jn * panels, dy, d.out, dx, d.in);
@@ -295,7 +335,11 @@ void backward_input_fast(float* dx, const float* dy, const float* values, const 
           for (int64_t p = 0; p < panels; ++p) {
             const int mr = static_cast<int>(std::min<int64_t>(MR, rows - p * MR));
             float* dx_tile = dx + (t0 + p * MR) * d.in + c * b + j * NR;
-            if (cnt > 0) {
+            if (cnt > 0 && in_place) {
+              bsr::tile_kernel_rows<MR, NV>(cnt, b, tile_rows.data() + p * MR, ix.row.data() + s, b,
+                                            wt + (s * jn + j * cnt) * b * NR, NR, dx_tile, d.in, nullptr,
+                                            !overwrite, mr);
+            } else if (cnt > 0) {
               product_tile<MR, NV, Round>(native, cnt, bk, gp + p * d.out * MR, ix.row.data() + s, bk * MR,
                                           MR, wt + (s * jn + j * cnt) * b * NR, NR, dx_tile, d.in, nullptr,
                                           !overwrite, mr);

@@ -23,4 +23,7 @@ extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 // The threshold set_grad_values_pack_readers gives (its default when unset).
 int64_t grad_values_pack_readers();
 
+// What set_block_sparse_rows_in_place gives (true when unset).
+bool rows_in_place();
+
 }  // namespace shamn::bsr

@@ -97,6 +97,20 @@ template <int NV>
     }
 }
 
+// One k of a chain: acc[i][:] += A[i, k] * B[k, 0:NR], A[i, k] at a_at(i).
+template <int MR, int NV, class AAt>
+[[gnu::always_inline]] inline void fma_k(vfloat (&acc)[MR][NV], const float* __restrict b, const AAt& a_at) {
+  vfloat bv[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) bv[v] = vloadu(b + v * kVec);
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    const vfloat ai = vbroadcast(a_at(i));
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = vfma(ai, bv[v], acc[i][v]);
+  }
+}
+
 // C[0:mr, 0:NR] at c (row stride ldc) = (accumulate ? C : 0) + (bias + chain), the
 // chain (see the file comment) starting from bias[0:NR] when given, else from zero.
 template <int MR, int NV>
@@ -109,16 +123,33 @@ void tile_kernel(int64_t nseg, int64_t len, const float* a_base, const int32_t* 
     const float* __restrict a = a_base + (seg ? seg[s] * seg_stride : 0);
 #pragma GCC unroll 4
     for (int64_t k = 0; k < len; ++k) {
-      vfloat bv[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = vloadu(b + v * kVec);
-#pragma GCC unroll 32
-      for (int i = 0; i < MR; ++i) {
-        const vfloat ai = vbroadcast(a + i);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[i][v] = vfma(ai, bv[v], acc[i][v]);
-      }
+      fma_k<MR, NV>(acc, b, [a](int i) { return a + i; });
       a += a_step;
+      b += b_step;
+    }
+  }
+  store_tile<MR, NV>(acc, c, ldc, accumulate, mr);
+}
+
+// tile_kernel with A read where it lies: row i of the tile starts at rows[i]
+// (rows at and past mr repeat row mr - 1, whose sums store_tile drops), segment
+// s is its columns seg[s] * seg_stride onwards, and the chain reads A[i, k] at
+// rows[i] + seg[s] * seg_stride + k. The same FMAs in the same order as on a
+// packed copy of those rows: the same bits.
+template <int MR, int NV>
+void tile_kernel_rows(int64_t nseg, int64_t len, const float* const* rows, const int32_t* seg,
+                      int64_t seg_stride, const float* __restrict b, int64_t b_step, float* c, int64_t ldc,
+                      const float* bias, bool accumulate, int mr) {
+  vfloat acc[MR][NV];
+  init_tile<MR, NV>(acc, bias);
+  for (int64_t s = 0; s < nseg; ++s) {
+    const int64_t col = seg[s] * seg_stride;
+    const float* a[MR];
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) a[i] = rows[i] + col;
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < len; ++k) {
+      fma_k<MR, NV>(acc, b, [&a, k](int i) { return a[i] + k; });
       b += b_step;
     }
   }

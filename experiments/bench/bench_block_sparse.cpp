@@ -8,8 +8,9 @@
 //         part/<kernel>/in<in>_out<out>/b<block>/s<sparsity>/threads:<n>  (one kernel)
 //         part_bf16/<kernel>/...  (the same under train.precision = "bf16", sparsity 0.9;
 //                                  part_bf16_emulated/: without vdpbf16ps)
-//         part_packed/grad_values/... (sparsity 0.9, every band packed: the baseline
-//                                  of the in-place reads)
+//         part_packed/<kernel>/... (sparsity 0.9; grad_values with every band
+//                                  packed, forward and grad_input with their token
+//                                  tiles packed: the baselines of the in-place reads)
 // Counter FLOPs: effective rate counting only active blocks, 6*N*active_weights per
 // iteration for fwd+bwd (2*N*active_weights for one product kernel, N*out for
 // grad_bias), 1000-based: "85.2G/s".
@@ -107,12 +108,14 @@ void bm_sparse(benchmark::State& state, Layer layer, int64_t block, double spars
 
 enum class Part { forward, grad_input, grad_values, grad_bias };
 
-// pack_readers: set_grad_values_pack_readers (0: the default; 1 packs every band).
+// pack_readers: set_grad_values_pack_readers (0: the default; 1 packs every band);
+// rows_in_place: set_block_sparse_rows_in_place.
 void bm_part(benchmark::State& state, Layer layer, int64_t block, double sparsity, Part part,
-             shamn::ProductPrecision p, bool native, int64_t pack_readers) {
+             shamn::ProductPrecision p, bool native, int64_t pack_readers, bool rows_in_place) {
   shamn::set_num_threads(static_cast<int>(state.range(0)));
   shamn::allow_bf16_dot_native(native);
   shamn::set_grad_values_pack_readers(pack_readers);
+  shamn::set_block_sparse_rows_in_place(rows_in_place);
   SparseOperands op(layer, block, sparsity);
   for (auto _ : state) {
     if (part == Part::forward)
@@ -132,6 +135,7 @@ void bm_part(benchmark::State& state, Layer layer, int64_t block, double sparsit
   set_flops(state, part == Part::grad_bias ? static_cast<double>(kTokens * op.d.out)
                                            : 2.0 * kTokens * op.active_weights());
   shamn::set_grad_values_pack_readers(0);
+  shamn::set_block_sparse_rows_in_place(true);
 }
 
 struct DenseOperands {
@@ -201,30 +205,32 @@ int register_all() {
             std::snprintf(sp, sizeof(sp), "s%.2f", s);
             finish(benchmark::RegisterBenchmark((part + "/b" + std::to_string(block) + "/" + sp).c_str(),
                                                 bm_part, l, block, s, static_cast<Part>(p),
-                                                shamn::ProductPrecision::f32, true, 0),
+                                                shamn::ProductPrecision::f32, true, 0, true),
                    threads);
           }
         // Grad values with both operands packed whatever their readers (the
-        // kernel before stop 39), beside part/grad_values at the same shapes.
-        if (p == 2)
+        // kernel before stop 39), forward and grad input with packed token tiles
+        // (before stop 66), beside part/ at the same shapes.
+        if (p < 3)
           for (int64_t block : kBlocks)
-            finish(benchmark::RegisterBenchmark(
-                       ("part_packed/grad_values/" + shape_name(l) + "/b" + std::to_string(block) + "/s0.90")
-                           .c_str(),
-                       bm_part, l, block, 0.9, Part::grad_values, shamn::ProductPrecision::f32, true, 1),
+            finish(benchmark::RegisterBenchmark(("part_packed/" + std::string(part_names[p]) + "/" +
+                                                 shape_name(l) + "/b" + std::to_string(block) + "/s0.90")
+                                                    .c_str(),
+                                                bm_part, l, block, 0.9, static_cast<Part>(p),
+                                                shamn::ProductPrecision::f32, true, p == 2 ? 1 : 0, p == 2),
                    threads);
         // The same products under train.precision = "bf16": on vdpbf16ps where the
         // CPU has it, and on its f32 emulation.
         if (p < 3)
           for (int64_t block : kBlocks)
             for (bool native : {true, false})
-              finish(
-                  benchmark::RegisterBenchmark(
-                      ((native ? "part_bf16/" : "part_bf16_emulated/") + std::string(part_names[p]) + "/" +
-                       shape_name(l) + "/b" + std::to_string(block) + "/s0.90")
-                          .c_str(),
-                      bm_part, l, block, 0.9, static_cast<Part>(p), shamn::ProductPrecision::bf16, native, 0),
-                  threads);
+              finish(benchmark::RegisterBenchmark(
+                         ((native ? "part_bf16/" : "part_bf16_emulated/") + std::string(part_names[p]) + "/" +
+                          shape_name(l) + "/b" + std::to_string(block) + "/s0.90")
+                             .c_str(),
+                         bm_part, l, block, 0.9, static_cast<Part>(p), shamn::ProductPrecision::bf16, native,
+                         0, true),
+                     threads);
       }
     }
   return 0;

@@ -6,6 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/ops_moe.h"
+#include "core/kernels/block_sparse.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "layers/hierarchical_moe.h"
@@ -105,8 +106,11 @@ void BM_MoeRouting(benchmark::State& state) {
   set_rate(state);
 }
 
+// Args: threads, then 0 for token tiles packed as before stop 66
+// (set_block_sparse_rows_in_place), 1 for the default.
 void BM_MoeExperts(benchmark::State& state) {
   set_num_threads(static_cast<int>(state.range(0)));
+  set_block_sparse_rows_in_place(state.range(1) != 0);
   Fixture& f = fixture();
   Routing& r = routing();
   Var u(f.u, true);
@@ -115,6 +119,20 @@ void BM_MoeExperts(benchmark::State& state) {
     sum(f.moe.experts_forward(u, r.plan)).backward();
   }
   set_rate(state);
+  set_block_sparse_rows_in_place(true);
+}
+
+// The experts' forward alone, args as above.
+void BM_MoeExpertsForward(benchmark::State& state) {
+  set_num_threads(static_cast<int>(state.range(0)));
+  set_block_sparse_rows_in_place(state.range(1) != 0);
+  Fixture& f = fixture();
+  Routing& r = routing();
+  const Var u(f.u, false);
+  const NoGradGuard no_grad;
+  for (auto _ : state) benchmark::DoNotOptimize(f.moe.experts_forward(u, r.plan).value().data<float>());
+  set_rate(state);
+  set_block_sparse_rows_in_place(true);
 }
 
 void BM_MoeCombine(benchmark::State& state) {
@@ -134,6 +152,7 @@ void BM_MoeCombine(benchmark::State& state) {
 
 BENCHMARK(BM_MoeLayer)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MoeRouting)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_MoeExperts)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MoeExperts)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MoeExpertsForward)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MoeCombine)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -332,6 +332,59 @@ TEST_CASE("block-sparse forward with a residual gives the bits of the product fo
   }
 }
 
+TEST_CASE("block-sparse forward and grad input read f32 rows in place with the bits of packed rows",
+          "[kernels][block_sparse][determinism]") {
+  // The f32 token tiles read x's rows (gathered or not) and dy's rows where they
+  // lie; packed copies must give the same sums. Blocks 16 and 32 take the two
+  // tile shapes (AVX-512's narrow one always packs); 7 rows split the blocks between tasks and 300 leave a
+  // partial panel, whose missing rows repeat the last one; 16 threads split the blocks into groups too. Grad
+  // input both adds and overwrites.
+  test::ThreadCountGuard guard;
+  const int64_t source_rows_count = 500;
+  std::vector<int32_t> rows(static_cast<size_t>(source_rows_count));
+  Rng rng(47, 3);
+  for (int32_t& r : rows) r = static_cast<int32_t>(rng.below(static_cast<uint64_t>(source_rows_count)));
+  for (KernelLevel level : {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) continue;
+    const ScopedKernelLevel scoped(level);
+    for (int64_t block : {16, 32})
+      for (int64_t n : {7, 300})
+        for (bool gathered : {false, true})
+          for (int threads : {1, 2, 16}) {
+            DYNAMIC_SECTION(kernel_level_name(level) << " b " << block << " N " << n << " gathered "
+                                                     << gathered << " threads " << threads) {
+              set_num_threads(threads);
+              const BlockSparseDims d = make_dims(block, 6, 5, 0.5);
+              const Problem p(d, gathered ? source_rows_count : n, 71);
+              const RowSource src{gathered ? rows.data() : nullptr, InputActivation::none};
+              const std::vector<float> residual = test::uniform_floats(n * d.out, 72);
+              // [0] packed, [1] in place.
+              std::vector<std::vector<float>> y(2), yr(2), dx(2), dx_fresh(2);
+              for (int in_place = 0; in_place < 2; ++in_place) {
+                set_block_sparse_rows_in_place(in_place == 1);
+                y[in_place].assign(static_cast<size_t>(n * d.out), std::nanf(""));
+                yr[in_place] = y[in_place];
+                block_sparse_forward(y[in_place].data(), p.x.data(), p.values.data(), p.ci.data(),
+                                     p.bias.data(), n, d, ProductPrecision::f32, src);
+                block_sparse_forward(yr[in_place].data(), p.x.data(), p.values.data(), p.ci.data(), nullptr,
+                                     n, d, ProductPrecision::f32, src, residual.data());
+                dx[in_place] = test::uniform_floats(n * d.in, 73);
+                dx_fresh[in_place].assign(static_cast<size_t>(n * d.in), std::nanf(""));
+                block_sparse_backward_input(dx[in_place].data(), p.dy.data(), p.values.data(), p.ci.data(), n,
+                                            d);
+                block_sparse_backward_input(dx_fresh[in_place].data(), p.dy.data(), p.values.data(),
+                                            p.ci.data(), n, d, ProductPrecision::f32, true);
+              }
+              set_block_sparse_rows_in_place(true);
+              CHECK(test::same_bits(y[0], y[1]));
+              CHECK(test::same_bits(yr[0], yr[1]));
+              CHECK(test::same_bits(dx[0], dx[1]));
+              CHECK(test::same_bits(dx_fresh[0], dx_fresh[1]));
+            }
+          }
+  }
+}
+
 TEST_CASE("block-sparse grad input with overwrite writes over garbage what adding into zeros gives",
           "[kernels][block_sparse][determinism]") {
   test::ThreadCountGuard guard;
