@@ -102,27 +102,56 @@ void reserve_segment_scratch(Buffer<T>& buf, int64_t count) {
   buf.reserve_at_least(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(count))));
 }
 
-// backward_rows for a layer that read act(x) (x.src.act; the kernels apply it
-// again as they read x for the values' gradient). The input's gradient goes
-// through act'(x) into g.dx, which needs x's own rows (x.src.rows null). A
+// y = act(x) and dx (+)= dact * act'(x) in one pass (dact may be dx).
+template <class T>
+void activation_forward_backward(T* y, T* dx, const T* dact, const T* x, int64_t count, InputActivation act,
+                                 bool overwrite) {
+  if (act == InputActivation::gelu)
+    gelu_forward_backward(y, dx, dact, x, count, overwrite);
+  else
+    silu_forward_backward(y, dx, dact, x, count, overwrite);
+}
+
+// Activated inputs of at most this many elements are activated once in backward,
+// into a scratch copy that the values' gradient then reads, beside act'(x); larger
+// ones (the mixer's at its configured batch, 25M elements) are activated again
+// by the values' kernels as they read x, and keep no copy.
+constexpr int64_t kActivatedCopyMax = int64_t{1} << 22;
+
+// backward_rows for a layer that read act(x) (x.src.act). The input's gradient
+// goes through act'(x) into g.dx, which needs x's own rows (x.src.rows null). A
 // fresh g.dx takes the product's gradient and is then scaled by act'(x) in
-// place; else the product's gradient goes through dbuf (written, not zero-filled).
+// place; else the product's gradient goes through dbuf (written, not
+// zero-filled). When the values' gradient is wanted too, act(x) is computed in
+// the same pass as act'(x) (one sigmoid instead of two) into hbuf for it, where
+// that copy is small enough; else the values' kernels apply act again as they
+// read x. The same bits either way.
 template <class T>
 void backward_rows_activated(const GradRows<T>& g, const T* dy, const RowsOf<T>& x, const T* values,
-                             const int32_t* ci, int64_t n, const BlockSparseDims& dims, Buffer<T>& dbuf) {
+                             const int32_t* ci, int64_t n, const BlockSparseDims& dims, Buffer<T>& dbuf,
+                             Buffer<T>& hbuf) {
   const InputActivation act = x.src.act;
   GradRows<T> inner = g;
   const bool through_act = act != InputActivation::none && g.dx;
-  if (through_act) {
-    SHAMN_CHECK(x.src.rows == nullptr, "block-sparse backward: an activated input must not be gathered");
-    if (!g.dx_fresh) {
-      reserve_segment_scratch(dbuf, n * dims.in);
-      inner.dx = dbuf.data();
-    }
-    inner.dx_fresh = true;
+  if (!through_act) return backward_rows<T>(inner, dy, x, values, ci, n, dims);
+  SHAMN_CHECK(x.src.rows == nullptr, "block-sparse backward: an activated input must not be gathered");
+  const int64_t count = n * dims.in;
+  if (!g.dx_fresh) {
+    reserve_segment_scratch(dbuf, count);
+    inner.dx = dbuf.data();
   }
-  backward_rows<T>(inner, dy, x, values, ci, n, dims);
-  if (through_act) activation_backward(g.dx, inner.dx, x.x, n * dims.in, act, g.dx_fresh);
+  inner.dx_fresh = true;
+  if (!g.dvalues || count > kActivatedCopyMax) {
+    backward_rows<T>(inner, dy, x, values, ci, n, dims);
+    return activation_backward(g.dx, inner.dx, x.x, count, act, g.dx_fresh);
+  }
+  GradRows<T> input_only{inner.dx, true, nullptr, false, nullptr};
+  backward_rows<T>(input_only, dy, x, values, ci, n, dims);
+  reserve_segment_scratch(hbuf, count);
+  activation_forward_backward(hbuf.data(), g.dx, inner.dx, x.x, count, act, g.dx_fresh);
+  GradRows<T> rest = g;
+  rest.dx = nullptr;
+  backward_rows<T>(rest, dy, {hbuf.data(), {}}, values, ci, n, dims);
 }
 
 // A segment's n rows from r0 of x: x's own rows, or (rows given) rows[r0..r0+n)
@@ -182,9 +211,9 @@ Var block_sparse_linear(const Var& x, const Var& values, const Tensor& col_index
       if (node.needs_grad(0)) g.dx = node.input_grad_to_write(0, &g.dx_fresh).template data<T>();
       if (node.needs_grad(1)) g.dvalues = node.input_grad_to_write(1, &g.dvalues_fresh).template data<T>();
       if (bias_at != 0 && node.needs_grad(bias_at)) g.dbias = node.input_grad(bias_at).data<T>();
-      Buffer<T> dbuf;
+      Buffer<T> dbuf, hbuf;
       backward_rows_activated<T>(g, node.out_grad.data<T>(), {xv.data<T>(), {nullptr, act}}, wv.data<T>(),
-                                 col_index.data<int32_t>(), n, dims, dbuf);
+                                 col_index.data<int32_t>(), n, dims, dbuf, hbuf);
     });
     if (add_residual) node.add_out_grad_to(residual_at);
   });
@@ -309,12 +338,13 @@ Var block_sparse_linear_segments(const Var& x, const std::vector<int64_t>& offse
       const T* xp = xv.data<T>();
       const int32_t* rp = gathered ? rows.data<int32_t>() : nullptr;
       parallel_for(0, G, 1, [&](int64_t lo, int64_t hi) {
-        Buffer<T> dbuf, rows_buf;  // the gradient of act(x); the segment's rows, where gathered first
+        // The gradient of act(x), act(x) itself, and the segment's rows where gathered first.
+        Buffer<T> dbuf, hbuf, rows_buf;
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
           if (n == 0) continue;
           backward_rows_activated<T>(grads[g], dy + r0 * out, segment_rows(xp, rp, r0, n, in, act, rows_buf),
-                                     wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g], dbuf);
+                                     wv[g].data<T>(), ci[g].data<int32_t>(), n, dims[g], dbuf, hbuf);
         }
       });
       if (gathered && dx) {

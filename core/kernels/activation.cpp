@@ -27,6 +27,12 @@ void sigmoid_forward(float* y, const float* x, int64_t n) { kernels().sigmoid_fo
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) {
   kernels().sigmoid_backward(dx, dy, y, n);
 }
+void gelu_forward_backward(float* y, float* dx, const float* dy, const float* x, int64_t n, bool overwrite) {
+  kernels().gelu_forward_backward(y, dx, dy, x, n, overwrite);
+}
+void silu_forward_backward(float* y, float* dx, const float* dy, const float* x, int64_t n, bool overwrite) {
+  kernels().silu_forward_backward(y, dx, dy, x, n, overwrite);
+}
 double logsumexp(const float* x, int64_t n) { return kernels().logsumexp(x, n); }
 void exp_forward(float* y, const float* x, int64_t n) { kernels().exp_forward(y, x, n); }
 
@@ -43,6 +49,17 @@ void silu_forward(double* y, const double* x, int64_t n) {
 void silu_backward(double* dx, const double* dy, const double* x, int64_t n, bool overwrite) {
   map_backward(
       dx, dy, x, x, n, [](double v, double) { return Silu<double>::derivative(v); }, overwrite);
+}
+// The f64 twins: the two passes.
+void gelu_forward_backward(double* y, double* dx, const double* dy, const double* x, int64_t n,
+                           bool overwrite) {
+  gelu_forward(y, x, n);
+  gelu_backward(dx, dy, x, n, overwrite);
+}
+void silu_forward_backward(double* y, double* dx, const double* dy, const double* x, int64_t n,
+                           bool overwrite) {
+  silu_forward(y, x, n);
+  silu_backward(dx, dy, x, n, overwrite);
 }
 void sigmoid_forward(double* y, const double* x, int64_t n) {
   map_forward(y, x, n, [](double v) { return sigmoid(v); });

@@ -20,6 +20,13 @@ void gelu_forward(float* y, const float* x, int64_t n);
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite = false);
 void silu_forward(float* y, const float* x, int64_t n);
 void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool overwrite = false);
+// y = f(x) and the backward pass's dx in one pass, one sigmoid per element
+// instead of two: the bits of f_forward and f_backward (dx may be dy). For a
+// product that reads f(x) in its backward as well as f'(x).
+void gelu_forward_backward(float* y, float* dx, const float* dy, const float* x, int64_t n,
+                           bool overwrite = false);
+void silu_forward_backward(float* y, float* dx, const float* dy, const float* x, int64_t n,
+                           bool overwrite = false);
 void sigmoid_forward(float* y, const float* x, int64_t n);
 void sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n);  // y: the output
 
@@ -37,6 +44,10 @@ void gelu_forward(double* y, const double* x, int64_t n);
 void gelu_backward(double* dx, const double* dy, const double* x, int64_t n, bool overwrite = false);
 void silu_forward(double* y, const double* x, int64_t n);
 void silu_backward(double* dx, const double* dy, const double* x, int64_t n, bool overwrite = false);
+void gelu_forward_backward(double* y, double* dx, const double* dy, const double* x, int64_t n,
+                           bool overwrite = false);
+void silu_forward_backward(double* y, double* dx, const double* dy, const double* x, int64_t n,
+                           bool overwrite = false);
 void sigmoid_forward(double* y, const double* x, int64_t n);
 void sigmoid_backward(double* dx, const double* dy, const double* y, int64_t n);
 void exp_forward(double* y, const double* x, int64_t n);

@@ -14,6 +14,10 @@ struct Kernels {
   void (*sigmoid_backward)(float* dx, const float* dy, const float* y, int64_t n);
   double (*logsumexp)(const float* x, int64_t n);
   void (*exp_forward)(float* y, const float* x, int64_t n);
+  void (*gelu_forward_backward)(float* y, float* dx, const float* dy, const float* x, int64_t n,
+                                bool overwrite);
+  void (*silu_forward_backward)(float* y, float* dx, const float* dy, const float* x, int64_t n,
+                                bool overwrite);
 };
 extern const Kernels kernels_scalar, kernels_avx2, kernels_avx512;
 

@@ -26,6 +26,13 @@ struct Gelu {
     const F du = splat(kAlpha2) * (splat(1.0f) + splat(3.0f * kBeta) * x * x);
     return s + x * s * (splat(1.0f) - s) * du;
   }
+  // Both at once, one sigmoid: the bits of forward and derivative.
+  static void forward_and_derivative(F x, F& y, F& d) {
+    const F s = sigmoid(splat(kAlpha2) * (x + splat(kBeta) * x * x * x));
+    const F du = splat(kAlpha2) * (splat(1.0f) + splat(3.0f * kBeta) * x * x);
+    y = x * s;
+    d = s + y * (splat(1.0f) - s) * du;
+  }
 };
 
 struct Silu {
@@ -33,6 +40,11 @@ struct Silu {
   static F derivative(F x) {
     const F s = sigmoid(x);
     return s * (splat(1.0f) + x * (splat(1.0f) - s));
+  }
+  static void forward_and_derivative(F x, F& y, F& d) {
+    const F s = sigmoid(x);
+    y = x * s;
+    d = s * (splat(1.0f) + x * (splat(1.0f) - s));
   }
 };
 
