@@ -204,8 +204,8 @@ void forward_fast(float* y, const float* x, const float* values, const int32_t* 
 
   const std::vector<int32_t> used = used_column_blocks(col_index, d);
   const TokenTiling tt = plan_tokens(n, d.in, MR, nob);
-  // f32 rows taken as they are are read in place (tile_kernel_rows); rounded or
-  // activated ones are packed once per tile and read by every block row.
+  // f32 rows without an activation are read where they lie (tile_kernel_rows);
+  // rounded or activated ones are packed once per tile for every block row.
   const bool in_place =
       !Round && MR <= kInPlaceMaxRows && src.act == InputActivation::none && bsr::rows_in_place();
   parallel_for(0, tt.tiles * tt.groups, 1, [&](int64_t lo, int64_t hi) {
