@@ -12,6 +12,7 @@ Run it with Debian's interpreter, which has torch, h5py and numpy:
     /usr/bin/python3 experiments/reference/shamn_ref.py make-tokens --vocab V --count N -o TOK.bin
     /usr/bin/python3 experiments/reference/shamn_ref.py loss CKPT.h5 --data TOK.bin --batch B --seq T [--grads G.h5]
     /usr/bin/python3 experiments/reference/shamn_ref.py bench --config CONFIG.toml --threads 1,2
+    /usr/bin/python3 experiments/reference/shamn_ref.py train CONFIG.toml --train T.bin --val V.bin --steps N
 
 Layout of this file: config (SPEC 5), hashing (SPEC 1.2), tie-aware top-k,
 the layers (SPEC 1.1-1.7), the model, init, checkpoint and token-file I/O
@@ -31,7 +32,7 @@ import zlib
 import tomllib
 from dataclasses import dataclass, field
 
-if __name__ == "__main__" and sys.argv[1:2] == ["bench"]:
+if __name__ == "__main__" and sys.argv[1:2] in (["bench"], ["train"]):
     # On the shared 2-core dev machine, OpenMP threads that spin at barriers
     # while a compiler holds the other core made 2-thread steps 5-10x slower
     # than 1-thread ones; sleeping waits avoid that. Must be set before torch loads.
@@ -927,6 +928,86 @@ def cmd_bench(args):
                           "loadavg_1m": os.getloadavg()[0]}), flush=True)
 
 
+def lr_at(step, lr, min_lr, warmup, max_steps):
+    """SPEC 3's schedule, 0-based step: linear warm-up, then cosine down to min_lr."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= max_steps:
+        return min_lr
+    progress = (step - warmup) / (max_steps - warmup)
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def validation_ce(model, tokens, B, T, batches, autocast):
+    """Mean cross-entropy over the first `batches` consecutive batches of B windows of T
+    tokens (window w: inputs tokens[w T : w T + T], targets one further), as shamn's
+    trainer evaluates; each batch's mean, then their mean."""
+    need = B * T + 1
+    batches = min(batches, (len(tokens) - 1) // T // B)
+    if batches < 1:
+        raise ValueError(f"the validation file holds {len(tokens)} tokens, fewer than one batch of {B} x {T}")
+    losses = []
+    for i in range(batches):
+        inputs, targets = make_batch(tokens[i * B * T:i * B * T + need], B, T, model.cfg.vocab_size)
+        with autocast():
+            _, ce, _ = model(inputs, targets)
+        losses.append(ce.float().item())
+    return sum(losses) / len(losses)
+
+
+def cmd_train(args):
+    """Trains a freshly initialised model on a token file: random windows, AdamW with
+    SPEC 3's decay groups and schedule, clipping; one JSON line per evaluation."""
+    for name in ("batch", "seq", "steps", "eval_batches", "threads"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0 <= args.warmup <= args.steps:
+        raise ValueError(f"--warmup must lie in [0, --steps = {args.steps}], got {args.warmup}")
+    cfg = load_config(args.config)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = init_model(SHAMN(cfg), seed=args.seed)
+    train, val = read_tokens(args.train), read_tokens(args.val)
+    if len(train) < args.seq + 1:
+        raise ValueError(f"{args.train}: {len(train)} tokens, fewer than one window of {args.seq + 1}")
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if decays(n)], "weight_decay": args.weight_decay},
+              {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
+    optim = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    params = [p for _, p in named]
+    # The forward (and evaluation) under autocast, as `bench --autocast` runs it.
+    def autocast():
+        return (torch.autocast("cpu", dtype=torch.bfloat16) if args.autocast == "bf16"
+                else contextlib.nullcontext())
+    gen = np.random.default_rng(args.seed)
+    every = args.eval_every or args.steps
+    times = []
+    for step in range(args.steps):
+        start = time.perf_counter()
+        starts = gen.integers(0, len(train) - args.seq, size=args.batch)
+        window = np.stack([train[s:s + args.seq + 1] for s in starts]).astype(np.int64)
+        if int(window.max()) >= cfg.vocab_size:
+            raise ValueError(f"{args.train}: token {int(window.max())} is outside the vocabulary of "
+                             f"{cfg.vocab_size}")
+        batch = torch.from_numpy(window)
+        for g in optim.param_groups:
+            g["lr"] = lr_at(step, args.lr, args.min_lr, args.warmup, args.steps)
+        optim.zero_grad(set_to_none=True)
+        with autocast():
+            loss, _, _ = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, args.clip)
+        optim.step()
+        times.append(time.perf_counter() - start)
+        if (step + 1) % every == 0 or step + 1 == args.steps:
+            ce = validation_ce(model, val, args.batch, args.seq, args.eval_batches, autocast)
+            print(json.dumps({"step": step + 1, "train_loss": loss.float().item(), "val_loss": ce,
+                              "val_ppl": math.exp(ce), "autocast": args.autocast, "seed": args.seed,
+                              "tokens_per_s": args.batch * args.seq / statistics.median(times[1:] or times)}),
+                  flush=True)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="shamn_ref.py", description=__doc__.split("\n\n")[0])
@@ -968,6 +1049,26 @@ def main(argv=None):
                    help="run the forward under torch.autocast (bf16)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=cmd_bench)
+
+    p = sub.add_parser("train", help="train a freshly initialised model on a token file (quality runs)")
+    p.add_argument("config", help="model TOML (a shamn config's [model] tables; other tables are ignored)")
+    p.add_argument("--train", required=True, help="llm.c token file to train on")
+    p.add_argument("--val", required=True, help="llm.c token file to evaluate on")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--min-lr", type=float, default=2e-4)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: at the end)")
+    p.add_argument("--eval-batches", type=int, default=16)
+    p.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                   help="run the forward and evaluation under torch.autocast (bf16)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(run=cmd_train)
 
     args = parser.parse_args(argv)
     try:

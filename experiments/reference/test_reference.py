@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Self-tests of the SHAMN reference. Run: /usr/bin/python3 experiments/reference/test_reference.py"""
 
+import contextlib
 import json
 import math
 import os
@@ -612,6 +613,50 @@ class TestFiles(unittest.TestCase):
         row = json.loads(out.stdout.strip().splitlines()[0])
         self.assertEqual(row["threads"], 1)
         self.assertGreater(row["tokens_per_s"], 0)
+
+    def test_train_schedule_and_runs(self):
+        # SPEC 3's schedule: warm-up from lr / warmup, cosine from lr down to min_lr.
+        self.assertAlmostEqual(ref.lr_at(0, 1.0, 0.1, 4, 12), 0.25)
+        self.assertAlmostEqual(ref.lr_at(3, 1.0, 0.1, 4, 12), 1.0)
+        self.assertAlmostEqual(ref.lr_at(4, 1.0, 0.1, 4, 12), 1.0)
+        self.assertAlmostEqual(ref.lr_at(8, 1.0, 0.1, 4, 12), 0.55)
+        self.assertAlmostEqual(ref.lr_at(12, 1.0, 0.1, 4, 12), 0.1)
+        self.assertAlmostEqual(ref.lr_at(0, 1.0, 0.1, 0, 12), 1.0)
+
+        tokens = self.path("tok.bin")
+        ref.write_tokens(tokens, np.arange(3000) % 64)  # a sequence the model can learn
+        args = ["train", TINY, "--train", tokens, "--val", tokens, "--batch", "4", "--seq", "16",
+                "--warmup", "2", "--lr", "0.01", "--min-lr", "0.001", "--eval-every", "10",
+                "--eval-batches", "2", "--seed", "3"]
+        out = run(SCRIPT, *args, "--steps", "20")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = [json.loads(line) for line in out.stdout.strip().splitlines()]
+        self.assertEqual([r["step"] for r in rows], [10, 20])
+        self.assertLess(rows[1]["val_loss"], rows[0]["val_loss"])
+        self.assertLess(rows[0]["val_loss"], math.log(64))
+        self.assertAlmostEqual(rows[1]["val_ppl"], math.exp(rows[1]["val_loss"]), places=6)
+        again = run(SCRIPT, *args, "--steps", "20")
+        self.assertEqual(again.stdout.splitlines()[1].split('"tokens_per_s"')[0],
+                         out.stdout.splitlines()[1].split('"tokens_per_s"')[0])  # seeded
+
+        # The validation loss is the mean of consecutive batches' mean cross-entropy.
+        model = ref.init_model(ref.SHAMN(ref.load_config(TINY)), seed=3)
+        vocab = model.cfg.vocab_size
+        val = (np.arange(200) * 7) % vocab
+        expected = []
+        for i in range(2):
+            inputs, targets = ref.make_batch(val[i * 32:], 2, 16, vocab)
+            expected.append(model(inputs, targets)[1].item())
+        got = ref.validation_ce(model, val, 2, 16, 2, contextlib.nullcontext)
+        self.assertAlmostEqual(got, sum(expected) / 2, places=6)
+
+        bf16 = run(SCRIPT, *args, "--steps", "2", "--autocast", "bf16")
+        self.assertEqual(bf16.returncode, 0, bf16.stderr)
+        self.assertEqual(json.loads(bf16.stdout.strip())["autocast"], "bf16")
+
+        bad = run(SCRIPT, *args, "--steps", "1")
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("--warmup must lie in [0, --steps = 1], got 2", bad.stderr)
 
     def test_cli_errors(self):
         bad = self.path("bad.toml")
