@@ -24,6 +24,8 @@ namespace {
 struct InitArgs {
   std::string config, out;
   uint64_t seed = 1;
+  std::string scheme = "normal";
+  double std = 0.02;
 };
 
 struct LossArgs {
@@ -34,7 +36,10 @@ struct LossArgs {
 void run_init(const InitArgs& a) {
   const ModelConfig config = ModelConfig::from_table(ConfigTable::parse_file(a.config));
   Shamn model(config);
-  model.init(a.seed);
+  WeightInit how;
+  how.scheme = *parse_init_scheme(a.scheme);  // CLI11 checked it
+  how.std = a.std;
+  model.init(a.seed, how);
   save_model_checkpoint(a.out, model, config.to_toml(), 0);
   std::printf("wrote %s: %" PRId64 " parameters (seed %" PRIu64 ")\n", a.out.c_str(), model.parameter_count(),
               a.seed);
@@ -107,6 +112,12 @@ void register_model_commands(CLI::App& app) {
       ->check(CLI::ExistingFile);
   ic->add_option("-o,--out", init->out, "checkpoint to write (.h5)")->required();
   ic->add_option("--seed", init->seed, "initialisation seed")->capture_default_str();
+  ic->add_option("--init", init->scheme, "weight init scheme, as train.init")
+      ->check(CLI::IsMember({"normal", "fan_in"}))
+      ->capture_default_str();
+  ic->add_option("--init-std", init->std, "the normal scheme's std, as train.init_std")
+      ->check(CLI::Range(1e-12, 1.0))
+      ->capture_default_str();
   ic->callback([init] { run_init(*init); });
 
   auto loss = std::make_shared<LossArgs>();

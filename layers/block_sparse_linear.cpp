@@ -39,12 +39,12 @@ BlockSparseLinear::BlockSparseLinear(const BlockSparseOptions& o, double init_sc
   if (o.bias) bias_ = register_parameter("bias", Tensor::zeros({dims_.out}));
 }
 
-void BlockSparseLinear::init_own(uint64_t seed, const std::string& prefix) {
+void BlockSparseLinear::init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) {
   Rng pattern_rng = tensor_rng(seed, prefix + "col_index");
   col_index_.copy_from(draw_block_pattern(dims_.row_blocks(), dims_.col_blocks(), dims_.active, pattern_rng));
   Tensor v = values_.value();
   init_normal(v, seed, prefix + "values",
-              init_scale_ / std::sqrt(static_cast<double>(dims_.active * dims_.block)));
+              how.pick(init_scale_ / std::sqrt(static_cast<double>(dims_.active * dims_.block))));
   if (bias_.defined()) bias_.value().zero();
   init_lora_if_any(seed, prefix);
 }

@@ -10,8 +10,9 @@ namespace shamn {
 // SPEC 1.3: y = x W^T + bias, W stored as `a` active b x b blocks per block row.
 // Parameters: values [nob, a, b, b], bias [out]; buffer: col_index int32 [nob, a]
 // (drawn at init, sorted ascending, saved in checkpoints).
-// Init: values ~ N(0, init_scale^2 / (a*b)): each output sums a*b inputs, so unit-
-// variance inputs give outputs of variance init_scale^2 at any sparsity. May carry
+// Init (InitScheme::fan_in): values ~ N(0, init_scale^2 / (a*b)): each output sums
+// a*b inputs, so unit-variance inputs give outputs of variance init_scale^2 at any
+// sparsity; InitScheme::normal ignores init_scale (layers/README.md). May carry
 // a LoRA adapter (layers/lora.h): dense and low-rank, beside the sparse product.
 class BlockSparseLinear : public LoraHost {
  public:
@@ -31,7 +32,7 @@ class BlockSparseLinear : public LoraHost {
   int64_t active_weights() const { return dims_.value_count(); }
 
  private:
-  void init_own(uint64_t seed, const std::string& prefix) override;
+  void init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) override;
   BlockSparseDims dims_;
   double init_scale_;
   Var values_, bias_;

@@ -14,9 +14,12 @@ CausalConvMixer::CausalConvMixer(const MixerOptions& o, double out_scale) : opti
   out_ = &register_module("out", std::make_unique<BlockSparseLinear>(o.out, out_scale));
 }
 
-void CausalConvMixer::init_own(uint64_t seed, const std::string& prefix) {
+void CausalConvMixer::init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) {
   Tensor c = conv_.value();
-  init_uniform(c, seed, prefix + "conv", 1.0 / std::sqrt(static_cast<double>(options_.kernel)));
+  if (how.scheme == InitScheme::normal)
+    init_normal(c, seed, prefix + "conv", how.std);
+  else
+    init_uniform(c, seed, prefix + "conv", 1.0 / std::sqrt(static_cast<double>(options_.kernel)));
 }
 
 // SiLU inside the output projection: its output is never kept (experiments/training_memory.md).

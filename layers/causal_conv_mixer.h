@@ -17,7 +17,7 @@ class CausalConvMixer : public Module {
   const Var& conv() const { return conv_; }
 
  private:
-  void init_own(uint64_t seed, const std::string& prefix) override;
+  void init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) override;
   MixerOptions options_;
   Var conv_;
   BlockSparseLinear* out_;

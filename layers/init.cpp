@@ -11,6 +11,14 @@ Rng tensor_rng(uint64_t seed, const std::string& full_name) {
   return Rng(seed, h);
 }
 
+std::optional<InitScheme> parse_init_scheme(const std::string& name) {
+  if (name == "normal") return InitScheme::normal;
+  if (name == "fan_in") return InitScheme::fan_in;
+  return std::nullopt;
+}
+
+const char* init_scheme_name(InitScheme scheme) { return scheme == InitScheme::normal ? "normal" : "fan_in"; }
+
 void init_normal(Tensor& t, uint64_t seed, const std::string& full_name, double stddev) {
   Rng rng = tensor_rng(seed, full_name);
   rng.fill_normal(t, 0.0, stddev);

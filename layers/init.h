@@ -1,6 +1,7 @@
 #pragma once
 // Parameter initialisation (the scheme is documented in layers/README.md).
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/rng.h"
@@ -11,6 +12,24 @@ namespace shamn {
 // The RNG stream of one tensor: seeded by the run's seed, stream = FNV-1a hash
 // of its full dotted name.
 Rng tensor_rng(uint64_t seed, const std::string& full_name);
+
+// How a fresh model's weight matrices are drawn (train.init; the table in
+// layers/README.md gives each tensor's rule under both schemes).
+enum class InitScheme {
+  normal,  // every weight matrix N(0, std^2), as GPT-2 and the PyTorch reference do
+  fan_in,  // each layer's own fan-in rule (shamn's default before stop 70)
+};
+
+struct WeightInit {
+  InitScheme scheme = InitScheme::normal;
+  double std = 0.02;  // normal: the std of every weight matrix
+  // A weight's std: `std` under normal, the layer's fan-in rule under fan_in.
+  double pick(double fan_in_std) const { return scheme == InitScheme::normal ? std : fan_in_std; }
+};
+
+// "normal" or "fan_in"; anything else is nullopt.
+std::optional<InitScheme> parse_init_scheme(const std::string& name);
+const char* init_scheme_name(InitScheme scheme);
 
 void init_normal(Tensor& t, uint64_t seed, const std::string& full_name, double stddev);
 void init_uniform(Tensor& t, uint64_t seed, const std::string& full_name, double bound);

@@ -14,9 +14,9 @@ Linear::Linear(int64_t in, int64_t out, bool bias, double init_std)
   if (bias) bias_ = register_parameter("bias", Tensor::zeros({out}));
 }
 
-void Linear::init_own(uint64_t seed, const std::string& prefix) {
+void Linear::init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) {
   Tensor w = weight_.value();
-  init_normal(w, seed, prefix + "weight", init_std_);
+  init_normal(w, seed, prefix + "weight", how.pick(init_std_));
   if (bias_.defined()) bias_.value().zero();
   init_lora_if_any(seed, prefix);
 }

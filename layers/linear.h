@@ -4,7 +4,8 @@
 namespace shamn {
 
 // Dense y = x W^T (+ bias). Parameters: weight [out, in], bias [out] (when enabled).
-// Init: weight ~ N(0, init_std^2) (default 1/sqrt(in)), bias 0. May carry a LoRA
+// Init: weight ~ N(0, init_std^2) (default 1/sqrt(in)) under InitScheme::fan_in,
+// N(0, how.std^2) under normal; bias 0. May carry a LoRA
 // adapter (layers/lora.h), added to its output.
 class Linear : public LoraHost {
  public:
@@ -14,7 +15,7 @@ class Linear : public LoraHost {
   const Var& bias() const { return bias_; }
 
  private:
-  void init_own(uint64_t seed, const std::string& prefix) override;
+  void init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) override;
   Var weight_, bias_;
   double init_std_;
 };

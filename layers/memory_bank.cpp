@@ -16,13 +16,13 @@ MemoryBank::MemoryBank(const MemoryOptions& o) : options_(o) {
   values_ = register_parameter("values", Tensor::zeros({o.size, o.dim}));
 }
 
-void MemoryBank::init_own(uint64_t seed, const std::string& prefix) {
+void MemoryBank::init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) {
   const int64_t half_key_dim = options_.key_dim / 2;  // each key set's width
   const double key_std = 1.0 / std::sqrt(static_cast<double>(half_key_dim));
   Tensor k1 = keys1_.value(), k2 = keys2_.value(), v = values_.value();
   init_normal(k1, seed, prefix + "keys1", key_std);
   init_normal(k2, seed, prefix + "keys2", key_std);
-  init_normal(v, seed, prefix + "values", 1.0 / std::sqrt(static_cast<double>(options_.dim)));
+  init_normal(v, seed, prefix + "values", how.pick(1.0 / std::sqrt(static_cast<double>(options_.dim))));
 }
 
 Var MemoryBank::forward(const Var& u) const {

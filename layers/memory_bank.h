@@ -19,7 +19,7 @@ class MemoryBank : public Module {
   const MemoryOptions& options() const { return options_; }
 
  private:
-  void init_own(uint64_t seed, const std::string& prefix) override;
+  void init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) override;
   MemoryOptions options_;
   Linear* query_;
   Var keys1_, keys2_, values_;

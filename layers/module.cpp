@@ -75,9 +75,9 @@ int64_t Module::parameter_count() const {
   return n;
 }
 
-void Module::init(uint64_t seed, const std::string& prefix) {
-  init_own(seed, prefix);
-  for (auto& [name, child] : children_) child->init(seed, prefix + name + ".");
+void Module::init(uint64_t seed, const WeightInit& how, const std::string& prefix) {
+  init_own(seed, prefix, how);
+  for (auto& [name, child] : children_) child->init(seed, how, prefix + name + ".");
 }
 
 void Module::to(DType dtype) {

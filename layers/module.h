@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "layers/init.h"
 
 namespace shamn {
 
@@ -41,11 +42,11 @@ class Module {
   // Initialises this module's parameters and buffers, then its children's. Each
   // tensor draws from its own RNG stream keyed by its full dotted name (see
   // layers/init.h), so the result does not depend on construction order.
-  void init(uint64_t seed, const std::string& prefix = "");
+  void init(uint64_t seed, const WeightInit& how = {}, const std::string& prefix = "");
 
  protected:
   // Override to initialise this module's own tensors (children are handled by init()).
-  virtual void init_own(uint64_t seed, const std::string& prefix) {}
+  virtual void init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) {}
 
   // Registers a trainable f32 parameter initialised to `init` (shared, not copied).
   Var register_parameter(const std::string& name, Tensor init);

@@ -7,7 +7,7 @@ namespace shamn {
 RMSNorm::RMSNorm(int64_t dim, double eps)
     : gain_(register_parameter("gain", Tensor::full({dim}, 1.0))), eps_(eps) {}
 
-void RMSNorm::init_own(uint64_t, const std::string&) { gain_.value().fill(1.0); }
+void RMSNorm::init_own(uint64_t, const std::string&, const WeightInit&) { gain_.value().fill(1.0); }
 
 Var RMSNorm::forward(const Var& x) const { return rms_norm(x, gain_, eps_); }
 

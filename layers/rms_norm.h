@@ -11,7 +11,7 @@ class RMSNorm : public Module {
   const Var& gain() const { return gain_; }
 
  private:
-  void init_own(uint64_t seed, const std::string& prefix) override;
+  void init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) override;
   Var gain_;
   double eps_;
 };

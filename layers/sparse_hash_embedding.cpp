@@ -12,9 +12,9 @@ SparseHashEmbedding::SparseHashEmbedding(const EmbedOptions& o) : options_(o) {
   bucket_index_ = register_buffer("bucket_index", hash_bucket_index(o.vocab_size, o.hashes, o.buckets));
 }
 
-void SparseHashEmbedding::init_own(uint64_t seed, const std::string& prefix) {
+void SparseHashEmbedding::init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) {
   Tensor t = table_.value();
-  init_normal(t, seed, prefix + "table", 0.02);
+  init_normal(t, seed, prefix + "table", how.pick(0.02));
   importance_.value().fill(1.0);
   bucket_index_.copy_from(hash_bucket_index(options_.vocab_size, options_.hashes, options_.buckets));
 }

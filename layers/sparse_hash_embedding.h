@@ -25,7 +25,7 @@ class SparseHashEmbedding : public Module {
   const Tensor& bucket_index() const { return bucket_index_; }
 
  private:
-  void init_own(uint64_t seed, const std::string& prefix) override;
+  void init_own(uint64_t seed, const std::string& prefix, const WeightInit& how) override;
   EmbedOptions options_;
   Var table_, importance_;
   Tensor bucket_index_;

@@ -36,6 +36,8 @@ const std::set<std::string>& all_known_keys() {
               "train.eval_batches",
               "train.max_bad_steps",
               "train.init_from",
+              "train.init",
+              "train.init_std",
               "train.prefetch",
               "train.precision",
               "train.overlap_exchange",
@@ -140,6 +142,10 @@ void RunConfig::validate() const {
   non_negative(train.eval_every, "train.eval_every");
   positive(train.eval_batches, "train.eval_batches");
   positive(train.max_bad_steps, "train.max_bad_steps");
+  SHAMN_CONFIG_CHECK(parse_init_scheme(train.init).has_value(), "train.init",
+                     "train.init must be \"normal\" or \"fan_in\", got \"", train.init, "\"");
+  SHAMN_CONFIG_CHECK(train.init_std > 0 && train.init_std <= 1, "train.init_std",
+                     "train.init_std must lie in (0, 1], got ", train.init_std);
   SHAMN_CONFIG_CHECK(train.precision == "f32" || train.precision == "bf16", "train.precision",
                      "train.precision must be \"f32\" or \"bf16\", got \"", train.precision, "\"");
   SHAMN_CONFIG_CHECK(train.bucket_mib >= 0.001 && train.bucket_mib <= 4096, "train.bucket_mib",
@@ -209,6 +215,8 @@ RunConfig RunConfig::from_table(const ConfigTable& t) {
   r.integer("train.eval_batches", c.train.eval_batches);
   r.integer("train.max_bad_steps", c.train.max_bad_steps);
   r.text("train.init_from", c.train.init_from);
+  r.text("train.init", c.train.init);
+  r.real("train.init_std", c.train.init_std);
   r.boolean("train.prefetch", c.train.prefetch);
   r.text("train.precision", c.train.precision);
   r.boolean("train.overlap_exchange", c.train.overlap_exchange);
@@ -238,6 +246,13 @@ RunConfig RunConfig::from_table(const ConfigTable& t) {
   return c;
 }
 
+WeightInit RunConfig::weight_init() const {
+  WeightInit w;
+  w.scheme = *parse_init_scheme(train.init);  // validate() checked it
+  w.std = train.init_std;
+  return w;
+}
+
 RunConfig RunConfig::from_file(const std::string& path, const std::vector<std::string>& overrides) {
   ConfigTable table = ConfigTable::parse_file(path);
   for (const std::string& o : overrides) table.set_from_text(o);
@@ -260,7 +275,8 @@ std::string RunConfig::to_toml() const {
       << "\nout_dir = " << s(train.out_dir) << "\ncheckpoint_every = " << train.checkpoint_every
       << "\nkeep_last = " << train.keep_last << "\neval_every = " << train.eval_every
       << "\neval_batches = " << train.eval_batches << "\nmax_bad_steps = " << train.max_bad_steps
-      << "\ninit_from = " << s(train.init_from) << "\nprefetch = " << (train.prefetch ? "true" : "false")
+      << "\ninit_from = " << s(train.init_from) << "\ninit = " << s(train.init)
+      << "\ninit_std = " << f(train.init_std) << "\nprefetch = " << (train.prefetch ? "true" : "false")
       << "\noverlap_exchange = " << (train.overlap_exchange ? "true" : "false") << "\nbucket_mib = "
       << f(train.bucket_mib)
       // Written only when not the default, as [lora] below.

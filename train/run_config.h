@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/model_config.h"
+#include "layers/init.h"
 #include "layers/lora.h"
 
 namespace shamn {
@@ -37,6 +38,9 @@ struct TrainConfig {
   int64_t eval_batches = 20;
   int64_t max_bad_steps = 5;  // non-finite steps in a row before the run stops
   std::string init_from;      // "" = fresh init; else a (model-only) checkpoint
+  // A fresh init's scheme ("normal" or "fan_in", layers/init.h) and normal's std.
+  std::string init = "normal";
+  double init_std = 0.02;
   bool prefetch = true;
   // Operands of the matmuls and block-sparse products: "f32" or "bf16"
   // (core/product_precision.h).
@@ -70,6 +74,8 @@ struct RunConfig {
   OptimConfig optim;
   LoraOptions lora;  // rank 0: no adapters (alpha defaults to rank)
   LogConfig log;
+
+  WeightInit weight_init() const;  // train.init and train.init_std
 
   static RunConfig from_table(const ConfigTable& table);
   // Reads `path`, applies the `--set key=value` overrides in order, then loads.

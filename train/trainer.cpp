@@ -262,7 +262,7 @@ void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming,
                       c.train.init_from, "' holds a model whose [model] tables differ from the config's");
     load_model_tensors(reader, model);
   } else {
-    model.init(static_cast<uint64_t>(c.train.seed));
+    model.init(static_cast<uint64_t>(c.train.seed), c.weight_init());
   }
 }
 

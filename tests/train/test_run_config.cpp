@@ -50,6 +50,9 @@ TEST_CASE("a minimal run config gets the documented defaults", "[train][config]"
   CHECK(c.train.keep_last == 3);
   CHECK(c.train.prefetch);
   CHECK(c.train.precision == "f32");
+  CHECK(c.train.init == "normal");
+  CHECK(c.train.init_std == 0.02);
+  CHECK(c.weight_init().scheme == InitScheme::normal);
   CHECK(c.to_toml().find("precision") == std::string::npos);  // written only when bf16
   CHECK(c.optim.lr == 1e-3);
   CHECK(c.optim.grad_clip == 1.0);
@@ -64,12 +67,16 @@ TEST_CASE("the resolved run config round-trips exactly", "[train][config]") {
   c.data.tokenizer = "odd \"name\"\\with\ttab";
   c.optim.lr = 1.0 / 3.0;
   c.train.precision = "bf16";
+  c.train.init = "fan_in";
+  c.train.init_std = 0.05;
   const std::string text = c.to_toml();
   const RunConfig d = RunConfig::from_toml(text, "resolved");
   CHECK(d.to_toml() == text);
   CHECK(d.data.tokenizer == c.data.tokenizer);
   CHECK(d.optim.lr == c.optim.lr);
   CHECK(d.train.precision == "bf16");
+  CHECK(d.weight_init().scheme == InitScheme::fan_in);
+  CHECK(d.weight_init().std == 0.05);
 }
 
 TEST_CASE("changed_settings names each key that differs, in order, and not train.out_dir",
@@ -165,6 +172,8 @@ TEST_CASE("bad run configs name the file, line and key", "[train][config]") {
       {replace(valid(), "[data]\n", "[data]\nformat = \"u32\"\n"), {}, "run.toml:15: data.format must be"},
       {replace(valid(), "seq_len = 32", "seq_len = -5"), {}, "run.toml:18: train.seq_len must be >= 1"},
       {valid(), {"train.precision=\"fp16\""}, "--set train.precision: train.precision must be \"f32\" or"},
+      {valid(), {"train.init=\"xavier\""}, "--set train.init: train.init must be \"normal\" or \"fan_in\""},
+      {valid(), {"train.init_std=0.0"}, "--set train.init_std: train.init_std must lie in (0, 1], got 0"},
       // the SPEC's model checks still name file, line and key
       {replace(valid(), "block = 16", "block = 48"), {}, "run.toml:6: model.sparse.block = 48 must divide"},
       // overrides are named as such
