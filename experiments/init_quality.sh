@@ -4,7 +4,7 @@
 # perplexity side by side. Jobs are SEED/SCHEME pairs run in turn, so two
 # invocations with different jobs can share the cores as lanes; with no jobs it
 # prints the table of the runs OUT_DIR holds.
-# Usage: [STEPS=1000] [CONFIG=configs/small.toml] [THREADS=1]
+# Usage: [STEPS=1000] [CONFIG=configs/small.toml] [THREADS=1] [INIT_STD=0.02]
 #        experiments/init_quality.sh DATA_DIR OUT_DIR [SEED/SCHEME...]
 # DATA_DIR holds the README's data/brown files (train.bin, val.bin,
 # tokenizer.bpe); repo root, after building into ./build.
@@ -15,6 +15,7 @@ shift 2
 steps=${STEPS:-1000}
 config=${CONFIG:-configs/small.toml}
 threads=${THREADS:-1}
+init_std=${INIT_STD:-0.02}
 shamn=${SHAMN:-./build/shamn}
 mkdir -p "$out"
 for job in "$@"; do
@@ -25,7 +26,7 @@ for job in "$@"; do
   "$shamn" --threads "$threads" train "$config" \
     --set "data.train_path=\"$data/train.bin\"" --set "data.val_path=\"$data/val.bin\"" \
     --set "data.tokenizer=\"$data/tokenizer.bpe\"" --set "train.seed=$seed" \
-    --set "train.init=\"$scheme\"" --set "train.max_steps=$steps" \
+    --set "train.init=\"$scheme\"" --set "train.init_std=$init_std" --set "train.max_steps=$steps" \
     --set "train.eval_every=$((steps / 4))" --set "train.checkpoint_every=$steps" \
     --set "train.out_dir=\"$run\"" --set 'log.progress="never"' > "$run.log" 2>&1
 done
