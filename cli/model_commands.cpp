@@ -36,6 +36,7 @@ struct LossArgs {
 void run_init(const InitArgs& a) {
   const ModelConfig config = ModelConfig::from_table(ConfigTable::parse_file(a.config));
   Shamn model(config);
+  SHAMN_INPUT_CHECK(a.std > 0 && a.std <= 1, "--init-std must lie in (0, 1], got ", a.std);
   WeightInit how;
   how.scheme = *parse_init_scheme(a.scheme);  // CLI11 checked it
   how.std = a.std;
@@ -116,7 +117,6 @@ void register_model_commands(CLI::App& app) {
       ->check(CLI::IsMember({"normal", "fan_in"}))
       ->capture_default_str();
   ic->add_option("--init-std", init->std, "the normal scheme's std, as train.init_std")
-      ->check(CLI::Range(1e-12, 1.0))
       ->capture_default_str();
   ic->callback([init] { run_init(*init); });
 

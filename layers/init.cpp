@@ -17,8 +17,6 @@ std::optional<InitScheme> parse_init_scheme(const std::string& name) {
   return std::nullopt;
 }
 
-const char* init_scheme_name(InitScheme scheme) { return scheme == InitScheme::normal ? "normal" : "fan_in"; }
-
 void init_normal(Tensor& t, uint64_t seed, const std::string& full_name, double stddev) {
   Rng rng = tensor_rng(seed, full_name);
   rng.fill_normal(t, 0.0, stddev);

@@ -29,7 +29,6 @@ struct WeightInit {
 
 // "normal" or "fan_in"; anything else is nullopt.
 std::optional<InitScheme> parse_init_scheme(const std::string& name);
-const char* init_scheme_name(InitScheme scheme);
 
 void init_normal(Tensor& t, uint64_t seed, const std::string& full_name, double stddev);
 void init_uniform(Tensor& t, uint64_t seed, const std::string& full_name, double bound);

@@ -41,7 +41,8 @@ class Module {
 
   // Initialises this module's parameters and buffers, then its children's. Each
   // tensor draws from its own RNG stream keyed by its full dotted name (see
-  // layers/init.h), so the result does not depend on construction order.
+  // layers/init.h), so the result does not depend on construction order; `how`
+  // picks the scheme (train.init).
   void init(uint64_t seed, const WeightInit& how = {}, const std::string& prefix = "");
 
  protected:

@@ -160,6 +160,9 @@ bad "missing_dir/g.h5" loss model.h5 --data data/train.bin --grads missing_dir/g
 bad "--batch" loss model.h5 --data data/train.bin --batch 0
 bad "model.h5" init model.h5 -o never.h5
 bad "$readonly_dir/never.h5" init model.toml -o "$readonly_dir/never.h5"
+bad "--init-std must lie in (0, 1], got 0" init model.toml -o never.h5 --init-std 0
+bad "xavier not in {normal,fan_in}" init model.toml -o never.h5 --init xavier
+bad "train.init must be \"normal\" or \"fan_in\"" train run.toml --set 'train.init="xavier"' --set 'train.out_dir="never"'
 
 # generate / eval / bench: model files of the wrong kind, data that does not fit.
 bad "'model.h5' names no tokenizer (data.tokenizer)" generate model.h5 --prompt "The jury"

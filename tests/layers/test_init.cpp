@@ -58,7 +58,8 @@ Expected expected(const std::string& name, const WeightInit& how, const ModelCon
   const double active_inputs = std::round((1 - c.sparsity) * static_cast<double>(c.dim / c.block)) * c.block;
   if (name == "embed.table" || name == "head.weight" || name.find(".router_") != std::string::npos)
     return {0, 0.02};
-  if (ends_with(name, "mixer.conv")) return {0, 1 / std::sqrt(static_cast<double>(c.mixer_kernel)) / std::sqrt(3.0)};
+  if (ends_with(name, "mixer.conv"))
+    return {0, 1 / std::sqrt(static_cast<double>(c.mixer_kernel)) / std::sqrt(3.0)};
   if (ends_with(name, "mixer.out.values") || ends_with(name, ".down.values"))
     return {0, residual / std::sqrt(active_inputs)};
   if (ends_with(name, ".up.values")) return {0, 1 / std::sqrt(active_inputs)};
