@@ -36,10 +36,6 @@ hidden = 128
                                 "init");
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 struct Expected {
   double value = 0;  // a constant tensor's value, when std == 0
   double std = 0;
@@ -47,23 +43,23 @@ struct Expected {
 
 // layers/README.md's table, written out independently of the layers' code.
 Expected expected(const std::string& name, const WeightInit& how, const ModelConfig& c) {
-  if (ends_with(name, ".gain") || name == "embed.importance") return {1, 0};
-  if (ends_with(name, ".bias")) return {0, 0};
+  if (name.ends_with(".gain") || name == "embed.importance") return {1, 0};
+  if (name.ends_with(".bias")) return {0, 0};
   const bool normal = how.scheme == InitScheme::normal;
   const double s = how.std;
-  if (ends_with(name, ".keys1") || ends_with(name, ".keys2"))
+  if (name.ends_with(".keys1") || name.ends_with(".keys2"))
     return {0, 1 / std::sqrt(static_cast<double>(*c.memory_key_dim / 2))};
   if (normal) return {0, s};
   const double residual = 1 / std::sqrt(2.0 * static_cast<double>(c.n_layers));
   const double active_inputs = std::round((1 - c.sparsity) * static_cast<double>(c.dim / c.block)) * c.block;
   if (name == "embed.table" || name == "head.weight" || name.find(".router_") != std::string::npos)
     return {0, 0.02};
-  if (ends_with(name, "mixer.conv"))
+  if (name.ends_with("mixer.conv"))
     return {0, 1 / std::sqrt(static_cast<double>(c.mixer_kernel)) / std::sqrt(3.0)};
-  if (ends_with(name, "mixer.out.values") || ends_with(name, ".down.values"))
+  if (name.ends_with("mixer.out.values") || name.ends_with(".down.values"))
     return {0, residual / std::sqrt(active_inputs)};
-  if (ends_with(name, ".up.values")) return {0, 1 / std::sqrt(active_inputs)};
-  if (ends_with(name, "memory.query.weight") || ends_with(name, "memory.values"))
+  if (name.ends_with(".up.values")) return {0, 1 / std::sqrt(active_inputs)};
+  if (name.ends_with("memory.query.weight") || name.ends_with("memory.values"))
     return {0, 1 / std::sqrt(static_cast<double>(c.dim))};
   FAIL("layers/README.md's init table does not name parameter " << name);
   return {};
