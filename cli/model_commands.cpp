@@ -26,6 +26,7 @@ struct InitArgs {
   uint64_t seed = 1;
   std::string scheme = "normal";
   double std = 0.02;
+  bool scale_residual = false;
 };
 
 struct LossArgs {
@@ -37,9 +38,14 @@ void run_init(const InitArgs& a) {
   const ModelConfig config = ModelConfig::from_table(ConfigTable::parse_file(a.config));
   Shamn model(config);
   SHAMN_INPUT_CHECK(a.std > 0 && a.std <= 1, "--init-std must lie in (0, 1], got ", a.std);
+  SHAMN_INPUT_CHECK(!a.scale_residual || a.scheme == "normal",
+                    "--init-scale-residual applies to --init normal (fan_in scales the residual outputs "
+                    "always), got --init ",
+                    a.scheme);
   WeightInit how;
   how.scheme = *parse_init_scheme(a.scheme);  // CLI11 checked it
   how.std = a.std;
+  how.scale_residual = a.scale_residual;
   model.init(a.seed, how);
   save_model_checkpoint(a.out, model, config.to_toml(), 0);
   std::printf("wrote %s: %" PRId64 " parameters (seed %" PRIu64 ")\n", a.out.c_str(), model.parameter_count(),
@@ -118,6 +124,8 @@ void register_model_commands(CLI::App& app) {
       ->capture_default_str();
   ic->add_option("--init-std", init->std, "the normal scheme's std, as train.init_std")
       ->capture_default_str();
+  ic->add_flag("--init-scale-residual", init->scale_residual,
+               "normal: the residual outputs at std / sqrt(2L), as train.init_scale_residual");
   ic->callback([init] { run_init(*init); });
 
   auto loss = std::make_shared<LossArgs>();

@@ -3,7 +3,8 @@
 # trained from each scheme's init per seed, and each run's final validation
 # perplexity side by side. Jobs are SEED/SCHEME pairs run in turn, so two
 # invocations with different jobs can share the cores as lanes; with no jobs it
-# prints the table of the runs OUT_DIR holds.
+# prints the table of the runs OUT_DIR holds. SCHEME is normal, fan_in, or
+# normal+res (normal with train.init_scale_residual = true).
 # Usage: [STEPS=1000] [CONFIG=configs/small.toml] [THREADS=1] [INIT_STD=0.02]
 #        experiments/init_quality.sh DATA_DIR OUT_DIR [SEED/SCHEME...]
 # DATA_DIR holds the README's data/brown files (train.bin, val.bin,
@@ -22,11 +23,14 @@ for job in "$@"; do
   seed=${job%/*}
   scheme=${job#*/}
   run="$out/seed$seed-$scheme"
+  scale_residual=false
+  if [ "$scheme" = normal+res ]; then scheme=normal; scale_residual=true; fi
   [ -f "$run/metrics.jsonl" ] && grep -q val_ppl "$run/metrics.jsonl" && continue
   "$shamn" --threads "$threads" train "$config" \
     --set "data.train_path=\"$data/train.bin\"" --set "data.val_path=\"$data/val.bin\"" \
     --set "data.tokenizer=\"$data/tokenizer.bpe\"" --set "train.seed=$seed" \
-    --set "train.init=\"$scheme\"" --set "train.init_std=$init_std" --set "train.max_steps=$steps" \
+    --set "train.init=\"$scheme\"" --set "train.init_std=$init_std" \
+    --set "train.init_scale_residual=$scale_residual" --set "train.max_steps=$steps" \
     --set "train.eval_every=$((steps / 4))" --set "train.checkpoint_every=$steps" \
     --set "train.out_dir=\"$run\"" --set 'log.progress="never"' > "$run.log" 2>&1
 done
@@ -41,25 +45,26 @@ for path in glob.glob(os.path.join(out, "seed*-*/metrics.jsonl")):
     if evals:
         runs[int(seed), scheme] = {r["step"]: r["val_ppl"] for r in evals}
 seeds = sorted({s for s, _ in runs})
-schemes = [x for x in ("normal", "fan_in") if any(k[1] == x for k in runs)]
+schemes = [x for x in ("normal", "fan_in", "normal+res") if any(k[1] == x for k in runs)]
+pairs = [(a, b) for a, b in (("normal", "fan_in"), ("normal+res", "normal")) if a in schemes and b in schemes]
+def change(a, b):
+    return f"{100 * (a / b - 1):+.2f}%"
 print(f"{config}, {steps} steps: validation perplexity by seed and scheme\n")
-print("| seed | step | " + " | ".join(schemes) + " | normal vs fan_in |")
-print("| ---: | ---: |" + " ---: |" * (len(schemes) + 1))
+print("| seed | step | " + " | ".join(schemes) + "".join(f" | {a} vs {b}" for a, b in pairs) + " |")
+print("| ---: | ---: |" + " ---: |" * (len(schemes) + len(pairs)))
 final = {x: [] for x in schemes}
 for s in seeds:
     steps_seen = sorted(set().union(*(runs.get((s, x), {}).keys() for x in schemes)))
     for step in steps_seen:
-        vals = [runs.get((s, x), {}).get(step) for x in schemes]
-        ratio = (f"{100 * (vals[0] / vals[1] - 1):+.2f}%"
-                 if len(vals) == 2 and None not in vals else "")
-        print(f"| {s} | {step} | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals)
-              + f" | {ratio} |")
+        vals = {x: runs.get((s, x), {}).get(step) for x in schemes}
+        ratios = [change(vals[a], vals[b]) if vals[a] and vals[b] else "" for a, b in pairs]
+        print(f"| {s} | {step} | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals.values())
+              + "".join(f" | {r}" for r in ratios) + " |")
     for x in schemes:
         if (s, x) in runs:
             final[x].append(runs[s, x][max(runs[s, x])])
 cells = [f"{statistics.mean(v):.2f} (sd {statistics.stdev(v) if len(v) > 1 else 0:.2f})" for v in final.values()]
-ratio = ""
-if len(schemes) == 2 and final["normal"] and len(final["normal"]) == len(final["fan_in"]):
-    ratio = f"{100 * (statistics.mean(final['normal']) / statistics.mean(final['fan_in']) - 1):+.2f}%"
-print(f"| mean of {len(seeds)} | final | " + " | ".join(cells) + f" | {ratio} |")
+ratios = [change(statistics.mean(final[a]), statistics.mean(final[b]))
+          if final[a] and len(final[a]) == len(final[b]) else "" for a, b in pairs]
+print(f"| mean of {len(seeds)} | final | " + " | ".join(cells) + "".join(f" | {r}" for r in ratios) + " |")
 PY

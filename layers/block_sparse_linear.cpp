@@ -43,8 +43,8 @@ void BlockSparseLinear::init_own(uint64_t seed, const std::string& prefix, const
   Rng pattern_rng = tensor_rng(seed, prefix + "col_index");
   col_index_.copy_from(draw_block_pattern(dims_.row_blocks(), dims_.col_blocks(), dims_.active, pattern_rng));
   Tensor v = values_.value();
-  init_normal(v, seed, prefix + "values",
-              how.pick(init_scale_ / std::sqrt(static_cast<double>(dims_.active * dims_.block))));
+  const double fan_in_std = init_scale_ / std::sqrt(static_cast<double>(dims_.active * dims_.block));
+  init_normal(v, seed, prefix + "values", how.pick(fan_in_std, init_scale_));
   if (bias_.defined()) bias_.value().zero();
   init_lora_if_any(seed, prefix);
 }

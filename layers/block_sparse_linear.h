@@ -12,8 +12,9 @@ namespace shamn {
 // (drawn at init, sorted ascending, saved in checkpoints).
 // Init (InitScheme::fan_in): values ~ N(0, init_scale^2 / (a*b)): each output sums
 // a*b inputs, so unit-variance inputs give outputs of variance init_scale^2 at any
-// sparsity; InitScheme::normal ignores init_scale (layers/README.md). May carry
-// a LoRA adapter (layers/lora.h): dense and low-rank, beside the sparse product.
+// sparsity; InitScheme::normal uses init_scale only with scale_residual
+// (layers/README.md). May carry a LoRA adapter (layers/lora.h): dense and
+// low-rank, beside the sparse product.
 class BlockSparseLinear : public LoraHost {
  public:
   explicit BlockSparseLinear(const BlockSparseOptions& options, double init_scale = 1.0);

@@ -23,8 +23,15 @@ enum class InitScheme {
 struct WeightInit {
   InitScheme scheme = InitScheme::normal;
   double std = 0.02;  // normal: the std of every weight matrix
-  // A weight's std: `std` under normal, the layer's fan-in rule under fan_in.
-  double pick(double fan_in_std) const { return scheme == InitScheme::normal ? std : fan_in_std; }
+  // normal: the residual branches' output projections (mixer.out, the experts'
+  // down) at std / sqrt(2L), as GPT-2 (fan_in scales them so always).
+  bool scale_residual = false;
+  // A weight's std: `std` under normal (times residual_scale, the layer's
+  // 1/sqrt(2L) or 1, when scale_residual), the layer's fan-in rule under fan_in.
+  double pick(double fan_in_std, double residual_scale = 1.0) const {
+    if (scheme == InitScheme::fan_in) return fan_in_std;
+    return scale_residual ? std * residual_scale : std;
+  }
 };
 
 // "normal" or "fan_in"; anything else is nullopt.

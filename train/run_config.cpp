@@ -38,6 +38,7 @@ const std::set<std::string>& all_known_keys() {
               "train.init_from",
               "train.init",
               "train.init_std",
+              "train.init_scale_residual",
               "train.prefetch",
               "train.precision",
               "train.overlap_exchange",
@@ -146,6 +147,10 @@ void RunConfig::validate() const {
                      "train.init must be \"normal\" or \"fan_in\", got \"", train.init, "\"");
   SHAMN_CONFIG_CHECK(train.init_std > 0 && train.init_std <= 1, "train.init_std",
                      "train.init_std must lie in (0, 1], got ", train.init_std);
+  SHAMN_CONFIG_CHECK(!train.init_scale_residual || train.init == "normal", "train.init_scale_residual",
+                     "train.init_scale_residual applies to train.init = \"normal\" (\"fan_in\" "
+                     "scales the residual outputs always), got train.init = \"",
+                     train.init, "\"");
   SHAMN_CONFIG_CHECK(train.precision == "f32" || train.precision == "bf16", "train.precision",
                      "train.precision must be \"f32\" or \"bf16\", got \"", train.precision, "\"");
   SHAMN_CONFIG_CHECK(train.bucket_mib >= 0.001 && train.bucket_mib <= 4096, "train.bucket_mib",
@@ -217,6 +222,7 @@ RunConfig RunConfig::from_table(const ConfigTable& t) {
   r.text("train.init_from", c.train.init_from);
   r.text("train.init", c.train.init);
   r.real("train.init_std", c.train.init_std);
+  r.boolean("train.init_scale_residual", c.train.init_scale_residual);
   r.boolean("train.prefetch", c.train.prefetch);
   r.text("train.precision", c.train.precision);
   r.boolean("train.overlap_exchange", c.train.overlap_exchange);
@@ -250,6 +256,7 @@ WeightInit RunConfig::weight_init() const {
   WeightInit w;
   w.scheme = *parse_init_scheme(train.init);  // validate() checked it
   w.std = train.init_std;
+  w.scale_residual = train.init_scale_residual;
   return w;
 }
 
@@ -280,6 +287,7 @@ std::string RunConfig::to_toml() const {
       << "\noverlap_exchange = " << (train.overlap_exchange ? "true" : "false") << "\nbucket_mib = "
       << f(train.bucket_mib)
       // Written only when not the default, as [lora] below.
+      << (train.init_scale_residual ? "\ninit_scale_residual = true" : "")
       << (train.precision == "f32" ? "" : "\nprecision = " + s(train.precision))
       << "\n\n[optim]\nlr = " << f(optim.lr) << "\nmin_lr = " << f(optim.min_lr)
       << "\nwarmup_steps = " << optim.warmup_steps << "\nweight_decay = " << f(optim.weight_decay)

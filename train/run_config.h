@@ -41,6 +41,7 @@ struct TrainConfig {
   // A fresh init's scheme ("normal" or "fan_in", layers/init.h) and normal's std.
   std::string init = "normal";
   double init_std = 0.02;
+  bool init_scale_residual = false;  // normal: residual outputs at init_std / sqrt(2L)
   bool prefetch = true;
   // Operands of the matmuls and block-sparse products: "f32" or "bf16"
   // (core/product_precision.h).
@@ -75,7 +76,7 @@ struct RunConfig {
   LoraOptions lora;  // rank 0: no adapters (alpha defaults to rank)
   LogConfig log;
 
-  WeightInit weight_init() const;  // train.init and train.init_std
+  WeightInit weight_init() const;  // train.init, init_std, init_scale_residual
 
   static RunConfig from_table(const ConfigTable& table);
   // Reads `path`, applies the `--set key=value` overrides in order, then loads.

@@ -622,6 +622,13 @@ def decays(name):
     return not (name.endswith(".gain") or name.endswith(".bias") or name == "embed.importance")
 
 
+def make_adamw(named, lr, weight_decay):
+    """AdamW over SPEC 3's two decay groups, with the SPEC's betas and eps."""
+    groups = [{"params": [p for n, p in named if decays(n)], "weight_decay": weight_decay},
+              {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+
+
 # ----------------------------------------------------------------------------
 # Init (this reference's own, seeded; the SPEC fixes only bucket_index's rule)
 
@@ -898,9 +905,7 @@ def cmd_bench(args):
     tokens = gen.integers(0, cfg.vocab_size, size=args.batch * args.seq + 1)
     inputs, targets = make_batch(tokens, args.batch, args.seq)
     named = list(model.named_parameters())
-    groups = [{"params": [p for n, p in named if decays(n)], "weight_decay": 0.1},
-              {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
-    optim = torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    optim = make_adamw(named, lr=3e-4, weight_decay=0.1)
     params = [p for _, p in named]
     # --autocast bf16: PyTorch's own mixed precision (its CPU autocast runs the
     # matmul-like ops in bf16, the rest in f32), for shamn's train.precision.
@@ -972,9 +977,7 @@ def cmd_train(args):
     if len(train) < args.seq + 1:
         raise ValueError(f"{args.train}: {len(train)} tokens, fewer than one window of {args.seq + 1}")
     named = list(model.named_parameters())
-    groups = [{"params": [p for n, p in named if decays(n)], "weight_decay": args.weight_decay},
-              {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
-    optim = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    optim = make_adamw(named, lr=args.lr, weight_decay=args.weight_decay)
     params = [p for _, p in named]
     # The forward (and evaluation) under autocast, as `bench --autocast` runs it.
     def autocast():

@@ -162,7 +162,10 @@ bad "model.h5" init model.h5 -o never.h5
 bad "$readonly_dir/never.h5" init model.toml -o "$readonly_dir/never.h5"
 bad "--init-std must lie in (0, 1], got 0" init model.toml -o never.h5 --init-std 0
 bad "xavier not in {normal,fan_in}" init model.toml -o never.h5 --init xavier
+bad "--init-scale-residual applies to --init normal" init model.toml -o never.h5 --init fan_in --init-scale-residual
 bad "train.init must be \"normal\" or \"fan_in\"" train run.toml --set 'train.init="xavier"' --set 'train.out_dir="never"'
+bad "train.init_scale_residual applies to train.init = \"normal\"" train run.toml --set 'train.init="fan_in"' \
+  --set train.init_scale_residual=true --set 'train.out_dir="never"'
 
 # generate / eval / bench: model files of the wrong kind, data that does not fit.
 bad "'model.h5' names no tokenizer (data.tokenizer)" generate model.h5 --prompt "The jury"

@@ -49,15 +49,15 @@ Expected expected(const std::string& name, const WeightInit& how, const ModelCon
   const double s = how.std;
   if (name.ends_with(".keys1") || name.ends_with(".keys2"))
     return {0, 1 / std::sqrt(static_cast<double>(*c.memory_key_dim / 2))};
-  if (normal) return {0, s};
   const double residual = 1 / std::sqrt(2.0 * static_cast<double>(c.n_layers));
+  const bool residual_output = name.ends_with("mixer.out.values") || name.ends_with(".down.values");
+  if (normal) return {0, how.scale_residual && residual_output ? s * residual : s};
   const double active_inputs = std::round((1 - c.sparsity) * static_cast<double>(c.dim / c.block)) * c.block;
   if (name == "embed.table" || name == "head.weight" || name.find(".router_") != std::string::npos)
     return {0, 0.02};
   if (name.ends_with("mixer.conv"))
     return {0, 1 / std::sqrt(static_cast<double>(c.mixer_kernel)) / std::sqrt(3.0)};
-  if (name.ends_with("mixer.out.values") || name.ends_with(".down.values"))
-    return {0, residual / std::sqrt(active_inputs)};
+  if (residual_output) return {0, residual / std::sqrt(active_inputs)};
   if (name.ends_with(".up.values")) return {0, 1 / std::sqrt(active_inputs)};
   if (name.ends_with("memory.query.weight") || name.ends_with("memory.values"))
     return {0, 1 / std::sqrt(static_cast<double>(c.dim))};
@@ -98,6 +98,13 @@ void check_scheme(const WeightInit& how) {
 
 TEST_CASE("the normal init draws every weight matrix at train.init_std", "[layers][init]") {
   check_scheme(WeightInit{InitScheme::normal, 0.05});
+}
+
+TEST_CASE("the normal init with init_scale_residual draws residual outputs at std / sqrt(2L)",
+          "[layers][init]") {
+  WeightInit how{InitScheme::normal, 0.05};
+  how.scale_residual = true;
+  check_scheme(how);
 }
 
 TEST_CASE("the fan_in init scales each matrix by its fan-in", "[layers][init]") {

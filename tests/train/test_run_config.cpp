@@ -53,7 +53,9 @@ TEST_CASE("a minimal run config gets the documented defaults", "[train][config]"
   CHECK(c.train.init == "normal");
   CHECK(c.train.init_std == 0.02);
   CHECK(c.weight_init().scheme == InitScheme::normal);
-  CHECK(c.to_toml().find("precision") == std::string::npos);  // written only when bf16
+  CHECK(!c.weight_init().scale_residual);
+  CHECK(c.to_toml().find("precision") == std::string::npos);            // written only when bf16
+  CHECK(c.to_toml().find("init_scale_residual") == std::string::npos);  // only when true
   CHECK(c.optim.lr == 1e-3);
   CHECK(c.optim.grad_clip == 1.0);
   CHECK(c.optim.beta2 == 0.95);
@@ -77,6 +79,12 @@ TEST_CASE("the resolved run config round-trips exactly", "[train][config]") {
   CHECK(d.train.precision == "bf16");
   CHECK(d.weight_init().scheme == InitScheme::fan_in);
   CHECK(d.weight_init().std == 0.05);
+
+  c.train.init = "normal";
+  c.train.init_scale_residual = true;
+  const RunConfig e = RunConfig::from_toml(c.to_toml(), "resolved");
+  CHECK(e.to_toml() == c.to_toml());
+  CHECK(e.weight_init().scale_residual);
 }
 
 TEST_CASE("changed_settings names each key that differs, in order, and not train.out_dir",
@@ -174,6 +182,12 @@ TEST_CASE("bad run configs name the file, line and key", "[train][config]") {
       {valid(), {"train.precision=\"fp16\""}, "--set train.precision: train.precision must be \"f32\" or"},
       {valid(), {"train.init=\"xavier\""}, "--set train.init: train.init must be \"normal\" or \"fan_in\""},
       {valid(), {"train.init_std=0.0"}, "--set train.init_std: train.init_std must lie in (0, 1], got 0"},
+      {valid(),
+       {"train.init=\"fan_in\"", "train.init_scale_residual=true"},
+       "--set train.init_scale_residual: train.init_scale_residual applies to train.init = \"normal\""},
+      {valid(),
+       {"train.init_scale_residual=1"},
+       "--set train.init_scale_residual: key 'train.init_scale_residual' must be"},
       // the SPEC's model checks still name file, line and key
       {replace(valid(), "block = 16", "block = 48"), {}, "run.toml:6: model.sparse.block = 48 must divide"},
       // overrides are named as such
