@@ -5,8 +5,8 @@ namespace shamn {
 
 // Dense y = x W^T (+ bias). Parameters: weight [out, in], bias [out] (when enabled).
 // Init: weight ~ N(0, init_std^2) (default 1/sqrt(in)) under InitScheme::fan_in,
-// N(0, how.std^2) under normal; bias 0. May carry a LoRA
-// adapter (layers/lora.h), added to its output.
+// N(0, how.std^2) under normal; bias 0. May carry a LoRA adapter (layers/lora.h),
+// added to its output.
 class Linear : public LoraHost {
  public:
   Linear(int64_t in, int64_t out, bool bias, double init_std = 0.0);
