@@ -70,14 +70,24 @@ PATH=/nonexistent "$shamn" --threads 1 train run.toml --set 'train.out_dir="run_
 [ -f run_b/best.h5 ] && [ ! -e run_b/plots/loss.svg ] || fail "run_b: best.h5 missing or a picture without gnuplot"
 
 # plot: one run, two runs, a sweep (points with run/ and result.json), every metric.
-"$shamn" plot run_a -o one.png > /dev/null && is_png one.png
-"$shamn" plot run_a -o one.svg --x tokens > /dev/null && is_svg one.svg
-"$shamn" plot run_a run_b -o two.png --metrics loss,val_loss,lr,grad_norm,tokens_per_s > /dev/null && is_png two.png
-"$shamn" plot run_a run_b -o two.svg --x time > /dev/null && is_svg two.svg
-mkdir -p sweep/p1 sweep/p2 && cp -r run_a sweep/p1/run && cp -r run_b sweep/p2/run && touch sweep/p1/result.json sweep/p2/result.json
-"$shamn" plot sweep -o sweep.png > sweep.txt && is_png sweep.png
+# One command a line: set -e does not stop at a failed command that an && follows.
+"$shamn" plot run_a -o one.png > /dev/null
+is_png one.png
+"$shamn" plot run_a -o one.svg --x tokens > /dev/null
+is_svg one.svg
+"$shamn" plot run_a run_b -o two.png --metrics loss,val_loss,lr,grad_norm,tokens_per_s > /dev/null
+is_png two.png
+"$shamn" plot run_a run_b -o two.svg --x time > /dev/null
+is_svg two.svg
+mkdir -p sweep/p1 sweep/p2
+cp -r run_a sweep/p1/run
+cp -r run_b sweep/p2/run
+touch sweep/p1/result.json sweep/p2/result.json
+"$shamn" plot sweep -o sweep.png > sweep.txt
+is_png sweep.png
 grep -q "wrote sweep.png (2 runs)" sweep.txt || fail "the sweep plot did not find both points: $(cat sweep.txt)"
-"$shamn" plot sweep -o sweep.svg > /dev/null && is_svg sweep.svg
+"$shamn" plot sweep -o sweep.svg > /dev/null
+is_svg sweep.svg
 grep -q ">p1<\|'p1'\|p1 train" sweep.svg || fail "the sweep plot is not labelled by point"
 # Refused: an unknown metric, a picture of another type, a directory with no run.
 refused "unknown 'perplexity'" plot run_a -o x.png --metrics loss,perplexity

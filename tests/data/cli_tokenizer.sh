@@ -19,7 +19,8 @@ head -c 20000 /dev/urandom > "$work/random.bin"
 
 "$shamn" prepare --input "$work/text.txt" --tokenizer "$work/tok.bpe" --out "$work/data" > "$work/prepare.log"
 grep -q "300 paragraphs; val takes 1 in 20: 15," "$work/prepare.log"
-test -s "$work/data/train.bin" && test -s "$work/data/val.bin"
+test -s "$work/data/train.bin"
+test -s "$work/data/val.bin"
 
 expect_error() {  # expect_error MESSAGE COMMAND...: exit status 1 and MESSAGE on stderr
   local message=$1 status=0
