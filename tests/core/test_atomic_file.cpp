@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -8,17 +6,12 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "tests/scratch_dir.h"
 
 namespace shamn {
 namespace {
 
-std::filesystem::path fresh_dir() {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("shamn_test_atomic_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::filesystem::path fresh_dir() { return test::scratch_dir("atomic"); }
 
 std::string contents(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -13,19 +13,14 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/fault.h"
+#include "tests/scratch_dir.h"
 
 namespace shamn {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const auto dir =
-      fs::temp_directory_path() / ("shamn_test_fault_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::scratch_dir("fault_" + name); }
 
 std::string contents(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

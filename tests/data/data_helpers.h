@@ -1,7 +1,5 @@
 #pragma once
 // Temporary directories and hand-made token files for the data tests.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -9,16 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/scratch_dir.h"
+
 namespace shamn::test {
 
-// A fresh directory per process (CTest may run test cases side by side).
-inline std::filesystem::path data_temp_dir(const std::string& name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("shamn_test_data_" + std::to_string(::getpid())) / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+// An empty directory of this process's own (tests/scratch_dir.h).
+inline std::filesystem::path data_temp_dir(const std::string& name) { return scratch_dir("data/" + name); }
 
 inline void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

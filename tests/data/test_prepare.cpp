@@ -9,14 +9,13 @@
 #include "data/prepare.h"
 #include "data/text_samples.h"
 #include "data/token_file.h"
+#include "tests/scratch_dir.h"
 
 using namespace shamn;
 
 namespace {
 
-std::string temp_dir(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / "shamn_test_prepare" / name).string();
-}
+std::string temp_dir(const std::string& name) { return (test::scratch_root() / "prepare" / name).string(); }
 
 std::vector<uint32_t> read_tokens(const std::string& path) {
   const TokenFile file(path);

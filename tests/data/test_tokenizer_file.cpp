@@ -8,13 +8,14 @@
 #include "core/check.h"
 #include "data/text_samples.h"
 #include "data/tokenizer.h"
+#include "tests/scratch_dir.h"
 
 using namespace shamn;
 
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "shamn_test_tokenizer";
+  const auto dir = test::scratch_root() / "tokenizer";
   std::filesystem::create_directories(dir);
   return (dir / name).string();
 }

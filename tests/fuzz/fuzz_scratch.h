@@ -13,26 +13,22 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/scratch_dir.h"
+
 namespace shamn::fuzz {
 
 // Created on first use; the pid keeps parallel fuzzers (-jobs, -fork) apart.
+// Removed at a normal exit (-max_total_time, -runs); a crash leaves it for replaying.
 inline const std::filesystem::path& scratch_dir() {
-  static const std::filesystem::path dir = [] {
+  static const test::OwnedDir scratch = [] {
     std::filesystem::path base = "/dev/shm";
     if (!std::filesystem::is_directory(base)) {
       const char* tmp = std::getenv("TMPDIR");
       base = tmp && *tmp ? tmp : "/tmp";
     }
-    const std::filesystem::path d = base / ("shamn_fuzz_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    // Removed at a normal exit (-max_total_time, -runs); a crash leaves it for replaying.
-    std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(scratch_dir(), ignored);
-    });
-    return d;
+    return test::OwnedDir(base / ("shamn_fuzz_" + std::to_string(::getpid())));
   }();
-  return dir;
+  return scratch.path();
 }
 
 // Writes the bytes to scratch_dir()/name (replacing it) and returns the path.

@@ -2,8 +2,6 @@
 // The tiny models the runtime tests share: a random SHAMN model with every
 // kind of layer, saved as a checkpoint in a temporary directory and exported
 // to an in-memory .shq at any precision.
-#include <unistd.h>
-
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -14,6 +12,7 @@
 #include "infer/export_model.h"
 #include "infer/infer_model.h"
 #include "layers/shamn_model.h"
+#include "tests/scratch_dir.h"
 #include "train/model_checkpoint.h"
 
 namespace shamn::test {
@@ -56,9 +55,7 @@ struct TestModel {
   // routing flips with them, so the quantisation tests keep zeros).
   explicit TestModel(const std::string& toml, const std::string& name, uint64_t seed = 5,
                      double bias_width = 0.0) {
-    dir =
-        (std::filesystem::temp_directory_path() / ("shamn_infer_" + name + "_" + std::to_string(::getpid())))
-            .string();
+    dir = (test::scratch_root() / ("infer_" + name)).string();
     std::filesystem::create_directories(dir);
     checkpoint = dir + "/model.h5";
     config = ModelConfig::from_toml(toml, name);

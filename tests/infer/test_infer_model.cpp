@@ -2,8 +2,6 @@
 // against prefill, quantised against f32, and the paths against each other.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,6 +32,7 @@
 #include "infer/sampler.h"
 #include "infer/shq_writer.h"
 #include "layers/shamn_model.h"
+#include "tests/scratch_dir.h"
 #include "train/model_checkpoint.h"
 
 namespace shamn {
@@ -664,9 +663,7 @@ TEST_CASE("evaluate runs windows concurrently, one a thread, with the loss one a
 TEST_CASE("concurrent evaluation hands each window to the model once, on any thread count, in window order",
           "[infer][eval]") {
   test::ThreadCountGuard threads;
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("shamn_eval_order_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
+  const std::string dir = test::scratch_dir("eval_order").string();
   // Token i of the file is i, so a window's first token names it.
   const int64_t T = 7, W = 10, V = W * T + 1;
   std::vector<uint32_t> stream(static_cast<size_t>(V));

@@ -4,8 +4,6 @@
 // (tests/fuzz/shq_reseal.h) so that the check under test is the one that fires.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +23,7 @@
 #include "infer/shq_writer.h"
 #include "layers/shamn_model.h"
 #include "tests/fuzz/shq_reseal.h"
+#include "tests/scratch_dir.h"
 #include "train/model_checkpoint.h"
 
 using namespace shamn;
@@ -47,17 +46,10 @@ groups = 2
 experts_per_group = 2
 )";
 
-// Removed when the test binary exits: the cached checkpoint outlives any one test.
-struct TempDir {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("shamn_test_shq_" + std::to_string(::getpid()));
-  TempDir() { std::filesystem::create_directories(dir); }
-  ~TempDir() { std::filesystem::remove_all(dir); }
-};
-
+// One per process: the cached checkpoint outlives any one test.
 const std::filesystem::path& temp_dir() {
-  static const TempDir t;
-  return t.dir;
+  static const std::filesystem::path dir = test::scratch_dir("shq");
+  return dir;
 }
 
 const std::string& checkpoint_path() {

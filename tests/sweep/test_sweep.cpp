@@ -11,6 +11,7 @@
 #include "layers/flop_counts.h"
 #include "sweep/sweep_report.h"
 #include "sweep/sweep_spec.h"
+#include "tests/scratch_dir.h"
 
 using namespace shamn;
 namespace fs = std::filesystem;
@@ -26,9 +27,7 @@ const std::string kBase =
 
 // A directory with base.toml, fresh per test.
 fs::path sweep_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("shamn_test_sweep_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = test::scratch_dir("sweep_" + name);
   std::ofstream(dir / "base.toml") << kBase;
   return dir;
 }

@@ -4,14 +4,13 @@
 // and the weights that make the answer known.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 
 #include "core/config_table.h"
 #include "data/token_file.h"
 #include "layers/shamn_model.h"
+#include "tests/scratch_dir.h"
 
 namespace shamn::test {
 
@@ -71,8 +70,7 @@ inline void memory_prefers_slot_0(const Shamn& m) {
 struct AnalysisFixture {
   ModelConfig config = ModelConfig::from_table(ConfigTable::parse(kAnalysisToml, "test"));
   Shamn model{config};
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("shamn_analysis_" + std::to_string(::getpid()));
+  std::filesystem::path dir = test::scratch_root() / "analysis";
   std::string data = (dir / "tokens.bin").string();
   AnalysisFixture() {
     std::filesystem::create_directories(dir);

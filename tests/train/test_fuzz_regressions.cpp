@@ -21,6 +21,7 @@
 #include "tests/fuzz/checkpoint_model.h"
 #include "tests/fuzz/regression_files.h"
 #include "tests/fuzz/sweep_base.h"
+#include "tests/scratch_dir.h"
 #include "train/model_checkpoint.h"
 #include "train/run_config.h"
 #include "train/train_checkpoint.h"
@@ -63,12 +64,7 @@ Split split(const std::string& text) {
   return out;
 }
 
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("shamn_test_fuzz_regressions_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return test::scratch_dir("fuzz_regressions_" + name); }
 
 }  // namespace
 

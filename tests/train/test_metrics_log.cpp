@@ -1,13 +1,12 @@
 // metrics.jsonl under faults: a failed append is an error naming the file, and a
 // resume drops the torn record a crash leaves while keeping every whole one.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 
 #include "core/check.h"
 #include "core/fault.h"
+#include "tests/scratch_dir.h"
 #include "train/metrics_log.h"
 #include "train_fixture.h"
 
@@ -15,9 +14,7 @@ using namespace shamn;
 
 TEST_CASE("a failed metrics append is an error, and a resume drops the torn record",
           "[train][metrics][fault]") {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("shamn_test_metrics_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = test::scratch_dir("metrics");
   const std::string path = (dir / "metrics.jsonl").string();
   {
     MetricsLog log(path, false, 0);

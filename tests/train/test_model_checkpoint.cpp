@@ -4,6 +4,7 @@
 #include "core/hdf5_file.h"
 #include "helpers.h"
 #include "layers/shamn_model.h"
+#include "tests/scratch_dir.h"
 #include "train/model_checkpoint.h"
 #include "train_fixture.h"
 
@@ -13,7 +14,7 @@ namespace {
 const char* const kConfig = test::kMiniModelToml;
 
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "shamn_test_ckpt";
+  const auto dir = test::scratch_root() / "ckpt";
   std::filesystem::create_directories(dir);
   return (dir / name).string();
 }

@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "layers/shamn_model.h"
 #include "optim/adamw.h"
+#include "tests/scratch_dir.h"
 #include "train/model_checkpoint.h"
 #include "train/train_checkpoint.h"
 #include "train_fixture.h"
@@ -18,13 +19,7 @@ using namespace shamn;
 namespace {
 const char* const kConfig = test::kMiniModelToml;
 
-std::filesystem::path scratch(const std::string& name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("shamn_test_train_ckpt_" + std::to_string(::getpid())) / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::filesystem::path scratch(const std::string& name) { return test::scratch_dir("train_ckpt/" + name); }
 
 // A model and an optimizer that has taken two steps (so the moments are non-zero).
 struct Trained {

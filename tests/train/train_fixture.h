@@ -3,8 +3,6 @@
 // (configs/tiny.toml) pointed at it, for trainer tests.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +12,7 @@
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
 #include "tests/mini_model.h"
+#include "tests/scratch_dir.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -22,8 +21,7 @@ namespace shamn::test {
 class TrainFixture {
  public:
   explicit TrainFixture(const std::string& name, int64_t vocab = 64, int64_t successors = 4)
-      : dir_(std::filesystem::temp_directory_path() /
-             ("shamn_test_" + name + "_" + std::to_string(::getpid()))) {
+      : dir_(scratch_root() / name) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     const MarkovCorpus train = markov_corpus(vocab, successors, 200000, 7);
