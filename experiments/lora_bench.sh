@@ -9,7 +9,10 @@
 # base, the full fine-tune and each adapter; and the runtime's decode and
 # batched throughput with no adapter, one, and four mixed in one batch.
 # One JSON line per measurement goes to WORKDIR/results.jsonl.
-# Usage: experiments/lora_bench.sh SHAMN WORKDIR [BASE_STEPS FT_STEPS ROUNDS]
+# FT_SEED (default: the config's) seeds the fine-tunes alone (an adapter's A and
+# the batches): other seeds over one base come from a WORKDIR that links the
+# first one's data, tokenizer, base/ and base-*.shq.
+# Usage: [FT_SEED=N] experiments/lora_bench.sh SHAMN WORKDIR [BASE_STEPS FT_STEPS ROUNDS]
 set -euo pipefail
 shamn=$(realpath "$1")
 work=$2 base_steps=${3:-600} ft_steps=${4:-60} rounds=${5:-5}
@@ -48,7 +51,8 @@ adapt() {  # name, then --set overrides
   "$shamn" train "$here/configs/small.toml" $(data scifi) --set "train.out_dir=\"$name\"" \
     --set "train.init_from=\"base/best.h5\"" --set train.max_steps="$ft_steps" --set train.batch_size=8 \
     --set train.seq_len=128 --set train.eval_every=5 --set train.eval_batches=2 \
-    --set train.checkpoint_every="$ft_steps" --set optim.warmup_steps=5 --set optim.weight_decay=0.0 "$@" \
+    --set train.checkpoint_every="$ft_steps" --set optim.warmup_steps=5 --set optim.weight_decay=0.0 \
+    ${FT_SEED:+--set train.seed="$FT_SEED"} "$@" \
     > "$name.log" 2>&1
 }
 adapt full --set optim.lr=2e-4 --set optim.min_lr=2e-5
