@@ -5,8 +5,11 @@
 # several learning rates and seeds, the same 60 steps and schedule otherwise.
 # Each run's best checkpoint is exported as f32 and evaluated by the runtime on
 # the held-out paragraphs; one JSON line a run goes to OUT/runs.jsonl (rank 0 =
-# the full fine-tune), then a table of mean (sd) perplexity.
-# Usage: experiments/lora_lr_sweep.sh SHAMN BENCH_WORKDIR OUT [SEEDS...]
+# the full fine-tune), then a table of mean (sd) perplexity. RANKS picks the
+# runs (0 = the full fine-tune); ALPHA is lora.alpha as a Python expression of
+# the rank r (5.657 * r ** 0.5 keeps rank 8's alpha / rank and scales the rest
+# as rsLoRA's alpha / sqrt(rank) does).
+# Usage: [RANKS="0 4 8 32"] [ALPHA="2 * r"] experiments/lora_lr_sweep.sh SHAMN BENCH_WORKDIR OUT [SEEDS...]
 # BENCH_WORKDIR is a finished lora_bench.sh directory (its base, data, tokenizer).
 set -euo pipefail
 shamn=$(realpath "$1")
@@ -43,17 +46,23 @@ record() {  # rank, lr, seed, then eval arguments
 
 : > runs.jsonl
 for seed in "${seeds[@]}"; do
-  for lr in 5e-5 1e-4 2e-4 4e-4 8e-4; do
-    name=s$seed-full-lr$lr
-    fine_tune "$name" "$lr" "$seed"
-    [ -f "$name.shq" ] || "$shamn" export "$name/best.h5" --tokenizer "$bench/tok.bpe" --quant f32 -o "$name.shq" > /dev/null
-    record 0 "$lr" "$seed" "$name.shq"
-  done
-  for r in 4 8 32; do
+  for r in ${RANKS:-0 4 8 32}; do
+    if [ "$r" = 0 ]; then
+      for lr in 5e-5 1e-4 2e-4 4e-4 8e-4; do
+        name=s$seed-full-lr$lr
+        fine_tune "$name" "$lr" "$seed"
+        [ -f "$name.shq" ] ||
+          "$shamn" export "$name/best.h5" --tokenizer "$bench/tok.bpe" --quant f32 -o "$name.shq" > /dev/null
+        record 0 "$lr" "$seed" "$name.shq"
+      done
+      continue
+    fi
+    alpha=$(python3 -c "r = $r; print(float(${ALPHA:-2 * r}))")
     for lr in 2.5e-4 5e-4 1e-3 2e-3; do
       name=s$seed-r$r-lr$lr
-      fine_tune "$name" "$lr" "$seed" --set lora.rank="$r" --set lora.alpha="$((2 * r)).0" --set "lora.targets=$targets"
-      [ -f "$name.lora" ] || "$shamn" export "$name/best.h5" --base "$bench/base/best.h5" --quant f32 -o "$name.lora" > /dev/null
+      fine_tune "$name" "$lr" "$seed" --set lora.rank="$r" --set lora.alpha="$alpha" --set "lora.targets=$targets"
+      [ -f "$name.lora" ] ||
+        "$shamn" export "$name/best.h5" --base "$bench/base/best.h5" --quant f32 -o "$name.lora" > /dev/null
       record "$r" "$lr" "$seed" "$bench/base-f32.shq" --adapter "$name.lora"
     done
   done
