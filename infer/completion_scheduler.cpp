@@ -311,8 +311,7 @@ void CompletionScheduler::step() {
   if (!steps.empty()) {
     const int64_t V = model_.vocab_size();
     // Grows to the largest batch and stays (resize zeroes only what it adds).
-    if (step_logits_.size() < steps.size() * static_cast<size_t>(V))
-      step_logits_.resize(steps.size() * static_cast<size_t>(V));
+    step_logits_.reserve_at_least(static_cast<int64_t>(steps.size()) * V);
     float* const logits = step_logits_.data();
     try {
       model_.forward(steps, logits);

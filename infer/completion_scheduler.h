@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/buffer.h"
 #include "infer/infer_model.h"
 #include "infer/sampler.h"
 
@@ -153,7 +154,7 @@ class CompletionScheduler {
   std::vector<std::unique_ptr<Stream>> running_;  // the worker's alone
   // The worker's alone: a step's [streams, V] logits, kept between steps (at 64
   // streams a fresh 8 MB vector was zeroed every step: 3% of a loaded server's CPU).
-  std::vector<float> step_logits_;
+  Buffer<float> step_logits_;  // 64-byte aligned rows for the head's stores
   int64_t running_count_ = 0;  // running_.size(), for stats()
   Stats counts_;
   std::deque<double> latencies_, first_tokens_;
