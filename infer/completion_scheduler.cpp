@@ -310,7 +310,7 @@ void CompletionScheduler::step() {
   std::vector<std::pair<Stream*, FinishReason>> ending;
   if (!steps.empty()) {
     const int64_t V = model_.vocab_size();
-    // Grows to the largest batch and stays (resize zeroes only what it adds).
+    // Grows to the largest batch and stays (the forward writes every row it uses).
     step_logits_.reserve_at_least(static_cast<int64_t>(steps.size()) * V);
     float* const logits = step_logits_.data();
     try {

@@ -49,11 +49,11 @@ void SpeculativeDecoder::start(std::span<const int32_t> prompt) {
 
 void SpeculativeDecoder::run(const InferModel& m, const LoraAdapter* adapter, DecodeState& state,
                              std::span<const int32_t> tokens, MixerInputs& record, bool all_logits,
-                             std::vector<float>& logits) const {
+                             Buffer<float>& logits) const {
   const auto n = static_cast<int64_t>(tokens.size());
   StreamStep step{&state, tokens.data(), n, all_logits, &record};
   step.adapter = adapter;
-  logits.resize(static_cast<size_t>((all_logits ? n : 1) * vocab_));
+  logits.reserve_at_least((all_logits ? n : 1) * vocab_);
   m.forward(std::span(&step, 1), logits.data());
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "infer/infer_model.h"
 #include "infer/sampler.h"
 
@@ -60,7 +61,7 @@ class SpeculativeDecoder {
   // logits for every token when all_logits, else the last one's.
   void run(const InferModel& m, const LoraAdapter* adapter, DecodeState& state,
            std::span<const int32_t> tokens, MixerInputs& record, bool all_logits,
-           std::vector<float>& logits) const;
+           Buffer<float>& logits) const;
   // Dense probabilities over the vocabulary of `d` into `p`.
   void densify(const TokenDistribution& d, std::vector<double>& p) const;
   // The accept/reject decision for draft x with target p and draft q (dense);
@@ -83,7 +84,7 @@ class SpeculativeDecoder {
   // in the round: what rewinding needs. Kept across rounds, like the scratch below.
   DecodeState target_before_, draft_before_;
   MixerInputs target_record_, draft_record_;
-  std::vector<float> logits_;
+  Buffer<float> logits_;  // 64-byte aligned rows for the head's stores
   std::vector<int32_t> drafts_;
   std::vector<std::vector<double>> q_;  // per draft, its draft distribution (dense)
   std::vector<double> p_, residual_;
