@@ -17,6 +17,7 @@
 #include "cli/profile_flags.h"
 #include "core/atomic_file.h"
 #include "core/buffer.h"
+#include "core/checksum.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "core/kernel_level.h"
@@ -338,6 +339,11 @@ struct BenchArgs {
   // Greedy unless --temperature > 0 (the figures then include each draw, as
   // serve's default requests do); stream b's sampler is seeded seed + b.
   SamplingOptions sampling{.temperature = 0.0};
+  // Decode feeds pre-drawn random tokens instead of the sampled ones (the
+  // sampler still runs): two models, or a model with and without an adapter,
+  // then decode the same tokens, so their speeds compare the same work (the
+  // experts a token routes to, and so the load on each, follow the text).
+  bool forced_decode = false;
   bool json = false;
   ProfileFlags profile;
 };
@@ -367,6 +373,12 @@ void run_bench(const BenchArgs& a) {
   // One random prompt per stream.
   std::vector<int32_t> prompt(static_cast<size_t>(B * a.prompt_tokens));
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
+  // --forced-decode: the token stream b feeds at decode step i is forced[i * B + b].
+  std::vector<int32_t> forced(static_cast<size_t>(a.forced_decode ? a.decode_tokens * B : 0));
+  for (int32_t& t : forced) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
+  // CRC-32 of the tokens the decode steps fed, step by step (every run feeds
+  // the same): equal CRCs say two benches decoded the same text.
+  uint32_t decoded_crc = 0;
   // Each run draws the same tokens: its streams' samplers start afresh.
   const auto new_samplers = [&a, B] {
     std::vector<Sampler> samplers;
@@ -420,12 +432,17 @@ void run_bench(const BenchArgs& a) {
         steps.push_back({&states[b], &next[b], 1, false});
         steps.back().adapter = adapter_of(b);
       }
+      decoded_crc = 0;
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
         const ProfileScope scope("decode_token", ProfileCategory::step);
         // The streams' next tokens side by side, as `serve` draws them.
         parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
-          for (int64_t b = lo; b < hi; ++b) next[b] = samplers[b].sample(logits.data() + b * V, V);
+          for (int64_t b = lo; b < hi; ++b) {
+            next[b] = samplers[b].sample(logits.data() + b * V, V);
+            if (!forced.empty()) next[b] = forced[i * B + b];
+          }
         });
+        decoded_crc = crc32_update(decoded_crc, next.data(), next.size() * sizeof(int32_t));
         m.forward(steps, logits.data());
       }
       const double s = t0.seconds();
@@ -453,8 +470,11 @@ void run_bench(const BenchArgs& a) {
       int32_t next = sampler.sample(logits.data() + (a.prompt_tokens - 1) * V, V);
       logits.resize(static_cast<size_t>(R * V));
       t0.restart();
+      decoded_crc = 0;
       for (int64_t i = 0; i < a.decode_tokens; ++i) {
         const ProfileScope scope("decode_token", ProfileCategory::step);
+        if (!forced.empty()) next = forced[i];
+        decoded_crc = crc32_update(decoded_crc, &next, sizeof(next));
         context.push_back(next);
         const int64_t w = std::min<int64_t>(R, static_cast<int64_t>(context.size()));
         f(context.data() + context.size() - w, w, logits.data());
@@ -485,6 +505,8 @@ void run_bench(const BenchArgs& a) {
                                         {"temperature", a.sampling.temperature},
                                         {"top_k", a.sampling.top_k},
                                         {"top_p", a.sampling.top_p},
+                                        {"decode_input", a.forced_decode ? "forced" : "sampled"},
+                                        {"decoded_crc32", decoded_crc},
                                         {"prefill_tok_s", pre},
                                         {"decode_tok_s", dec},
                                         {"decode_step_ms", latency},
@@ -505,6 +527,8 @@ void run_bench(const BenchArgs& a) {
   if (a.sampling.temperature > 0)
     std::printf("sampling   temperature %g, top-k %" PRId64 ", top-p %g (each token drawn)\n",
                 a.sampling.temperature, a.sampling.top_k, a.sampling.top_p);
+  std::printf("decoded    %s tokens, CRC-32 %08" PRIx32 "\n", a.forced_decode ? "forced (random)" : "sampled",
+              decoded_crc);
   if (per_token > 0) std::printf("weights    %.3f MiB read per decoded token\n", per_token / 1048576.0);
   std::printf("file       %.2f MiB\n", file_bytes / 1048576.0);
   std::printf("peak RSS   %.1f MiB\n", rss_mib);
@@ -621,6 +645,9 @@ void register_infer_commands(CLI::App& app) {
                  "a LoRA adapter file to run the model (.shq) with; repeat it to give the streams "
                  "different adapters in turn (stream b gets adapter b mod count)")
       ->check(CLI::ExistingFile);
+  bc->add_flag("--forced-decode", be->forced_decode,
+               "decode feeds random tokens drawn up front, not the sampled ones (the sampler "
+               "still runs), so runs with different models or adapters decode the same tokens");
   bc->add_flag("--json", be->json, "one JSON line instead of text");
   be->profile.warmup_steps = 0;  // the --warmup runs are already outside the profile
   add_profile_flags(bc, be->profile, kBenchTrace);

@@ -13,6 +13,12 @@ almost none (one prompt token, one decoded token, one repeat: start-up,
 loading, the adapter's packing); the difference is the CPU time of the work.
 Variants run interleaved, round by round; the table gives each variant's
 median over rounds of its ratio to the bare base in the same round.
+
+The decode shapes feed random tokens drawn up front (`bench --forced-decode`):
+every variant decodes the same tokens, so a ratio is the adapter's work alone,
+not also the difference between the texts the models generate (which experts
+the tokens route to, and how evenly). SAMPLED=1 decodes the sampled tokens
+instead, as the tables before stop 73 did.
 """
 import os
 import statistics
@@ -41,6 +47,9 @@ SHAPES = [
                                  "--streams", "16"]),
 ]
 IDLE = ["--prompt-tokens", "1", "--decode-tokens", "1", "--repeats", "1"]
+if os.environ.get("SAMPLED") != "1":
+    SHAPES = [(name, args + ["--forced-decode"]) if name.startswith("decode") else (name, args)
+              for name, args in SHAPES]
 
 
 def cpu_seconds(cmd, cwd):

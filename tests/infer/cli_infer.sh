@@ -81,6 +81,21 @@ assert b["repeats"] == 2 and b["warmup"] == 1, b
 c = json.load(open(f"{w}/bench_ckpt.json"))
 assert c["kind"] == "checkpoint" and c["decode_tok_s"] > 0, c
 PY
+# bench --forced-decode: every model and sampling setting decodes the same
+# tokens (equal CRCs); sampled, the tokens follow the sampler, and greedy
+# decoding gives the same tokens at any thread count.
+quick=(--prompt-tokens 8 --decode-tokens 16 --repeats 1 --warmup 0 --json)
+crc() { "$shamn" "${@:2}" "${quick[@]}" | /usr/bin/python3 -c \
+  "import json, sys; b = json.load(sys.stdin); assert b['decode_input'] == '$1', b; print(b['decoded_crc32'])"; }
+forced=$(crc forced bench "$work/int8.shq" --forced-decode)
+[ "$(crc forced bench "$work/int4.shq" --forced-decode --temperature 0.8)" = "$forced" ]
+[ "$(crc forced bench "$work/model.h5" --forced-decode)" = "$forced" ]
+[ "$(crc forced bench "$work/f32.shq" --forced-decode --streams 3)" = \
+  "$(crc forced bench "$work/int8.shq" --forced-decode --streams 3 --temperature 0.8)" ]
+greedy=$(crc sampled --threads 1 bench "$work/int8.shq")
+[ "$(crc sampled --threads 2 bench "$work/int8.shq")" = "$greedy" ]
+[ "$greedy" != "$forced" ]
+[ "$(crc sampled bench "$work/int8.shq" --temperature 0.8)" != "$greedy" ]
 
 # Bad files: truncated, flipped byte, not a model file; export over an existing file that fails keeps it.
 head -c 5000 "$work/int8.shq" > "$work/truncated.shq"
