@@ -83,6 +83,7 @@ void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
   AdapterExport o;
   o.rank = id.lora.rank;
   o.alpha = id.lora.alpha;
+  o.rslora = id.lora.rslora;
   o.base_id = id.base_crc32;
   o.quant = shq_quant_from_string(a.quant);
   const std::vector<uint8_t> image = export_adapter_image(a.checkpoint, o);
@@ -90,9 +91,10 @@ void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
   AtomicFile file(a.out, "shq");
   file.write(image.data(), image.size());
   file.commit();
-  std::printf("wrote %s (LoRA adapter, %s, rank %" PRId64 ", alpha %g, %zu matrices, %.2f MiB) for base %s\n",
-              a.out.c_str(), a.quant.c_str(), o.rank, o.alpha, check.tensors().size() / 2,
-              check.file_bytes() / 1048576.0, a.base.c_str());
+  std::printf("wrote %s (LoRA adapter, %s, rank %" PRId64
+              ", alpha %g%s, %zu matrices, %.2f MiB) for base %s\n",
+              a.out.c_str(), a.quant.c_str(), o.rank, o.alpha, o.rslora ? " (rslora)" : "",
+              check.tensors().size() / 2, check.file_bytes() / 1048576.0, a.base.c_str());
 }
 
 // What a model file holds, by dtype.
@@ -122,14 +124,15 @@ void export_merged(const ExportArgs& a, const Hdf5Reader& reader) {
   const AdapterIdentity id = checked_adapter(a, reader);
   ExportOptions options;
   options.quant = shq_quant_from_string(a.quant);
-  options.merge = MergeAdapter{a.checkpoint, id.lora.rank, id.lora.alpha};
+  options.merge = MergeAdapter{a.checkpoint, id.lora.rank, id.lora.alpha, id.lora.rslora};
   // The fine-tuning run's tokenizer (its data.tokenizer), as for any export.
   options.tokenizer_text = tokenizer_for_export(
       a, ModelConfig::from_toml(reader.string_attribute("config"), a.checkpoint + " (attribute config)")
              .vocab_size);
   export_model(a.base, options, a.out);
-  std::printf("merged the LoRA adapters of %s (rank %" PRId64 ", alpha %g) into base %s\n",
-              a.checkpoint.c_str(), id.lora.rank, id.lora.alpha, a.base.c_str());
+  std::printf("merged the LoRA adapters of %s (rank %" PRId64 ", alpha %g%s) into base %s\n",
+              a.checkpoint.c_str(), id.lora.rank, id.lora.alpha, id.lora.rslora ? " (rslora)" : "",
+              a.base.c_str());
   print_export_summary(a, t0);
 }
 

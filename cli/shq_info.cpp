@@ -52,8 +52,9 @@ void print_shq_info(const std::string& path) {
   std::printf("source_id       %016" PRIx64 "%s\n", h.source_id(), h.source_id() == 0 ? " (unknown)" : "");
   if (adapter) {
     const ConfigTable t = ConfigTable::parse(config, path + " (embedded config)");
-    std::printf("lora            rank %" PRId64 ", alpha %g, %zu matrices\n",
+    std::printf("lora            rank %" PRId64 ", alpha %g%s, %zu matrices\n",
                 t.get_int("lora.rank").value_or(0), t.get_float("lora.alpha").value_or(0),
+                t.get_bool("lora.rslora").value_or(false) ? " (rslora: alpha / sqrt(rank))" : "",
                 file.tensors().size() / 2);
   } else {
     print_model_config(ModelConfig::from_toml(config, path + " (embedded config)"));

@@ -95,6 +95,31 @@ for q in f32 int8; do
   done
 done
 
+# 3b. No-op adapters, for the runtime's cost alone: the same ranks and targets
+# after one step at a learning rate of 1e-30, so B is ~1e-30 and the model
+# computes the base's exact logits (`bench` decodes the same tokens, by its
+# CRC). A trained adapter also moves the activations, so the tokens' routes to
+# the experts and the memory's slots, and with them the base's own work.
+noop() {  # name, rank, targets
+  [ -f "$1/best.h5" ] && return
+  # shellcheck disable=SC2046
+  "$shamn" train "$here/configs/small.toml" $(data scifi) --set "train.out_dir=\"$1\"" \
+    --set "train.init_from=\"base/best.h5\"" --set train.max_steps=1 --set train.batch_size=8 \
+    --set train.seq_len=128 --set train.eval_every=1000 --set train.checkpoint_every=1 \
+    --set optim.lr=1e-30 --set optim.min_lr=1e-31 --set optim.warmup_steps=0 --set optim.weight_decay=0.0 \
+    --set lora.rank="$2" --set lora.alpha="$((2 * $2)).0" --set "lora.targets=$3" > "$1.log" 2>&1
+}
+for r in 4 8 32; do
+  noop "noop$r" "$r" "$targets"
+  noop "noop${r}mq" "$r" '["layers.*.mixer.out", "layers.*.memory.query"]'
+  for q in f32 int8; do
+    for t in "$r" "${r}mq"; do
+      [ -f "noop$t-$q.lora" ] ||
+        "$shamn" export "noop$t/best.h5" --base base/best.h5 --quant "$q" -o "noop$t-$q.lora" > /dev/null
+    done
+  done
+done
+
 # 4. Held-out science fiction, as the runtime sees it.
 ev() {  # tag, then eval arguments
   local tag=$1

@@ -6,7 +6,8 @@ run but the CPU time of a 1-thread run moves by a few.
 Usage: experiments/lora_runtime_cost.py SHAMN WORKDIR [ROUNDS]
 
 WORKDIR is experiments/lora_bench.sh's (base-int8.shq and the adapters
-lora{4,8,32,4mq,8mq,32mq}-{int8,f32}.lora; "mq": the dense side only). For each variant (no adapter, one adapter,
+lora{4,8,32,4mq,8mq,32mq}-{int8,f32}.lora, "mq": the dense side only; and
+their no-op twins noop*.lora where present). For each variant (no adapter, one adapter,
 four mixed) and each shape (decode: 1 and 16 streams; prefill: 1 and 16
 streams), `shamn --threads 1 bench` runs once with the work and once with
 almost none (one prompt token, one decoded token, one repeat: start-up,
@@ -25,17 +26,27 @@ import statistics
 import subprocess
 import sys
 
-VARIANTS = {
-    "none": [],
-    "r8, dense side": ["--adapter", "lora8mq-int8.lora"],
-    "r32, dense side": ["--adapter", "lora32mq-int8.lora"],
-    "4 mixed, dense side (r4, r8, r32, r8 f32)": ["--adapter", "lora4mq-int8.lora", "--adapter", "lora8mq-int8.lora",
-                                                  "--adapter", "lora32mq-int8.lora", "--adapter", "lora8mq-f32.lora"],
-    "r8": ["--adapter", "lora8-int8.lora"],
-    "r32": ["--adapter", "lora32-int8.lora"],
-    "4 mixed (r4, r8, r32, r8 f32)": ["--adapter", "lora4-int8.lora", "--adapter", "lora8-int8.lora",
-                                      "--adapter", "lora32-int8.lora", "--adapter", "lora8-f32.lora"],
-}
+
+
+def variants(prefix, label):
+    """The adapters of one kind: lora* (trained) or noop* (B ~ 1e-30)."""
+    def files(*names):
+        return [arg for n in names for arg in ("--adapter", f"{prefix}{n}.lora")]
+    return {
+        f"r8, dense side{label}": files("8mq-int8"),
+        f"r32, dense side{label}": files("32mq-int8"),
+        f"4 mixed, dense side (r4, r8, r32, r8 f32){label}": files("4mq-int8", "8mq-int8", "32mq-int8", "8mq-f32"),
+        f"r8{label}": files("8-int8"),
+        f"r32{label}": files("32-int8"),
+        f"4 mixed (r4, r8, r32, r8 f32){label}": files("4-int8", "8-int8", "32-int8", "8-f32"),
+    }
+
+
+# The trained adapters, then (when lora_bench.sh made them) the no-op ones:
+# the same ranks and targets after one step at a learning rate of 1e-30, so
+# the model's activations, and so the work of the base around the adapters
+# (which experts and memory slots the tokens reach), are the base's own.
+VARIANTS = {"none": [], **variants("lora", ""), **variants("noop", ", no-op")}
 # (name, bench arguments): the decode shapes decode many tokens after a short
 # prompt, the prefill shapes the reverse.
 SHAPES = [
@@ -69,6 +80,9 @@ def main():
         sys.exit(__doc__)
     shamn, work = os.path.abspath(sys.argv[1]), sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) == 4 else 5
+    global VARIANTS
+    if not os.path.exists(os.path.join(work, "noop8-int8.lora")):
+        VARIANTS = {v: args for v, args in VARIANTS.items() if not v.endswith("no-op")}
     ratios = {(s, v): [] for s, _ in SHAPES for v in VARIANTS}
     work_s = {(s, v): [] for s, _ in SHAPES for v in VARIANTS}
     for r in range(rounds):

@@ -8,6 +8,7 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/hdf5_file.h"
+#include "core/lora_scale.h"
 #include "core/model_config.h"
 #include "core/tensor_checksum.h"
 #include "infer/infer_model.h"
@@ -200,7 +201,7 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
                       ": want a rank of at least 1 and a positive alpha");
     merge = read_low_rank_factors(mo.checkpoint, mo.rank);
   }
-  const double scale = mo.alpha / static_cast<double>(std::max<int64_t>(mo.rank, 1));
+  const double scale = lora_scale(std::max<int64_t>(mo.rank, 1), mo.alpha, mo.rslora);
   const std::vector<std::string> datasets = reader.datasets("/model");
   const auto has = [&](const std::string& path) {
     return std::find(datasets.begin(), datasets.end(), "/model/" + path) != datasets.end();
@@ -256,7 +257,7 @@ std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint,
       !factors.count("head"), "'", adapter_checkpoint,
       "' adapts the untied head, which the runtime does not run adapters on yet: fold it into the "
       "base with --merge");
-  ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha), "", 0);
+  ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha, a.rslora), "", 0);
   writer.set_source_id(a.base_id);
   // int8 quantises A [r, in] only: B [out, r] has rows of r values, which q8
   // blocks of 32 would pad (4x at rank 8), and the runtime keeps it as f32.

@@ -23,6 +23,7 @@ struct MergeAdapter {
   std::string checkpoint;  // "" = no merge
   int64_t rank = 0;        // every factor pair's (checked)
   double alpha = 0;        // the term is (alpha / rank) B A
+  bool rslora = false;     // or (alpha / sqrt(rank)) B A
 };
 
 struct ExportOptions {
@@ -50,12 +51,13 @@ ShqQuant shq_quant_from_string(const std::string& name);  // "f32" | "int8" | "i
 uint32_t checkpoint_source_id(const std::string& checkpoint);
 
 // A LoRA adapter checkpoint's /model/<matrix>/lora_a and lora_b as an adapter
-// file (infer/lora_adapter.h): rank, alpha and the base's identity as the
+// file (infer/lora_adapter.h): rank, alpha, rslora and the base's identity as the
 // adapter checkpoint records them (train/adapter_checkpoint.h reads them);
 // quant f32 or int8 (A as q8_0x16 tiles, B f32).
 struct AdapterExport {
   int64_t rank = 0;
   double alpha = 0;
+  bool rslora = false;
   uint32_t base_id = 0;
   ShqQuant quant = ShqQuant::int8;
 };

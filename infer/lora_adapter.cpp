@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/config_table.h"
+#include "core/lora_scale.h"
 #include "infer/infer_model.h"
 
 namespace shamn {
@@ -19,8 +20,10 @@ struct Target {
 
 }  // namespace
 
-std::string lora_config_toml(int64_t rank, double alpha) {
-  return "[lora]\nrank = " + std::to_string(rank) + "\nalpha = " + toml_float(alpha) + "\n";
+std::string lora_config_toml(int64_t rank, double alpha, bool rslora) {
+  // rslora only when set: files of alpha / rank stay readable by runtimes from before the key.
+  return "[lora]\nrank = " + std::to_string(rank) + "\nalpha = " + toml_float(alpha) + "\n" +
+         (rslora ? "rslora = true\n" : "");
 }
 
 bool is_lora_config(const std::string& config_toml) {
@@ -32,9 +35,10 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
   const std::string config = file_.config_toml();
   const ConfigTable t = ConfigTable::parse(config, p + " (embedded config)");
   SHAMN_INPUT_CHECK(t.has("lora"), "'", p, "' is not a LoRA adapter file (its config has no [lora] table)");
-  t.reject_unknown("", {"lora", "lora.rank", "lora.alpha"});
+  t.reject_unknown("", {"lora", "lora.rank", "lora.alpha", "lora.rslora"});
   rank_ = t.get_int("lora.rank").value_or(0);
   alpha_ = t.get_float("lora.alpha").value_or(0.0);
+  rslora_ = t.get_bool("lora.rslora").value_or(false);
   SHAMN_INPUT_CHECK(rank_ >= 1, "adapter '", p, "': lora.rank is ", rank_, ", must be >= 1");
   SHAMN_INPUT_CHECK(alpha_ > 0.0, "adapter '", p, "': lora.alpha is ", alpha_, ", must be > 0");
 
@@ -107,7 +111,7 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
       for (int64_t k = 0; k < rank_; ++k) bt[k * target.out + o] = row[k];
     }
     const WeightMatrix a = weight_matrix_view(pair.first->dtype, a_shape, pair.first->data);
-    LoraFactors f{a, {}, {}, static_cast<float>(alpha_ / static_cast<double>(rank_))};
+    LoraFactors f{a, {}, {}, static_cast<float>(lora_scale(rank_, alpha_, rslora_))};
     if (a.quantized()) {
       std::vector<BlockQ8> b_rows(static_cast<size_t>(target.out * quant_blocks(rank_)));
       std::vector<float> row_f(static_cast<size_t>(rank_));

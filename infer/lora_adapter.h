@@ -28,7 +28,7 @@ struct LoraFactors {
   WeightMatrix a;         // [r, in], as stored
   std::vector<float> bt;  // beside a f32 A: B transposed, [r, out], f32: r axpys add B t
   LowRankQ8 bq;           // beside a quantised A: B in int8, quantised per output row
-  float scale = 0;        // alpha / r
+  float scale = 0;        // alpha / r (rsLoRA: alpha / sqrt(r))
 };
 
 // One layer's adapted matrices; null where the adapter leaves a matrix alone.
@@ -53,6 +53,7 @@ class LoraAdapter {
   const std::string& path() const { return file_.path(); }
   int64_t rank() const { return rank_; }
   double alpha() const { return alpha_; }
+  bool rslora() const { return rslora_; }  // the term's scale is alpha / sqrt(rank), not alpha / rank
   uint64_t base_id() const { return file_.header().source_id(); }
   const LoraLayer& layer(size_t l) const { return layers_[l]; }
   size_t adapted_matrices() const { return factors_.size(); }
@@ -62,12 +63,13 @@ class LoraAdapter {
   ShqFile file_;
   int64_t rank_ = 0;
   double alpha_ = 0;
+  bool rslora_ = false;
   std::vector<LoraFactors> factors_;  // reserved up front: LoraLayer points into it
   std::vector<LoraLayer> layers_;
 };
 
 // The [lora] table an adapter file carries as its config text.
-std::string lora_config_toml(int64_t rank, double alpha);
+std::string lora_config_toml(int64_t rank, double alpha, bool rslora = false);
 // Whether a .shq file's config text is an adapter's (a model's is [model] tables).
 bool is_lora_config(const std::string& config_toml);
 

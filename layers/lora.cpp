@@ -14,12 +14,12 @@
 
 namespace shamn {
 
-void LoraHost::add_lora(int64_t rank, double alpha) {
+void LoraHost::add_lora(int64_t rank, double alpha, bool rslora) {
   SHAMN_CHECK(!has_lora(), "this layer already has a LoRA adapter");
   SHAMN_CHECK(rank >= 1, "LoRA rank must be >= 1, got ", rank);
   adapter_.a = register_parameter("lora_a", Tensor::zeros({rank, in_}));
   adapter_.b = register_parameter("lora_b", Tensor::zeros({out_, rank}));
-  scale_ = alpha / static_cast<double>(rank);
+  scale_ = shamn::lora_scale(rank, alpha, rslora);
 }
 
 void LoraHost::init_lora(uint64_t seed, const std::string& prefix) {
@@ -129,7 +129,7 @@ void attach_lora(Module& model, const ModelConfig& config, const LoraOptions& op
     const auto it = modules.find(name);
     auto* host = it == modules.end() ? nullptr : dynamic_cast<LoraHost*>(it->second);
     SHAMN_CHECK(host, "attach_lora: the model has no adaptable layer '", name, "'");
-    host->add_lora(options.rank, options.alpha);
+    host->add_lora(options.rank, options.alpha, options.rslora);
   }
 }
 

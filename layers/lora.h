@@ -1,6 +1,7 @@
 #pragma once
 // LoRA (Hu et al., 2021): a frozen base layer y = W x (+ bias) fine-tuned through
-// a low-rank adapter beside it, y = W x + (alpha / rank) * B (A x), with
+// a low-rank adapter beside it, y = W x + (alpha / rank) * B (A x) (with
+// `rslora`, rank-stabilised LoRA, Kalajdzievski 2023: alpha / sqrt(rank)), with
 // A [rank, in] random and B [out, rank] zero at the start, so an adapted model
 // starts exactly where its base was. Adapters attach to the layers that own a
 // weight matrix (Linear, BlockSparseLinear) and register as that layer's
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "autograd/ops_lora.h"
+#include "core/lora_scale.h"
 #include "core/model_config.h"
 #include "layers/module.h"
 
@@ -24,8 +26,11 @@ struct LoraOptions {
   int64_t rank = 0;  // 0 = no adapters
   double alpha = 0;  // the adapter's output is scaled by alpha / rank
   std::vector<std::string> targets;
+  // Scale by alpha / sqrt(rank) instead: a rank's best learning rate then
+  // barely moves with the rank (experiments/lora.md).
+  bool rslora = false;
   bool enabled() const { return rank > 0; }
-  double scale() const { return alpha / static_cast<double>(rank); }
+  double scale() const { return lora_scale(rank, alpha, rslora); }
 };
 
 // A layer that can take an adapter: it knows its in/out widths and adds the
@@ -36,7 +41,7 @@ class LoraHost : public Module {
   int64_t out_features() const { return out_; }
 
   // Registers lora_a [rank, in] and lora_b [out, rank] (zero until init_lora()).
-  void add_lora(int64_t rank, double alpha);
+  void add_lora(int64_t rank, double alpha, bool rslora = false);
   bool has_lora() const { return adapter_.a.defined(); }
   const LowRankOperands& lora() const { return adapter_; }
   double lora_scale() const { return scale_; }

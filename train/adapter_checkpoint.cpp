@@ -26,6 +26,7 @@ void write_adapter_identity(Hdf5Writer& writer, const AdapterIdentity& id) {
   writer.set_string_attribute(kAdapterBaseFileAttribute, id.base_file);
   writer.set_int_attribute("lora_rank", id.lora.rank);
   writer.set_float_attribute("lora_alpha", id.lora.alpha);
+  writer.set_int_attribute("lora_rslora", id.lora.rslora ? 1 : 0);
   writer.set_string_attribute("lora_targets", joined(id.lora.targets, "\n"));
 }
 
@@ -42,6 +43,13 @@ AdapterIdentity read_adapter_identity(const Hdf5Reader& reader) {
   id.base_file = reader.string_attribute(kAdapterBaseFileAttribute);
   id.lora.rank = reader.int_attribute("lora_rank");
   id.lora.alpha = reader.float_attribute("lora_alpha");
+  // Absent in checkpoints from before rsLoRA: alpha / rank.
+  if (reader.has_attribute("lora_rslora")) {
+    const int64_t rs = reader.int_attribute("lora_rslora");
+    SHAMN_INPUT_CHECK(rs == 0 || rs == 1, "'", reader.path(), "': attribute lora_rslora = ", rs,
+                      " is neither 0 nor 1");
+    id.lora.rslora = rs == 1;
+  }
   std::istringstream targets(reader.string_attribute("lora_targets"));
   for (std::string line; std::getline(targets, line);) id.lora.targets.push_back(line);
   return id;
@@ -54,12 +62,14 @@ void check_adapter_checkpoint(const Hdf5Reader& adapter, const AdapterIdentity& 
                     hex(saved.base_crc32), ", recorded base file '", saved.base_file, "'; '",
                     expected.base_file, "' has checksum ", hex(expected.base_crc32),
                     "). An adapter works only beside the exact base it was trained on");
+  const auto rs = [](const LoraOptions& o) { return o.rslora ? " (rslora)" : ""; };
   SHAMN_INPUT_CHECK(saved.lora.rank == expected.lora.rank && saved.lora.alpha == expected.lora.alpha &&
+                        saved.lora.rslora == expected.lora.rslora &&
                         saved.lora.targets == expected.lora.targets,
                     "'", adapter.path(), "' holds adapters of rank ", saved.lora.rank, ", alpha ",
-                    saved.lora.alpha, " on [", joined(saved.lora.targets, ", "),
+                    saved.lora.alpha, rs(saved.lora), " on [", joined(saved.lora.targets, ", "),
                     "]; the config asks for rank ", expected.lora.rank, ", alpha ", expected.lora.alpha,
-                    " on [", joined(expected.lora.targets, ", "), "]");
+                    rs(expected.lora), " on [", joined(expected.lora.targets, ", "), "]");
 }
 
 }  // namespace shamn

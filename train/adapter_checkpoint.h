@@ -6,7 +6,8 @@
 // training state), and the base's identity and the adapter settings:
 //   lora_base_crc32  the base's checksum (layers/lora.h: base_checksum)
 //   lora_base_file   the base checkpoint's path as train.init_from gave it
-//   lora_rank, lora_alpha, lora_targets (the patterns, one per line)
+//   lora_rank, lora_alpha, lora_targets (the patterns, one per line),
+//   lora_rslora      1: the term is scaled by alpha / sqrt(rank) (absent or 0: alpha / rank)
 // The base's weights are not copied: an adapter is only usable beside the base
 // it was trained on, and pairing it with any other is refused.
 #include <cstdint>

@@ -55,6 +55,7 @@ const std::set<std::string>& all_known_keys() {
               "lora",
               "lora.rank",
               "lora.alpha",
+              "lora.rslora",
               "lora.targets",
               "log",
               "log.every",
@@ -240,6 +241,7 @@ RunConfig RunConfig::from_table(const ConfigTable& t) {
   r.integer("lora.rank", c.lora.rank);
   c.lora.alpha = static_cast<double>(c.lora.rank);  // the default: a scale of 1
   r.real("lora.alpha", c.lora.alpha);
+  r.boolean("lora.rslora", c.lora.rslora);
   r.texts("lora.targets", c.lora.targets);
 
   r.integer("log.every", c.log.every);
@@ -296,7 +298,9 @@ std::string RunConfig::to_toml() const {
   // Written only when used, so the resolved configs of runs without adapters (and
   // the sweep directories that compare them) stay as they were.
   if (lora.enabled() || !lora.targets.empty()) {
-    out << "\n[lora]\nrank = " << lora.rank << "\nalpha = " << f(lora.alpha) << "\ntargets = [";
+    out << "\n[lora]\nrank = " << lora.rank << "\nalpha = " << f(lora.alpha);
+    if (lora.rslora) out << "\nrslora = true";  // absent: false, as in configs from before the key
+    out << "\ntargets = [";
     for (size_t i = 0; i < lora.targets.size(); ++i) out << (i ? ", " : "") << s(lora.targets[i]);
     out << "]\n";
   }

@@ -800,6 +800,8 @@ def attach_adapters(model, path, base_path):
         if "lora_base_crc32" not in f.attrs:
             raise CheckpointError(f"{path}: not a LoRA adapter checkpoint (no lora_base_crc32 attribute)")
         rank, alpha = int(f.attrs["lora_rank"]), float(f.attrs["lora_alpha"])
+        # rsLoRA (absent in checkpoints from before it): alpha / sqrt(rank).
+        rslora = int(f.attrs.get("lora_rslora", 0)) == 1
         want = int(f.attrs["lora_base_crc32"])
         stored = read_group(f)
     got = base_checksum(model)
@@ -817,7 +819,7 @@ def attach_adapters(model, path, base_path):
             raise CheckpointError(f"{path}: {name} needs lora_a [{rank}, {n_in}] and lora_b [{n_out}, {rank}]")
         module.register_parameter("lora_a", nn.Parameter(torch.from_numpy(a).to(dtype)))
         module.register_parameter("lora_b", nn.Parameter(torch.from_numpy(b).to(dtype)))
-        module.register_forward_hook(LoraHook(alpha / rank))
+        module.register_forward_hook(LoraHook(alpha / (math.sqrt(rank) if rslora else rank)))
     return len(hosts)
 
 

@@ -399,18 +399,23 @@ TEST_CASE("an adapter checkpoint exported for the runtime gives the autograd mod
 }
 
 TEST_CASE("export --merge folds a dense-side adapter into its base's matrices", "[infer][lora]") {
-  const TestModel tm(model_toml(), "lora_merge");
+  // rsLoRA too: autograd, the merge and the adapter file beside the base all
+  // scale by alpha / sqrt(3), not alpha / 3 (1.7x apart: far outside the bounds below).
+  const bool rslora = GENERATE(false, true);
+  INFO("rslora " << rslora);
+  const TestModel tm(model_toml(), rslora ? "lora_merge_rs" : "lora_merge");
   Shamn adapted(tm.config);
   const LoraOptions lora{
-      3, 4.5, {"layers.*.memory.query", "layers.*.moe.router_group", "layers.*.moe.router_expert"}};
+      3, 4.5, {"layers.*.memory.query", "layers.*.moe.router_group", "layers.*.moe.router_expert"}, rslora};
   const std::string path = write_adapter_checkpoint(tm, lora, adapted, "dense_side.h5");
+  CHECK(read_adapter_identity(Hdf5Reader(path)).lora.rslora == rslora);
   const std::vector<int32_t> tokens = random_tokens(29, tm.config.vocab_size, 13);
   const std::vector<float> ref = autograd_logits(adapted, tokens);
   for (ShqQuant q : {ShqQuant::f32, ShqQuant::int8}) {
     INFO("quant " << shq_quant_name(q));
     ExportOptions o;
     o.quant = q;
-    o.merge = MergeAdapter{path, lora.rank, lora.alpha};
+    o.merge = MergeAdapter{path, lora.rank, lora.alpha, rslora};
     const std::vector<uint8_t> im = export_model_image(tm.checkpoint, o);
     const InferModel merged(ShqFile::from_bytes(im.data(), im.size(), "merged.shq"));
     const InferModel base = tm.runtime(q);
@@ -424,10 +429,12 @@ TEST_CASE("export --merge folds a dense-side adapter into its base's matrices", 
     AdapterExport ao;
     ao.rank = lora.rank;
     ao.alpha = lora.alpha;
+    ao.rslora = rslora;
     ao.base_id = base.file().header().source_id();
     ao.quant = q;
     const std::vector<uint8_t> aim = export_adapter_image(path, ao);
     const LoraAdapter a(ShqFile::from_bytes(aim.data(), aim.size(), "adapter.shq"), base);
+    CHECK(a.rslora() == rslora);
     CHECK(mean_rel_diff(got, logits_with(base, tokens, &a)) < (q == ShqQuant::f32 ? 1e-5 : 0.03));
     // A new model: the base's adapters do not pair with it.
     CHECK(merged.file().header().source_id() != base.file().header().source_id());

@@ -5,7 +5,8 @@
 # on init's weights after 2 steps of training (no bias 0, no gain 1).
 # With LORA_RANK > 0, then the same for LoRA: adapters of that rank on every kind
 # of layer, trained 2 steps from the checkpoint by shamn train (so B is not
-# zero), and the adapted model's loss and the adapters' gradients compared.
+# zero), and the adapted model's loss and the adapters' gradients compared;
+# twice, scaled by alpha / rank and by rsLoRA's alpha / sqrt(rank).
 # Usage: crosscheck.sh SHAMN_BINARY CONFIG.toml WORKDIR [BATCH SEQ [LORA_RANK]]
 # Exits 77 (CTest: skipped) when Debian's python3-torch is not installed.
 set -euo pipefail
@@ -81,20 +82,25 @@ same_loss "$ours" "$theirs"
 "$py" "$ref/compare.py" "$work/grads_shamn.h5" "$work/grads_ref.h5" --rtol 1e-3
 (( lora_rank > 0 )) || exit 0
 
-echo "# LoRA, rank $lora_rank"
-rm -rf "$work/lora_run"
-train_toml "$work/model.h5" "$work/lora_run" > "$work/lora.toml" <<EOF
+# Twice: alpha / rank, and rsLoRA's alpha / sqrt(rank) (the reference reads lora_rslora).
+for rslora in false true; do
+  echo "# LoRA, rank $lora_rank, rslora $rslora"
+  run="$work/lora_run_$rslora"
+  rm -rf "$run"
+  train_toml "$work/model.h5" "$run" > "$work/lora.toml" <<EOF
 [lora]
 rank = $lora_rank
 alpha = $((2 * lora_rank)).0
+rslora = $rslora
 targets = ["layers.*.mixer.out", "layers.*.memory.query", "layers.*.moe.router_group",
            "layers.*.moe.router_expert", "layers.*.moe.experts.*.up", "layers.*.moe.experts.*.down"]
 EOF
-"$shamn" train "$work/lora.toml" > "$work/lora_train.log"
-adapter="$work/lora_run/ckpt_00000002.h5"
-ours=$("$shamn" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/lora_grads_shamn.h5")
-theirs=$("$py" "$ref/shamn_ref.py" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/lora_grads_ref.h5")
-echo "shamn:     $ours"
-echo "reference: $theirs"
-same_loss "$ours" "$theirs"
-"$py" "$ref/compare.py" "$work/lora_grads_shamn.h5" "$work/lora_grads_ref.h5" --rtol 1e-3
+  "$shamn" train "$work/lora.toml" > "$work/lora_train.log"
+  adapter="$run/ckpt_00000002.h5"
+  ours=$("$shamn" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/lora_grads_shamn.h5")
+  theirs=$("$py" "$ref/shamn_ref.py" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" --grads "$work/lora_grads_ref.h5")
+  echo "shamn:     $ours"
+  echo "reference: $theirs"
+  same_loss "$ours" "$theirs"
+  "$py" "$ref/compare.py" "$work/lora_grads_shamn.h5" "$work/lora_grads_ref.h5" --rtol 1e-3
+done

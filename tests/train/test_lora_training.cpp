@@ -144,6 +144,30 @@ TEST_CASE("an adapter run resumes exactly", "[train][lora]") {
         metrics_without_timing(fx.path("split/metrics.jsonl")));
 }
 
+TEST_CASE("lora.rslora scales the term by alpha / sqrt(rank)", "[train][lora]") {
+  // At rank 4, rsLoRA's alpha 8 is a scale of 8 / 2 = 4, as alpha 16 is without
+  // it (both exact in floating point): the two runs are the same to the bit,
+  // and differ from rsLoRA's alpha 16 from the second step (B is 0 at the first).
+  TrainFixture fx("lora_rslora");
+  const std::string base = make_base(fx, "base");
+  const auto run = [&](const std::string& name, const std::string& alpha, bool rslora) {
+    std::vector<std::string> sets = lora_sets(base, 3);
+    sets.push_back("lora.alpha=" + alpha);
+    if (rslora) sets.push_back("lora.rslora=true");
+    train(fx.config(name, sets), quiet());
+  };
+  run("rs", "8.0", true);
+  run("plain", "16.0", false);
+  CHECK(logged_loss(fx.path("rs/metrics.jsonl"), 3) == logged_loss(fx.path("plain/metrics.jsonl"), 3));
+  run("rs16", "16.0", true);
+  CHECK(logged_loss(fx.path("rs16/metrics.jsonl"), 1) == logged_loss(fx.path("rs/metrics.jsonl"), 1));
+  CHECK(logged_loss(fx.path("rs16/metrics.jsonl"), 3) != logged_loss(fx.path("rs/metrics.jsonl"), 3));
+  const AdapterIdentity id = read_adapter_identity(Hdf5Reader(checkpoint_file(fx.path("rs"), 3)));
+  CHECK(id.lora.rslora);
+  CHECK(id.lora.scale() == 4.0);
+  CHECK_FALSE(read_adapter_identity(Hdf5Reader(checkpoint_file(fx.path("plain"), 3))).lora.rslora);
+}
+
 TEST_CASE("an adapter paired with another base is refused, naming both files", "[train][lora]") {
   TrainFixture fx("lora_wrong_base");
   const std::string base = make_base(fx, "base");
@@ -161,6 +185,11 @@ TEST_CASE("an adapter paired with another base is refused, naming both files", "
   // Other adapter settings than the checkpoint's: refused too, before any tensor is read.
   CHECK_THROWS_WITH(train(fx.config("run", lora_sets(base, 4, 8)), resume),
                     Catch::Contains("holds adapters of rank 4") && Catch::Contains("asks for rank 8"));
+  sets = lora_sets(base, 4);
+  sets.push_back("lora.rslora=true");
+  CHECK_THROWS_WITH(train(fx.config("run", sets), resume),
+                    Catch::Contains("holds adapters of rank 4, alpha 8 on") &&
+                        Catch::Contains("asks for rank 4, alpha 8 (rslora) on"));
 
   // An adapter checkpoint is not a model: as a base, or where a model is read.
   CHECK_THROWS_WITH(train(fx.config("again", lora_sets(adapter, 2)), quiet()),

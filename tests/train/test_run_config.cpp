@@ -223,6 +223,13 @@ TEST_CASE("the [lora] section: defaults, resolved form, and errors naming the ke
   CHECK(text.find("[lora]\nrank = 4\nalpha = 4.0\ntargets = [\"layers.*.mixer.out\", "
                   "\"layers.*.moe.experts.*.up\"]") != std::string::npos);
   CHECK(RunConfig::from_toml(text, "resolved").to_toml() == text);
+  CHECK_FALSE(c.lora.rslora);
+  const RunConfig rs = RunConfig::from_toml(
+      on + "[lora]\nrank = 4\nrslora = true\ntargets = [\"layers.*.mixer.out\"]\n", "run.toml");
+  CHECK(rs.lora.rslora);
+  CHECK(rs.lora.scale() == 2.0);  // alpha 4 (the default) / sqrt(4)
+  CHECK(rs.to_toml().find("alpha = 4.0\nrslora = true\n") != std::string::npos);
+  CHECK(RunConfig::from_toml(rs.to_toml(), "resolved").to_toml() == rs.to_toml());
 
   const std::string lora = on + "[lora]\n";  // keys from line 25
   const std::pair<std::string, std::string> cases[] = {
@@ -230,6 +237,8 @@ TEST_CASE("the [lora] section: defaults, resolved form, and errors naming the ke
        "run.toml:27: unknown key 'lora.extra'"},
       {lora + "rank = 4.0\n", "run.toml:25: key 'lora.rank' must be an integer, got a float"},
       {lora + "rank = 4\nalpha = 8\n", "run.toml:26: key 'lora.alpha' must be a float, got an integer"},
+      {lora + "rank = 4\nrslora = 1\n",
+       "run.toml:26: key 'lora.rslora' must be a bool (true or false), got an integer"},
       {lora + "rank = 4\ntargets = \"layers.*.mixer.out\"\n",
        "run.toml:26: key 'lora.targets' must be an array of strings, got a string"},
       {lora + "rank = 4\ntargets = [\"layers.*.mixer.out\", 3]\n",
