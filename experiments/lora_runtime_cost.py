@@ -20,7 +20,17 @@ every variant decodes the same tokens, so a ratio is the adapter's work alone,
 not also the difference between the texts the models generate (which experts
 the tokens route to, and how evenly). SAMPLED=1 decodes the sampled tokens
 instead, as the tables before stop 73 did.
+
+CPU time counts the page faults of a process's first use of its buffers, and
+those follow its allocation history: an adapter's loading frees memory that
+the prefill's buffers then reuse, so a bare base's 16-stream prefill paid
+~0.02 s more system time than an adapted one's, and adapters looked cheaper
+than none. METRIC=rate times the work instead by `bench`'s own figures (the
+median over repeats of decode or prefill tokens/s, after its untimed warm-up
+run): each ratio is the bare base's rate over the variant's. Pin it
+(`taskset -c 0`) on a quiet machine: it is wall-clock time.
 """
+import json
 import os
 import statistics
 import subprocess
@@ -63,6 +73,14 @@ if os.environ.get("SAMPLED") != "1":
               for name, args in SHAPES]
 
 
+def bench_rate(cmd, cwd, key):
+    """bench --json's figure `key` (tokens/s)."""
+    out = subprocess.run(cmd + ["--json"], cwd=cwd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"failed ({out.returncode}): {' '.join(cmd)}\n{out.stderr}")
+    return json.loads(out.stdout)[key]
+
+
 def cpu_seconds(cmd, cwd):
     """User + system CPU time of one run of cmd (output discarded)."""
     with open(os.devnull, "wb") as null:
@@ -91,9 +109,13 @@ def main():
             for variant, extra in VARIANTS.items():
                 streams = args[args.index("--streams") + 1:][:1] if "--streams" in args else []
                 cmd = [shamn, "--threads", "1", "bench", "base-int8.shq"] + extra
-                busy = cpu_seconds(cmd + args, work)
-                idle = cpu_seconds(cmd + IDLE + (["--streams"] + streams if streams else []), work)
-                t = busy - idle
+                if os.environ.get("METRIC") == "rate":  # seconds a token, by bench's own clock
+                    key = "decode_tok_s" if shape.startswith("decode") else "prefill_tok_s"
+                    t = 1.0 / bench_rate(cmd + args, work, key)
+                else:
+                    busy = cpu_seconds(cmd + args, work)
+                    idle = cpu_seconds(cmd + IDLE + (["--streams"] + streams if streams else []), work)
+                    t = busy - idle
                 work_s[(shape, variant)].append(t)
                 if variant == "none":
                     base = t
@@ -106,7 +128,8 @@ def main():
         for shape, _ in SHAPES:
             rs = ratios[(shape, variant)]
             if variant == "none":
-                cells.append(f"{statistics.median(work_s[(shape, variant)]):.3f} CPU s")
+                w = statistics.median(work_s[(shape, variant)])
+                cells.append(f"{1e6 * w:.2f} us a token" if os.environ.get("METRIC") == "rate" else f"{w:.3f} CPU s")
             else:
                 cells.append(f"{statistics.median(rs):.3f} ({min(rs):.2f}-{max(rs):.2f})")
         print(f"| {variant} | " + " | ".join(cells) + " |")
