@@ -68,6 +68,14 @@ SHAPES = [
                                  "--streams", "16"]),
 ]
 IDLE = ["--prompt-tokens", "1", "--decode-tokens", "1", "--repeats", "1"]
+if os.environ.get("METRIC") == "rate":
+    # bench's median over its repeats: on a VM whose vCPU loses half of some
+    # 25 ms windows, a 13 ms prefill is fast or twice as slow at random, and
+    # the median of a few repeats lands in either mode; of 40, in the fast one.
+    def with_repeats(args, n):
+        i = args.index("--repeats")
+        return args[:i + 1] + [str(n)] + args[i + 2:]
+    SHAPES = [(name, with_repeats(args, 40) if name.startswith("prefill") else args) for name, args in SHAPES]
 if os.environ.get("SAMPLED") != "1":
     SHAPES = [(name, args + ["--forced-decode"]) if name.startswith("decode") else (name, args)
               for name, args in SHAPES]
