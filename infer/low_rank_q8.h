@@ -6,8 +6,11 @@
 // adapts; the runtime's tiles would pad each row's r values to a block of 32.
 // Here each 4 quantised values of t meet 8 rows' weights in one vpdpbusd, and
 // with one block of columns (r <= 32) t's groups are broadcast once per row.
-// (A [r, in] keeps the runtime's tiles: experiments/bench/bench_low_rank.cpp
-// measured this layout no faster for it.)
+// With many rows of x, AVX-512 takes 16 rows of W a register (two chunks) and
+// keeps a tile of W's chunks in registers across the rows. (A [r, in] keeps the
+// runtime's tiles, experiments/bench/bench_low_rank.cpp measured this layout no
+// faster for it, and at rank <= 8 a layout of its own for batched rows:
+// infer/few_rows_q8.h.)
 //
 // W [rows, cols] as q8 blocks of 32 values along each row (the BlockQ8 of
 // infer/quant_blocks.h, moved): for chunk c of 8 rows and group g of 4

@@ -106,6 +106,81 @@ SHAMN_TARGET_AVX2 inline void low_rank_add(const LowRankQ8& w, const LowRankInpu
   }
 }
 
+// AVX-512, W with one block of columns (B: rank <= 32), many rows of x:
+// 16 outputs a register (two chunks side by side), kHalves registers of
+// outputs a tile, the tile's weights and scales loaded once for every row of
+// x. Each lane is one_block_chunks' float part bit for bit. Returns the chunk
+// it stopped at: the tiles cover [ch0, that) of [ch0, ch1).
+template <int kGroups, int kHalves>
+SHAMN_TARGET_AVX512 inline int64_t one_block_tiles(const LowRankQ8& w, const LowRankInput& in, float c,
+                                                   float* y, int64_t y_stride, int64_t ch0, int64_t ch1) {
+  constexpr int64_t kTileChunks = 2 * kHalves;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512 cv = _mm512_set1_ps(c), zero = _mm512_setzero_ps();
+  int64_t ch = ch0;
+  for (; ch + kTileChunks <= ch1; ch += kTileChunks) {
+    __m512i wv[kHalves][kGroups];
+    __m512 dv[kHalves];
+    for (int h = 0; h < kHalves; ++h) {
+      const int8_t* lo = w.packed.data() + (ch + 2 * h) * kGroups * kC * kG;
+      for (int g = 0; g < kGroups; ++g) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + g * kC * kG));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + (kGroups + g) * kC * kG));
+        wv[h][g] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), flip);
+      }
+      dv[h] = _mm512_loadu_ps(w.d.data() + (ch + 2 * h) * kC);  // chunks' scales lie side by side
+    }
+    for (int64_t t = 0; t < in.n; ++t) {
+      const BlockQ8& x = in.x[t * in.stride];
+      __m512i xv[kGroups];
+      for (int g = 0; g < kGroups; ++g) xv[g] = _mm512_set1_epi32(load_group(x.q + g * kG));
+      const __m512i start = _mm512_set1_epi32(-128 * in.sums[t * in.stride]);
+      const __m512 xd = _mm512_set1_ps(x.d);
+      float* yt = y + in.y_row(t) * y_stride + ch * kC;
+      for (int h = 0; h < kHalves; ++h) {
+        __m512i isum = start;
+        for (int g = 0; g < kGroups; ++g) isum = _mm512_dpbusd_epi32(isum, wv[h][g], xv[g]);
+        const __m512 acc = _mm512_fmadd_ps(_mm512_mul_ps(xd, dv[h]), _mm512_cvtepi32_ps(isum), zero);
+        _mm512_storeu_ps(yt + 16 * h, _mm512_fmadd_ps(cv, acc, _mm512_loadu_ps(yt + 16 * h)));
+      }
+    }
+  }
+  return ch;
+}
+
+// Tiles of 4 chunks, then of 2 (a dense product's spans are 16-row tiles).
+template <int kGroups>
+SHAMN_TARGET_AVX512 inline int64_t one_block_tiles_4_2(const LowRankQ8& w, const LowRankInput& in, float c,
+                                                       float* y, int64_t y_stride, int64_t ch0, int64_t ch1) {
+  const int64_t ch = one_block_tiles<kGroups, 2>(w, in, c, y, y_stride, ch0, ch1);
+  return one_block_tiles<kGroups, 1>(w, in, c, y, y_stride, ch, ch1);
+}
+
+// The tiles for W's groups (1 to 8), or ch0 when there are more.
+SHAMN_TARGET_AVX512 inline int64_t one_block_tiles(const LowRankQ8& w, const LowRankInput& in, float c,
+                                                   float* y, int64_t y_stride, int64_t ch0, int64_t ch1) {
+  switch (w.groups) {
+    case 1:
+      return one_block_tiles_4_2<1>(w, in, c, y, y_stride, ch0, ch1);
+    case 2:
+      return one_block_tiles_4_2<2>(w, in, c, y, y_stride, ch0, ch1);
+    case 3:
+      return one_block_tiles_4_2<3>(w, in, c, y, y_stride, ch0, ch1);
+    case 4:
+      return one_block_tiles_4_2<4>(w, in, c, y, y_stride, ch0, ch1);
+    case 5:
+      return one_block_tiles<5, 1>(w, in, c, y, y_stride, ch0, ch1);
+    case 6:
+      return one_block_tiles<6, 1>(w, in, c, y, y_stride, ch0, ch1);
+    case 7:
+      return one_block_tiles<7, 1>(w, in, c, y, y_stride, ch0, ch1);
+    case 8:
+      return one_block_tiles<8, 1>(w, in, c, y, y_stride, ch0, ch1);
+    default:
+      return ch0;
+  }
+}
+
 }  // namespace
 
 // flatten: the templates above carry AVX2's target, and GCC inlines a function
@@ -121,7 +196,9 @@ SHAMN_TARGET_AVX512 __attribute__((flatten)) void low_rank_add_q8_avx512(const L
                                                                          const LowRankInput& in, float c,
                                                                          float* y, int64_t y_stride,
                                                                          int64_t r0, int64_t r1) {
-  low_rank_add<Avx512Groups>(w, in, c, y, y_stride, r0, r1);
+  if (w.blocks() == 1) r0 = kC * one_block_tiles(w, in, c, y, y_stride, r0 / kC, r1 / kC);
+  if (r0 < r1)
+    low_rank_add<Avx512Groups>(w, in, c, y, y_stride, r0, r1);  // (its row loop costs even when empty)
 }
 
 // Integer sums: every path gives the same values.

@@ -22,12 +22,6 @@ void add_bias(float* y, const float* bias, int64_t n, int64_t out) {
     for (int64_t i = 0; i < out; ++i) y[t * out + i] += bias[i];
 }
 
-// Quantised weights and no LoRA term to add between the product and the bias:
-// the kernel adds the bias (and, accumulating, the result to y) itself.
-bool epilogue_in_kernel(const WeightMatrix& W, const LoraTerm* lora) {
-  return W.quantized() && !(lora && *lora);
-}
-
 // A LoRA term added behind the product, over spans of whole row tiles whose
 // outputs for all n rows of input reach kSpanFloats (32 KiB; under twice that,
 // about an L1's worth): a decode step's 16 streams take one low-rank call for
@@ -62,7 +56,9 @@ void dense_product(const Dense& L, const float* x, const QuantRows* xq, int64_t 
                    const LoraTerm* lora) {
   const WeightMatrix& W = L.w;
   const int64_t in = W.cols, out = W.rows, bpr = W.blocks_per_row();
-  const bool fused = epilogue_in_kernel(W, lora);
+  // Quantised weights: the kernel adds the bias itself, and a LoRA term goes
+  // onto its results, (W x + bias) + term.
+  const bool fused = W.quantized();
   parallel_for(0, row_tiles(out), grain_for(kTileRows * in * n), [&](int64_t lo, int64_t hi) {
     LoraSpans term(lora, y, out, n, lo * kTileRows);
     for (int64_t c = lo; c < hi; ++c) {
@@ -88,7 +84,11 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
                           int64_t n, float* y, const LoraTerm* lora, bool accumulate) {
   const WeightMatrix& W = L.values;
   const int64_t b = L.block, a = L.active, nib = L.in / b, nob = L.out / b, sb = L.segment_blocks();
-  const bool fused = epilogue_in_kernel(W, lora);
+  // Quantised weights: the kernel adds the bias (and, accumulating, the result
+  // to y) itself, and a LoRA term goes onto y after it: (y + (W x + bias)) +
+  // term. In a prefill's 2,048 rows the term's old place, between the product
+  // and the bias, cost three passes over [n, out] (scratch, bias, sum into y).
+  const bool fused = W.quantized();
   // Without the kernel's epilogue the product goes to scratch, biased, then added.
   Buffer<float> scratch(accumulate && !fused ? n * L.out : 0);
   float* out = accumulate && !fused ? scratch.data() : y;
@@ -122,9 +122,9 @@ void block_sparse_product(const BlockSparse& L, const float* x, const QuantRows*
     }
     term.flush(hi * b);
   });
-  if (fused) return;
   // Row blocks narrower than the low-rank kernel's chunk take the term after the product.
   if (lora && *lora && !lora_in_pass) lora->add(out, L.out, 0, L.out);
+  if (fused) return;
   add_bias(out, L.bias, n, L.out);
   if (accumulate)
     for (int64_t i = 0; i < n * L.out; ++i) y[i] += out[i];

@@ -39,9 +39,11 @@ TEST_CASE("the low-rank int8 product equals its f64 value and is bitwise the sam
   const KernelLevel saved = kernel_level();
   // A's shapes (few rows, many columns) and B's (many rows, few columns): rows
   // with and without a partial chunk of 8, columns below, at and past one
-  // block and in partial groups of 4.
-  for (int64_t rows : {1, 8, 20, 256}) {
-    for (int64_t cols : {1, 3, 4, 8, 13, 32, 33, 70, 256}) {
+  // block and in partial groups of 4. B's shapes at every count of groups
+  // (AVX-512 has a tile kernel for each), over row counts that leave 1 to 3
+  // chunks past its tiles of 2 or 4.
+  for (int64_t rows : {1, 8, 20, 60, 100, 256}) {
+    for (int64_t cols : {1, 3, 4, 8, 12, 13, 20, 24, 28, 32, 33, 70, 256}) {
       INFO(rows << " x " << cols);
       const int64_t blocks = quant_blocks(cols), stride = blocks + 1;  // input rows with a gap between them
       std::vector<float> w = random_values(rows * cols, 3);
