@@ -111,7 +111,7 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
       for (int64_t k = 0; k < rank_; ++k) bt[k * target.out + o] = row[k];
     }
     const WeightMatrix a = weight_matrix_view(pair.first->dtype, a_shape, pair.first->data);
-    LoraFactors f{a, {}, {}, static_cast<float>(lora_scale(rank_, alpha_, rslora_))};
+    LoraFactors f{a, {}, {}, static_cast<float>(lora_scale(rank_, alpha_, rslora_)), {}};
     if (a.quantized()) {
       std::vector<BlockQ8> b_rows(static_cast<size_t>(target.out * quant_blocks(rank_)));
       std::vector<float> row_f(static_cast<size_t>(rank_));
@@ -120,6 +120,8 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
         quantize_row_q8(row_f.data(), b_rows.data() + o * quant_blocks(rank_), rank_);
       }
       f.bq = pack_low_rank_q8(b_rows.data(), target.out, rank_);
+      if (rank_ <= FewRowsQ8::kMaxRows && a.tiled)
+        f.a8 = pack_few_rows_q8(static_cast<const TileQ8*>(a.data), rank_, a.blocks_per_row());
     } else {
       f.bt = std::move(bt);
     }

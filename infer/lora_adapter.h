@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "infer/few_rows_q8.h"
 #include "infer/low_rank_q8.h"
 #include "infer/shq_file.h"
 #include "infer/weight_matrix.h"
@@ -29,6 +30,7 @@ struct LoraFactors {
   std::vector<float> bt;  // beside a f32 A: B transposed, [r, out], f32: r axpys add B t
   LowRankQ8 bq;           // beside a quantised A: B in int8, quantised per output row
   float scale = 0;        // alpha / r (rsLoRA: alpha / sqrt(r))
+  FewRowsQ8 a8;           // a quantised A of rank <= 8 again, for batched rows where the kernel level has it
 };
 
 // One layer's adapted matrices; null where the adapter leaves a matrix alone.

@@ -6,6 +6,7 @@
 
 #include "core/intrinsics.h"
 #include "core/parallel.h"
+#include "infer/few_rows_q8.h"
 #include "infer/low_rank_q8.h"
 #include "infer/quant_tiles.h"
 
@@ -98,23 +99,34 @@ void LoraTerm::build(const Adapters& ad, const LoraFactors* const* picked, const
   }
   for (int64_t a = A; a > 0; --a) offsets_[a] = offsets_[a - 1];
   offsets_[0] = 0;
-  // A x for each adapted row, at its place in rows_: an adapter with many
-  // rows and a quantised input runs them through the batched tile product
-  // (each tile of A read once for all of them), others one row at a time.
+  // A x for each adapted row, at its place in rows_. With a quantised input:
+  // a rank <= 8 A two rows at a time (infer/few_rows_q8.h, AVX-512), else an
+  // adapter with many rows through the batched tile product (each tile of A
+  // read once for all of them); others one row at a time.
   for (int64_t a = 0; a < A; ++a) {
     const LoraFactors* f = factors_[a];
     const int64_t begin = offsets_[a], m = offsets_[a + 1] - begin;
     if (m == 0) continue;
     const int64_t r = f->a.rows;
-    if (f->a.quantized() && in.xq != nullptr && m >= kBatchedRows) {
+    const bool whole_rows = f->a.quantized() && in.xq != nullptr;
+    const bool pairs = whole_rows && f->a8 && few_rows_q8_available();
+    if (pairs || (whole_rows && m >= kBatchedRows)) {
       Buffer<int32_t> x_ids(m);
       for (int64_t k = 0; k < m; ++k) x_ids[k] = in.x_rows ? in.x_rows[rows_[begin + k]] : rows_[begin + k];
       const Q8Rows q{in.xq->q.data(), m, f->a.blocks_per_row(), nullptr, x_ids.data(), in.xq->sums.data()};
-      parallel_for(0, row_tiles(r), grain_for(kTileRows * in.in * m), [&](int64_t lo, int64_t hi) {
-        for (int64_t c = lo; c < hi; ++c)
-          f->a.dot_rows_batch(c * kTileRows, std::min(kTileRows, r - c * kTileRows), q,
-                              t_ + begin * r_stride_ + c * kTileRows, r_stride_);
-      });
+      if (pairs) {
+        parallel_for(0, (m + 1) / 2, grain_for(2 * r * in.in), [&](int64_t lo, int64_t hi) {
+          const int64_t u0 = 2 * lo, un = std::min(m, 2 * hi) - u0;
+          few_rows_q8_batch(f->a8, Q8Rows{q.x, un, q.stride, nullptr, q.rows + u0, q.sums},
+                            t_ + (begin + u0) * r_stride_, r_stride_);
+        });
+      } else {
+        parallel_for(0, row_tiles(r), grain_for(kTileRows * in.in * m), [&](int64_t lo, int64_t hi) {
+          for (int64_t c = lo; c < hi; ++c)
+            f->a.dot_rows_batch(c * kTileRows, std::min(kTileRows, r - c * kTileRows), q,
+                                t_ + begin * r_stride_ + c * kTileRows, r_stride_);
+        });
+      }
       for (int64_t k = begin; k < begin + m; ++k) quantize_t(k, r);
       continue;
     }

@@ -9,6 +9,7 @@
 #include "infer/quant_tiles.h"
 
 namespace shamn {
+struct FewRowsQ8;
 struct LowRankQ8;
 struct LowRankInput;
 }  // namespace shamn
@@ -80,6 +81,8 @@ void low_rank_add_q8_avx2(const LowRankQ8& w, const LowRankInput& in, float c, f
                           int64_t r0, int64_t r1);
 void low_rank_add_q8_avx512(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
                             int64_t r0, int64_t r1);
+// few_rows_q8_batch's path (infer/few_rows_q8.h); the other levels use the tiles.
+void few_rows_q8_batch_avx512(const FewRowsQ8& w, const Q8Rows& x, float* t, int64_t t_stride);
 
 // The SIMD quantisers scale by x * (1 / d), which is within 2.3e-5 of the exact
 // x / d for |x / d| <= 127 (two roundings of 2^-24 each, plus x / d's own), so

@@ -16,6 +16,7 @@ const QuantKernels kScalar = {
     add_scaled_tile_q8_scalar,
     q8_block_sums_scalar,
     low_rank_add_q8_scalar,
+    nullptr,
 };
 
 const QuantKernels kAvx2 = {
@@ -26,6 +27,7 @@ const QuantKernels kAvx2 = {
     add_scaled_tile_q8_avx2,
     q8_block_sums_avx2,
     low_rank_add_q8_avx2,
+    nullptr,
 };
 
 const QuantKernels kAvx512 = {
@@ -36,6 +38,7 @@ const QuantKernels kAvx512 = {
     add_scaled_tile_q8_avx512,
     q8_block_sums_avx2,
     low_rank_add_q8_avx512,
+    few_rows_q8_batch_avx512,
 };
 
 const QuantKernels* const kLevels[] = {&kScalar, &kAvx2, &kAvx512};

@@ -10,6 +10,7 @@
 
 namespace shamn {
 
+struct FewRowsQ8;
 struct LowRankQ8;
 struct LowRankInput;
 
@@ -43,6 +44,8 @@ struct QuantKernels {
   // low_rank_add_q8 (infer/low_rank_q8.h)
   void (*low_rank_add)(const LowRankQ8& w, const LowRankInput& in, float c, float* y, int64_t y_stride,
                        int64_t r0, int64_t r1);
+  // few_rows_q8_batch (infer/few_rows_q8.h); null where the tiles serve as well
+  void (*few_rows_batch)(const FewRowsQ8& w, const Q8Rows& x, float* t, int64_t t_stride);
 };
 
 const QuantKernels& quant_kernels();
