@@ -21,9 +21,8 @@ namespace shamn {
 struct FewRowsQ8 {
   static constexpr int64_t kMaxRows = 8;
   int64_t rows = 0, blocks = 0;
-  Buffer<int8_t>
-      packed;       // [blocks, 8 groups, 2 halves, 8 rows, 4]: a row's 4 weights of a group side by side
-  Buffer<float> d;  // [blocks, 2 halves, 8 rows]; 0 past `rows`
+  Buffer<int8_t> packed;   // [blocks, 8 groups, 2 halves, 8 rows, 4 values]
+  Buffer<float> d;         // [blocks, 2 halves, 8 rows]; 0 past `rows`
   Buffer<int32_t> offset;  // [blocks, 2 halves, 8 rows]: -128 * the row's sum of the block's weights
 
   explicit operator bool() const { return rows > 0; }
@@ -32,8 +31,8 @@ struct FewRowsQ8 {
 // tiles: [blocks] TileQ8, one tile row of a matrix with `rows` <= 8 rows.
 FewRowsQ8 pack_few_rows_q8(const TileQ8* tiles, int64_t rows, int64_t blocks);
 
-// Whether this kernel level multiplies FewRowsQ8 (AVX-512 VNNI); elsewhere
-// the tiles' own batched product is as fast.
+// Whether this kernel level multiplies FewRowsQ8 (AVX-512 VNNI only; the
+// other levels run A through the tiles).
 bool few_rows_q8_available();
 
 // t [x.n, t_stride]: row u's first w.rows values = W x_u, bitwise the tiles'
