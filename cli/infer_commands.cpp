@@ -21,6 +21,7 @@
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "core/kernel_level.h"
+#include "core/lora_scale.h"
 #include "core/parallel.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
@@ -93,7 +94,7 @@ void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
   file.commit();
   std::printf("wrote %s (LoRA adapter, %s, rank %" PRId64
               ", alpha %g%s, %zu matrices, %.2f MiB) for base %s\n",
-              a.out.c_str(), a.quant.c_str(), o.rank, o.alpha, o.rslora ? " (rslora)" : "",
+              a.out.c_str(), a.quant.c_str(), o.rank, o.alpha, lora_scale_note(o.rslora),
               check.tensors().size() / 2, check.file_bytes() / 1048576.0, a.base.c_str());
 }
 
@@ -131,7 +132,7 @@ void export_merged(const ExportArgs& a, const Hdf5Reader& reader) {
              .vocab_size);
   export_model(a.base, options, a.out);
   std::printf("merged the LoRA adapters of %s (rank %" PRId64 ", alpha %g%s) into base %s\n",
-              a.checkpoint.c_str(), id.lora.rank, id.lora.alpha, id.lora.rslora ? " (rslora)" : "",
+              a.checkpoint.c_str(), id.lora.rank, id.lora.alpha, lora_scale_note(id.lora.rslora),
               a.base.c_str());
   print_export_summary(a, t0);
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/config_table.h"
+#include "core/lora_scale.h"
 #include "core/model_config.h"
 #include "data/tokenizer.h"
 #include "infer/lora_adapter.h"
@@ -54,8 +55,7 @@ void print_shq_info(const std::string& path) {
     const ConfigTable t = ConfigTable::parse(config, path + " (embedded config)");
     std::printf("lora            rank %" PRId64 ", alpha %g%s, %zu matrices\n",
                 t.get_int("lora.rank").value_or(0), t.get_float("lora.alpha").value_or(0),
-                t.get_bool("lora.rslora").value_or(false) ? " (rslora: alpha / sqrt(rank))" : "",
-                file.tensors().size() / 2);
+                lora_scale_note(t.get_bool("lora.rslora").value_or(false)), file.tensors().size() / 2);
   } else {
     print_model_config(ModelConfig::from_toml(config, path + " (embedded config)"));
   }

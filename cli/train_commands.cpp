@@ -12,6 +12,7 @@
 #include "cli/shq_info.h"
 #include "core/checksum.h"
 #include "core/hdf5_file.h"
+#include "core/lora_scale.h"
 #include "layers/lora.h"
 #include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
@@ -87,7 +88,7 @@ void print_adapter_info(const Hdf5Reader& reader, const ModelConfig& config) {
   std::printf("kind            LoRA adapters + optimizer state (resumable beside their base)\n");
   std::printf("base            %s (crc32 %08x)\n", id.base_file.c_str(), id.base_crc32);
   std::printf("lora            rank %" PRId64 ", alpha %g%s, %zu layers\n", id.lora.rank, id.lora.alpha,
-              id.lora.rslora ? " (rslora: alpha / sqrt(rank))" : "", lora_parameters(model).size() / 2);
+              lora_scale_note(id.lora.rslora), lora_parameters(model).size() / 2);
   std::printf("step            %" PRId64 "\n", reader.int_attribute("step"));
   std::printf("file size       %.1f MiB\n",
               static_cast<double>(std::filesystem::file_size(reader.path())) / (1 << 20));

@@ -13,4 +13,7 @@ inline double lora_scale(int64_t rank, double alpha, bool rslora) {
   return alpha / (rslora ? std::sqrt(r) : r);
 }
 
+// What a message prints after "rank R, alpha A" when the scale is rsLoRA's.
+inline const char* lora_scale_note(bool rslora) { return rslora ? " (rslora: alpha / sqrt(rank))" : ""; }
+
 }  // namespace shamn

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/lora_scale.h"
 
 namespace shamn {
 
@@ -62,14 +63,13 @@ void check_adapter_checkpoint(const Hdf5Reader& adapter, const AdapterIdentity& 
                     hex(saved.base_crc32), ", recorded base file '", saved.base_file, "'; '",
                     expected.base_file, "' has checksum ", hex(expected.base_crc32),
                     "). An adapter works only beside the exact base it was trained on");
-  const auto rs = [](const LoraOptions& o) { return o.rslora ? " (rslora)" : ""; };
-  SHAMN_INPUT_CHECK(saved.lora.rank == expected.lora.rank && saved.lora.alpha == expected.lora.alpha &&
-                        saved.lora.rslora == expected.lora.rslora &&
-                        saved.lora.targets == expected.lora.targets,
-                    "'", adapter.path(), "' holds adapters of rank ", saved.lora.rank, ", alpha ",
-                    saved.lora.alpha, rs(saved.lora), " on [", joined(saved.lora.targets, ", "),
-                    "]; the config asks for rank ", expected.lora.rank, ", alpha ", expected.lora.alpha,
-                    rs(expected.lora), " on [", joined(expected.lora.targets, ", "), "]");
+  SHAMN_INPUT_CHECK(
+      saved.lora.rank == expected.lora.rank && saved.lora.alpha == expected.lora.alpha &&
+          saved.lora.rslora == expected.lora.rslora && saved.lora.targets == expected.lora.targets,
+      "'", adapter.path(), "' holds adapters of rank ", saved.lora.rank, ", alpha ", saved.lora.alpha,
+      lora_scale_note(saved.lora.rslora), " on [", joined(saved.lora.targets, ", "),
+      "]; the config asks for rank ", expected.lora.rank, ", alpha ", expected.lora.alpha,
+      lora_scale_note(expected.lora.rslora), " on [", joined(expected.lora.targets, ", "), "]");
 }
 
 }  // namespace shamn

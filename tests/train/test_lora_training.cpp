@@ -189,7 +189,7 @@ TEST_CASE("an adapter paired with another base is refused, naming both files", "
   sets.push_back("lora.rslora=true");
   CHECK_THROWS_WITH(train(fx.config("run", sets), resume),
                     Catch::Contains("holds adapters of rank 4, alpha 8 on") &&
-                        Catch::Contains("asks for rank 4, alpha 8 (rslora) on"));
+                        Catch::Contains("asks for rank 4, alpha 8 (rslora: alpha / sqrt(rank)) on"));
 
   // An adapter checkpoint is not a model: as a base, or where a model is read.
   CHECK_THROWS_WITH(train(fx.config("again", lora_sets(adapter, 2)), quiet()),
