@@ -496,6 +496,10 @@ void run_bench(const BenchArgs& a) {
   const uint64_t per_token = model.runtime ? model.runtime->weight_bytes_per_token() : 0;
   const double rss_mib = peak_rss_bytes() / 1048576.0;
   const char* kernel = model.runtime ? kernel_level_name(kernel_level()) : "autograd";
+  nlohmann::ordered_json adapter_json = nlohmann::ordered_json::array();
+  for (const LoraAdapter& ad : adapters)
+    adapter_json.push_back(
+        {{"path", ad.path()}, {"rank", ad.rank()}, {"bytes_per_token", ad.bytes_per_token()}});
   if (a.json) {
     const nlohmann::ordered_json out = {{"model", a.model},
                                         {"kind", model.kind()},
@@ -515,6 +519,7 @@ void run_bench(const BenchArgs& a) {
                                         {"decode_tok_s", dec},
                                         {"decode_step_ms", latency},
                                         {"weight_bytes_per_token", per_token},
+                                        {"adapters", adapter_json},
                                         {"file_bytes", file_bytes},
                                         {"peak_rss_mib", rss_mib}};
     std::printf("%s\n", out.dump().c_str());
@@ -534,6 +539,9 @@ void run_bench(const BenchArgs& a) {
   std::printf("decoded    %s tokens, CRC-32 %08" PRIx32 "\n", a.forced_decode ? "forced (random)" : "sampled",
               decoded_crc);
   if (per_token > 0) std::printf("weights    %.3f MiB read per decoded token\n", per_token / 1048576.0);
+  for (const LoraAdapter& ad : adapters)
+    std::printf("adapter    %s: rank %" PRId64 ", %.3f MiB more read per decoded token of its streams\n",
+                ad.path().c_str(), ad.rank(), ad.bytes_per_token() / 1048576.0);
   std::printf("file       %.2f MiB\n", file_bytes / 1048576.0);
   std::printf("peak RSS   %.1f MiB\n", rss_mib);
   end_profile(a.profile, kBenchTrace, stdout);

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "infer/quant_dot_paths.h"
 #include "infer/quant_kernels.h"
 
 namespace shamn {

@@ -18,6 +18,15 @@ struct Target {
   const LoraFactors** slot = nullptr;  // in the adapter's LoraLayer
 };
 
+// The bytes of one matrix's factors as the runtime reads them; 0 for none.
+uint64_t factor_bytes(const LoraFactors* f) {
+  if (f == nullptr) return 0;
+  const uint64_t b = f->a.quantized()
+                         ? static_cast<uint64_t>(f->bq.packed.size()) + f->bq.d.size() * sizeof(float)
+                         : f->bt.size() * sizeof(float);
+  return f->a.bytes() + b;
+}
+
 }  // namespace
 
 std::string lora_config_toml(int64_t rank, double alpha, bool rslora) {
@@ -128,6 +137,16 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
     factors_.push_back(std::move(f));
     *target.slot = &factors_.back();
   }
+
+  double per_token = 0;
+  for (const LoraLayer& L : layers_) {
+    for (const LoraFactors* f : {L.mixer_out, L.query, L.router_group, L.router_expert})
+      per_token += static_cast<double>(factor_bytes(f));
+    for (size_t e = 0; e < L.up.size(); ++e)
+      per_token += static_cast<double>(mo.k) / static_cast<double>(L.up.size()) *
+                   static_cast<double>(factor_bytes(L.up[e]) + factor_bytes(L.down[e]));
+  }
+  bytes_per_token_ = static_cast<uint64_t>(per_token + 0.5);
 }
 
 uint64_t LoraAdapter::weight_bytes() const {

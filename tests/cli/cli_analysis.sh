@@ -133,6 +133,16 @@ PY
 "$shamn" info merged.shq > info_merged.txt
 [ "$(grep ^source_id info.txt)" != "$(grep ^source_id info_merged.txt)" ] || fail "merged model kept the base's source_id"
 refused "trained on another base model" generate merged.shq --prompt x --adapter dense.lora
+# bench with two adapters: each one's bytes a token beside the base's.
+"$shamn" --threads 1 bench a_f32.shq --adapter dense.lora --adapter a.lora --streams 2 --prompt-tokens 4 \
+  --decode-tokens 4 --repeats 1 --json > bench_lora.json
+python3 - bench_lora.json <<'PY' || fail "bench --adapter: $(cat bench_lora.json)"
+import json, sys
+b = json.load(open(sys.argv[1]))
+ads = b["adapters"]
+assert [a["path"] for a in ads] == ["dense.lora", "a.lora"] and [a["rank"] for a in ads] == [2, 2], ads
+assert all(0 < a["bytes_per_token"] < b["weight_bytes_per_token"] for a in ads), ads
+PY
 
 # analyze: JSON for a checkpoint, its f32 export (the same routing and slots) and int8 export.
 "$shamn" --threads 1 analyze run_a/best.h5 --data data/val.bin --windows 2 --seq-len 16 --json > analyze.json

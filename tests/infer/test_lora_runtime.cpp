@@ -129,6 +129,33 @@ TEST_CASE("an adapter whose B is zero leaves the base's logits bit for bit", "[i
   }
 }
 
+TEST_CASE("an adapter's bytes a decoded token count each matrix a token passes, the experts k of E",
+          "[infer][lora]") {
+  const TestModel tm(model_toml(), "lora_bytes");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  const ModelConfig& c = tm.config;
+  const MoeOptions mo = c.moe();
+  REQUIRE(mo.experts() > mo.k);  // so an expert's share is not the whole of it
+  Spec s;
+  s.rank = 3;
+  s.matrices = {"layers.0.mixer.out", "layers.1.moe.experts.0.up", "layers.1.moe.experts.1.down"};
+  const LoraAdapter f32 = load_adapter(m, s);
+  // f32 factors: A [r, in] and B [r, out], 4 bytes a value; each expert's
+  // matrix is on a token's path k times in E.
+  const double share = static_cast<double>(mo.k) / static_cast<double>(mo.experts());
+  const double want =
+      4.0 * s.rank * (2 * c.dim + share * (mo.up.in + mo.up.out) + share * (mo.down.in + mo.down.out));
+  CHECK(static_cast<double>(f32.bytes_per_token()) == Approx(want).epsilon(1e-9));
+  // At a rank of whole quantisation blocks, int8 factors read about a quarter
+  // of f32's bytes (scales beside them); at rank 3 their padding makes them larger.
+  s.rank = 32;
+  const LoraAdapter f32_wide = load_adapter(m, s);
+  s.q8 = true;
+  const LoraAdapter q8_wide = load_adapter(m, s);
+  CHECK(q8_wide.bytes_per_token() > 0);
+  CHECK(q8_wide.bytes_per_token() < f32_wide.bytes_per_token() / 2);
+}
+
 TEST_CASE("a dense matrix's adapter equals its weights with (alpha / r) B A folded in", "[infer][lora]") {
   const TestModel tm(model_toml(), "lora_fold", 5, kBiasWidth);
   const InferModel m = tm.runtime(ShqQuant::f32);
