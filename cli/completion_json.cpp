@@ -113,6 +113,10 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
           "adapter must be the name of one of the server's LoRA adapters (1 to 64 characters)");
     p.adapter = a->get<std::string>();
   }
+  if (const json* m = field(j, "model")) {
+    if (!m->is_string()) throw RequestError("model must be a string");
+    p.model = m->get<std::string>();
+  }
   return p;
 }
 
@@ -141,6 +145,21 @@ std::string completion_chunk_json(const CompletionId& id, const std::string& tex
                   {"model", id.model},
                   {"choices", json::array({choice})}};
   return dump(j);
+}
+
+std::string models_json(const std::string& model, int64_t created,
+                        const std::vector<ServedAdapter>& adapters) {
+  json data =
+      json::array({{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "shamn"}}});
+  for (const ServedAdapter& a : adapters)
+    data.push_back({{"id", a.name},
+                    {"object", "model"},
+                    {"created", created},
+                    {"owned_by", "shamn"},
+                    {"parent", model},
+                    {"root", a.file},
+                    {"lora", {{"rank", a.rank}, {"alpha", a.alpha}, {"rslora", a.rslora}}}});
+  return dump(json{{"object", "list"}, {"data", data}});
 }
 
 std::string error_json(const std::string& message, const std::string& type) {

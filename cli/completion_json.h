@@ -1,11 +1,13 @@
 #pragma once
-// The OpenAI-style text completion API (POST /v1/completions) as JSON: the
-// request body read into a CompletionRequest, and the responses written back.
+// The OpenAI-style text completion API (POST /v1/completions, GET /v1/models)
+// as JSON: the request body read into a CompletionRequest, and the responses
+// written back.
 // Anything a client can send is either read or refused with a RequestError
 // whose message names the field; nothing here trusts the body.
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "data/tokenizer.h"
 #include "infer/completion_scheduler.h"
@@ -28,14 +30,16 @@ struct ParsedCompletion {
   CompletionRequest request;
   bool stream = false;
   std::string adapter;  // the LoRA adapter the request names ("": the base); the server resolves it
+  std::string model;    // the request's model field ("" when absent): an adapter's name picks it
 };
 
 // Fields: prompt (string, required), max_tokens (16), temperature (0.8), top_k
 // (40), top_p (0.95), seed (random when absent), stop (a string or up to 4),
 // stream (false), adapter (a name, 1-64 characters; absent or null: the
-// base); n, echo, logprobs and best_of only at their defaults. The
-// sampling defaults are `shamn generate`'s. Other fields (model, user, ...) are
-// ignored, as OpenAI's server does.
+// base), model (a string; the server reads it as an adapter's name, as
+// vLLM does, and ignores any other); n, echo, logprobs and best_of only at
+// their defaults. The sampling defaults are `shamn generate`'s. Other fields
+// (user, ...) are ignored, as OpenAI's server does.
 ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
                                           const ServeLimits& limits);
 
@@ -51,6 +55,17 @@ std::string completion_json(const CompletionId& id, const std::string& text, Fin
                             int64_t prompt_tokens, int64_t completion_tokens);
 // One server-sent event's data: a piece of text, and the finish reason on the last.
 std::string completion_chunk_json(const CompletionId& id, const std::string& text, FinishReason finish);
+// One LoRA adapter a server runs beside its model, as GET /v1/models lists it.
+struct ServedAdapter {
+  std::string name, file;
+  int64_t rank = 0;
+  double alpha = 0;
+  bool rslora = false;
+};
+// GET /v1/models: the model, then each adapter as a model whose parent is it
+// (the listing vLLM gives its LoRA modules), with its rank, alpha and file.
+std::string models_json(const std::string& model, int64_t created,
+                        const std::vector<ServedAdapter>& adapters);
 // {"error": {"message": ..., "type": ...}}
 std::string error_json(const std::string& message, const std::string& type);
 

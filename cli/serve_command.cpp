@@ -1,6 +1,7 @@
 // `shamn serve`: an HTTP server (cpp-httplib) for a model file, with the
-// OpenAI-style POST /v1/completions (streamed as server-sent events on request),
-// GET /health and GET /metrics (Prometheus text). Requests are decoded together
+// OpenAI-style POST /v1/completions (streamed as server-sent events on request)
+// and GET /v1/models (the model and its LoRA adapters), GET /health and GET
+// /metrics (Prometheus text). Requests are decoded together
 // by a CompletionScheduler (continuous batching); HTTP threads only parse,
 // queue, and copy text out.
 #include <atomic>
@@ -59,7 +60,11 @@ int64_t unix_seconds() {
 class Server {
  public:
   Server(const ServeArgs& a, const InferModel& model)
-      : args_(a), model_(model), scheduler_(model, a.batching), name_(model_name(a.model)) {
+      : args_(a),
+        model_(model),
+        scheduler_(model, a.batching),
+        name_(model_name(a.model)),
+        started_(unix_seconds()) {
     // Every client waits in a thread of its own while its request runs: enough
     // threads for a full batch, a full queue and a few refused or probing clients.
     const size_t threads = static_cast<size_t>(a.batching.max_batch + a.batching.max_queue + 8);
@@ -73,6 +78,7 @@ class Server {
     http_.set_write_timeout(30, 0);
     http_.Post("/v1/completions",
                [this](const httplib::Request& req, httplib::Response& res) { complete(req, res); });
+    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
     http_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
@@ -141,6 +147,17 @@ class Server {
       res.set_content(error_json(e.what(), "invalid_request_error"), "application/json");
       return;
     }
+    // A request picks an adapter by "adapter", or by "model" as vLLM's clients do.
+    const bool model_is_adapter = args_.adapters.count(parsed.model) > 0;
+    if (model_is_adapter && !parsed.adapter.empty() && parsed.adapter != parsed.model) {
+      res.status = 400;
+      res.set_content(error_json("model names the adapter '" + parsed.model + "' but adapter names '" +
+                                     parsed.adapter + "'",
+                                 "invalid_request_error"),
+                      "application/json");
+      return;
+    }
+    if (parsed.adapter.empty() && model_is_adapter) parsed.adapter = parsed.model;
     if (!parsed.adapter.empty()) {
       const auto it = args_.adapters.find(parsed.adapter);
       if (it == args_.adapters.end()) {
@@ -163,7 +180,9 @@ class Server {
                       "application/json");
       return;
     }
-    const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(), name_};
+    // The response names the adapter that ran, as /v1/models lists it.
+    const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
+                          parsed.adapter.empty() ? name_ : parsed.adapter};
     if (parsed.stream)
       stream(res, completion, id, Completion::Wake::every(args_.stream_interval));
     else
@@ -222,6 +241,13 @@ class Server {
         [completion](bool) { completion->cancel(); });
   }
 
+  void models(httplib::Response& res) {
+    std::vector<ServedAdapter> list;
+    for (const auto& [name, adapter] : args_.adapters)
+      list.push_back({name, adapter->path(), adapter->rank(), adapter->alpha(), adapter->rslora()});
+    res.set_content(models_json(name_, started_, list), "application/json");
+  }
+
   void health(httplib::Response& res) {
     const CompletionScheduler::Stats s = scheduler_.stats();
     res.set_content("{\"status\":\"ok\",\"model\":\"" + name_ + "\",\"running\":" +
@@ -270,6 +296,7 @@ class Server {
   const InferModel& model_;
   CompletionScheduler scheduler_;
   const std::string name_;
+  const int64_t started_;  // Unix seconds: the models' "created"
   std::atomic<int64_t> next_id_{1};
   httplib::Server http_;
   socket_t listen_socket_ = -1;  // the server's socket, as set_socket_options sees it
@@ -353,8 +380,8 @@ void register_serve_command(CLI::App& app) {
   c->add_option(
       "--adapter", a->adapter_specs,
       "NAME=FILE: a LoRA adapter file for the model (shamn export ADAPTER.h5 --base ...); a request "
-      "picks it with \"adapter\": \"NAME\" (repeat for several; requests with different adapters "
-      "and none share one batch)");
+      "picks it with \"adapter\": \"NAME\" or \"model\": \"NAME\", and GET /v1/models lists them "
+      "(repeat for several; requests with different adapters and none share one batch)");
   c->callback([a] { run_serve(*a); });
 }
 

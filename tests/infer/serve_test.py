@@ -155,6 +155,9 @@ server = Server("--max-batch", "4", "--max-queue", "16", "--max-tokens-limit", "
 status, payload = server.request("GET", "/health")
 if status != 200 or json.loads(payload)["status"] != "ok":
     fail(f"/health: {status} {payload}")
+status, payload = server.request("GET", "/v1/models")
+if status != 200 or [m["id"] for m in json.loads(payload)["data"]] != ["m.shq"]:
+    fail(f"/v1/models without adapters: {status} {payload}")
 
 cases = [("the cat", 40, 0.8, 40, 0.95, seed) for seed in range(1, 7)] + [
     ("the dog ran", 30, 0, 40, 0.95, 1), ("Story 3:", 50, 1.2, 0, 0.9, 11), ("mat", 1, 0.8, 40, 0.95, 2),
@@ -370,8 +373,25 @@ for t in threads:
 for c, got, want in zip(lora_cases, lora_results, lora_expected):
     if got != want:
         fail(f"adapter {c}: {got!r} differs from generate --adapter's {want!r}")
+# /v1/models lists the adapters; "model" picks one as "adapter" does, and the
+# response names the adapter that ran; a model name that is no adapter's is the base.
+status, payload = adapted.request("GET", "/v1/models")
+listed = json.loads(payload)["data"] if status == 200 else []
+if [(m["id"], m.get("parent"), m.get("root"), m.get("lora")) for m in listed] != [
+        ("m.shq", None, None, None), ("ft32", "m.shq", f"{work}/a32.shq", {"rank": 4, "alpha": 8.0, "rslora": False}),
+        ("ft8", "m.shq", f"{work}/a8.shq", {"rank": 4, "alpha": 8.0, "rslora": False})]:
+    fail(f"/v1/models with adapters: {status} {payload}")
+for i, model_field, ran in ((0, "ft8", "ft8"), (4, "ft32", "ft32"), (2, "gpt-3.5-turbo-instruct", "m.shq")):
+    prompt, n, temp, k, p, seed, _ = lora_cases[i]
+    r = adapted.complete({"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p,
+                          "seed": seed, "model": model_field})
+    if r["choices"][0]["text"] != lora_expected[i] or r["model"] != ran:
+        fail(f"model {model_field!r}: {r['model']} {r['choices'][0]['text']!r}, want {ran} {lora_expected[i]!r}")
 for body, why in (({"prompt": "the", "adapter": "nope"}, "unknown adapter 'nope'; this server has ft32, ft8"),
-                  ({"prompt": "the", "adapter": 3}, "adapter must be the name")):
+                  ({"prompt": "the", "adapter": 3}, "adapter must be the name"),
+                  ({"prompt": "the", "model": "ft8", "adapter": "ft32"},
+                   "model names the adapter 'ft8' but adapter names 'ft32'"),
+                  ({"prompt": "the", "model": 3}, "model must be a string")):
     status, payload = adapted.request("POST", "/v1/completions", body)
     if status != 400 or why not in json.loads(payload)["error"]["message"]:
         fail(f"adapter request {body}: {status} {payload}")
