@@ -65,6 +65,7 @@ class Server {
         scheduler_(model, a.batching),
         name_(model_name(a.model)),
         started_(unix_seconds()) {
+    for (const auto& [name, adapter] : a.adapters) adapter_requests_[name] = 0;
     // Every client waits in a thread of its own while its request runs: enough
     // threads for a full batch, a full queue and a few refused or probing clients.
     const size_t threads = static_cast<size_t>(a.batching.max_batch + a.batching.max_queue + 8);
@@ -180,6 +181,7 @@ class Server {
                       "application/json");
       return;
     }
+    if (!parsed.adapter.empty()) adapter_requests_.at(parsed.adapter).fetch_add(1);
     // The response names the adapter that ran, as /v1/models lists it.
     const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
                           parsed.adapter.empty() ? name_ : parsed.adapter};
@@ -258,18 +260,21 @@ class Server {
   // Prometheus' text format.
   void metrics(httplib::Response& res) {
     const CompletionScheduler::Stats s = scheduler_.stats();
-    std::string out;
-    auto line = [&out](const std::string& name, const std::string& help, const char* type, double value,
-                       const std::string& labels = "") {
-      if (labels.empty() || labels.find("quantile=\"0.5\"") != std::string::npos ||
-          labels.find("reason=\"length\"") != std::string::npos)
-        out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    std::string out, last;
+    // A metric's HELP and TYPE once, before its first sample.
+    auto line = [&out, &last](const std::string& name, const std::string& help, const char* type,
+                              double value, const std::string& labels = "") {
+      if (name != last) out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+      last = name;
       char value_text[64];
       std::snprintf(value_text, sizeof(value_text), "%.9g", value);
       out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + value_text + "\n";
     };
     const auto d = [](int64_t v) { return static_cast<double>(v); };
     line("shamn_requests_total", "completion requests accepted", "counter", d(s.submitted));
+    for (const auto& [name, count] : adapter_requests_)
+      line("shamn_adapter_requests_total", "completion requests accepted, by the LoRA adapter they picked",
+           "counter", d(count.load()), "adapter=\"" + name + "\"");
     line("shamn_requests_rejected_total", "requests refused with 429 (batch and queue full)", "counter",
          d(s.rejected));
     const std::string finished = "requests ended, by finish reason";
@@ -297,6 +302,8 @@ class Server {
   CompletionScheduler scheduler_;
   const std::string name_;
   const int64_t started_;  // Unix seconds: the models' "created"
+  // Requests accepted per adapter name; the names are fixed at start, so the map is read-only.
+  std::map<std::string, std::atomic<int64_t>> adapter_requests_;
   std::atomic<int64_t> next_id_{1};
   httplib::Server http_;
   socket_t listen_socket_ = -1;  // the server's socket, as set_socket_options sees it

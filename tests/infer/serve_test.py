@@ -387,6 +387,10 @@ for i, model_field, ran in ((0, "ft8", "ft8"), (4, "ft32", "ft32"), (2, "gpt-3.5
                           "seed": seed, "model": model_field})
     if r["choices"][0]["text"] != lora_expected[i] or r["model"] != ran:
         fail(f"model {model_field!r}: {r['model']} {r['choices'][0]['text']!r}, want {ran} {lora_expected[i]!r}")
+# Accepted requests by adapter: for each, 2 naming it in "adapter" and 1 in "model".
+for name, want in (("ft8", 3), ("ft32", 3)):
+    if adapted.metric(f'shamn_adapter_requests_total{{adapter="{name}"}}') != want:
+        fail(f"shamn_adapter_requests_total for {name}: {adapted.request('GET', '/metrics')[1]}")
 for body, why in (({"prompt": "the", "adapter": "nope"}, "unknown adapter 'nope'; this server has ft32, ft8"),
                   ({"prompt": "the", "adapter": 3}, "adapter must be the name"),
                   ({"prompt": "the", "model": "ft8", "adapter": "ft32"},
