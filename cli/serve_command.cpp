@@ -4,7 +4,9 @@
 // /metrics (Prometheus text). Requests are decoded together
 // by a CompletionScheduler (continuous batching); HTTP threads only parse,
 // queue, and copy text out.
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -340,8 +342,12 @@ void run_serve(const ServeArgs& a) {
   for (const std::string& spec : a.adapter_specs) {
     const size_t eq = spec.find('=');
     const std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
-    SHAMN_INPUT_CHECK(!name.empty() && name.size() <= 64 && eq + 1 < spec.size(), "--adapter '", spec,
-                      "' must be NAME=FILE (a name of 1 to 64 characters)");
+    // Names go into JSON and Prometheus labels as they are: letters, digits, '.', '_' and '-' only.
+    const bool plain = std::all_of(name.begin(), name.end(), [](unsigned char c) {
+      return std::isalnum(c) || c == '.' || c == '_' || c == '-';
+    });
+    SHAMN_INPUT_CHECK(!name.empty() && name.size() <= 64 && plain && eq + 1 < spec.size(), "--adapter '",
+                      spec, "' must be NAME=FILE (a name of 1 to 64 letters, digits, '.', '_' or '-')");
     SHAMN_INPUT_CHECK(!args.adapters.count(name), "--adapter: the name '", name, "' is given twice");
     adapters.emplace_back(ShqFile::open(spec.substr(eq + 1)), model);
     args.adapters[name] = &adapters.back();

@@ -403,8 +403,14 @@ adapted.stop()
 bad = subprocess.run([shamn, "serve", model, "--adapter", f"x={work}/m.shq"], capture_output=True, text=True)
 if bad.returncode != 1 or "is not a LoRA adapter file" not in bad.stderr:
     fail(f"serve with a model as adapter: {bad.returncode} {bad.stderr}")
+for spec in (f'a"b={work}/a8.shq', f"={work}/a8.shq", "ft8=", f"x y={work}/a8.shq"):
+    bad = subprocess.run([shamn, "serve", model, "--port", "0", "--adapter", spec], capture_output=True, text=True,
+                         timeout=DEADLINE)
+    if bad.returncode != 1 or "must be NAME=FILE" not in bad.stderr:
+        fail(f"serve --adapter {spec!r}: {bad.returncode} {bad.stderr}")
 say(f"LoRA: fine-tuned, exported (int8, f32, bad bases refused), {len(lora_cases)} requests with two adapters "
-    "and none in one batch get the text of generate --adapter")
+    "and none in one batch get the text of generate --adapter; /v1/models lists them, \"model\" picks one, "
+    "/metrics counts each, names that are not plain are refused")
 
 # ---- an adapter with speculative decoding: the adapted target's text ----
 spec_lora = Server("--draft", f"{work}/d.shq", "--draft-tokens", "3", "--adapter", f"ft8={work}/a8.shq")
