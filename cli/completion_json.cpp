@@ -162,6 +162,25 @@ std::string models_json(const std::string& model, int64_t created,
   return dump(json{{"object", "list"}, {"data", data}});
 }
 
+AdapterRequest parse_adapter_request(const std::string& body, bool loading) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw RequestError("the body must be a JSON object");
+  const auto text = [&j](const char* name) {
+    const json* v = field(j, name);
+    if (!v || !v->is_string() || v->get<std::string>().empty())
+      throw RequestError(std::string(name) + " is required: a non-empty string");
+    return v->get<std::string>();
+  };
+  AdapterRequest r;
+  r.name = text("lora_name");
+  if (loading) r.path = text("lora_path");
+  return r;
+}
+
+std::string adapter_status_json(const std::string& name, bool loaded) {
+  return dump(json{{"lora_name", name}, {"status", loaded ? "loaded" : "unloaded"}});
+}
+
 std::string error_json(const std::string& message, const std::string& type) {
   return dump(json{{"error", {{"message", message}, {"type", type}}}});
 }

@@ -66,6 +66,14 @@ struct ServedAdapter {
 // (the listing vLLM gives its LoRA modules), with its rank, alpha and file.
 std::string models_json(const std::string& model, int64_t created,
                         const std::vector<ServedAdapter>& adapters);
+// The body of POST /v1/load_lora_adapter or /v1/unload_lora_adapter (vLLM's
+// fields): lora_name, and lora_path when loading; a RequestError names the field.
+struct AdapterRequest {
+  std::string name, path;
+};
+AdapterRequest parse_adapter_request(const std::string& body, bool loading);
+// The answer to a load or unload: {"lora_name": NAME, "status": "loaded" | "unloaded"}.
+std::string adapter_status_json(const std::string& name, bool loaded);
 // {"error": {"message": ..., "type": ...}}
 std::string error_json(const std::string& message, const std::string& type);
 

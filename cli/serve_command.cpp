@@ -1,16 +1,13 @@
 // `shamn serve`: an HTTP server (cpp-httplib) for a model file, with the
 // OpenAI-style POST /v1/completions (streamed as server-sent events on request)
-// and GET /v1/models (the model and its LoRA adapters), GET /health and GET
-// /metrics (Prometheus text). Requests are decoded together
-// by a CompletionScheduler (continuous batching); HTTP threads only parse,
-// queue, and copy text out.
-#include <algorithm>
+// and GET /v1/models (the model and its LoRA adapters), vLLM's POST
+// /v1/load_lora_adapter and /v1/unload_lora_adapter (with
+// --allow-adapter-loading), GET /health and GET /metrics (Prometheus text).
+// Requests are decoded together by a CompletionScheduler (continuous
+// batching); HTTP threads only parse, queue, and copy text out.
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <deque>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +16,7 @@
 
 #include <sys/socket.h>
 
+#include "cli/adapter_registry.h"
 #include "cli/commands.h"
 #include "cli/completion_json.h"
 #include "cli/model_source.h"
@@ -40,8 +38,8 @@ namespace {
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", kernel, draft;
-  std::vector<std::string> adapter_specs;              // NAME=FILE
-  std::map<std::string, const LoraAdapter*> adapters;  // loaded, by name
+  std::vector<std::string> adapter_specs;  // NAME=FILE
+  bool allow_adapter_loading = false;      // POST /v1/load_lora_adapter and /v1/unload_lora_adapter
   int port = 8080;
   int64_t stream_interval = 1;  // tokens per server-sent event (after the first)
   CompletionScheduler::Options batching;
@@ -61,13 +59,13 @@ int64_t unix_seconds() {
 
 class Server {
  public:
-  Server(const ServeArgs& a, const InferModel& model)
+  Server(const ServeArgs& a, const InferModel& model, AdapterRegistry& adapters)
       : args_(a),
         model_(model),
+        adapters_(adapters),
         scheduler_(model, a.batching),
         name_(model_name(a.model)),
         started_(unix_seconds()) {
-    for (const auto& [name, adapter] : a.adapters) adapter_requests_[name] = 0;
     // Every client waits in a thread of its own while its request runs: enough
     // threads for a full batch, a full queue and a few refused or probing clients.
     const size_t threads = static_cast<size_t>(a.batching.max_batch + a.batching.max_queue + 8);
@@ -82,6 +80,11 @@ class Server {
     http_.Post("/v1/completions",
                [this](const httplib::Request& req, httplib::Response& res) { complete(req, res); });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
+    http_.Post("/v1/load_lora_adapter",
+               [this](const httplib::Request& req, httplib::Response& res) { load_adapter(req, res, true); });
+    http_.Post("/v1/unload_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
+      load_adapter(req, res, false);
+    });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
     http_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
@@ -151,8 +154,8 @@ class Server {
       return;
     }
     // A request picks an adapter by "adapter", or by "model" as vLLM's clients do.
-    const bool model_is_adapter = args_.adapters.count(parsed.model) > 0;
-    if (model_is_adapter && !parsed.adapter.empty() && parsed.adapter != parsed.model) {
+    std::shared_ptr<const LoraAdapter> by_model = adapters_.find(parsed.model);
+    if (by_model && !parsed.adapter.empty() && parsed.adapter != parsed.model) {
       res.status = 400;
       res.set_content(error_json("model names the adapter '" + parsed.model + "' but adapter names '" +
                                      parsed.adapter + "'",
@@ -160,20 +163,20 @@ class Server {
                       "application/json");
       return;
     }
-    if (parsed.adapter.empty() && model_is_adapter) parsed.adapter = parsed.model;
+    if (parsed.adapter.empty() && by_model) parsed.adapter = parsed.model;
     if (!parsed.adapter.empty()) {
-      const auto it = args_.adapters.find(parsed.adapter);
-      if (it == args_.adapters.end()) {
-        std::string names;
-        for (const auto& [name, adapter] : args_.adapters) names += (names.empty() ? "" : ", ") + name;
+      std::shared_ptr<const LoraAdapter> adapter =
+          by_model ? std::move(by_model) : adapters_.find(parsed.adapter);
+      if (!adapter) {
         res.status = 400;
-        res.set_content(error_json("unknown adapter '" + parsed.adapter + "'; this server has " +
-                                       (names.empty() ? std::string("none") : names),
-                                   "invalid_request_error"),
-                        "application/json");
+        res.set_content(
+            error_json("unknown adapter '" + parsed.adapter + "'; this server has " + adapters_.names(),
+                       "invalid_request_error"),
+            "application/json");
         return;
       }
-      parsed.request.adapter = it->second;
+      parsed.request.adapter = adapter.get();
+      parsed.request.keep_alive = std::move(adapter);  // an unload waits for this request to end
     }
     std::shared_ptr<Completion> completion = scheduler_.submit(std::move(parsed.request));
     if (!completion) {
@@ -183,7 +186,7 @@ class Server {
                       "application/json");
       return;
     }
-    if (!parsed.adapter.empty()) adapter_requests_.at(parsed.adapter).fetch_add(1);
+    if (!parsed.adapter.empty()) adapters_.count_request(parsed.adapter);
     // The response names the adapter that ran, as /v1/models lists it.
     const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
                           parsed.adapter.empty() ? name_ : parsed.adapter};
@@ -246,10 +249,34 @@ class Server {
   }
 
   void models(httplib::Response& res) {
-    std::vector<ServedAdapter> list;
-    for (const auto& [name, adapter] : args_.adapters)
-      list.push_back({name, adapter->path(), adapter->rank(), adapter->alpha(), adapter->rslora()});
-    res.set_content(models_json(name_, started_, list), "application/json");
+    res.set_content(models_json(name_, started_, adapters_.list()), "application/json");
+  }
+
+  // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
+  // /v1/unload_lora_adapter {"lora_name"}, as vLLM has them: only with
+  // --allow-adapter-loading, since a client then names files for the server to read.
+  void load_adapter(const httplib::Request& req, httplib::Response& res, bool loading) {
+    const auto refuse = [&res](int status, const std::string& message) {
+      res.status = status;
+      res.set_content(error_json(message, "invalid_request_error"), "application/json");
+    };
+    if (!args_.allow_adapter_loading)
+      return refuse(403,
+                    "loading and unloading adapters is off: start shamn serve with --allow-adapter-loading");
+    try {
+      const AdapterRequest r = parse_adapter_request(req.body, loading);
+      if (loading) {
+        adapters_.load(r.name, r.path);
+      } else if (!adapters_.unload(r.name)) {
+        return refuse(404,
+                      "no adapter named '" + r.name + "' is loaded; this server has " + adapters_.names());
+      }
+      res.set_content(adapter_status_json(r.name, loading), "application/json");
+    } catch (const RequestError& e) {
+      refuse(400, e.what());
+    } catch (const InputError& e) {
+      refuse(400, e.what());
+    }
   }
 
   void health(httplib::Response& res) {
@@ -274,9 +301,9 @@ class Server {
     };
     const auto d = [](int64_t v) { return static_cast<double>(v); };
     line("shamn_requests_total", "completion requests accepted", "counter", d(s.submitted));
-    for (const auto& [name, count] : adapter_requests_)
+    for (const auto& [name, count] : adapters_.request_counts())
       line("shamn_adapter_requests_total", "completion requests accepted, by the LoRA adapter they picked",
-           "counter", d(count.load()), "adapter=\"" + name + "\"");
+           "counter", d(count), "adapter=\"" + name + "\"");
     line("shamn_requests_rejected_total", "requests refused with 429 (batch and queue full)", "counter",
          d(s.rejected));
     const std::string finished = "requests ended, by finish reason";
@@ -301,11 +328,10 @@ class Server {
 
   const ServeArgs& args_;
   const InferModel& model_;
+  AdapterRegistry& adapters_;
   CompletionScheduler scheduler_;
   const std::string name_;
   const int64_t started_;  // Unix seconds: the models' "created"
-  // Requests accepted per adapter name; the names are fixed at start, so the map is read-only.
-  std::map<std::string, std::atomic<int64_t>> adapter_requests_;
   std::atomic<int64_t> next_id_{1};
   httplib::Server http_;
   socket_t listen_socket_ = -1;  // the server's socket, as set_socket_options sees it
@@ -337,22 +363,16 @@ void run_serve(const ServeArgs& a) {
     check_draft_compatible(model, a.model, *draft, a.draft);
     args.batching.draft = &*draft;
   }
-  // The adapters, loaded once and kept for the server's life.
-  std::deque<LoraAdapter> adapters;
+  AdapterRegistry adapters(model);
   for (const std::string& spec : a.adapter_specs) {
     const size_t eq = spec.find('=');
     const std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
-    // Names go into JSON and Prometheus labels as they are: letters, digits, '.', '_' and '-' only.
-    const bool plain = std::all_of(name.begin(), name.end(), [](unsigned char c) {
-      return std::isalnum(c) || c == '.' || c == '_' || c == '-';
-    });
-    SHAMN_INPUT_CHECK(!name.empty() && name.size() <= 64 && plain && eq + 1 < spec.size(), "--adapter '",
-                      spec, "' must be NAME=FILE (a name of 1 to 64 letters, digits, '.', '_' or '-')");
-    SHAMN_INPUT_CHECK(!args.adapters.count(name), "--adapter: the name '", name, "' is given twice");
-    adapters.emplace_back(ShqFile::open(spec.substr(eq + 1)), model);
-    args.adapters[name] = &adapters.back();
+    SHAMN_INPUT_CHECK(plain_adapter_name(name) && eq + 1 < spec.size(), "--adapter '", spec,
+                      "' must be NAME=FILE (a name of 1 to 64 letters, digits, '.', '_' or '-')");
+    SHAMN_INPUT_CHECK(!adapters.find(name), "--adapter: the name '", name, "' is given twice");
+    adapters.load(name, spec.substr(eq + 1));
   }
-  Server server(args, model);
+  Server server(args, model, adapters);
   server.run();
 }
 
@@ -395,6 +415,11 @@ void register_serve_command(CLI::App& app) {
       "NAME=FILE: a LoRA adapter file for the model (shamn export ADAPTER.h5 --base ...); a request "
       "picks it with \"adapter\": \"NAME\" or \"model\": \"NAME\", and GET /v1/models lists them "
       "(repeat for several; requests with different adapters and none share one batch)");
+  c->add_flag(
+      "--allow-adapter-loading", a->allow_adapter_loading,
+      "let clients load and unload adapters by file path while the server runs (POST "
+      "/v1/load_lora_adapter {\"lora_name\", \"lora_path\"}, /v1/unload_lora_adapter {\"lora_name\"}; "
+      "requests running with an unloaded adapter finish with it)");
   c->callback([a] { run_serve(*a); });
 }
 

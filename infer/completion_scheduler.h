@@ -37,6 +37,9 @@ struct CompletionRequest {
   std::vector<std::string> stop;         // the text ends before the first of these it would contain
   double time_limit_s = 0;               // from submission; 0 = none
   const LoraAdapter* adapter = nullptr;  // a LoRA adapter of the model's base (null: the base alone)
+  // Held until the request ends, for an owner that may let `adapter` go before
+  // (serve unloads adapters that running requests still use); may be null.
+  std::shared_ptr<const void> keep_alive;
 };
 
 namespace test {

@@ -412,8 +412,68 @@ say(f"LoRA: fine-tuned, exported (int8, f32, bad bases refused), {len(lora_cases
     "and none in one batch get the text of generate --adapter; /v1/models lists them, \"model\" picks one, "
     "/metrics counts each, names that are not plain are refused")
 
+# ---- adapters loaded and unloaded while serving (--allow-adapter-loading) ----
+live = Server("--max-batch", "4", "--allow-adapter-loading", "--max-tokens-limit", "100000000")
+
+
+def post(path, body):
+    status, payload = live.request("POST", path, body)
+    return status, json.loads(payload)
+
+
+a8 = f"{work}/a8.shq"
+if post("/v1/load_lora_adapter", {"lora_name": "ft8", "lora_path": a8}) != (200, {"lora_name": "ft8",
+                                                                               "status": "loaded"}):
+    fail("load_lora_adapter ft8")
+if [m["id"] for m in json.loads(live.request("GET", "/v1/models")[1])["data"]] != ["m.shq", "ft8"]:
+    fail(f"/v1/models after a load: {live.request('GET', '/v1/models')}")
+prompt, n, temp, k, p, seed, _ = lora_cases[0]
+ft8_body = {"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p, "seed": seed,
+            "adapter": "ft8"}
+if live.complete(ft8_body)["choices"][0]["text"] != lora_expected[0]:
+    fail("a loaded adapter's request differs from generate --adapter's text")
+for path, body, want_status, why in (
+        ("load", {"lora_name": "ft8", "lora_path": a8}, 400, "an adapter named 'ft8' is loaded already"),
+        ("load", {"lora_name": "m", "lora_path": model}, 400, "is not a LoRA adapter file"),
+        ("load", {"lora_name": "a b", "lora_path": a8}, 400, "must be 1 to 64 letters"),
+        ("load", {"lora_name": "x", "lora_path": f"{work}/absent.shq"}, 400, "absent.shq"),
+        ("load", {"lora_name": "x"}, 400, "lora_path is required"),
+        ("unload", {"lora_path": a8}, 400, "lora_name is required"),
+        ("unload", {"lora_name": "nope"}, 404, "no adapter named 'nope' is loaded; this server has ft8")):
+    status, r = post(f"/v1/{path}_lora_adapter", body)
+    if status != want_status or why not in r["error"]["message"]:
+        fail(f"{path} {body}: {status} {r}")
+# Unloaded while a request runs with it (one that would run for ever): the
+# request goes on with it, new requests are refused, and the name can be loaded again.
+long_run = socket.create_connection(("127.0.0.1", live.port), timeout=DEADLINE)
+body = json.dumps({"prompt": "the cat", "max_tokens": 100000000, "stream": True, "adapter": "ft8"}).encode()
+long_run.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
+                 + b"\r\n\r\n" + body)
+live.wait_for("shamn_running_streams", 1)
+if post("/v1/unload_lora_adapter", {"lora_name": "ft8"}) != (200, {"lora_name": "ft8", "status": "unloaded"}):
+    fail("unload_lora_adapter ft8")
+live.wait_for("shamn_generated_tokens_total", live.metric("shamn_generated_tokens_total") + 100)
+status, payload = live.request("POST", "/v1/completions", ft8_body)
+if status != 400 or "unknown adapter 'ft8'; this server has none" not in payload:
+    fail(f"a request for an unloaded adapter: {status} {payload}")
+long_run.close()  # cancels it; the adapter goes with it
+live.wait_for('shamn_requests_finished_total{reason="cancelled"}', 1)
+if post("/v1/load_lora_adapter", {"lora_name": "ft8", "lora_path": a8})[0] != 200:
+    fail("loading ft8 again after its unload")
+if live.complete(ft8_body)["choices"][0]["text"] != lora_expected[0]:
+    fail("a reloaded adapter's request differs from generate --adapter's text")
+if live.metric('shamn_adapter_requests_total{adapter="ft8"}') != 3:
+    fail(f"shamn_adapter_requests_total after reloading: {live.request('GET', '/metrics')[1]}")
+live.stop()
+say("adapters loaded and unloaded while serving: generate --adapter's text, refusals named, a running request "
+    "keeps its unloaded adapter, the endpoints off without --allow-adapter-loading")
+
 # ---- an adapter with speculative decoding: the adapted target's text ----
 spec_lora = Server("--draft", f"{work}/d.shq", "--draft-tokens", "3", "--adapter", f"ft8={work}/a8.shq")
+for path in ("load", "unload"):  # off without --allow-adapter-loading
+    status, payload = spec_lora.request("POST", f"/v1/{path}_lora_adapter", {"lora_name": "ft8", "lora_path": a8})
+    if status != 403 or "--allow-adapter-loading" not in payload:
+        fail(f"{path}_lora_adapter without --allow-adapter-loading: {status} {payload}")
 for c in (("the cat", 30, 0, 40, 0.95, 1), ("mat", 25, 0.8, 40, 0.95, 6)):
     drafted_args = ("--adapter", f"{work}/a8.shq", "--draft", f"{work}/d.shq", "--draft-tokens", "3")
     want = generate(*c, *drafted_args)

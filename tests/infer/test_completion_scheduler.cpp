@@ -168,6 +168,38 @@ TEST_CASE("requests with different LoRA adapters in one batch each get the text 
   }
 }
 
+TEST_CASE("a request keeps its adapter alive when the adapter's owner lets go while it runs",
+          "[infer][serve][lora]") {
+  const InferModel m = tiny_model();
+  test::Spec spec;
+  spec.q8 = true;
+  CompletionRequest r = request(m, "the cat", 300, 0.0, 5);
+  std::string want;
+  {
+    const LoraAdapter a = test::load_adapter(m, spec);
+    r.adapter = &a;
+    want = alone(m, r);
+    CompletionRequest bare = r;
+    bare.adapter = nullptr;
+    REQUIRE(alone(m, bare) != want);  // the adapter shows in the text
+  }
+  std::weak_ptr<const LoraAdapter> watch;
+  {
+    CompletionScheduler scheduler(m, {});
+    auto owned = std::make_shared<const LoraAdapter>(test::load_adapter(m, spec));
+    watch = owned;
+    r.adapter = owned.get();
+    r.keep_alive = owned;
+    std::shared_ptr<Completion> c = scheduler.submit(std::move(r));
+    REQUIRE(c != nullptr);
+    owned.reset();  // serve's unload: the request, still running, holds the only reference
+    FinishReason finish = FinishReason::none;
+    CHECK(drain(*c, finish) == want);
+    CHECK(finish == FinishReason::length);
+  }
+  CHECK(watch.expired());  // let go with the request (the scheduler is gone, so every request is)
+}
+
 TEST_CASE("a stop string ends the text before it, and no piece shows part of it", "[infer][serve]") {
   const InferModel m = tiny_model();
   CompletionRequest r = request(m, "the cat", 60, 0.0, 1);

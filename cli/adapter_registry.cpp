@@ -1,0 +1,65 @@
+#include "cli/adapter_registry.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/check.h"
+#include "infer/shq_file.h"
+
+namespace shamn::cli {
+
+bool plain_adapter_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+void AdapterRegistry::load(const std::string& name, const std::string& file) {
+  SHAMN_INPUT_CHECK(plain_adapter_name(name), "the adapter name '", name,
+                    "' must be 1 to 64 letters, digits, '.', '_' or '-'");
+  // Read and checked outside the lock: requests go on meanwhile.
+  auto adapter = std::make_shared<const LoraAdapter>(ShqFile::open(file), base_);
+  const std::lock_guard lock(mutex_);
+  SHAMN_INPUT_CHECK(!adapters_.count(name), "an adapter named '", name, "' is loaded already");
+  adapters_.emplace(name, std::move(adapter));
+}
+
+bool AdapterRegistry::unload(const std::string& name) {
+  const std::lock_guard lock(mutex_);
+  return adapters_.erase(name) > 0;
+}
+
+std::shared_ptr<const LoraAdapter> AdapterRegistry::find(const std::string& name) const {
+  const std::lock_guard lock(mutex_);
+  const auto it = adapters_.find(name);
+  return it == adapters_.end() ? nullptr : it->second;
+}
+
+std::vector<ServedAdapter> AdapterRegistry::list() const {
+  const std::lock_guard lock(mutex_);
+  std::vector<ServedAdapter> out;
+  for (const auto& [name, a] : adapters_)
+    out.push_back({name, a->path(), a->rank(), a->alpha(), a->rslora()});
+  return out;
+}
+
+std::string AdapterRegistry::names() const {
+  const std::lock_guard lock(mutex_);
+  std::string out;
+  for (const auto& entry : adapters_) out += (out.empty() ? "" : ", ") + entry.first;
+  return out.empty() ? "none" : out;
+}
+
+void AdapterRegistry::count_request(const std::string& name) {
+  const std::lock_guard lock(mutex_);
+  ++requests_[name];
+}
+
+std::map<std::string, int64_t> AdapterRegistry::request_counts() const {
+  const std::lock_guard lock(mutex_);
+  std::map<std::string, int64_t> out = requests_;
+  for (const auto& entry : adapters_) out.emplace(entry.first, 0);  // loaded, no request yet: 0
+  return out;
+}
+
+}  // namespace shamn::cli

@@ -1,0 +1,50 @@
+#pragma once
+// The LoRA adapters `shamn serve` runs beside its model, by name: loaded at
+// start (--adapter) or while it serves (POST /v1/load_lora_adapter), and
+// unloaded by name. A request holds its adapter while it runs, so unloading
+// one that running requests use lets them finish with it; the adapter's file is
+// let go when the last of them ends.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cli/completion_json.h"
+#include "infer/infer_model.h"
+#include "infer/lora_adapter.h"
+
+namespace shamn::cli {
+
+// 1 to 64 letters, digits, '.', '_' or '-': names go into JSON and Prometheus
+// labels as they are.
+bool plain_adapter_name(const std::string& name);
+
+class AdapterRegistry {
+ public:
+  explicit AdapterRegistry(const InferModel& base) : base_(base) {}
+
+  // Loads `file` as `name`. An InputError says why not: a name that is not
+  // plain or is taken, a file that is no adapter of this base (nothing changes then).
+  void load(const std::string& name, const std::string& file);
+  // Whether there was an adapter of that name to unload.
+  bool unload(const std::string& name);
+  // The adapter called `name`, alive while the pointer is held; null if none is.
+  std::shared_ptr<const LoraAdapter> find(const std::string& name) const;
+  std::vector<ServedAdapter> list() const;  // by name
+  std::string names() const;                // "a, b", or "none"
+
+  // Accepted requests by adapter name, unloaded adapters' included (Prometheus
+  // counters do not go back).
+  void count_request(const std::string& name);
+  std::map<std::string, int64_t> request_counts() const;
+
+ private:
+  const InferModel& base_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters_;
+  std::map<std::string, int64_t> requests_;
+};
+
+}  // namespace shamn::cli

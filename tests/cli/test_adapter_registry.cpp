@@ -1,0 +1,126 @@
+// serve's adapters by name (cli/adapter_registry.h): loading and its refusals,
+// unloading while a holder still uses the adapter, the request counters.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "cli/adapter_registry.h"
+#include "core/check.h"
+#include "infer/export_model.h"
+#include "infer/infer_test_model.h"
+#include "infer/lora_test_adapter.h"
+
+namespace shamn::cli {
+namespace {
+
+// An adapter file for `m` from the spec, at dir/name.
+std::string adapter_file(const InferModel& m, const test::Spec& s, const std::string& dir,
+                         const std::string& name) {
+  const std::vector<uint8_t> image = test::adapter_image(m.config(), m.file().header().source_id(), s);
+  const std::string path = dir + "/" + name;
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+  return path;
+}
+
+TEST_CASE("serve's adapters load by name, refuse bad names and files, and outlive an unload while held",
+          "[serve][lora]") {
+  const test::TestModel tm(test::model_toml(), "registry");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  test::Spec s;
+  s.rank = 3;
+  const std::string r3 = adapter_file(m, s, tm.dir, "r3.lora");
+  s.rank = 5;
+  s.q8 = true;
+  const std::string r5 = adapter_file(m, s, tm.dir, "r5.lora");
+  // A model file where an adapter belongs.
+  const std::string model_file = tm.dir + "/model.shq";
+  {
+    ExportOptions o;
+    o.quant = ShqQuant::int8;
+    const std::vector<uint8_t> image = export_model_image(tm.checkpoint, o);
+    std::ofstream(model_file, std::ios::binary)
+        .write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+  }
+
+  AdapterRegistry reg(m);
+  CHECK(reg.names() == "none");
+  CHECK(reg.find("a") == nullptr);
+  reg.load("ft-3.v1_a", r3);
+  reg.load("b", r5);
+  CHECK(reg.names() == "b, ft-3.v1_a");
+  const std::vector<ServedAdapter> list = reg.list();
+  REQUIRE(list.size() == 2);
+  CHECK((list[0].name == "b" && list[0].file == r5 && list[0].rank == 5));
+  CHECK((list[1].name == "ft-3.v1_a" && list[1].file == r3 && list[1].rank == 3 && list[1].alpha == 8.0));
+
+  // Refusals leave the registry as it was.
+  CHECK_THROWS_WITH(reg.load("b", r3), Catch::Contains("an adapter named 'b' is loaded already"));
+  for (const char* bad : {"", "a b", "a\"b", "x/y"})
+    CHECK_THROWS_WITH(reg.load(bad, r3), Catch::Contains("must be 1 to 64 letters, digits"));
+  CHECK_THROWS_WITH(reg.load(std::string(65, 'a'), r3), Catch::Contains("must be 1 to 64"));
+  CHECK_THROWS_AS(reg.load("m", model_file), InputError);
+  CHECK_THROWS_WITH(reg.load("m", model_file), Catch::Contains("is not a LoRA adapter file"));
+  CHECK_THROWS_WITH(reg.load("gone", tm.dir + "/absent.lora"), Catch::Contains("absent.lora"));
+  CHECK(reg.names() == "b, ft-3.v1_a");
+
+  // A holder keeps an unloaded adapter alive; the name is free again.
+  std::shared_ptr<const LoraAdapter> held = reg.find("b");
+  REQUIRE(held != nullptr);
+  const std::weak_ptr<const LoraAdapter> watch = held;
+  CHECK(reg.unload("b"));
+  CHECK_FALSE(reg.unload("b"));
+  CHECK(reg.find("b") == nullptr);
+  CHECK(reg.names() == "ft-3.v1_a");
+  CHECK(held->rank() == 5);
+  CHECK(held->layer(0).mixer_out != nullptr);
+  held.reset();
+  CHECK(watch.expired());  // the last holder let go: the file is unmapped
+  reg.load("b", r3);
+  CHECK(reg.find("b")->rank() == 3);
+
+  // Counters by name survive an unload and start at 0 for a loaded name.
+  reg.count_request("b");
+  reg.count_request("b");
+  reg.count_request("ft-3.v1_a");
+  CHECK(reg.unload("b"));
+  CHECK(reg.request_counts() == std::map<std::string, int64_t>{{"b", 2}, {"ft-3.v1_a", 1}});
+  reg.load("new", r5);
+  CHECK(reg.request_counts() == std::map<std::string, int64_t>{{"b", 2}, {"ft-3.v1_a", 1}, {"new", 0}});
+}
+
+TEST_CASE("serve's adapters load, unload and are looked up from many threads at once", "[serve][lora]") {
+  const test::TestModel tm(test::model_toml(), "registry_threads");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  test::Spec s;
+  s.rank = 2;
+  s.matrices = {"layers.0.mixer.out"};
+  const std::string file = adapter_file(m, s, tm.dir, "small.lora");
+  AdapterRegistry reg(m);
+  reg.load("shared", file);
+  constexpr int kThreads = 4, kRounds = 20;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&reg, &file, t] {
+      const std::string own = "own" + std::to_string(t);
+      for (int i = 0; i < kRounds; ++i) {
+        reg.load(own, file);
+        reg.count_request(own);
+        reg.count_request("shared");
+        const std::shared_ptr<const LoraAdapter> a = reg.find(own), b = reg.find("shared");
+        if (a->rank() != 2 || b->rank() != 2 || reg.list().empty() || reg.names().empty()) return;
+        if (!reg.unload(own)) return;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(reg.names() == "shared");
+  std::map<std::string, int64_t> want{{"shared", kThreads * kRounds}};
+  for (int t = 0; t < kThreads; ++t) want["own" + std::to_string(t)] = kRounds;
+  CHECK(reg.request_counts() == want);
+}
+
+}  // namespace
+}  // namespace shamn::cli
