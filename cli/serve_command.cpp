@@ -80,10 +80,11 @@ class Server {
     http_.Post("/v1/completions",
                [this](const httplib::Request& req, httplib::Response& res) { complete(req, res); });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
-    http_.Post("/v1/load_lora_adapter",
-               [this](const httplib::Request& req, httplib::Response& res) { load_adapter(req, res, true); });
+    http_.Post("/v1/load_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
+      change_adapters(req, res, true);
+    });
     http_.Post("/v1/unload_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
-      load_adapter(req, res, false);
+      change_adapters(req, res, false);
     });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
@@ -255,7 +256,7 @@ class Server {
   // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
   // /v1/unload_lora_adapter {"lora_name"}, as vLLM has them: only with
   // --allow-adapter-loading, since a client then names files for the server to read.
-  void load_adapter(const httplib::Request& req, httplib::Response& res, bool loading) {
+  void change_adapters(const httplib::Request& req, httplib::Response& res, bool loading) {
     const auto refuse = [&res](int status, const std::string& message) {
       res.status = status;
       res.set_content(error_json(message, "invalid_request_error"), "application/json");
