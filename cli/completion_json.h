@@ -36,10 +36,10 @@ struct ParsedCompletion {
 // Fields: prompt (string, required), max_tokens (16), temperature (0.8), top_k
 // (40), top_p (0.95), seed (random when absent), stop (a string or up to 4),
 // stream (false), adapter (a name, 1-64 characters; absent or null: the
-// base), model (a string; the server reads it as an adapter's name, as
-// vLLM does, and ignores any other); n, echo, logprobs and best_of only at
-// their defaults. The sampling defaults are `shamn generate`'s. Other fields
-// (user, ...) are ignored, as OpenAI's server does.
+// base), model (a string; the server takes the model file's name or an
+// adapter's, as vLLM does, and refuses others); n, echo, logprobs and best_of
+// only at their defaults. The sampling defaults are `shamn generate`'s. Other
+// fields (user, ...) are ignored, as OpenAI's server does.
 ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
                                           const ServeLimits& limits);
 

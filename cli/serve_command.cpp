@@ -154,8 +154,18 @@ class Server {
       res.set_content(error_json(e.what(), "invalid_request_error"), "application/json");
       return;
     }
-    // A request picks an adapter by "adapter", or by "model" as vLLM's clients do.
+    // A request picks an adapter by "adapter", or by "model" as vLLM's clients
+    // do; a model that is neither the base nor an adapter is refused (a
+    // client asking for an unloaded adapter must not get the base's text).
     std::shared_ptr<const LoraAdapter> by_model = adapters_.find(parsed.model);
+    if (!parsed.model.empty() && parsed.model != name_ && !by_model) {
+      res.status = 404;
+      res.set_content(error_json("the model '" + parsed.model + "' does not exist; this server has '" +
+                                     name_ + "' and the adapters " + adapters_.names() + " (GET /v1/models)",
+                                 "not_found_error"),
+                      "application/json");
+      return;
+    }
     if (by_model && !parsed.adapter.empty() && parsed.adapter != parsed.model) {
       res.status = 400;
       res.set_content(error_json("model names the adapter '" + parsed.model + "' but adapter names '" +

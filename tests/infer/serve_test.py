@@ -374,14 +374,14 @@ for c, got, want in zip(lora_cases, lora_results, lora_expected):
     if got != want:
         fail(f"adapter {c}: {got!r} differs from generate --adapter's {want!r}")
 # /v1/models lists the adapters; "model" picks one as "adapter" does, and the
-# response names the adapter that ran; a model name that is no adapter's is the base.
+# response names the adapter that ran; the model file's name is the base.
 status, payload = adapted.request("GET", "/v1/models")
 listed = json.loads(payload)["data"] if status == 200 else []
 if [(m["id"], m.get("parent"), m.get("root"), m.get("lora")) for m in listed] != [
         ("m.shq", None, None, None), ("ft32", "m.shq", f"{work}/a32.shq", {"rank": 4, "alpha": 8.0, "rslora": False}),
         ("ft8", "m.shq", f"{work}/a8.shq", {"rank": 4, "alpha": 8.0, "rslora": False})]:
     fail(f"/v1/models with adapters: {status} {payload}")
-for i, model_field, ran in ((0, "ft8", "ft8"), (4, "ft32", "ft32"), (2, "gpt-3.5-turbo-instruct", "m.shq")):
+for i, model_field, ran in ((0, "ft8", "ft8"), (4, "ft32", "ft32"), (2, "m.shq", "m.shq")):
     prompt, n, temp, k, p, seed, _ = lora_cases[i]
     r = adapted.complete({"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, "top_p": p,
                           "seed": seed, "model": model_field})
@@ -395,9 +395,12 @@ for body, why in (({"prompt": "the", "adapter": "nope"}, "unknown adapter 'nope'
                   ({"prompt": "the", "adapter": 3}, "adapter must be the name"),
                   ({"prompt": "the", "model": "ft8", "adapter": "ft32"},
                    "model names the adapter 'ft8' but adapter names 'ft32'"),
-                  ({"prompt": "the", "model": 3}, "model must be a string")):
+                  ({"prompt": "the", "model": 3}, "model must be a string"),
+                  ({"prompt": "the", "model": "gpt-3.5-turbo-instruct"},
+                   "the model 'gpt-3.5-turbo-instruct' does not exist; this server has 'm.shq' and the adapters "
+                   "ft32, ft8")):
     status, payload = adapted.request("POST", "/v1/completions", body)
-    if status != 400 or why not in json.loads(payload)["error"]["message"]:
+    if status != (404 if "does not exist" in why else 400) or why not in json.loads(payload)["error"]["message"]:
         fail(f"adapter request {body}: {status} {payload}")
 adapted.stop()
 bad = subprocess.run([shamn, "serve", model, "--adapter", f"x={work}/m.shq"], capture_output=True, text=True)
@@ -456,6 +459,9 @@ live.wait_for("shamn_generated_tokens_total", live.metric("shamn_generated_token
 status, payload = live.request("POST", "/v1/completions", ft8_body)
 if status != 400 or "unknown adapter 'ft8'; this server has none" not in payload:
     fail(f"a request for an unloaded adapter: {status} {payload}")
+status, payload = live.request("POST", "/v1/completions", {"prompt": "the", "model": "ft8"})
+if status != 404 or "the model 'ft8' does not exist" not in payload:
+    fail(f"a request for an unloaded adapter by model: {status} {payload}")
 long_run.close()  # cancels it; the adapter goes with it
 live.wait_for('shamn_requests_finished_total{reason="cancelled"}', 1)
 if post("/v1/load_lora_adapter", {"lora_name": "ft8", "lora_path": a8})[0] != 200:
