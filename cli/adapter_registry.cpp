@@ -17,6 +17,7 @@ bool plain_adapter_name(const std::string& name) {
 void AdapterRegistry::load(const std::string& name, const std::string& file) {
   SHAMN_INPUT_CHECK(plain_adapter_name(name), "the adapter name '", name,
                     "' must be 1 to 64 letters, digits, '.', '_' or '-'");
+  SHAMN_INPUT_CHECK(name != model_name_, "the adapter name '", name, "' is the model's");
   // Read and checked outside the lock: requests go on meanwhile.
   auto adapter = std::make_shared<const LoraAdapter>(ShqFile::open(file), base_);
   const std::lock_guard lock(mutex_);
@@ -25,8 +26,15 @@ void AdapterRegistry::load(const std::string& name, const std::string& file) {
 }
 
 bool AdapterRegistry::unload(const std::string& name) {
-  const std::lock_guard lock(mutex_);
-  return adapters_.erase(name) > 0;
+  std::shared_ptr<const LoraAdapter> gone;  // released after the lock: unmapping waits for no lookup
+  {
+    const std::lock_guard lock(mutex_);
+    const auto it = adapters_.find(name);
+    if (it == adapters_.end()) return false;
+    gone = std::move(it->second);
+    adapters_.erase(it);
+  }
+  return true;
 }
 
 std::shared_ptr<const LoraAdapter> AdapterRegistry::find(const std::string& name) const {

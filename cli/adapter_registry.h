@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/completion_json.h"
@@ -23,12 +24,16 @@ bool plain_adapter_name(const std::string& name);
 
 class AdapterRegistry {
  public:
-  explicit AdapterRegistry(const InferModel& base) : base_(base) {}
+  // model_name: what requests call the base ("model"), which no adapter may take.
+  AdapterRegistry(const InferModel& base, std::string model_name)
+      : base_(base), model_name_(std::move(model_name)) {}
 
   // Loads `file` as `name`. An InputError says why not: a name that is not
-  // plain or is taken, a file that is no adapter of this base (nothing changes then).
+  // plain, is taken or is the model's, a file that is no adapter of this base
+  // (nothing changes then).
   void load(const std::string& name, const std::string& file);
-  // Whether there was an adapter of that name to unload.
+  // Whether there was an adapter of that name to unload. Its last holder frees
+  // it (this call, outside the lock, when no request runs with it).
   bool unload(const std::string& name);
   // The adapter called `name`, alive while the pointer is held; null if none is.
   std::shared_ptr<const LoraAdapter> find(const std::string& name) const;
@@ -42,6 +47,7 @@ class AdapterRegistry {
 
  private:
   const InferModel& base_;
+  const std::string model_name_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters_;
   std::map<std::string, int64_t> requests_;

@@ -52,6 +52,12 @@ using namespace std::chrono_literals;
 // went away fails, and that is how a disconnect is noticed and the request cancelled.
 constexpr auto kHeartbeat = 500ms;
 
+// What requests and /v1/models call the model: its file's name.
+std::string model_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -140,11 +146,6 @@ class Server {
   }
 
  private:
-  static std::string model_name(const std::string& path) {
-    const size_t slash = path.find_last_of('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-  }
-
   void complete(const httplib::Request& req, httplib::Response& res) {
     ParsedCompletion parsed;
     try {
@@ -267,27 +268,31 @@ class Server {
   // /v1/unload_lora_adapter {"lora_name"}, as vLLM has them: only with
   // --allow-adapter-loading, since a client then names files for the server to read.
   void change_adapters(const httplib::Request& req, httplib::Response& res, bool loading) {
-    const auto refuse = [&res](int status, const std::string& message) {
+    const auto refuse = [&res](int status, const char* type, const std::string& message) {
       res.status = status;
-      res.set_content(error_json(message, "invalid_request_error"), "application/json");
+      res.set_content(error_json(message, type), "application/json");
     };
     if (!args_.allow_adapter_loading)
-      return refuse(403,
+      return refuse(403, "permission_error",
                     "loading and unloading adapters is off: start shamn serve with --allow-adapter-loading");
+    AdapterRequest r;
     try {
-      const AdapterRequest r = parse_adapter_request(req.body, loading);
-      if (loading) {
-        adapters_.load(r.name, r.path);
-      } else if (!adapters_.unload(r.name)) {
-        return refuse(404,
-                      "no adapter named '" + r.name + "' is loaded; this server has " + adapters_.names());
-      }
-      res.set_content(adapter_status_json(r.name, loading), "application/json");
+      r = parse_adapter_request(req.body, loading);
     } catch (const RequestError& e) {
-      refuse(400, e.what());
-    } catch (const InputError& e) {
-      refuse(400, e.what());
+      return refuse(400, "invalid_request_error", e.what());
     }
+    if (loading) {
+      try {
+        adapters_.load(r.name, r.path);
+      } catch (const InputError& e) {
+        return refuse(400, "invalid_request_error",
+                      "cannot load lora_path '" + r.path + "' as adapter '" + r.name + "': " + e.what());
+      }
+    } else if (!adapters_.unload(r.name)) {
+      return refuse(404, "not_found_error",
+                    "no adapter named '" + r.name + "' is loaded; this server has " + adapters_.names());
+    }
+    res.set_content(adapter_status_json(r.name, loading), "application/json");
   }
 
   void health(httplib::Response& res) {
@@ -374,7 +379,7 @@ void run_serve(const ServeArgs& a) {
     check_draft_compatible(model, a.model, *draft, a.draft);
     args.batching.draft = &*draft;
   }
-  AdapterRegistry adapters(model);
+  AdapterRegistry adapters(model, model_name(a.model));
   for (const std::string& spec : a.adapter_specs) {
     const size_t eq = spec.find('=');
     const std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);

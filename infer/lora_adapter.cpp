@@ -18,13 +18,18 @@ struct Target {
   const LoraFactors** slot = nullptr;  // in the adapter's LoraLayer
 };
 
-// The bytes of one matrix's factors as the runtime reads them; 0 for none.
-uint64_t factor_bytes(const LoraFactors* f) {
+// The bytes of one matrix's factors as the runtime reads them (A's few-rows
+// copy instead of A where `few_rows` and it has one); 0 for none.
+uint64_t factor_bytes(const LoraFactors* f, bool few_rows) {
   if (f == nullptr) return 0;
   const uint64_t b = f->a.quantized()
                          ? static_cast<uint64_t>(f->bq.packed.size()) + f->bq.d.size() * sizeof(float)
                          : f->bt.size() * sizeof(float);
-  return f->a.bytes() + b;
+  const FewRowsQ8& c = f->a8;
+  const uint64_t a = few_rows && c ? static_cast<uint64_t>(c.packed.size()) + c.d.size() * sizeof(float) +
+                                         c.offset.size() * sizeof(int32_t)
+                                   : f->a.bytes();
+  return a + b;
 }
 
 }  // namespace
@@ -138,15 +143,21 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
     *target.slot = &factors_.back();
   }
 
-  double per_token = 0;
-  for (const LoraLayer& L : layers_) {
-    for (const LoraFactors* f : {L.mixer_out, L.query, L.router_group, L.router_expert})
-      per_token += static_cast<double>(factor_bytes(f));
-    for (size_t e = 0; e < L.up.size(); ++e)
-      per_token += static_cast<double>(mo.k) / static_cast<double>(L.up.size()) *
-                   static_cast<double>(factor_bytes(L.up[e]) + factor_bytes(L.down[e]));
+  // The few-rows copy is read beside a quantised base only (an f32 base's
+  // products hand the term no quantised rows).
+  const bool quantised_base = base.file().header().quant != static_cast<uint32_t>(ShqQuant::f32);
+  for (const bool few_rows : {false, true}) {
+    const bool copy = few_rows && quantised_base;
+    double per_token = 0;
+    for (const LoraLayer& L : layers_) {
+      for (const LoraFactors* f : {L.mixer_out, L.query, L.router_group, L.router_expert})
+        per_token += static_cast<double>(factor_bytes(f, copy));
+      for (size_t e = 0; e < L.up.size(); ++e)
+        per_token += static_cast<double>(mo.k) / static_cast<double>(L.up.size()) *
+                     static_cast<double>(factor_bytes(L.up[e], copy) + factor_bytes(L.down[e], copy));
+    }
+    (few_rows ? bytes_few_rows_ : bytes_stored_) = static_cast<uint64_t>(per_token + 0.5);
   }
-  bytes_per_token_ = static_cast<uint64_t>(per_token + 0.5);
 }
 
 uint64_t LoraAdapter::weight_bytes() const {

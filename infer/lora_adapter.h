@@ -60,17 +60,20 @@ class LoraAdapter {
   const LoraLayer& layer(size_t l) const { return layers_[l]; }
   size_t adapted_matrices() const { return factors_.size(); }
   uint64_t weight_bytes() const;  // every tensor of the file
-  // What one decoded token reads of the factors as the runtime holds them (A
-  // as stored, B packed): every adapted matrix it passes, the experts' as k of
-  // E (each expert's share alike, as InferModel::weight_bytes_per_token counts).
-  uint64_t bytes_per_token() const { return bytes_per_token_; }
+  // What one decoded token reads of the factors as the runtime holds them:
+  // every adapted matrix it passes, the experts' as k of E (each expert's share
+  // alike, as InferModel::weight_bytes_per_token counts). B packed; A as stored,
+  // or its few-rows copy where the runtime reads that instead (rank <= 8 beside
+  // a quantised base, at a kernel level with few_rows_q8_available()).
+  uint64_t bytes_per_token() const { return few_rows_q8_available() ? bytes_few_rows_ : bytes_stored_; }
 
  private:
   ShqFile file_;
   int64_t rank_ = 0;
   double alpha_ = 0;
   bool rslora_ = false;
-  uint64_t bytes_per_token_ = 0;
+  uint64_t bytes_stored_ = 0,
+           bytes_few_rows_ = 0;       // per token: A as stored, A's few-rows copy where it has one
   std::vector<LoraFactors> factors_;  // reserved up front: LoraLayer points into it
   std::vector<LoraLayer> layers_;
 };

@@ -46,7 +46,7 @@ TEST_CASE("serve's adapters load by name, refuse bad names and files, and outliv
         .write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
   }
 
-  AdapterRegistry reg(m);
+  AdapterRegistry reg(m, "base.shq");
   CHECK(reg.names() == "none");
   CHECK(reg.find("a") == nullptr);
   reg.load("ft-3.v1_a", r3);
@@ -62,6 +62,7 @@ TEST_CASE("serve's adapters load by name, refuse bad names and files, and outliv
   for (const char* bad : {"", "a b", "a\"b", "x/y"})
     CHECK_THROWS_WITH(reg.load(bad, r3), Catch::Contains("must be 1 to 64 letters, digits"));
   CHECK_THROWS_WITH(reg.load(std::string(65, 'a'), r3), Catch::Contains("must be 1 to 64"));
+  CHECK_THROWS_WITH(reg.load("base.shq", r3), Catch::Contains("the adapter name 'base.shq' is the model's"));
   CHECK_THROWS_AS(reg.load("m", model_file), InputError);
   CHECK_THROWS_WITH(reg.load("m", model_file), Catch::Contains("is not a LoRA adapter file"));
   CHECK_THROWS_WITH(reg.load("gone", tm.dir + "/absent.lora"), Catch::Contains("absent.lora"));
@@ -99,7 +100,7 @@ TEST_CASE("serve's adapters load, unload and are looked up from many threads at 
   s.rank = 2;
   s.matrices = {"layers.0.mixer.out"};
   const std::string file = adapter_file(m, s, tm.dir, "small.lora");
-  AdapterRegistry reg(m);
+  AdapterRegistry reg(m, "base.shq");
   reg.load("shared", file);
   constexpr int kThreads = 4, kRounds = 20;
   std::vector<std::thread> threads;
