@@ -18,10 +18,13 @@ token instead of tens, so on a small machine the server keeps more of it.
 With --max-batch below the largest C, the rest of the clients wait in the queue
 (--max-queue is then C), and latency includes that wait. --stream-interval N
 passes the server's option on (an event every N tokens after the first).
+--adapter NAME=FILE (repeatable) serves LoRA adapters: request i picks
+adapter i mod count by its "model" field, and bench gets the same adapters
+(stream b runs adapter b mod count), so a batch mixes them in both.
 
 Usage: serve_load.py SHAMN MODEL.shq [--clients 1,4,16,64] [--seconds 20]
        [--max-tokens 64] [--threads 2] [--client PATH] [--no-stream] [--max-batch N]
-       [--stream-interval N]
+       [--stream-interval N] [--adapter NAME=FILE ...]
 """
 import argparse
 import http.client
@@ -42,7 +45,11 @@ parser.add_argument("--client", help="the C++ load client (serve_load_client); d
 parser.add_argument("--max-batch", type=int, help="the server's --max-batch (default: the largest C)")
 parser.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
 parser.add_argument("--no-stream", action="store_true", help="with --client: whole-body requests")
+parser.add_argument("--adapter", action="append", default=[], help="NAME=FILE: a LoRA adapter (Python clients)")
 args = parser.parse_args()
+if args.adapter and args.client:
+    parser.error("--adapter runs with the Python clients (the C++ client sends no model field)")
+adapter_names = [a.split("=", 1)[0] for a in args.adapter]
 clients = [int(c) for c in args.clients.split(",")]
 PROMPTS = ["The jury said", "It was a cold", "In the morning the", "He asked whether", "The committee"]
 
@@ -56,6 +63,8 @@ def one_request(port, i):
     """(latency s, first token s, tokens) of one streamed completion."""
     body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": args.max_tokens, "temperature": 0.8,
             "seed": i, "stream": True}
+    if adapter_names:
+        body["model"] = adapter_names[i % len(adapter_names)]
     start = time.monotonic()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     c.request("POST", "/v1/completions", body=json.dumps(body))
@@ -113,7 +122,8 @@ def bench(streams):
     # 0.95), so the ratio leaves out what the draws cost.
     out = subprocess.run([args.shamn, "--threads", str(args.threads), "bench", args.model, "--prompt-tokens", "4",
                           "--decode-tokens", str(args.max_tokens), "--repeats", "3", "--streams", str(streams),
-                          "--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--json"],
+                          "--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--json"]
+                         + [x for a in args.adapter for x in ("--adapter", a.split("=", 1)[1])],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)["decode_tok_s"]
 
@@ -122,7 +132,8 @@ max_batch = args.max_batch or max(clients)
 server = subprocess.Popen([args.shamn, "--threads", str(args.threads), "serve", args.model, "--port", "0",
                            "--max-batch", str(max_batch), "--max-queue", str(max(clients))]
                           # Only when asked: binaries before stop 52 have no such option.
-                          + (["--stream-interval", str(args.stream_interval)] if args.stream_interval != 1 else []),
+                          + (["--stream-interval", str(args.stream_interval)] if args.stream_interval != 1 else [])
+                          + [x for a in args.adapter for x in ("--adapter", a)],
                           stdout=subprocess.PIPE, text=True)
 port = int(server.stdout.readline().split("127.0.0.1:")[1].split()[0])
 print(f"| clients | requests | server tok/s | bench --streams tok/s | server / bench | req/s | latency p50 | p99 | first token p50 | p99 |")
