@@ -87,8 +87,10 @@ void print_adapter_info(const Hdf5Reader& reader, const ModelConfig& config) {
   std::printf("checkpoint      %s\n", reader.path().c_str());
   std::printf("kind            LoRA adapters + optimizer state (resumable beside their base)\n");
   std::printf("base            %s (crc32 %08x)\n", id.base_file.c_str(), id.base_crc32);
-  std::printf("lora            rank %" PRId64 ", alpha %g%s, %zu layers\n", id.lora.rank, id.lora.alpha,
+  std::printf("lora            rank %" PRId64 ", alpha %g%s, %zu layers", id.lora.rank, id.lora.alpha,
               lora_scale_note(id.lora.rslora), lora_parameters(model).size() / 2);
+  if (run.lora.dropout > 0) std::printf(", trained with dropout %g", run.lora.dropout);
+  std::printf("\n");
   std::printf("step            %" PRId64 "\n", reader.int_attribute("step"));
   std::printf("file size       %.1f MiB\n",
               static_cast<double>(std::filesystem::file_size(reader.path())) / (1 << 20));

@@ -8,8 +8,11 @@
 # the full fine-tune), then a table of mean (sd) perplexity. RANKS picks the
 # runs (0 = the full fine-tune); ALPHA is lora.alpha as a Python expression of
 # the rank r (5.657 * r ** 0.5 keeps rank 8's alpha / rank and scales the rest
-# as rsLoRA's alpha / sqrt(rank) does).
-# Usage: [RANKS="0 4 8 32"] [ALPHA="2 * r"] experiments/lora_lr_sweep.sh SHAMN BENCH_WORKDIR OUT [SEEDS...]
+# as rsLoRA's alpha / sqrt(rank) does). LRS replaces the adapters' learning
+# rates; DROPOUTS lists lora.dropout values to train each adapter at; STEPS
+# replaces the 60 steps of every run.
+# Usage: [RANKS="0 4 8 32"] [ALPHA="2 * r"] [LRS="2.5e-4 5e-4 1e-3 2e-3"] [DROPOUTS="0"] [STEPS=60]
+#        experiments/lora_lr_sweep.sh SHAMN BENCH_WORKDIR OUT [SEEDS...]
 # BENCH_WORKDIR is a finished lora_bench.sh directory (its base, data, tokenizer).
 set -euo pipefail
 shamn=$(realpath "$1")
@@ -21,6 +24,9 @@ seeds=("$@")
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 cd "$out"
+steps=${STEPS:-60}
+suffix=""  # run names as before at 60 steps
+[ "$steps" = 60 ] || suffix=-n$steps
 targets='["layers.*.mixer.out", "layers.*.memory.query", "layers.*.moe.experts.*.up", "layers.*.moe.experts.*.down"]'
 
 fine_tune() {  # name, lr, seed, then --set overrides
@@ -29,19 +35,19 @@ fine_tune() {  # name, lr, seed, then --set overrides
   [ -f "$name/best.h5" ] && return
   "$shamn" train "$here/configs/small.toml" --set "data.train_path=\"$bench/scifi/train.bin\"" \
     --set "data.val_path=\"$bench/scifi/val.bin\"" --set "data.tokenizer=\"$bench/tok.bpe\"" \
-    --set "train.out_dir=\"$name\"" --set "train.init_from=\"$bench/base/best.h5\"" --set train.max_steps=60 \
+    --set "train.out_dir=\"$name\"" --set "train.init_from=\"$bench/base/best.h5\"" --set "train.max_steps=$steps" \
     --set train.batch_size=8 --set train.seq_len=128 --set train.eval_every=5 --set train.eval_batches=2 \
-    --set train.checkpoint_every=60 --set optim.warmup_steps=5 --set optim.weight_decay=0.0 \
+    --set "train.checkpoint_every=$steps" --set optim.warmup_steps=5 --set optim.weight_decay=0.0 \
     --set "optim.lr=$lr" --set "optim.min_lr=$(python3 -c "print($lr / 10)")" --set "train.seed=$seed" "$@" \
     > "$name.log" 2>&1
 }
-record() {  # rank, lr, seed, then eval arguments
-  local rank=$1 lr=$2 seed=$3
-  shift 3
+record() {  # rank, lr, seed, dropout, then eval arguments
+  local rank=$1 lr=$2 seed=$3 dropout=$4
+  shift 4
   local ppl
   ppl=$("$shamn" eval "$@" --data "$bench/scifi/val.bin" --seq-len 128 |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["perplexity"])')
-  echo "{\"rank\":$rank,\"lr\":$lr,\"seed\":$seed,\"ppl\":$ppl}" >> runs.jsonl
+  echo "{\"rank\":$rank,\"lr\":$lr,\"seed\":$seed,\"dropout\":$dropout,\"ppl\":$ppl}" >> runs.jsonl
 }
 
 : > runs.jsonl
@@ -49,21 +55,25 @@ for seed in "${seeds[@]}"; do
   for r in ${RANKS:-0 4 8 32}; do
     if [ "$r" = 0 ]; then
       for lr in 5e-5 1e-4 2e-4 4e-4 8e-4; do
-        name=s$seed-full-lr$lr
+        name=s$seed-full-lr$lr$suffix
         fine_tune "$name" "$lr" "$seed"
         [ -f "$name.shq" ] ||
           "$shamn" export "$name/best.h5" --tokenizer "$bench/tok.bpe" --quant f32 -o "$name.shq" > /dev/null
-        record 0 "$lr" "$seed" "$name.shq"
+        record 0 "$lr" "$seed" 0 "$name.shq"
       done
       continue
     fi
     alpha=$(python3 -c "r = $r; print(float(${ALPHA:-2 * r}))")
-    for lr in 2.5e-4 5e-4 1e-3 2e-3; do
-      name=s$seed-r$r-lr$lr
-      fine_tune "$name" "$lr" "$seed" --set lora.rank="$r" --set lora.alpha="$alpha" --set "lora.targets=$targets"
-      [ -f "$name.lora" ] ||
-        "$shamn" export "$name/best.h5" --base "$bench/base/best.h5" --quant f32 -o "$name.lora" > /dev/null
-      record "$r" "$lr" "$seed" "$bench/base-f32.shq" --adapter "$name.lora"
+    for lr in ${LRS:-2.5e-4 5e-4 1e-3 2e-3}; do
+      for d in ${DROPOUTS:-0}; do
+        name=s$seed-r$r-lr$lr$suffix
+        [ "$d" = 0 ] || name=$name-d$d
+        fine_tune "$name" "$lr" "$seed" --set lora.rank="$r" --set lora.alpha="$alpha" \
+          --set "lora.targets=$targets" --set "lora.dropout=$(python3 -c "print(float($d))")"
+        [ -f "$name.lora" ] ||
+          "$shamn" export "$name/best.h5" --base "$bench/base/best.h5" --quant f32 -o "$name.lora" > /dev/null
+        record "$r" "$lr" "$seed" "$d" "$bench/base-f32.shq" --adapter "$name.lora"
+      done
     done
   done
 done
@@ -71,11 +81,11 @@ python3 - runs.jsonl <<'PY'
 import json, statistics, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 print("held-out perplexity, mean (sd) over seeds; rank 0 = full fine-tune\n")
-print("| rank | lr | perplexity | seeds |")
-print("| ---: | ---: | ---: | --- |")
-for rank in sorted({r["rank"] for r in runs}):
-    for lr in sorted({r["lr"] for r in runs if r["rank"] == rank}):
-        ppl = [r["ppl"] for r in runs if r["rank"] == rank and r["lr"] == lr]
-        sd = statistics.stdev(ppl) if len(ppl) > 1 else 0.0
-        print(f"| {rank} | {lr:g} | {statistics.mean(ppl):.1f} ({sd:.1f}) | {' / '.join(f'{p:.1f}' for p in ppl)} |")
+print("| rank | lr | lora.dropout | perplexity | seeds |")
+print("| ---: | ---: | ---: | ---: | --- |")
+for key in sorted({(r["rank"], r["lr"], r.get("dropout", 0)) for r in runs}):
+    ppl = [r["ppl"] for r in runs if (r["rank"], r["lr"], r.get("dropout", 0)) == key]
+    sd = statistics.stdev(ppl) if len(ppl) > 1 else 0.0
+    rank, lr, dropout = key
+    print(f"| {rank} | {lr:g} | {dropout:g} | {statistics.mean(ppl):.1f} ({sd:.1f}) | {' / '.join(f'{p:.1f}' for p in ppl)} |")
 PY

@@ -109,17 +109,19 @@ Var HierarchicalMoE::with_adapters(const Var& x, const Var& y, const MoeDispatch
                                    const BlockSparseLinear& (MoeExpert::*layer)() const) const {
   std::vector<LowRankOperands> adapters;
   double scale = 0;
-  bool any = false;
+  const BlockSparseLinear* first = nullptr;
   for (const MoeExpert* e : experts_) {
     const BlockSparseLinear& l = (e->*layer)();
     adapters.push_back(l.lora());
     if (!l.has_lora()) continue;
-    SHAMN_CHECK(!any || l.lora_scale() == scale, "MoE experts' adapters differ in alpha / rank");
+    SHAMN_CHECK(!first || l.lora_scale() == scale, "MoE experts' adapters differ in alpha / rank");
     scale = l.lora_scale();
-    any = true;
+    if (!first) first = &l;
   }
-  if (!any) return y;
-  return add_low_rank_segments(y, x, plan.offsets, adapters, scale);
+  if (!first) return y;
+  // One dropout mask over every expert's rows, keyed by the first adapted
+  // expert (attach_lora gives them all the same probability).
+  return add_low_rank_segments(y, first->lora_input(x), plan.offsets, adapters, scale);
 }
 
 }  // namespace shamn

@@ -1,6 +1,7 @@
 #include "layers/lora.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -9,6 +10,7 @@
 #include "autograd/ops.h"
 #include "core/check.h"
 #include "core/checksum.h"
+#include "core/rng.h"
 #include "core/tensor_checksum.h"
 #include "layers/init.h"
 
@@ -29,12 +31,43 @@ void LoraHost::init_lora(uint64_t seed, const std::string& prefix) {
   b.zero();
 }
 
+void LoraHost::set_lora_dropout(double p, const std::string& name) {
+  SHAMN_CHECK(p >= 0 && p < 1, "LoRA dropout must lie in [0, 1), got ", p);
+  dropout_ = p;
+  dropout_stream_ = tensor_rng(0, name + ".lora_dropout").stream();
+}
+
+void LoraHost::begin_lora_dropout_pass(uint64_t seed, uint64_t pass) {
+  // A seed of its own for every pass, drawn from the run's seed, so passes'
+  // masks share no Philox blocks; the layer's stream tells layers apart.
+  const std::array<uint32_t, 4> w = philox4x32(pass, 0x4c6f5241ull /* "LoRA" */, seed);
+  pass_ = DropoutKey{(static_cast<uint64_t>(w[0]) << 32) | w[1], dropout_stream_};
+}
+
+Var LoraHost::lora_input(const Var& x) const {
+  return pass_ && dropout_ > 0 ? dropout(x, dropout_, *pass_) : x;
+}
+
 Var LoraHost::add_lora_output(const Var& x, const Var& y) const {
   if (!has_lora()) return y;
   const int64_t rows = x.numel() / in_;
-  const Var sum =
-      add_low_rank_segments(reshape(y, {rows, out_}), reshape(x, {rows, in_}), {0, rows}, {adapter_}, scale_);
+  const Var sum = add_low_rank_segments(reshape(y, {rows, out_}), lora_input(reshape(x, {rows, in_})),
+                                        {0, rows}, {adapter_}, scale_);
   return reshape(sum, y.shape());
+}
+
+LoraDropoutPass::LoraDropoutPass(Module& model, uint64_t seed, uint64_t pass) {
+  std::vector<Module*> modules{&model};  // the model itself may be the one adapted layer
+  for (auto& [name, m] : model.named_modules()) modules.push_back(m);
+  for (Module* m : modules)
+    if (auto* host = dynamic_cast<LoraHost*>(m); host && host->has_lora() && host->lora_dropout() > 0) {
+      host->begin_lora_dropout_pass(seed, pass);
+      hosts_.push_back(host);
+    }
+}
+
+LoraDropoutPass::~LoraDropoutPass() {
+  for (LoraHost* host : hosts_) host->end_lora_dropout_pass();
 }
 
 namespace {
@@ -130,6 +163,7 @@ void attach_lora(Module& model, const ModelConfig& config, const LoraOptions& op
     auto* host = it == modules.end() ? nullptr : dynamic_cast<LoraHost*>(it->second);
     SHAMN_CHECK(host, "attach_lora: the model has no adaptable layer '", name, "'");
     host->add_lora(options.rank, options.alpha, options.rslora);
+    host->set_lora_dropout(options.dropout, name);
   }
 }
 

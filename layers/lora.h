@@ -12,9 +12,11 @@
 // run of characters within one dotted component (so `layers.*` matches
 // "layers.3" but not "layers.3.mixer").
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autograd/ops_dropout.h"
 #include "autograd/ops_lora.h"
 #include "core/lora_scale.h"
 #include "core/model_config.h"
@@ -29,6 +31,9 @@ struct LoraOptions {
   // Scale by alpha / sqrt(rank) instead: a rank's best learning rate then
   // barely moves with the rank (experiments/lora.md).
   bool rslora = false;
+  // Probability that dropout zeroes an element of an adapter's input while
+  // training, in [0, 1).
+  double dropout = 0;
   bool enabled() const { return rank > 0; }
   double scale() const { return lora_scale(rank, alpha, rslora); }
 };
@@ -49,6 +54,16 @@ class LoraHost : public Module {
   // PEFT's LoRA) from A's own Philox stream (layers/init.h), B = 0.
   void init_lora(uint64_t seed, const std::string& prefix);
 
+  // LoRA dropout with probability p; `name` (the layer's dotted name) keys its masks.
+  void set_lora_dropout(double p, const std::string& name);
+  double lora_dropout() const { return dropout_; }
+  // The masks of pass `pass` of the run seeded `seed` from now on, until the end.
+  void begin_lora_dropout_pass(uint64_t seed, uint64_t pass);
+  void end_lora_dropout_pass() { pass_.reset(); }
+  const std::optional<DropoutKey>& lora_dropout_key() const { return pass_; }
+  // What the adapter reads: dropout(x) inside a LoraDropoutPass, x otherwise.
+  Var lora_input(const Var& x) const;
+
  protected:
   LoraHost(int64_t in, int64_t out) : in_(in), out_(out) {}
   // y + scale * B (A x) over the rows of x ([..., in] -> y's [..., out]), summed
@@ -63,6 +78,26 @@ class LoraHost : public Module {
   int64_t in_, out_;
   LowRankOperands adapter_;
   double scale_ = 0;
+  double dropout_ = 0;
+  uint64_t dropout_stream_ = 0;     // FNV-1a of "<name>.lora_dropout"
+  std::optional<DropoutKey> pass_;  // the current pass's key; nullopt: no dropout
+};
+
+// Turns LoRA dropout on in every adapted layer of `model` (those with
+// lora.dropout > 0) for the forward passes made while it lives, with the masks
+// of pass `pass` of the run seeded `seed`. The trainer numbers its passes by
+// micro-batch over the run (step * grad_accum + micro-batch), so a rank draws
+// the masks one process would draw for the same micro-batch, at any rank count.
+// The backward pass needs none of it: each dropout node keeps its key.
+class LoraDropoutPass {
+ public:
+  LoraDropoutPass(Module& model, uint64_t seed, uint64_t pass);
+  ~LoraDropoutPass();
+  LoraDropoutPass(const LoraDropoutPass&) = delete;
+  LoraDropoutPass& operator=(const LoraDropoutPass&) = delete;
+
+ private:
+  std::vector<LoraHost*> hosts_;
 };
 
 // `*` matches any run of characters other than '.'; everything else itself.

@@ -31,8 +31,9 @@ class Module {
   std::vector<std::pair<std::string, const Module*>> named_modules() const;
   int64_t parameter_count() const;
 
-  // No train/eval mode: no SHAMN layer behaves differently in evaluation (there
-  // is no dropout); evaluation only turns gradients off (NoGradGuard).
+  // No train/eval mode: no SHAMN layer behaves differently in evaluation (the
+  // SPEC has no dropout); evaluation only turns gradients off (NoGradGuard).
+  // LoRA's dropout is on only where the trainer opens a LoraDropoutPass.
 
   void zero_grad();
 

@@ -56,6 +56,7 @@ const std::set<std::string>& all_known_keys() {
               "lora.rank",
               "lora.alpha",
               "lora.rslora",
+              "lora.dropout",
               "lora.targets",
               "log",
               "log.every",
@@ -187,6 +188,8 @@ void RunConfig::validate() const {
         "lora.rank > 0 fine-tunes a trained base model, but train.init_from is empty; set it to "
         "the base checkpoint");
   }
+  SHAMN_CONFIG_CHECK(lora.dropout >= 0 && lora.dropout < 1, "lora.dropout",
+                     "lora.dropout must lie in [0, 1) (0 turns it off), got ", lora.dropout);
   select_lora_hosts(lora.targets, model);  // every pattern well-formed and matching, even when off
 
   positive(log.every, "log.every");
@@ -242,6 +245,7 @@ RunConfig RunConfig::from_table(const ConfigTable& t) {
   c.lora.alpha = static_cast<double>(c.lora.rank);  // the default: a scale of 1
   r.real("lora.alpha", c.lora.alpha);
   r.boolean("lora.rslora", c.lora.rslora);
+  r.real("lora.dropout", c.lora.dropout);
   r.texts("lora.targets", c.lora.targets);
 
   r.integer("log.every", c.log.every);
@@ -297,9 +301,10 @@ std::string RunConfig::to_toml() const {
       << "\nbeta2 = " << f(optim.beta2) << "\neps = " << f(optim.eps) << "\n";
   // Written only when used, so the resolved configs of runs without adapters (and
   // the sweep directories that compare them) stay as they were.
-  if (lora.enabled() || !lora.targets.empty()) {
+  if (lora.enabled() || !lora.targets.empty() || lora.dropout != 0) {
     out << "\n[lora]\nrank = " << lora.rank << "\nalpha = " << f(lora.alpha);
     if (lora.rslora) out << "\nrslora = true";  // absent: false, as in configs from before the key
+    if (lora.dropout != 0) out << "\ndropout = " << f(lora.dropout);  // absent: 0, likewise
     out << "\ntargets = [";
     for (size_t i = 0; i < lora.targets.size(); ++i) out << (i ? ", " : "") << s(lora.targets[i]);
     out << "]\n";

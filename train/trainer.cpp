@@ -364,12 +364,17 @@ class Run {
     const int64_t first = comm_.rank() * per_rank;
     std::vector<double> losses;  // loss, ce, aux of each of this rank's micro-batches
     const bool overlap = comm_.size() > 1 && c_.train.overlap_exchange;
-    tree_.run(first, first + per_rank, [&](int64_t, bool last) {
+    tree_.run(first, first + per_rank, [&](int64_t micro, bool last) {
       const Batch batch = profiled("batch_wait", ProfileCategory::data, [&] { return loader_->next(); });
       const int64_t start = static_cast<int64_t>(live_block_bytes());
       reset_peak_live_block_bytes();
-      const Shamn::Loss loss = profiled("forward", ProfileCategory::forward,
-                                        [&] { return model_.loss(batch.inputs, batch.targets); });
+      const Shamn::Loss loss = profiled("forward", ProfileCategory::forward, [&] {
+        std::optional<LoraDropoutPass> noise;  // lora.dropout's masks for this micro-batch of the run
+        if (c_.lora.dropout > 0)
+          noise.emplace(model_, static_cast<uint64_t>(c_.train.seed),
+                        static_cast<uint64_t>(state_.step * c_.train.grad_accum + micro));
+        return model_.loss(batch.inputs, batch.targets);
+      });
       memory_.step_start_bytes = std::max(memory_.step_start_bytes, start);
       memory_.activation_bytes =
           std::max(memory_.activation_bytes, static_cast<int64_t>(live_block_bytes()) - start);

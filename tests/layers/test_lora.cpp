@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "autograd/ops.h"
@@ -40,11 +41,13 @@ hidden = 16
                                 "lora test");
 }
 
-LoraOptions every_kind(int64_t rank = 3, double alpha = 6.0) {
+LoraOptions every_kind(int64_t rank = 3, double alpha = 6.0, double dropout = 0) {
   return {rank,
           alpha,
           {"layers.*.mixer.out", "layers.*.memory.query", "layers.*.moe.router_group",
-           "layers.*.moe.router_expert", "layers.*.moe.experts.*.up", "layers.1.moe.experts.1.down"}};
+           "layers.*.moe.router_expert", "layers.*.moe.experts.*.up", "layers.1.moe.experts.1.down"},
+          false,
+          dropout};
 }
 
 // B made non-zero, so every adapter gradient (A's included) is non-trivial.
@@ -52,6 +55,18 @@ void randomise_b(Module& model, uint64_t seed) {
   for (NamedVar& p : lora_parameters(model))
     if (p.name.ends_with("lora_b"))
       p.var.value().copy_from(test::random_tensor(p.var.shape(), seed++, DType::f32, -0.3, 0.3));
+}
+
+// The test model in f64 with adapters on `lora`'s targets, B random, the base frozen.
+std::unique_ptr<Shamn> gradcheck_model(const LoraOptions& lora) {
+  auto model = std::make_unique<Shamn>(lora_model_config());
+  model->init(9);
+  attach_lora(*model, model->config(), lora);
+  init_lora_adapters(*model, 9);
+  randomise_b(*model, 30);
+  freeze_base(*model);
+  model->to(DType::f64);
+  return model;
 }
 
 void check_leaves(const std::function<Var()>& f, const std::vector<Var>& leaves, int directions = 0) {
@@ -134,13 +149,8 @@ TEST_CASE("adapted Linear and BlockSparseLinear gradient checks", "[layers][lora
 
 TEST_CASE("an adapted model's gradients: adapters only, finite differences over every kind of target",
           "[layers][lora][gradcheck][model]") {
-  Shamn model(lora_model_config());
-  model.init(9);
-  attach_lora(model, model.config(), every_kind());
-  init_lora_adapters(model, 9);
-  randomise_b(model, 30);
-  freeze_base(model);
-  model.to(DType::f64);
+  const std::unique_ptr<Shamn> adapted = gradcheck_model(every_kind());
+  Shamn& model = *adapted;
   const Tensor tokens = test::random_indices({2, 6}, 97, 9);
   const Tensor targets = test::random_indices({2, 6}, 97, 10);
   const std::vector<NamedVar> adapters = lora_parameters(model);
@@ -156,6 +166,70 @@ TEST_CASE("an adapted model's gradients: adapters only, finite differences over 
     INFO(p.name);
     CHECK(p.var.grad().defined() == is_lora_parameter(p.name));
   }
+}
+
+TEST_CASE("LoRA dropout: inside a pass the adapter reads dropout(x), the base x, and outside one no dropout",
+          "[layers][lora][dropout]") {
+  Linear lin(9, 5, true);
+  lin.add_lora(2, 3.0);
+  lin.set_lora_dropout(0.4, "lin");
+  lin.init(2);
+  randomise_b(lin, 10);
+  const Var x(test::random_tensor({3, 9}, 2, DType::f32));
+  const Tensor plain = lin.forward(x).value();
+  Tensor dropped;
+  {
+    const LoraDropoutPass pass(lin, 1, 0);
+    REQUIRE(lin.lora_dropout_key().has_value());
+    const DropoutKey key = *lin.lora_dropout_key();
+    dropped = lin.forward(x).value();
+    // The slow way: W x + bias + scale * B (A (x * mask / (1 - p))), in double.
+    Tensor xd = x.value().to(DType::f64);
+    for (int64_t i = 0; i < xd.numel(); ++i)
+      xd.set_item(i, dropout_keeps(0.4, key, static_cast<uint64_t>(i)) ? xd.item(i) / 0.6 : 0.0);
+    const Tensor A = lin.lora().a.value(), B = lin.lora().b.value();
+    const Tensor W = lin.weight().value(), bias = lin.bias().value();
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t o = 0; o < 5; ++o) {
+        double base = bias.item(o), low = 0;
+        for (int64_t i = 0; i < 9; ++i) base += W.item(o * 9 + i) * x.value().item(r * 9 + i);
+        for (int64_t k = 0; k < 2; ++k) {
+          double t = 0;
+          for (int64_t i = 0; i < 9; ++i) t += A.item(k * 9 + i) * xd.item(r * 9 + i);
+          low += B.item(o * 2 + k) * t;
+        }
+        CHECK(dropped.item(r * 5 + o) == Approx(base + lin.lora_scale() * low).margin(1e-5));
+      }
+    // Another pass of the run, other masks.
+    const LoraDropoutPass next(lin, 1, 1);
+    CHECK_FALSE(bitwise_equal(lin.forward(x).value(), dropped));
+  }
+  CHECK_FALSE(lin.lora_dropout_key().has_value());
+  CHECK_FALSE(bitwise_equal(dropped, plain));
+  CHECK(bitwise_equal(lin.forward(x).value(), plain));  // the pass is over: evaluation sees x
+}
+
+TEST_CASE("an adapted model's gradients under LoRA dropout: finite differences with the masks of one pass",
+          "[layers][lora][gradcheck][model][dropout]") {
+  const std::unique_ptr<Shamn> adapted = gradcheck_model(every_kind(3, 6.0, 0.3));
+  Shamn& model = *adapted;
+  const Tensor tokens = test::random_indices({2, 6}, 97, 9);
+  const Tensor targets = test::random_indices({2, 6}, 97, 10);
+  const double plain = model.loss(tokens, targets).loss.value().item();
+  const LoraDropoutPass pass(model, 4, 2);
+  // Every adapted layer draws masks now, and the loss moves.
+  int64_t drawing = 0;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* host = dynamic_cast<LoraHost*>(m); host && host->has_lora()) {
+      INFO(name);
+      CHECK(host->lora_dropout_key().has_value());
+      ++drawing;
+    }
+  CHECK(drawing == 2 + 1 + 2 + 2 + 2 * 4 + 1);
+  CHECK(model.loss(tokens, targets).loss.value().item() != plain);
+  std::vector<Var> leaves;
+  for (const NamedVar& p : lora_parameters(model)) leaves.push_back(p.var);
+  check_leaves([&] { return model.loss(tokens, targets).loss; }, leaves, 3);
 }
 
 TEST_CASE("step 0 of an adapted model equals its base bit for bit", "[layers][lora][model]") {

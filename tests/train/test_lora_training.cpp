@@ -8,6 +8,8 @@
 
 #include "core/check.h"
 #include "core/hdf5_file.h"
+#include "core/parallel.h"
+#include "helpers.h"
 #include "layers/lora.h"
 #include "layers/shamn_model.h"
 #include "train/adapter_checkpoint.h"
@@ -205,4 +207,39 @@ TEST_CASE("an adapter paired with another base is refused, naming both files", "
   const AdapterIdentity id{base_checksum(model), base, {4, 8.0, kTargets}};
   CHECK_THROWS_WITH(load_train_checkpoint(base, model, optimizer, &id),
                     Catch::Contains("holds a whole model, not LoRA adapters"));
+}
+
+TEST_CASE(
+    "lora.dropout: the base's first step, other training than without it, any thread count, exact resume",
+    "[train][lora][dropout]") {
+  TrainFixture fx("lora_dropout");
+  const std::string base = make_base(fx, "base");
+  std::vector<std::string> sets = lora_sets(base, 6);
+  sets.insert(sets.end(), {"train.checkpoint_every=3", "train.grad_accum=2"});
+  train(fx.config("plain", sets), quiet());
+  sets.push_back("lora.dropout=0.25");
+  ThreadCountGuard restore;
+  set_num_threads(1);
+  train(fx.config("one", sets), quiet());
+  set_num_threads(2);
+  train(fx.config("two", sets), quiet());
+
+  // B is 0 at the first step, so the masks change nothing there; they do after.
+  CHECK(logged_loss(fx.path("one/metrics.jsonl"), 1) == logged_loss(fx.path("plain/metrics.jsonl"), 1));
+  CHECK(logged_loss(fx.path("one/metrics.jsonl"), 6) != logged_loss(fx.path("plain/metrics.jsonl"), 6));
+  // The masks are the run's (seed, micro-batch, layer), not the threads'.
+  require_same_tensors(checkpoint_file(fx.path("one"), 6), checkpoint_file(fx.path("two"), 6));
+  CHECK(metrics_without_timing(fx.path("one/metrics.jsonl")) ==
+        metrics_without_timing(fx.path("two/metrics.jsonl")));
+
+  // Stopped after step 4, resumed from step 3's checkpoint: the same masks again.
+  TrainOptions stop = quiet();
+  stop.after_backward = [](int64_t step, Module&) {
+    if (step == 5) throw InputError("stopped for the test");
+  };
+  CHECK_THROWS(train(fx.config("split", sets), stop));
+  TrainOptions resume = quiet();
+  resume.resume_dir = fx.path("split");
+  CHECK(train(fx.config("split", sets), resume).step == 6);
+  require_same_tensors(checkpoint_file(fx.path("one"), 6), checkpoint_file(fx.path("split"), 6));
 }

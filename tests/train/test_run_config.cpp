@@ -230,6 +230,13 @@ TEST_CASE("the [lora] section: defaults, resolved form, and errors naming the ke
   CHECK(rs.lora.scale() == 2.0);  // alpha 4 (the default) / sqrt(4)
   CHECK(rs.to_toml().find("alpha = 4.0\nrslora = true\n") != std::string::npos);
   CHECK(RunConfig::from_toml(rs.to_toml(), "resolved").to_toml() == rs.to_toml());
+  CHECK(c.lora.dropout == 0);
+  CHECK(text.find("dropout") == std::string::npos);  // absent when 0
+  const RunConfig dr = RunConfig::from_toml(
+      on + "[lora]\nrank = 4\ndropout = 0.5\ntargets = [\"layers.*.mixer.out\"]\n", "run.toml");
+  CHECK(dr.lora.dropout == 0.5);
+  CHECK(dr.to_toml().find("alpha = 4.0\ndropout = 0.5\n") != std::string::npos);
+  CHECK(RunConfig::from_toml(dr.to_toml(), "resolved").to_toml() == dr.to_toml());
 
   const std::string lora = on + "[lora]\n";  // keys from line 25
   const std::pair<std::string, std::string> cases[] = {
@@ -248,6 +255,10 @@ TEST_CASE("the [lora] section: defaults, resolved form, and errors naming the ke
       {lora + "rank = 4\nalpha = 0.0\ntargets = [\"layers.*.mixer.out\"]\n",
        "run.toml:26: lora.alpha must be > 0"},
       {lora + "rank = 4\n", "run.toml: lora.targets is empty"},
+      {lora + "dropout = 1.0\n", "run.toml:25: lora.dropout must lie in [0, 1) (0 turns it off), got 1"},
+      {lora + "dropout = -0.1\n", "run.toml:25: lora.dropout must lie in [0, 1)"},
+      {lora + "dropout = nan\n", "run.toml:25: lora.dropout must lie in [0, 1)"},
+      {lora + "dropout = 0\n", "run.toml:25: key 'lora.dropout' must be a float, got an integer"},
       {lora + "rank = 4\ntargets = []\n", "run.toml:26: lora.targets is empty"},
       {lora + "rank = 4\ntargets = [\"layers.*.mixer\"]\n",
        "run.toml:26: lora.targets: pattern \"layers.*.mixer\" matches no layer of this model"},
