@@ -7,6 +7,7 @@
 #include "autograd/dispatch.h"
 #include "autograd/op_work.h"
 #include "core/check.h"
+#include "core/kernels/philox_span.h"
 #include "core/parallel.h"
 #include "core/profiler.h"
 #include "core/rng.h"
@@ -15,27 +16,36 @@ namespace shamn {
 
 namespace {
 
-// Words below this keep their element: (1 - p) * 2^32, in 64 bits so p = 0
-// keeps every word.
-uint64_t keep_below(double p) { return static_cast<uint64_t>(std::llround((1.0 - p) * 4294967296.0)); }
+// Words below this keep their element: (1 - p) * 2^32, rounded, at most
+// 2^32 - 1 (a p under 2^-33 then drops one word value in 2^32).
+uint32_t keep_below(double p) {
+  return static_cast<uint32_t>(std::min<long long>(std::llround((1.0 - p) * 4294967296.0), 0xFFFFFFFFll));
+}
 
-// out[i] = x[i] * factor where element i is kept, else 0 (kAdd: out[i] += that);
-// over whole Philox blocks of 4 elements, in chunks of them, so any thread count
-// draws the same.
+// out[i] = x[i] * (factor where element i is kept, else 0) (kAdd: out[i] +=
+// that; a product rather than a choice, so NaN and inf stay what they are, as
+// in PyTorch, and the loop has no branch to mispredict); a span of 64 elements
+// at a time (one philox_span, words in element order), tasks of whole spans,
+// so any thread count draws the same.
 template <bool kAdd, class T>
-void apply_mask(T* out, const T* x, int64_t n, uint64_t below, T factor, const DropoutKey& key) {
-  constexpr int64_t kChunk = 4096;  // elements a task, a multiple of 4
+void apply_mask(T* out, const T* x, int64_t n, uint32_t below, T factor, const DropoutKey& key) {
+  constexpr int64_t kChunk = 4096;  // elements a task, a multiple of kPhiloxSpanWords
   parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t lo, int64_t hi) {
+    alignas(64) uint32_t words[kPhiloxSpanWords];
     for (int64_t c = lo; c < hi; ++c) {
       const int64_t end = std::min(n, (c + 1) * kChunk);
-      for (int64_t i = c * kChunk; i < end; i += 4) {
-        const std::array<uint32_t, 4> w = philox4x32(static_cast<uint64_t>(i / 4), key.stream, key.seed);
-        for (int64_t j = 0; j < 4 && i + j < end; ++j) {
-          const T kept = w[static_cast<size_t>(j)] < below ? x[i + j] * factor : T(0);
+      for (int64_t at = c * kChunk; at < end; at += kPhiloxSpanWords) {
+        philox_span(static_cast<uint64_t>(at / kPhiloxSpanWords) * kPhiloxSpanBlocks, key.stream, key.seed,
+                    words);
+        const int64_t count = std::min<int64_t>(kPhiloxSpanWords, end - at);
+        T* __restrict o = out + at;
+        const T* __restrict xs = x + at;
+        for (int64_t e = 0; e < count; ++e) {
+          const T kept = xs[e] * (static_cast<T>(words[e] < below) * factor);
           if constexpr (kAdd)
-            out[i + j] += kept;
+            o[e] += kept;
           else
-            out[i + j] = kept;
+            o[e] = kept;
         }
       }
     }
@@ -45,7 +55,9 @@ void apply_mask(T* out, const T* x, int64_t n, uint64_t below, T factor, const D
 }  // namespace
 
 bool dropout_keeps(double p, const DropoutKey& key, uint64_t i) {
-  return philox4x32(i / 4, key.stream, key.seed)[i % 4] < keep_below(p);
+  const uint64_t span = i / kPhiloxSpanWords, e = i % kPhiloxSpanWords;
+  const uint64_t block = span * kPhiloxSpanBlocks + e % kPhiloxSpanBlocks;
+  return philox4x32(block, key.stream, key.seed)[e / kPhiloxSpanBlocks] < keep_below(p);
 }
 
 Var dropout(const Var& x, double p, const DropoutKey& key) {
@@ -54,7 +66,7 @@ Var dropout(const Var& x, double p, const DropoutKey& key) {
   const ProfileScope profile("dropout", ProfileCategory::forward);
   const int64_t s = static_cast<int64_t>(dtype_size(x.dtype()));
   record_work(op_work::scale(x.numel(), s));
-  const uint64_t below = keep_below(p);
+  const uint32_t below = keep_below(p);
   const double factor = 1.0 / (1.0 - p);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "dropout", [&](auto zero) {

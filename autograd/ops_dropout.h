@@ -5,10 +5,12 @@
 
 namespace shamn {
 
-// Which of dropout's masks: element i of a tensor is kept when word i % 4 of
-// Philox block i / 4 of (seed, stream) (core/rng.h) lies below (1 - p) * 2^32.
-// A mask is then a pure function of the key and each element's index, the same
-// at any thread count, and needs no storage: the backward pass draws it again.
+// Which of dropout's masks: element i of a tensor is kept when word e / 16 of
+// Philox4x32-10 block 16 (i / 64) + e % 16 of (seed, stream) (core/rng.h), e =
+// i % 64, lies below (1 - p) * 2^32: 16 blocks give 64 elements their words in
+// order (core/kernels/philox_span.h). A mask is a pure function of the key and
+// each element's index, the same at any thread count and kernel level, and
+// needs no storage: the backward pass draws it again.
 struct DropoutKey {
   uint64_t seed = 0;
   uint64_t stream = 0;

@@ -496,11 +496,11 @@ void run_bench(const BenchArgs& a) {
   const uint64_t per_token = model.runtime ? model.runtime->weight_bytes_per_token() : 0;
   const double rss_mib = peak_rss_bytes() / 1048576.0;
   const char* kernel = model.runtime ? kernel_level_name(kernel_level()) : "autograd";
-  nlohmann::ordered_json adapter_json = nlohmann::ordered_json::array();
-  for (const LoraAdapter& ad : adapters)
-    adapter_json.push_back(
-        {{"path", ad.path()}, {"rank", ad.rank()}, {"bytes_per_token", ad.bytes_per_token()}});
   if (a.json) {
+    nlohmann::ordered_json adapter_json = nlohmann::ordered_json::array();
+    for (const LoraAdapter& ad : adapters)
+      adapter_json.push_back(
+          {{"path", ad.path()}, {"rank", ad.rank()}, {"bytes_per_token", ad.bytes_per_token()}});
     const nlohmann::ordered_json out = {{"model", a.model},
                                         {"kind", model.kind()},
                                         {"kernel", kernel},

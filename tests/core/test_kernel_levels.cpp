@@ -4,6 +4,7 @@
 // more than one K block, extreme exp arguments and every transpose case.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,8 @@
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
 #include "core/kernels/moe_routing.h"
+#include "core/kernels/philox_span.h"
+#include "core/rng.h"
 
 using namespace shamn;
 
@@ -300,4 +303,28 @@ TEST_CASE("the hash head gives the same bits at every kernel level", "[kernels][
     }
     return out;
   });
+}
+
+TEST_CASE("philox_span gives Philox4x32-10's words at every kernel level", "[kernels][levels][dropout]") {
+  // Counters across 2^32 (their high word changes inside a span), streams and
+  // seeds with both halves set.
+  const uint64_t firsts[] = {0, 16, 0xFFFFFFF8ull, 0x123456789ABCull};
+  const uint64_t keys[][2] = {{0, 0}, {0x9E3779B97F4A7C15ull, 3}, {7, 0xFFFFFFFFFFFFFFFFull}};
+  for (KernelLevel level : {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) continue;
+    const ScopedKernelLevel scoped(level);
+    for (uint64_t first : firsts)
+      for (const auto& key : keys) {
+        uint32_t words[kPhiloxSpanWords];
+        philox_span(first, key[0], key[1], words);
+        for (int l = 0; l < kPhiloxSpanBlocks; ++l) {
+          const std::array<uint32_t, 4> expected =
+              philox4x32(first + static_cast<uint64_t>(l), key[0], key[1]);
+          for (int j = 0; j < 4; ++j) {
+            INFO(kernel_level_name(level) << ": first " << first << ", block " << l << ", word " << j);
+            REQUIRE(words[16 * j + l] == expected[static_cast<size_t>(j)]);
+          }
+        }
+      }
+  }
 }
