@@ -102,7 +102,10 @@ grep -q "^kind  *model file" info.txt && grep -q "^quant  *f32" info.txt && grep
   fail "info on a model file: $(cat info.txt)"
 grep -q "^tensors  *[0-9]" info.txt && grep -q "^source_id  *[0-9a-f]\{16\}$" info.txt || fail "info: tensors/source_id"
 "$shamn" --threads 1 train run.toml --set 'train.out_dir="lora"' --set "train.init_from=\"run_a/best.h5\"" \
-  --set train.max_steps=2 --set lora.rank=2 --set 'lora.targets=["layers.*.mixer.out"]' > /dev/null
+  --set train.max_steps=2 --set lora.rank=2 --set 'lora.targets=["layers.*.mixer.out"]' --set lora.dropout=0.1 > /dev/null
+"$shamn" info lora/best.h5 > info_lora_ckpt.txt
+grep -q "^lora  *rank 2, alpha 2, 2 layers, trained with dropout 0.1$" info_lora_ckpt.txt ||
+  fail "info on an adapter checkpoint: $(cat info_lora_ckpt.txt)"
 "$shamn" export lora/best.h5 --base run_a/best.h5 -o a.lora > /dev/null
 "$shamn" info a.lora > info_lora.txt
 grep -q "^kind  *LoRA adapter file" info_lora.txt && grep -q "^lora  *rank 2" info_lora.txt || fail "info on an adapter: $(cat info_lora.txt)"
