@@ -76,10 +76,18 @@ Var dropout(const Var& x, double p, const DropoutKey& key) {
   return record("dropout", out, {x}, [below, factor, key, s](Node& n) {
     if (!n.needs_grad(0)) return;
     record_work(op_work::scale(n.out_grad.numel(), s));
+    // The mask covers every element, so a gradient nothing has reached yet is
+    // written, not zero-filled and then added to.
+    bool fresh = false;
+    Tensor& dx = n.input_grad_to_write(0, &fresh);
     dispatch_floating(n.out_dtype, "dropout", [&](auto zero) {
       using T = decltype(zero);
-      apply_mask<true>(n.input_grad(0).data<T>(), n.out_grad.data<T>(), n.out_grad.numel(), below,
-                       static_cast<T>(factor), key);
+      if (fresh)
+        apply_mask<false>(dx.data<T>(), n.out_grad.data<T>(), n.out_grad.numel(), below,
+                          static_cast<T>(factor), key);
+      else
+        apply_mask<true>(dx.data<T>(), n.out_grad.data<T>(), n.out_grad.numel(), below,
+                         static_cast<T>(factor), key);
     });
   });
 }

@@ -16,6 +16,36 @@ TEST_CASE("gradcheck: dropout", "[autograd][gradcheck][dropout]") {
   test::check_gradients([](const std::vector<Var>& v) { return dropout(v[0], 0.3, {7, 11}); }, {x});
 }
 
+TEST_CASE("dropout's gradient is written when it comes first and added when another op's came first",
+          "[autograd][dropout]") {
+  // x's gradient is 2 (from 2x) plus dropout's mask and scale; the op created
+  // last runs its backward first, so the two orders take both paths.
+  const Tensor x = test::random_tensor({37, 113}, 3, DType::f32);
+  const Tensor mask = dropout(Var(Tensor::full({37, 113}, 1.0, DType::f32)), 0.4, {5, 6}).value();
+  for (bool dropout_first : {true, false}) {
+    INFO("dropout's backward runs " << (dropout_first ? "first" : "second"));
+    Var in(x.clone(), true);
+    const Var two(Tensor::full({37, 113}, 2.0, DType::f32));
+    Var scaled, dropped;
+    if (dropout_first) {
+      scaled = mul(in, two);
+      dropped = dropout(in, 0.4, {5, 6});
+    } else {
+      dropped = dropout(in, 0.4, {5, 6});
+      scaled = mul(in, two);
+    }
+    sum(add(scaled, dropped)).backward();
+    const Tensor g = in.grad();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      REQUIRE(g.item(i) == static_cast<double>(static_cast<float>(mask.item(i)) + 2.0f));
+  }
+  test::check_gradients(
+      [](const std::vector<Var>& v) {
+        return add(dropout(v[0], 0.3, {7, 11}), mul(v[0], v[0]));
+      },
+      {test::random_tensor({5, 70}, 9)});
+}
+
 TEST_CASE("dropout keeps an element with probability 1 - p and scales it by 1 / (1 - p)",
           "[autograd][dropout]") {
   const int64_t n = 200'003;
