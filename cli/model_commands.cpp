@@ -1,9 +1,10 @@
 // `shamn init` and `shamn loss`: a fresh model checkpoint, and one batch's loss
 // (and gradients) from a checkpoint, or a base and a LoRA adapter checkpoint,
-// and a token file.
+// and a token file (with --lora-dropout, under the masks of one training pass).
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,10 @@ struct InitArgs {
 struct LossArgs {
   std::string checkpoint, adapter, data, grads;
   int64_t batch = 1, seq = 64;
+  // With lora_dropout > 0: the masks training draws in forward pass `pass` of a
+  // run seeded `seed` (train.seed; pass = step x grad_accum + micro-batch).
+  double lora_dropout = 0;
+  uint64_t seed = 1, pass = 0;
 };
 
 void run_init(const InitArgs& a) {
@@ -55,9 +60,11 @@ void run_init(const InitArgs& a) {
 // Puts the adapters of a LoRA run's checkpoint on `model` (its base, loaded
 // from base_path), refusing them when they were trained on another base, and
 // freezes the base: gradients then flow to the adapters only.
-void load_adapter(const std::string& adapter_path, const std::string& base_path, Shamn& model) {
+void load_adapter(const std::string& adapter_path, const std::string& base_path, Shamn& model,
+                  double dropout) {
   const Hdf5Reader reader(adapter_path);
-  const AdapterIdentity saved = read_adapter_identity(reader);
+  AdapterIdentity saved = read_adapter_identity(reader);
+  saved.lora.dropout = dropout;
   SHAMN_INPUT_CHECK(read_checkpoint_config(reader).to_toml() == model.config().to_toml(), "--adapter '",
                     adapter_path, "' was trained on a model whose [model] tables differ from those of '",
                     base_path, "'");
@@ -72,7 +79,10 @@ void run_loss(const LossArgs& a) {
   const ModelConfig config = read_checkpoint_config(reader);
   Shamn model(config);
   load_model_tensors(reader, model);
-  if (!a.adapter.empty()) load_adapter(a.adapter, a.checkpoint, model);
+  SHAMN_INPUT_CHECK(a.lora_dropout >= 0 && a.lora_dropout < 1, "--lora-dropout must lie in [0, 1), got ",
+                    a.lora_dropout);
+  SHAMN_INPUT_CHECK(a.lora_dropout == 0 || !a.adapter.empty(), "--lora-dropout needs --adapter");
+  if (!a.adapter.empty()) load_adapter(a.adapter, a.checkpoint, model, a.lora_dropout);
 
   const TokenFile tokens(a.data);
   const int64_t B = a.batch, T = a.seq;
@@ -91,7 +101,10 @@ void run_loss(const LossArgs& a) {
   const bool want_grads = !a.grads.empty();
   std::unique_ptr<NoGradGuard> no_grad;
   if (!want_grads) no_grad = std::make_unique<NoGradGuard>();
+  std::optional<LoraDropoutPass> noise;
+  if (a.lora_dropout > 0) noise.emplace(model, a.seed, a.pass);
   const Shamn::Loss loss = model.loss(inputs, targets);
+  noise.reset();  // the backward pass redraws each mask from its node's key
   const nlohmann::ordered_json out = {
       {"loss", loss.loss.value().item()}, {"ce", loss.ce.value().item()}, {"aux", loss.aux.value().item()}};
   std::printf("%s\n", out.dump().c_str());
@@ -141,6 +154,13 @@ void register_model_commands(CLI::App& app) {
                  "LoRA adapter checkpoint trained on this base: the loss of the adapted model; --grads "
                  "then holds the adapters' gradients only");
   lc->add_option("--grads", loss->grads, "also write every parameter's gradient to this .h5");
+  lc->add_option("--lora-dropout", loss->lora_dropout,
+                 "with --adapter: dropout at this rate on the adapters' inputs, with the masks of "
+                 "training's forward pass --pass of a run with train.seed = --seed")
+      ->capture_default_str();
+  lc->add_option("--seed", loss->seed, "--lora-dropout's run seed (train.seed)")->capture_default_str();
+  lc->add_option("--pass", loss->pass, "--lora-dropout's pass: step x train.grad_accum + micro-batch")
+      ->capture_default_str();
   lc->callback([loss] { run_loss(*loss); });
 }
 

@@ -553,6 +553,7 @@ class HierarchicalMoE(nn.Module):
         experts, gates, P = moe_route(self.router_group(x), self.router_expert(x), self.G, self.E,
                                       self.group_k, self.k)
         out = torch.zeros_like(x)
+        self.mark_lora_rows(experts)
         for e, expert in enumerate(self.experts):               # grouped by expert, no token dropped
             tok, slot = (experts == e).nonzero(as_tuple=True)
             if tok.numel() == 0:
@@ -563,6 +564,20 @@ class HierarchicalMoE(nn.Module):
         f = torch.bincount(experts.reshape(-1), minlength=n_experts).to(x.dtype) / (N * self.k)
         aux = n_experts * (f * P.mean(0)).sum()
         return out.reshape(u.shape), aux
+
+
+    def mark_lora_rows(self, experts):
+        """LoRA dropout draws one mask over the rows of all experts in expert order
+        (tokens ascending within one), keyed by the first adapted expert."""
+        counts = torch.bincount(experts.reshape(-1), minlength=len(self.experts)).tolist()
+        for part in ("up", "down"):
+            layers = [getattr(expert, part) for expert in self.experts]
+            first = next((layer for layer in layers if hasattr(layer, "lora_a")), None)
+            row = 0
+            for layer, count in zip(layers, counts):
+                if first is not None:
+                    layer.lora_mask_at = (first.lora_name, row)
+                row += count
 
 
 class Block(nn.Module):
@@ -778,17 +793,80 @@ def base_checksum(model):
     return crc
 
 
+# LoRA dropout (shamn's lora.dropout, outside the SPEC; its masks as
+# experiments/lora.md "LoRA dropout: the masks" defines them). None, or
+# (p, pass seed) while a training pass's masks are drawn.
+LORA_DROPOUT = None
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32(counter, stream, seed):
+    """Philox4x32-10 (Salmon et al., 2011) on an array of 64-bit counters: the
+    counter's low and high words and the stream's as the block, the seed as the
+    key. Returns the four output words, each an array like counter."""
+    u = np.uint64
+    c0, c1 = counter & _M32, counter >> u(32)
+    c2, c3 = np.full_like(c0, u(stream) & _M32), np.full_like(c0, u(stream) >> u(32))
+    k0, k1 = u(seed) & _M32, u(seed) >> u(32)
+    for _ in range(10):
+        p0, p1 = u(0xD2511F53) * c0, u(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> u(32)) ^ c1 ^ k0, p1 & _M32, (p0 >> u(32)) ^ c3 ^ k1, p0 & _M32
+        k0, k1 = (k0 + u(0x9E3779B9)) & _M32, (k1 + u(0xBB67AE85)) & _M32
+    return c0, c1, c2, c3
+
+
+def fnv1a64(text):
+    h = 0xCBF29CE484222325
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def pass_seed(seed, pass_number):
+    """The seed of one forward pass's masks, drawn from the run's seed."""
+    w = philox4x32(np.array([pass_number], dtype=np.uint64), 0x4C6F5241, seed)
+    return (int(w[0][0]) << 32) | int(w[1][0])
+
+
+def dropout_keep(p, seed, stream, start, count):
+    """Whether elements start .. start + count - 1 of a masked tensor are kept:
+    element i reads word (i % 64) // 16 of Philox block 16 (i // 64) + i % 16,
+    kept when it is below round((1 - p) 2^32), at most 2^32 - 1."""
+    i = np.arange(start, start + count, dtype=np.uint64)
+    e = i % np.uint64(64)
+    words = np.stack(philox4x32((i // np.uint64(64)) * np.uint64(16) + e % np.uint64(16), stream, seed))
+    word = words[(e // np.uint64(16)).astype(np.int64), np.arange(count)]
+    below = min(math.floor((1.0 - p) * 4294967296.0 + 0.5), 0xFFFFFFFF)
+    return word < np.uint64(below)
+
+
+def lora_dropout(x, key_name, first_row):
+    """Inverted dropout of x (rows of its last dimension) under the current pass:
+    its rows are rows first_row.. of the tensor whose masks key_name keys."""
+    if LORA_DROPOUT is None:
+        return x
+    p, seed = LORA_DROPOUT
+    width = x.shape[-1]
+    keep = dropout_keep(p, seed, fnv1a64(key_name + ".lora_dropout"), first_row * width, x.numel())
+    factor = torch.tensor(1.0 / (1.0 - p), dtype=x.dtype)
+    return x * (torch.from_numpy(keep).to(x.dtype).reshape(x.shape) * factor)
+
+
 class LoraHook:
     """LoRA (Hu et al., 2021) as a forward hook on the adapted module:
-    y = module(x) + (alpha / rank) * (x A^T) B^T, with A = module.lora_a [rank, in] and
-    B = module.lora_b [out, rank]. The MoE calls each expert's up/down on its own tokens,
-    so an expert's adapter sees exactly its routed rows."""
+    y = module(x) + (alpha / rank) * (dropout(x) A^T) B^T, with A = module.lora_a [rank, in]
+    and B = module.lora_b [out, rank]. The MoE calls each expert's up/down on its own tokens,
+    so an expert's adapter sees exactly its routed rows; under dropout it sets
+    module.lora_mask_at to (the first adapted expert's name, the rows' first row among
+    all experts' rows), one mask over them all."""
 
     def __init__(self, scale):
         self.scale = scale
 
     def __call__(self, module, inputs, output):
-        return output + self.scale * F.linear(F.linear(inputs[0], module.lora_a), module.lora_b)
+        key_name, first_row = getattr(module, "lora_mask_at", (module.lora_name, 0))
+        x = lora_dropout(inputs[0], key_name, first_row)
+        return output + self.scale * F.linear(F.linear(x, module.lora_a), module.lora_b)
 
 
 def attach_adapters(model, path, base_path):
@@ -819,6 +897,7 @@ def attach_adapters(model, path, base_path):
             raise CheckpointError(f"{path}: {name} needs lora_a [{rank}, {n_in}] and lora_b [{n_out}, {rank}]")
         module.register_parameter("lora_a", nn.Parameter(torch.from_numpy(a).to(dtype)))
         module.register_parameter("lora_b", nn.Parameter(torch.from_numpy(b).to(dtype)))
+        module.lora_name = name
         module.register_forward_hook(LoraHook(alpha / (math.sqrt(rank) if rslora else rank)))
     return len(hosts)
 
@@ -881,6 +960,11 @@ def cmd_loss(args):
     if args.adapter:
         attach_adapters(model, args.adapter, args.checkpoint)
     inputs, targets = make_batch(read_tokens(args.data), args.batch, args.seq, model.cfg.vocab_size)
+    global LORA_DROPOUT
+    if args.lora_dropout > 0:
+        if not args.adapter:
+            raise SystemExit("--lora-dropout needs --adapter")
+        LORA_DROPOUT = (args.lora_dropout, pass_seed(args.seed, args.pass_number))
     with torch.set_grad_enabled(bool(args.grads)):
         loss, ce, aux = model(inputs, targets)
     if args.grads:
@@ -1027,6 +1111,11 @@ def main(argv=None):
     p.add_argument("--adapter", help="shamn LoRA adapter checkpoint trained on this base (then --grads "
                    "holds the adapters' gradients only)")
     p.add_argument("--double", action="store_true", help="compute in float64")
+    p.add_argument("--lora-dropout", type=float, default=0.0,
+                   help="with --adapter: dropout at this rate on the adapters' inputs, with the masks of "
+                   "shamn training's forward pass --pass of a run with train.seed = --seed")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--pass", dest="pass_number", type=int, default=0)
     p.set_defaults(run=cmd_loss)
 
     p = sub.add_parser("init", help="write a freshly initialised checkpoint")

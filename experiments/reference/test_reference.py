@@ -126,6 +126,31 @@ class TestHashing(unittest.TestCase):
                 self.assertEqual(bi[t, j], ref.mix64(z) % 97)
 
 
+class TestLoraDropoutMasks(unittest.TestCase):
+    def test_philox_known_answers(self):
+        # Random123's known-answer vectors for Philox4x32-10 (counter, key).
+        zero = [int(w[0]) for w in ref.philox4x32(np.array([0], dtype=np.uint64), 0, 0)]
+        self.assertEqual(zero, [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8])
+        ones = 0xFFFFFFFFFFFFFFFF
+        full = [int(w[0]) for w in ref.philox4x32(np.array([ones], dtype=np.uint64), ones, ones)]
+        self.assertEqual(full, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD])
+
+    def test_mask_rate_and_offsets(self):
+        p, n = 0.3, 100_003
+        keep = ref.dropout_keep(p, 12345, ref.fnv1a64("layers.0.mixer.out.lora_dropout"), 0, n)
+        sd = math.sqrt(n * p * (1 - p))
+        self.assertLess(abs(int(keep.sum()) - n * (1 - p)), 5 * sd)
+        # A slice of the mask drawn on its own is the same slice of the whole.
+        np.testing.assert_array_equal(ref.dropout_keep(p, 12345, 7, 333, 1000),
+                                      ref.dropout_keep(p, 12345, 7, 0, 1333)[333:])
+        self.assertFalse(np.array_equal(ref.dropout_keep(p, 12345, 7, 0, 1000),
+                                        ref.dropout_keep(p, 12345, 8, 0, 1000)))
+
+    def test_fnv1a64(self):
+        self.assertEqual(ref.fnv1a64(""), 0xCBF29CE484222325)
+        self.assertEqual(ref.fnv1a64("a"), 0xAF63DC4C8601EC8C)
+
+
 class TestConfig(unittest.TestCase):
     def test_defaults(self):
         c = ref.parse_model_config("[model]\n")

@@ -140,6 +140,9 @@ bad "lorarun/ckpt_00000002.h5' is a LoRA adapter checkpoint" loss lorarun/ckpt_0
 bad "trained on another base model than 'model.h5'" loss model.h5 --adapter lorarun/ckpt_00000002.h5 \
   --data data/val.bin --batch 1 --seq 8
 bad "is not a LoRA adapter checkpoint" loss model.h5 --adapter model.h5 --data data/val.bin --batch 1 --seq 8
+bad "--lora-dropout needs --adapter" loss model.h5 --lora-dropout 0.1 --data data/val.bin --batch 1 --seq 8
+bad "--lora-dropout must lie in [0, 1), got 1" loss model.h5 --lora-dropout 1 --data data/val.bin --batch 1 \
+  --seq 8
 bad "model.shq" export model.shq -o never.shq
 bad "--merge folds a LoRA adapter checkpoint into its --base; 'model.h5' is a whole model" export model.h5 --merge \
   -o never.shq

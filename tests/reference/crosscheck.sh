@@ -6,7 +6,8 @@
 # With LORA_RANK > 0, then the same for LoRA: adapters of that rank on every kind
 # of layer, trained 2 steps from the checkpoint by shamn train (so B is not
 # zero), and the adapted model's loss and the adapters' gradients compared;
-# twice, scaled by alpha / rank and by rsLoRA's alpha / sqrt(rank).
+# twice, scaled by alpha / rank and by rsLoRA's alpha / sqrt(rank); then once
+# more under LoRA dropout with the masks of one training pass.
 # Usage: crosscheck.sh SHAMN_BINARY CONFIG.toml WORKDIR [BATCH SEQ [LORA_RANK]]
 # Exits 77 (CTest: skipped) when Debian's python3-torch is not installed.
 set -euo pipefail
@@ -104,3 +105,22 @@ EOF
   same_loss "$ours" "$theirs"
   "$py" "$ref/compare.py" "$work/lora_grads_shamn.h5" "$work/lora_grads_ref.h5" --rtol 1e-3
 done
+
+# LoRA dropout (lora.dropout): the loss and gradients of one training pass's
+# masks (run seed 3, pass 5), drawn by each side from the masks' definition;
+# the dropped loss must differ from the undropped one, or no mask was applied.
+echo "# LoRA dropout 0.25, seed 3, pass 5"
+adapter="$work/lora_run_false/ckpt_00000002.h5"
+plain=$("$shamn" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq")
+drop=(--lora-dropout 0.25 --seed 3 --pass 5)
+ours=$("$shamn" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" "${drop[@]}" --grads "$work/lora_dropout_grads_shamn.h5")
+theirs=$("$py" "$ref/shamn_ref.py" loss "$work/model.h5" --adapter "$adapter" --data "$work/tokens.bin" --batch "$batch" --seq "$seq" "${drop[@]}" --grads "$work/lora_dropout_grads_ref.h5")
+echo "shamn, no dropout: $plain"
+echo "shamn:     $ours"
+echo "reference: $theirs"
+if [ "$plain" = "$ours" ]; then
+  echo "FAIL: --lora-dropout 0.25 left the loss as it was"
+  exit 1
+fi
+same_loss "$ours" "$theirs"
+"$py" "$ref/compare.py" "$work/lora_dropout_grads_shamn.h5" "$work/lora_dropout_grads_ref.h5" --rtol 1e-3
