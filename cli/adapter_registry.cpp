@@ -19,7 +19,7 @@ void AdapterRegistry::load(const std::string& name, const std::string& file) {
                     "' must be 1 to 64 letters, digits, '.', '_' or '-'");
   SHAMN_INPUT_CHECK(name != model_name_, "the adapter name '", name, "' is the model's");
   // Read and checked outside the lock: requests go on meanwhile.
-  auto adapter = std::make_shared<const LoraAdapter>(ShqFile::open(file), base_);
+  auto adapter = std::make_shared<const LoraAdapter>(ShqFile::open(file, "adapter file"), base_);
   const std::lock_guard lock(mutex_);
   SHAMN_INPUT_CHECK(!adapters_.count(name), "an adapter named '", name, "' is loaded already");
   adapters_.emplace(name, std::move(adapter));

@@ -88,7 +88,8 @@ void export_adapter(const ExportArgs& a, const Hdf5Reader& reader) {
   o.base_id = id.base_crc32;
   o.quant = shq_quant_from_string(a.quant);
   const std::vector<uint8_t> image = export_adapter_image(a.checkpoint, o);
-  const ShqFile check = ShqFile::from_bytes(image.data(), image.size(), a.out + " (exported)");
+  const ShqFile check =
+      ShqFile::from_bytes(image.data(), image.size(), a.out + " (exported)", "adapter file");
   AtomicFile file(a.out, "shq");
   file.write(image.data(), image.size());
   file.commit();
@@ -193,7 +194,7 @@ void generate_speculative(const GenerateArgs& a, const InferModel& model,
   const InferModel draft(ShqFile::open(a.draft));
   check_draft_compatible(model, a.model, draft, a.draft);
   std::optional<LoraAdapter> adapter;
-  if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter), model);
+  if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter, "adapter file"), model);
   SpeculativeDecoder decoder(model, draft, a.sampling, a.draft_tokens, adapter ? &*adapter : nullptr);
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
@@ -276,7 +277,7 @@ void run_generate(const GenerateArgs& a) {
   std::vector<int32_t> prompt(ids.begin(), ids.end());
   if (!a.draft.empty()) return generate_speculative(a, model, prompt);
   std::optional<LoraAdapter> adapter;
-  if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter), model);
+  if (!a.adapter.empty()) adapter.emplace(ShqFile::open(a.adapter, "adapter file"), model);
   const LoraAdapter* lora = adapter ? &*adapter : nullptr;
   DecodeState state = model.new_state();
   sample_text(
@@ -364,7 +365,8 @@ void run_bench(const BenchArgs& a) {
                     "checkpoint '",
                     a.model, "': export the base first");
   std::vector<LoraAdapter> adapters;
-  for (const std::string& path : a.adapters) adapters.emplace_back(ShqFile::open(path), *model.runtime);
+  for (const std::string& path : a.adapters)
+    adapters.emplace_back(ShqFile::open(path, "adapter file"), *model.runtime);
   // Stream b's adapter: round robin over --adapter, so one batch mixes them.
   const auto adapter_of = [&adapters](int64_t b) {
     return adapters.empty() ? nullptr : &adapters[static_cast<size_t>(b) % adapters.size()];

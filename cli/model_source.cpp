@@ -29,7 +29,8 @@ ModelSource open_model_source(const std::string& path, const std::string& adapte
   if (is_shq_file(path)) {
     s.runtime = std::make_unique<InferModel>(ShqFile::open(path));
     s.config = s.runtime->config();
-    if (!adapter.empty()) s.adapter = std::make_unique<LoraAdapter>(ShqFile::open(adapter), *s.runtime);
+    if (!adapter.empty())
+      s.adapter = std::make_unique<LoraAdapter>(ShqFile::open(adapter, "adapter file"), *s.runtime);
     return s;
   }
   SHAMN_INPUT_CHECK(adapter.empty(), "--adapter runs with a model file (.shq), not the checkpoint '", path,

@@ -37,7 +37,7 @@ void print_model_config(const ModelConfig& c) {
 }  // namespace
 
 void print_shq_info(const std::string& path) {
-  const ShqFile file = ShqFile::open(path);
+  const ShqFile file = ShqFile::open(path, ".shq file");
   const ShqHeader& h = file.header();
   const std::string config = file.config_toml();
   const bool adapter = is_lora_config(config);

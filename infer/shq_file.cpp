@@ -97,25 +97,26 @@ bool shq_tensor_bytes(ShqDType dtype, const Shape& shape, uint64_t* bytes) {
   return false;
 }
 
-ShqFile ShqFile::open(const std::string& path) {
+ShqFile ShqFile::open(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SHAMN_INPUT_CHECK(fd >= 0, "cannot open model file '", path, "': ", std::strerror(errno));
+  SHAMN_INPUT_CHECK(fd >= 0, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    SHAMN_INPUT_CHECK(false, "model file '", path, "' is not a regular file");
+    SHAMN_INPUT_CHECK(false, what, " '", path, "' is not a regular file");
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < sizeof(ShqHeader)) {
     ::close(fd);
-    SHAMN_INPUT_CHECK(false, "model file '", path, "' is ", size, " bytes: too short for the ",
-                      sizeof(ShqHeader), "-byte header (truncated, or not a .shq file)");
+    SHAMN_INPUT_CHECK(false, what, " '", path, "' is ", size, " bytes: too short for the ", sizeof(ShqHeader),
+                      "-byte header (truncated, or not a .shq file)");
   }
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  SHAMN_INPUT_CHECK(p != MAP_FAILED, "cannot map model file '", path, "': ", std::strerror(errno));
+  SHAMN_INPUT_CHECK(p != MAP_FAILED, "cannot map ", what, " '", path, "': ", std::strerror(errno));
   ShqFile f;
   f.path_ = path;
+  f.what_ = what;
   f.size_ = size;
   f.base_ = std::shared_ptr<const uint8_t>(
       static_cast<const uint8_t*>(p), [size](const uint8_t* q) { ::munmap(const_cast<uint8_t*>(q), size); });
@@ -123,9 +124,11 @@ ShqFile ShqFile::open(const std::string& path) {
   return f;
 }
 
-ShqFile ShqFile::from_bytes(const void* bytes, size_t size, const std::string& origin) {
+ShqFile ShqFile::from_bytes(const void* bytes, size_t size, const std::string& origin,
+                            const std::string& what) {
   ShqFile f;
   f.path_ = origin;
+  f.what_ = what;
   f.size_ = size;
   const size_t alloc = std::max<size_t>(size, 1);
   auto* copy = static_cast<uint8_t*>(aligned_alloc_bytes(alloc));
@@ -139,48 +142,47 @@ ShqFile ShqFile::from_bytes(const void* bytes, size_t size, const std::string& o
 void ShqFile::parse() {
   const std::string& p = path_;
   const uint8_t* base = base_.get();
-  SHAMN_INPUT_CHECK(size_ >= sizeof(ShqHeader), "model file '", p, "' is ", size_,
-                    " bytes: too short for the ", sizeof(ShqHeader),
-                    "-byte header (truncated, or not a .shq file)");
+  SHAMN_INPUT_CHECK(size_ >= sizeof(ShqHeader), what_, " '", p, "' is ", size_, " bytes: too short for the ",
+                    sizeof(ShqHeader), "-byte header (truncated, or not a .shq file)");
   std::memcpy(&header_, base, sizeof(ShqHeader));
   const ShqHeader& h = header_;
   SHAMN_INPUT_CHECK(std::memcmp(h.magic, kShqMagic, sizeof(kShqMagic)) == 0, "'", p,
-                    "' is not a shamn model file (bad magic); make one with `shamn export`");
+                    "' is not a shamn .shq file (bad magic); make one with `shamn export`");
   // Version 2 differs only in what version 3 calls source_id (reserved zeros there).
-  SHAMN_INPUT_CHECK(h.version == kShqVersion || h.version == 2, "model file '", p, "' has format version ",
+  SHAMN_INPUT_CHECK(h.version == kShqVersion || h.version == 2, what_, " '", p, "' has format version ",
                     h.version, "; this shamn reads versions 2 and ", kShqVersion,
                     " (export the checkpoint again with this shamn)");
-  SHAMN_INPUT_CHECK(crc32_bytes(base, offsetof(ShqHeader, header_crc)) == h.header_crc, "model file '", p,
+  SHAMN_INPUT_CHECK(crc32_bytes(base, offsetof(ShqHeader, header_crc)) == h.header_crc, what_, " '", p,
                     "': the header fails its checksum (corrupted)");
-  SHAMN_INPUT_CHECK(h.header_bytes == sizeof(ShqHeader), "model file '", p, "': header_bytes is ",
+  SHAMN_INPUT_CHECK(h.header_bytes == sizeof(ShqHeader), what_, " '", p, "': header_bytes is ",
                     h.header_bytes, ", expected ", sizeof(ShqHeader));
-  SHAMN_INPUT_CHECK(h.file_bytes == size_, "model file '", p, "' is ", size_, " bytes but its header says ",
+  SHAMN_INPUT_CHECK(h.file_bytes == size_, what_, " '", p, "' is ", size_, " bytes but its header says ",
                     h.file_bytes, size_ < h.file_bytes ? " (truncated)" : " (trailing bytes)");
-  SHAMN_INPUT_CHECK(h.quant <= static_cast<uint32_t>(ShqQuant::int4), "model file '", p, "': unknown quant ",
+  SHAMN_INPUT_CHECK(h.quant <= static_cast<uint32_t>(ShqQuant::int4), what_, " '", p, "': unknown quant ",
                     h.quant);
   for (uint8_t b : h.reserved)
-    SHAMN_INPUT_CHECK(b == 0, "model file '", p, "': reserved header bytes are not zero");
-  SHAMN_INPUT_CHECK(h.version > 2 || h.source_id() == 0, "model file '", p,
+    SHAMN_INPUT_CHECK(b == 0, what_, " '", p, "': reserved header bytes are not zero");
+  SHAMN_INPUT_CHECK(h.version > 2 || h.source_id() == 0, what_, " '", p,
                     "': reserved header bytes are not zero (version 2 has no source_id)");
 
-  SHAMN_INPUT_CHECK(h.tensor_count >= 1 && h.tensor_count <= kMaxTensors, "model file '", p,
-                    "': tensor_count ", h.tensor_count, " is out of range");
+  SHAMN_INPUT_CHECK(h.tensor_count >= 1 && h.tensor_count <= kMaxTensors, what_, " '", p, "': tensor_count ",
+                    h.tensor_count, " is out of range");
   const uint64_t dir_bytes = uint64_t{h.tensor_count} * sizeof(ShqTensorEntry);
   SHAMN_INPUT_CHECK(h.directory_offset >= sizeof(ShqHeader) && in_file(h.directory_offset, dir_bytes, size_),
-                    "model file '", p, "': the tensor directory (offset ", h.directory_offset, ", ",
-                    dir_bytes, " bytes) lies outside the ", size_, "-byte file");
-  SHAMN_INPUT_CHECK(crc32_bytes(base + h.directory_offset, dir_bytes) == h.directory_crc, "model file '", p,
+                    what_, " '", p, "': the tensor directory (offset ", h.directory_offset, ", ", dir_bytes,
+                    " bytes) lies outside the ", size_, "-byte file");
+  SHAMN_INPUT_CHECK(crc32_bytes(base + h.directory_offset, dir_bytes) == h.directory_crc, what_, " '", p,
                     "': the tensor directory fails its checksum (corrupted)");
-  SHAMN_INPUT_CHECK(h.config_bytes > 0 && in_file(h.config_offset, h.config_bytes, size_), "model file '", p,
+  SHAMN_INPUT_CHECK(h.config_bytes > 0 && in_file(h.config_offset, h.config_bytes, size_), what_, " '", p,
                     "': the config (offset ", h.config_offset, ", ", h.config_bytes,
                     " bytes) lies outside the file");
-  SHAMN_INPUT_CHECK(crc32_bytes(base + h.config_offset, h.config_bytes) == h.config_crc, "model file '", p,
+  SHAMN_INPUT_CHECK(crc32_bytes(base + h.config_offset, h.config_bytes) == h.config_crc, what_, " '", p,
                     "': the config fails its checksum (corrupted)");
-  SHAMN_INPUT_CHECK(in_file(h.tokenizer_offset, h.tokenizer_bytes, size_), "model file '", p,
+  SHAMN_INPUT_CHECK(in_file(h.tokenizer_offset, h.tokenizer_bytes, size_), what_, " '", p,
                     "': the tokenizer (offset ", h.tokenizer_offset, ", ", h.tokenizer_bytes,
                     " bytes) lies outside the file");
-  SHAMN_INPUT_CHECK(crc32_bytes(base + h.tokenizer_offset, h.tokenizer_bytes) == h.tokenizer_crc,
-                    "model file '", p, "': the tokenizer fails its checksum (corrupted)");
+  SHAMN_INPUT_CHECK(crc32_bytes(base + h.tokenizer_offset, h.tokenizer_bytes) == h.tokenizer_crc, what_, " '",
+                    p, "': the tokenizer fails its checksum (corrupted)");
 
   // Regions that may not overlap: [begin, end, what].
   struct Region {
@@ -199,13 +201,13 @@ void ShqFile::parse() {
     ShqTensorEntry e;
     std::memcpy(&e, base + h.directory_offset + uint64_t{i} * sizeof(ShqTensorEntry), sizeof(e));
     const size_t len = strnlen(e.name, kShqNameBytes);
-    SHAMN_INPUT_CHECK(len > 0 && len < static_cast<size_t>(kShqNameBytes), "model file '", p,
-                      "': tensor entry ", i, " has an empty or unterminated name");
+    SHAMN_INPUT_CHECK(len > 0 && len < static_cast<size_t>(kShqNameBytes), what_, " '", p, "': tensor entry ",
+                      i, " has an empty or unterminated name");
     std::string name(e.name, len);
     for (char c : name)
-      SHAMN_INPUT_CHECK(c > ' ' && c < 127, "model file '", p, "': tensor entry ", i,
+      SHAMN_INPUT_CHECK(c > ' ' && c < 127, what_, " '", p, "': tensor entry ", i,
                         " has a non-printable name");
-    const std::string where = "model file '" + p + "': tensor '" + name + "'";
+    const std::string where = what_ + " '" + p + "': tensor '" + name + "'";
     SHAMN_INPUT_CHECK(seen.emplace(name, i).second, where, " appears twice in the directory");
     SHAMN_INPUT_CHECK(e.dtype <= static_cast<uint32_t>(ShqDType::q4_0x16), where, ": unknown dtype ",
                       e.dtype);
@@ -236,8 +238,8 @@ void ShqFile::parse() {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   for (size_t i = 1; i < regions.size(); ++i)
-    SHAMN_INPUT_CHECK(regions[i].begin >= regions[i - 1].end || regions[i].begin == regions[i].end,
-                      "model file '", p, "': ", regions[i].what, " overlaps ", regions[i - 1].what);
+    SHAMN_INPUT_CHECK(regions[i].begin >= regions[i - 1].end || regions[i].begin == regions[i].end, what_,
+                      " '", p, "': ", regions[i].what, " overlaps ", regions[i - 1].what);
 }
 
 std::string ShqFile::config_toml() const {
@@ -259,7 +261,7 @@ bool ShqFile::has_tensor(const std::string& name) const {
 const ShqTensor& ShqFile::tensor(const std::string& name) const {
   for (const ShqTensor& t : tensors_)
     if (t.name == name) return t;
-  SHAMN_INPUT_CHECK(false, "model file '", path_, "' has no tensor '", name, "'");
+  SHAMN_INPUT_CHECK(false, what_, " '", path_, "' has no tensor '", name, "'");
   return tensors_.front();
 }
 

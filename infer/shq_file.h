@@ -26,9 +26,11 @@ struct ShqTensor {
 
 class ShqFile {
  public:
-  static ShqFile open(const std::string& path);  // mmap
+  // mmap. `what` names the file in errors: "model file", "adapter file".
+  static ShqFile open(const std::string& path, const std::string& what = "model file");
   // Checks a copy of `bytes` (tests, the fuzzer, and export's self-check).
-  static ShqFile from_bytes(const void* bytes, size_t size, const std::string& origin);
+  static ShqFile from_bytes(const void* bytes, size_t size, const std::string& origin,
+                            const std::string& what = "model file");
 
   const std::string& path() const { return path_; }
   const ShqHeader& header() const { return header_; }
@@ -46,6 +48,7 @@ class ShqFile {
   void parse();
 
   std::string path_;
+  std::string what_ = "model file";
   std::shared_ptr<const uint8_t> base_;  // the mapping or an aligned copy
   size_t size_ = 0;
   ShqHeader header_{};

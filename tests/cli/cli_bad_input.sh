@@ -182,6 +182,11 @@ bad "--max-tokens" generate model.shq --prompt "The jury" --max-tokens -5
 bad "--kernel" generate model.shq --prompt "The jury" --kernel avx9
 bad "--draft 'model400.shq' has vocab_size 400 but the model 'model.shq' has 300" generate model.shq --prompt "The jury" --draft model400.shq
 bad "File does not exist: missing.shq" generate model.shq --prompt "The jury" --draft missing.shq
+bad "adapter file 'truncated.shq' is 300 bytes but its header says" generate model.shq --prompt "The jury" \
+  --adapter truncated.shq
+bad "adapter file 'truncated.shq' is 300 bytes but its header says" eval model.shq --data data/val.bin \
+  --adapter truncated.shq
+bad ".shq file 'truncated.shq' is 300 bytes but its header says" info truncated.shq
 bad "model.h5" generate model.shq --prompt "The jury" --draft model.h5
 bad "--draft-tokens 0 must be in [1, 64]" generate model.shq --prompt "The jury" --draft model.shq --draft-tokens 0
 bad "--draft-tokens 65 must be in [1, 64]" generate model.shq --prompt "The jury" --draft model.shq --draft-tokens 65
