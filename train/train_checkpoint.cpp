@@ -1,6 +1,7 @@
 #include "train/train_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -68,6 +69,19 @@ TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& 
   s.bad_steps = reader.int_attribute("bad_steps");
   s.tokens_seen = reader.int_attribute("tokens_seen");
   s.elapsed_s = reader.float_attribute("elapsed_s");
+  // The checksums cover the tensors, not these: a hand-edited or damaged header
+  // is refused here, naming it, before anything is copied.
+  const auto attribute_in_range = [&](bool ok, const char* name, auto value, const std::string& want) {
+    SHAMN_INPUT_CHECK(ok, "'", path, "': attribute '", name, "' = ", value, " is out of range (", want, ")");
+  };
+  attribute_in_range(s.step >= 0, "step", s.step, ">= 0");
+  attribute_in_range(s.optim_step >= 0 && s.optim_step <= s.step, "optim_step", s.optim_step,
+                     "0 to the step, " + std::to_string(s.step));
+  attribute_in_range(s.bad_steps >= 0, "bad_steps", s.bad_steps, ">= 0");
+  attribute_in_range(s.tokens_seen >= 0, "tokens_seen", s.tokens_seen, ">= 0");
+  attribute_in_range(std::isfinite(s.elapsed_s) && s.elapsed_s >= 0, "elapsed_s", s.elapsed_s,
+                     "finite, >= 0");
+  attribute_in_range(!std::isnan(s.best_val_loss), "best_val_loss", s.best_val_loss, "a number or inf");
   std::vector<NamedTensor> moments;
   for (const std::string& p : reader.datasets("/optim"))
     moments.push_back({dotted_name("/optim", p), reader.read_tensor(p)});
@@ -121,9 +135,27 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return out;
 }
 
-void prune_checkpoints(const std::string& run_dir, int64_t keep) {
+void prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& written) {
   const std::vector<std::string> all = list_checkpoints(run_dir);
-  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i]);
+  const std::string name = fs::path(written).filename().string();
+  const auto at = std::find_if(all.begin(), all.end(),
+                               [&](const std::string& p) { return fs::path(p).filename() == name; });
+  SHAMN_CHECK(at != all.end(), "prune_checkpoints: '", written, "' is not a checkpoint of ", run_dir);
+  // Only the checkpoints up to the one just written count: a later step's file
+  // (one a resume could not load) is not newer work, and must not push the
+  // written one or its predecessors out.
+  const size_t upto = static_cast<size_t>(at - all.begin()) + 1;
+  for (size_t i = 0; i + static_cast<size_t>(keep) < upto; ++i) fs::remove(all[i]);
+}
+
+std::string set_aside_damaged_checkpoint(const std::string& path) {
+  std::string aside = path + ".damaged";
+  for (int n = 1; fs::exists(aside); ++n) aside = path + ".damaged." + std::to_string(n);
+  std::error_code ec;
+  fs::rename(path, aside, ec);
+  SHAMN_INPUT_CHECK(!ec, "cannot move the damaged checkpoint '", path, "' aside to '", aside,
+                    "': ", ec.message());
+  return aside;
 }
 
 int remove_stale_temp_files(const std::string& run_dir) {

@@ -51,8 +51,13 @@ std::string checkpoint_file(const std::string& run_dir, int64_t step);
 std::string best_checkpoint_file(const std::string& run_dir);
 // The step checkpoints in `run_dir`, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
-// Deletes all but the newest `keep` step checkpoints (best.h5 is never deleted).
-void prune_checkpoints(const std::string& run_dir, int64_t keep);
+// Deletes all but the newest `keep` step checkpoints up to `written` (the one
+// just saved, which is never deleted); checkpoints of later steps than it are
+// left alone (best.h5 is never deleted).
+void prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& written);
+// Moves `path` (a checkpoint that does not load) out of the rotation to
+// <path>.damaged, or <path>.damaged.N where that exists; returns the new name.
+std::string set_aside_damaged_checkpoint(const std::string& path);
 // Removes temporary files left by a process killed while writing; returns how many.
 int remove_stale_temp_files(const std::string& run_dir);
 

@@ -109,17 +109,23 @@ void link_best_checkpoint(const std::string& checkpoint, const std::string& best
 // Loads the newest checkpoint in run_dir that loads; damaged ones are reported and
 // skipped. A checkpoint of another model is an error, not something to skip.
 // With `adapter` (a LoRA run), a checkpoint trained on another base is an error too.
+// The damaged ones newer than the one loaded are then moved aside (kept, renamed
+// out of the ckpt_*.h5 pattern): left in place, they would count among the
+// newest keep_last at the next pruning and push out the checkpoints this run
+// writes and the one it resumed from.
 std::string resume_from(const std::string& run_dir, const ModelConfig& model_config, Shamn& model,
                         AdamW& optimizer, TrainState* state, const AdapterIdentity* adapter,
                         Console& console) {
   const std::vector<std::string> all = list_checkpoints(run_dir);
   SHAMN_INPUT_CHECK(!all.empty(), "--resume ", run_dir, ": no checkpoint (ckpt_*.h5) to resume from");
+  std::vector<std::string> damaged;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     std::optional<ModelConfig> saved;
     try {
       saved = read_checkpoint_config(Hdf5Reader(*it));
     } catch (const InputError& e) {
       console.say(std::string("warning: cannot resume from ") + *it + ": " + e.what());
+      damaged.push_back(*it);
       continue;
     }
     SHAMN_INPUT_CHECK(saved->to_toml() == model_config.to_toml(),
@@ -131,10 +137,15 @@ std::string resume_from(const std::string& run_dir, const ModelConfig& model_con
     if (adapter) check_adapter_checkpoint(Hdf5Reader(*it), *adapter);
     try {
       *state = load_train_checkpoint(*it, model, optimizer, adapter);
-      return *it;
     } catch (const InputError& e) {
       console.say(std::string("warning: cannot resume from ") + *it + ": " + e.what());
+      damaged.push_back(*it);
+      continue;
     }
+    for (const std::string& d : damaged)
+      console.say("warning: moved " + d + ", which does not load, aside to " +
+                  set_aside_damaged_checkpoint(d) + " (kept, out of the rotation)");
+    return *it;
   }
   SHAMN_INPUT_CHECK(false, "--resume ", run_dir, ": none of its ", all.size(),
                     " checkpoints can be loaded (see the warnings above)");
@@ -520,7 +531,7 @@ class Run {
     const std::string path = checkpoint_file(run_dir_, state_.step);
     save_train_checkpoint(path, model_, optimizer_, resolved_, state_, adapter_ ? &*adapter_ : nullptr);
     if (also_best) link_best_checkpoint(path, best_checkpoint_file(run_dir_));
-    prune_checkpoints(run_dir_, c_.train.keep_last);
+    prune_checkpoints(run_dir_, c_.train.keep_last, path);
     result.last_checkpoint = path;
   }
 

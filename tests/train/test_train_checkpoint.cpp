@@ -1,6 +1,7 @@
 // Training checkpoints: optimizer state round trip, checksums that catch a
 // flipped byte, loads that change nothing when they fail, and run-directory
 // housekeeping (listing, pruning, stale temporary files).
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -124,6 +125,40 @@ TEST_CASE("a flipped byte fails the checksum and changes nothing", "[train][chec
   require_equal(before, all_state(b));
 }
 
+TEST_CASE("an out-of-range state attribute is refused, naming it, and changes nothing",
+          "[train][checkpoint]") {
+  const auto dir = scratch("attributes");
+  Trained a(1);
+  TrainState s;
+  s.step = 3;
+  s.optim_step = 3;
+  std::string name;
+  SECTION("optim_step past the step") {
+    s.optim_step = 5;
+    name = "'optim_step' = 5";
+  }
+  SECTION("a negative step") {
+    s.step = -2;
+    s.optim_step = 0;
+    name = "'step' = -2";
+  }
+  SECTION("a NaN best validation loss") {
+    s.best_val_loss = std::nan("");
+    name = "'best_val_loss'";
+  }
+  SECTION("negative elapsed time") {
+    s.elapsed_s = -1;
+    name = "'elapsed_s' = -1";
+  }
+  const std::string path = (dir / "c.h5").string();
+  save_train_checkpoint(path, a.model, a.optimizer, a.config.to_toml(), s);
+  Trained b(2);
+  const auto before = all_state(b);
+  CHECK_THROWS_WITH(load_train_checkpoint(path, b.model, b.optimizer),
+                    Catch::Contains("c.h5") && Catch::Contains(name) && Catch::Contains("out of range"));
+  require_equal(before, all_state(b));
+}
+
 TEST_CASE("a truncated or model-only file cannot be resumed from", "[train][checkpoint]") {
   const auto dir = scratch("bad");
   Trained a(1);
@@ -149,10 +184,25 @@ TEST_CASE("run directories: listing by step, pruning, stale temporary files", "[
   REQUIRE(all.size() == 4);
   CHECK(all[0] == checkpoint_file(dir.string(), 5));
   CHECK(all[3] == checkpoint_file(dir.string(), 100000000));
-  prune_checkpoints(dir.string(), 2);
+  prune_checkpoints(dir.string(), 2, checkpoint_file(dir.string(), 100000000));
   const auto kept = list_checkpoints(dir.string());
   REQUIRE(kept.size() == 2);
   CHECK(kept[0] == checkpoint_file(dir.string(), 100));
+  // A later step's file than the one just written does not count, nor go.
+  std::ofstream(checkpoint_file(dir.string(), 7)) << "x";
+  std::ofstream(checkpoint_file(dir.string(), 9)) << "x";
+  prune_checkpoints(dir.string(), 1, checkpoint_file(dir.string(), 9));
+  CHECK(list_checkpoints(dir.string()) == std::vector<std::string>{checkpoint_file(dir.string(), 9),
+                                                                   checkpoint_file(dir.string(), 100),
+                                                                   checkpoint_file(dir.string(), 100000000)});
+  CHECK_THROWS(prune_checkpoints(dir.string(), 1, checkpoint_file(dir.string(), 8)));
+  CHECK(set_aside_damaged_checkpoint(checkpoint_file(dir.string(), 9)) ==
+        checkpoint_file(dir.string(), 9) + ".damaged");
+  std::ofstream(checkpoint_file(dir.string(), 9)) << "y";
+  CHECK(set_aside_damaged_checkpoint(checkpoint_file(dir.string(), 9)) ==
+        checkpoint_file(dir.string(), 9) + ".damaged.1");
+  CHECK(list_checkpoints(dir.string()) == std::vector<std::string>{checkpoint_file(dir.string(), 100),
+                                                                   checkpoint_file(dir.string(), 100000000)});
   CHECK(std::filesystem::exists(dir / "best.h5"));
   CHECK(remove_stale_temp_files(dir.string()) == 1);
   CHECK(std::filesystem::exists(dir / "notes.txt"));

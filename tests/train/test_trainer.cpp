@@ -181,6 +181,29 @@ TEST_CASE("resume falls back from a damaged newest checkpoint and refuses a chan
   const TrainResult r = train(fx.config("run", sets), resume);  // resumes from step 4
   CHECK(r.step == 8);
   require_same_tensors(fx.path("reference.h5"), last);
+  CHECK(std::filesystem::exists(last + ".damaged"));  // moved aside, not lost
+}
+
+TEST_CASE("a damaged newest checkpoint does not push the resumed run's checkpoints out", "[train][trainer]") {
+  // keep_last = 1 with a torn ckpt_8 left in place: pruning after the resumed
+  // run's ckpt_6 would keep only the torn file and delete ckpt_4 and ckpt_6.
+  TrainFixture fx("damaged_prune");
+  train(fx.config("run", {"train.max_steps=8", "train.checkpoint_every=4", "train.keep_last=2"}), quiet());
+  const std::string torn = checkpoint_file(fx.path("run"), 8);
+  std::filesystem::resize_file(torn, std::filesystem::file_size(torn) / 2);
+
+  TrainOptions resume = quiet();
+  resume.resume_dir = fx.path("run");
+  const std::vector<std::string> sets = {"train.max_steps=6", "train.checkpoint_every=2",
+                                         "train.keep_last=1"};
+  const TrainResult r = train(fx.config("run", sets), resume);  // from step 4 to 6
+  CHECK(r.step == 6);
+  CHECK(r.last_checkpoint == checkpoint_file(fx.path("run"), 6));
+  CHECK(list_checkpoints(fx.path("run")) == std::vector<std::string>{checkpoint_file(fx.path("run"), 6)});
+  CHECK(std::filesystem::file_size(torn + ".damaged") > 0);
+  const std::vector<std::string> more = {"train.max_steps=7", "train.checkpoint_every=2",
+                                         "train.keep_last=1"};
+  CHECK(train(fx.config("run", more), resume).step == 7);  // ckpt_6 loads
 }
 
 TEST_CASE("a model-only checkpoint starts a run but cannot resume one", "[train][trainer]") {
