@@ -14,11 +14,19 @@ bool plain_adapter_name(const std::string& name) {
   });
 }
 
-void AdapterRegistry::load(const std::string& name, const std::string& file) {
+void AdapterRegistry::check_name(const std::string& name) const {
   SHAMN_INPUT_CHECK(plain_adapter_name(name), "the adapter name '", name,
                     "' must be 1 to 64 letters, digits, '.', '_' or '-'");
   SHAMN_INPUT_CHECK(name != model_name_, "the adapter name '", name, "' is the model's");
-  // Read and checked outside the lock: requests go on meanwhile.
+  const std::lock_guard lock(mutex_);
+  SHAMN_INPUT_CHECK(!adapters_.count(name), "an adapter named '", name, "' is loaded already");
+}
+
+void AdapterRegistry::load(const std::string& name, const std::string& file) {
+  // The name first: a taken or bad name is refused without reading the file.
+  check_name(name);
+  // Read and checked outside the lock: requests go on meanwhile (another load
+  // may take the name meanwhile: checked again below).
   auto adapter = std::make_shared<const LoraAdapter>(ShqFile::open(file, "adapter file"), base_);
   const std::lock_guard lock(mutex_);
   SHAMN_INPUT_CHECK(!adapters_.count(name), "an adapter named '", name, "' is loaded already");

@@ -32,6 +32,9 @@ class AdapterRegistry {
   // plain, is taken or is the model's, a file that is no adapter of this base
   // (nothing changes then).
   void load(const std::string& name, const std::string& file);
+  // The name checks of load alone (the file is not read): an InputError says
+  // why `name` cannot be loaded now.
+  void check_name(const std::string& name) const;
   // Whether there was an adapter of that name to unload. Its last holder frees
   // it (this call, outside the lock, when no request runs with it).
   bool unload(const std::string& name);

@@ -283,6 +283,11 @@ class Server {
     }
     if (loading) {
       try {
+        adapters_.check_name(r.name);
+      } catch (const InputError& e) {
+        return refuse(400, "invalid_request_error", std::string("lora_name: ") + e.what());
+      }
+      try {
         adapters_.load(r.name, r.path);
       } catch (const InputError& e) {
         return refuse(400, "invalid_request_error",

@@ -98,7 +98,10 @@ bool shq_tensor_bytes(ShqDType dtype, const Shape& shape, uint64_t* bytes) {
 }
 
 ShqFile ShqFile::open(const std::string& path, const std::string& what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) that no one writes would wait for
+  // ever before the regular-file check below could refuse it (a server's load
+  // request names any path). It changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   SHAMN_INPUT_CHECK(fd >= 0, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -59,6 +59,10 @@ TEST_CASE("serve's adapters load by name, refuse bad names and files, and outliv
 
   // Refusals leave the registry as it was.
   CHECK_THROWS_WITH(reg.load("b", r3), Catch::Contains("an adapter named 'b' is loaded already"));
+  // The name is checked before the file is read: a taken name with a bad file says so.
+  CHECK_THROWS_WITH(reg.load("b", model_file), Catch::Contains("an adapter named 'b' is loaded already"));
+  CHECK_THROWS_WITH(reg.check_name("b"), Catch::Contains("an adapter named 'b' is loaded already"));
+  CHECK_NOTHROW(reg.check_name("c"));
   for (const char* bad : {"", "a b", "a\"b", "x/y"})
     CHECK_THROWS_WITH(reg.load(bad, r3), Catch::Contains("must be 1 to 64 letters, digits"));
   CHECK_THROWS_WITH(reg.load(std::string(65, 'a'), r3), Catch::Contains("must be 1 to 64"));

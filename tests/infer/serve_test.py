@@ -436,10 +436,12 @@ ft8_body = {"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k, 
 if live.complete(ft8_body)["choices"][0]["text"] != lora_expected[0]:
     fail("a loaded adapter's request differs from generate --adapter's text")
 for path, body, want_status, why in (
-        ("load", {"lora_name": "ft8", "lora_path": a8}, 400, "an adapter named 'ft8' is loaded already"),
+        ("load", {"lora_name": "ft8", "lora_path": a8}, 400, "lora_name: an adapter named 'ft8' is loaded already"),
+        ("load", {"lora_name": "ft8", "lora_path": model}, 400, "lora_name: an adapter named 'ft8' is loaded"),
         ("load", {"lora_name": "m", "lora_path": model}, 400, "is not a LoRA adapter file"),
-        ("load", {"lora_name": "a b", "lora_path": a8}, 400, "must be 1 to 64 letters"),
-        ("load", {"lora_name": "m.shq", "lora_path": a8}, 400, "the adapter name 'm.shq' is the model's"),
+        ("load", {"lora_name": "a b", "lora_path": a8}, 400, "lora_name: the adapter name 'a b' must be 1 to 64"),
+        ("load", {"lora_name": "m.shq", "lora_path": a8}, 400,
+         "lora_name: the adapter name 'm.shq' is the model's"),
         ("load", {"lora_name": "x", "lora_path": f"{work}/absent.shq"}, 400,
          f"cannot load lora_path '{work}/absent.shq' as adapter 'x'"),
         ("load", {"lora_name": "x"}, 400, "lora_path is required"),

@@ -2,6 +2,7 @@
 // images, each of which must be rejected with an InputError naming what is
 // wrong. Directory and header corruptions re-seal the checksums
 // (tests/fuzz/shq_reseal.h) so that the check under test is the one that fires.
+#include <sys/stat.h>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -377,6 +378,13 @@ TEST_CASE("ShqFile::open maps an exported file and names a missing one", "[infer
   const std::string tiny = (temp_dir() / "tiny.shq").string();
   std::ofstream(tiny) << "SHAMN";
   CHECK_THROWS_WITH(ShqFile::open(tiny), Catch::Contains("'" + tiny + "' is 5 bytes: too short"));
+
+  // A FIFO no one writes is refused at once (a blocking open would wait for a writer for ever).
+  const std::string fifo = (temp_dir() / "pipe.shq").string();
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(ShqFile::open(fifo, "adapter file"),
+                    Catch::Contains("adapter file '" + fifo + "' is not a regular file"));
 }
 
 TEST_CASE("tiled dtypes take whole 16-row tiles and need a 2-D or 4-D shape", "[infer][shq]") {
