@@ -16,11 +16,19 @@ namespace {
 // HDF5 prints its own error stack to stderr by default; we report errors ourselves.
 void silence_hdf5() {
   static const bool done = [] {
+    // No library shutdown at exit: after a failed write (a full disk) the file's
+    // close fails too and its handle stays open, and HDF5 1.10's exit-time
+    // cleanup then crashed closing it. Every file is closed explicitly anyway.
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
   (void)done;
 }
+
+// What a failed write most likely means: I/O errors are the user's to fix
+// (InputError), not a bug.
+constexpr const char* kFullDisk = " (is the disk full, or the file over the size limit?)";
 
 // Closes an HDF5 handle at scope exit.
 struct Handle {
@@ -90,11 +98,12 @@ void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& ten
   Handle dataset{H5Dcreate2(file_, dataset_path.c_str(), native_type(tensor.dtype()), space.id, link_props.id,
                             H5P_DEFAULT, H5P_DEFAULT),
                  H5Dclose};
-  SHAMN_CHECK(dataset.id >= 0, "cannot create dataset '", dataset_path, "' in '", path_, "'");
+  SHAMN_INPUT_CHECK(dataset.id >= 0, "cannot create dataset '", dataset_path, "' in '", path_, "'",
+                    kFullDisk);
   if (tensor.numel() > 0)
-    SHAMN_CHECK(H5Dwrite(dataset.id, native_type(tensor.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                         tensor.raw_data()) >= 0,
-                "writing dataset '", dataset_path, "' to '", path_, "' failed (disk full?)");
+    SHAMN_INPUT_CHECK(H5Dwrite(dataset.id, native_type(tensor.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                               tensor.raw_data()) >= 0,
+                      "writing dataset '", dataset_path, "' to '", path_, "' failed", kFullDisk);
   const int err = fault::pass(temp_.kind() + ".tensor");
   SHAMN_INPUT_CHECK(err == 0, "writing dataset '", dataset_path, "' to '", path_,
                     "' failed: ", std::strerror(err), " (disk full?)");
@@ -103,8 +112,8 @@ void Hdf5Writer::write_tensor(const std::string& dataset_path, const Tensor& ten
   Handle attr{
       H5Acreate2(dataset.id, kChecksumAttribute, H5T_NATIVE_UINT32, attr_space.id, H5P_DEFAULT, H5P_DEFAULT),
       H5Aclose};
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_UINT32, &crc) >= 0, "writing the checksum of '",
-              dataset_path, "' to '", path_, "' failed");
+  SHAMN_INPUT_CHECK(attr.id >= 0 && H5Awrite(attr.id, H5T_NATIVE_UINT32, &crc) >= 0,
+                    "writing the checksum of '", dataset_path, "' to '", path_, "' failed", kFullDisk);
 }
 
 void Hdf5Writer::set_string_attribute(const std::string& name, const std::string& value) {
@@ -114,8 +123,8 @@ void Hdf5Writer::set_string_attribute(const std::string& name, const std::string
   Handle space{H5Screate(H5S_SCALAR), H5Sclose};
   Handle attr{H5Acreate2(file_, name.c_str(), type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
   const char* data = value.c_str();
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, type.id, &data) >= 0, "writing attribute '", name, "' to '",
-              path_, "' failed");
+  SHAMN_INPUT_CHECK(attr.id >= 0 && H5Awrite(attr.id, type.id, &data) >= 0, "writing attribute '", name,
+                    "' to '", path_, "' failed", kFullDisk);
 }
 
 void Hdf5Writer::set_int_attribute(const std::string& name, int64_t value) {
@@ -129,15 +138,18 @@ void Hdf5Writer::set_float_attribute(const std::string& name, double value) {
 void Hdf5Writer::write_scalar_attribute(const std::string& name, int64_t native_type, const void* value) {
   Handle space{H5Screate(H5S_SCALAR), H5Sclose};
   Handle attr{H5Acreate2(file_, name.c_str(), native_type, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
-  SHAMN_CHECK(attr.id >= 0 && H5Awrite(attr.id, native_type, value) >= 0, "writing attribute '", name,
-              "' to '", path_, "' failed");
+  SHAMN_INPUT_CHECK(attr.id >= 0 && H5Awrite(attr.id, native_type, value) >= 0, "writing attribute '", name,
+                    "' to '", path_, "' failed", kFullDisk);
 }
 
 void Hdf5Writer::commit() {
   SHAMN_CHECK(file_ >= 0, "Hdf5Writer::commit called twice for '", path_, "'");
-  SHAMN_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0, "flushing '", temp_.temp_path(), "' failed");
-  H5Fclose(file_);
+  SHAMN_INPUT_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL) >= 0, "writing '", path_, "' failed (flushing '",
+                    temp_.temp_path(), "')", kFullDisk);
+  const herr_t closed = H5Fclose(file_);
   file_ = -1;
+  SHAMN_INPUT_CHECK(closed >= 0, "writing '", path_, "' failed (closing '", temp_.temp_path(), "')",
+                    kFullDisk);
   temp_.commit();
 }
 

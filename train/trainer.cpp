@@ -101,8 +101,13 @@ void link_best_checkpoint(const std::string& checkpoint, const std::string& best
 // An I/O error mid-run (a full disk) stops it; the message says what is safe.
 [[noreturn]] void stop_after_io_error(const InputError& e, const std::string& run_dir) {
   const std::vector<std::string> kept = list_checkpoints(run_dir);
-  throw InputError(std::string(e.what()) + ". The run stopped; the last good checkpoint is " +
-                   (kept.empty() ? std::string("none (no checkpoint was written yet)") : kept.back()) +
+  if (kept.empty())  // --resume would find nothing: a new run may use the directory
+    throw InputError(
+        std::string(e.what()) +
+        ". The run stopped; the last good checkpoint is none (no checkpoint was written yet). Once "
+        "the cause is fixed, run the same command again (" +
+        run_dir + " holds no checkpoint to resume from)");
+  throw InputError(std::string(e.what()) + ". The run stopped; the last good checkpoint is " + kept.back() +
                    ". Once the cause is fixed, continue with: shamn train --resume " + run_dir);
 }
 

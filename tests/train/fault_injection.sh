@@ -117,6 +117,22 @@ for spec in "checkpoint.tensor:$((tensors + 3)):enospc" "checkpoint.fsync:2:eio"
   cases=$((cases + 1))
 done
 
+# A real write error inside HDF5, not an injected one: the file size limit
+# (SIGXFSZ ignored, so writes past it fail with EFBIG as on a full disk) is
+# below one checkpoint's size, so the first checkpoint fails inside HDF5. Status 1 (once a crash in HDF5's exit-time cleanup), one line that says
+# no checkpoint was written and to run the command again, no temporary file;
+# the same command then finishes as the reference.
+dir=$work/err_file_size_limit
+status=0
+(ulimit -f 64; trap '' XFSZ; train_into "$dir") > "$dir.log" 2> "$dir.err" || status=$?
+[ "$status" -eq 1 ] || { cat "$dir.err"; fail "file size limit: expected exit status 1, got $status"; }
+[ "$(wc -l < "$dir.err")" -eq 1 ] || { cat "$dir.err"; fail "file size limit: expected one error line"; }
+grep -q "^shamn: error: writing .*'$dir/ckpt_00000002.h5' failed.*size limit.*the last good checkpoint is none.*run the same command again" "$dir.err" ||
+  { cat "$dir.err"; fail "file size limit: the error does not name the checkpoint and what to do"; }
+no_temp_files "$dir" "file size limit"
+finish_and_compare "$dir" "file size limit"
+cases=$((cases + 1))
+
 # The other writers. Tokenizer and token files: a crash leaves no partial file, and
 # the rerun (which removes the dead writer's temporary file) gives the same bytes.
 for i in $(seq 1 200); do printf 'Paragraph %d: the jury said %d times.\n\n' "$i" $((i * 37)); done > "$work/text.txt"
