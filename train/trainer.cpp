@@ -31,6 +31,7 @@
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
 #include "train/progress.h"
+#include "train/run_dir_lock.h"
 #include "train/run_plot.h"
 #include "train/stop_signal.h"
 #include "train/train_checkpoint.h"
@@ -627,11 +628,16 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   check_rank_count(c, comm.size());
   const ScopedProductPrecision precision(product_precision_from_string(c.train.precision, "train.precision"));
   Console console{options.quiet || !comm.is_root(), std::nullopt};
+  // Rank 0 alone touches the run directory; it locks it before anything there
+  // is read or removed, or, for a new directory, once it is created.
+  std::optional<RunDirLock> lock;
+  if (comm.is_root() && fs::is_directory(c.train.out_dir)) lock.emplace(c.train.out_dir);
   if (comm.is_root()) check_run_dir(c.train.out_dir, resuming, console);
   DataFiles data = open_data(c);
   check_ranks_agree(comm, c, data);
   Run run(c, options, std::move(data), console, comm);
   run.start(resuming);
+  if (comm.is_root() && !lock) lock.emplace(c.train.out_dir);
 
   if (run.finished())
     console.say("the run is already at train.max_steps = " + std::to_string(c.train.max_steps));

@@ -11,6 +11,7 @@
 #include "core/hdf5_file.h"
 #include "core/product_precision.h"
 #include "helpers.h"
+#include "train/run_dir_lock.h"
 #include "train/stop_signal.h"
 #include "train/train_checkpoint.h"
 #include "train/trainer.h"
@@ -204,6 +205,24 @@ TEST_CASE("a damaged newest checkpoint does not push the resumed run's checkpoin
   const std::vector<std::string> more = {"train.max_steps=7", "train.checkpoint_every=2",
                                          "train.keep_last=1"};
   CHECK(train(fx.config("run", more), resume).step == 7);  // ckpt_6 loads
+}
+
+TEST_CASE("a run directory another process trains in is refused, and free again once it ends",
+          "[train][trainer]") {
+  TrainFixture fx("locked");
+  train(fx.config("run", {"train.max_steps=2"}), quiet());
+  TrainOptions resume = quiet();
+  resume.resume_dir = fx.path("run");
+  const std::vector<std::string> more = {"train.max_steps=3"};
+  {
+    // Another open file description's flock, as another process's would be.
+    const RunDirLock other(fx.path("run"));
+    CHECK_THROWS_WITH(train(fx.config("run", more), resume),
+                      Catch::Contains("another shamn train is running in '" + fx.path("run") + "'") &&
+                          Catch::Contains(".train.lock"));
+  }
+  CHECK(list_checkpoints(fx.path("run")).back() == checkpoint_file(fx.path("run"), 2));
+  CHECK(train(fx.config("run", more), resume).step == 3);
 }
 
 TEST_CASE("a model-only checkpoint starts a run but cannot resume one", "[train][trainer]") {
