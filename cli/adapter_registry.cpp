@@ -22,14 +22,25 @@ void AdapterRegistry::check_name(const std::string& name) const {
   SHAMN_INPUT_CHECK(!adapters_.count(name), "an adapter named '", name, "' is loaded already");
 }
 
+void AdapterRegistry::check_room() const {
+  SHAMN_INPUT_CHECK(static_cast<int64_t>(adapters_.size()) < max_adapters_,
+                    "this server holds the most adapters it may already (--max-adapters = ", max_adapters_,
+                    "); unload one first");
+}
+
 void AdapterRegistry::load(const std::string& name, const std::string& file) {
   // The name first: a taken or bad name is refused without reading the file.
   check_name(name);
+  {
+    const std::lock_guard lock(mutex_);
+    check_room();
+  }
   // Read and checked outside the lock: requests go on meanwhile (another load
-  // may take the name meanwhile: checked again below).
+  // may take the name or the last place meanwhile: checked again below).
   auto adapter = std::make_shared<const LoraAdapter>(ShqFile::open(file, "adapter file"), base_);
   const std::lock_guard lock(mutex_);
   SHAMN_INPUT_CHECK(!adapters_.count(name), "an adapter named '", name, "' is loaded already");
+  check_room();
   adapters_.emplace(name, std::move(adapter));
 }
 

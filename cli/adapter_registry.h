@@ -25,12 +25,15 @@ bool plain_adapter_name(const std::string& name);
 class AdapterRegistry {
  public:
   // model_name: what requests call the base ("model"), which no adapter may take.
-  AdapterRegistry(const InferModel& base, std::string model_name)
-      : base_(base), model_name_(std::move(model_name)) {}
+  // At most max_adapters are loaded at once (each holds its packed factors and
+  // a mapping: clients that may load must not grow the server without bound).
+  AdapterRegistry(const InferModel& base, std::string model_name, int64_t max_adapters = kDefaultMaxAdapters)
+      : base_(base), model_name_(std::move(model_name)), max_adapters_(max_adapters) {}
+  static constexpr int64_t kDefaultMaxAdapters = 64;
 
   // Loads `file` as `name`. An InputError says why not: a name that is not
-  // plain, is taken or is the model's, a file that is no adapter of this base
-  // (nothing changes then).
+  // plain, is taken or is the model's, max_adapters loaded already, a file that
+  // is no adapter of this base (nothing changes then).
   void load(const std::string& name, const std::string& file);
   // The name checks of load alone (the file is not read): an InputError says
   // why `name` cannot be loaded now.
@@ -49,8 +52,11 @@ class AdapterRegistry {
   std::map<std::string, int64_t> request_counts() const;
 
  private:
+  void check_room() const;  // with mutex_ held: a place for one more adapter
+
   const InferModel& base_;
   const std::string model_name_;
+  const int64_t max_adapters_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters_;
   std::map<std::string, int64_t> requests_;

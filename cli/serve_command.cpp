@@ -40,6 +40,7 @@ struct ServeArgs {
   std::string model, host = "127.0.0.1", kernel, draft;
   std::vector<std::string> adapter_specs;  // NAME=FILE
   bool allow_adapter_loading = false;      // POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+  int64_t max_adapters = AdapterRegistry::kDefaultMaxAdapters;
   int port = 8080;
   int64_t stream_interval = 1;  // tokens per server-sent event (after the first)
   CompletionScheduler::Options batching;
@@ -179,11 +180,11 @@ class Server {
     if (!parsed.adapter.empty()) {
       std::shared_ptr<const LoraAdapter> adapter =
           by_model ? std::move(by_model) : adapters_.find(parsed.adapter);
-      if (!adapter) {
-        res.status = 400;
+      if (!adapter) {  // 404 as for an unknown "model": the same name by either field gets the same answer
+        res.status = 404;
         res.set_content(
             error_json("unknown adapter '" + parsed.adapter + "'; this server has " + adapters_.names(),
-                       "invalid_request_error"),
+                       "not_found_error"),
             "application/json");
         return;
       }
@@ -384,7 +385,7 @@ void run_serve(const ServeArgs& a) {
     check_draft_compatible(model, a.model, *draft, a.draft);
     args.batching.draft = &*draft;
   }
-  AdapterRegistry adapters(model, model_name(a.model));
+  AdapterRegistry adapters(model, model_name(a.model), a.max_adapters);
   for (const std::string& spec : a.adapter_specs) {
     const size_t eq = spec.find('=');
     const std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
@@ -436,6 +437,11 @@ void register_serve_command(CLI::App& app) {
       "NAME=FILE: a LoRA adapter file for the model (shamn export ADAPTER.h5 --base ...); a request "
       "picks it with \"adapter\": \"NAME\" or \"model\": \"NAME\", and GET /v1/models lists them "
       "(repeat for several; requests with different adapters and none share one batch)");
+  c->add_option("--max-adapters", a->max_adapters,
+                "the most adapters loaded at once, from --adapter and loads while it serves (a load past it "
+                "is refused until one is unloaded)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->capture_default_str();
   c->add_flag(
       "--allow-adapter-loading", a->allow_adapter_loading,
       "let clients load and unload adapters by file path while the server runs (POST "

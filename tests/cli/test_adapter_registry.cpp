@@ -63,6 +63,19 @@ TEST_CASE("serve's adapters load by name, refuse bad names and files, and outliv
   CHECK_THROWS_WITH(reg.load("b", model_file), Catch::Contains("an adapter named 'b' is loaded already"));
   CHECK_THROWS_WITH(reg.check_name("b"), Catch::Contains("an adapter named 'b' is loaded already"));
   CHECK_NOTHROW(reg.check_name("c"));
+  {
+    // Two places: a third load is refused before its file is read, until one is unloaded.
+    AdapterRegistry small(m, "base.shq", 2);
+    small.load("a", r3);
+    small.load("b", r5);
+    CHECK_THROWS_WITH(small.load("c", r3),
+                      Catch::Contains("holds the most adapters it may already (--max-adapters = 2)") &&
+                          Catch::Contains("unload one first"));
+    CHECK_THROWS_WITH(small.load("c", tm.dir + "/absent.lora"), Catch::Contains("--max-adapters = 2"));
+    CHECK(small.unload("a"));
+    small.load("c", r3);
+    CHECK(small.names() == "b, c");
+  }
   for (const char* bad : {"", "a b", "a\"b", "x/y"})
     CHECK_THROWS_WITH(reg.load(bad, r3), Catch::Contains("must be 1 to 64 letters, digits"));
   CHECK_THROWS_WITH(reg.load(std::string(65, 'a'), r3), Catch::Contains("must be 1 to 64"));

@@ -400,12 +400,17 @@ for body, why in (({"prompt": "the", "adapter": "nope"}, "unknown adapter 'nope'
                    "the model 'gpt-3.5-turbo-instruct' does not exist; this server has 'm.shq' and the adapters "
                    "ft32, ft8")):
     status, payload = adapted.request("POST", "/v1/completions", body)
-    if status != (404 if "does not exist" in why else 400) or why not in json.loads(payload)["error"]["message"]:
+    if (status != (404 if "does not exist" in why or "unknown adapter" in why else 400)
+            or why not in json.loads(payload)["error"]["message"]):
         fail(f"adapter request {body}: {status} {payload}")
 adapted.stop()
 bad = subprocess.run([shamn, "serve", model, "--adapter", f"x={work}/m.shq"], capture_output=True, text=True)
 if bad.returncode != 1 or "is not a LoRA adapter file" not in bad.stderr:
     fail(f"serve with a model as adapter: {bad.returncode} {bad.stderr}")
+bad = subprocess.run([shamn, "serve", model, "--port", "0", "--max-adapters", "1", "--adapter", f"a={work}/a8.shq",
+                      "--adapter", f"b={work}/a8.shq"], capture_output=True, text=True, timeout=DEADLINE)
+if bad.returncode != 1 or "holds the most adapters it may already (--max-adapters = 1)" not in bad.stderr:
+    fail(f"serve with more adapters than --max-adapters: {bad.returncode} {bad.stderr}")
 for spec in (f'a"b={work}/a8.shq', f"={work}/a8.shq", "ft8=", f"x y={work}/a8.shq"):
     bad = subprocess.run([shamn, "serve", model, "--port", "0", "--adapter", spec], capture_output=True, text=True,
                          timeout=DEADLINE)
@@ -463,7 +468,7 @@ live.wait_for('shamn_adapter_requests_total{adapter="ft8"}', 2)
 if post("/v1/unload_lora_adapter", {"lora_name": "ft8"}) != (200, {"lora_name": "ft8", "status": "unloaded"}):
     fail("unload_lora_adapter ft8")
 status, payload = live.request("POST", "/v1/completions", ft8_body)
-if status != 400 or "unknown adapter 'ft8'; this server has none" not in payload:
+if status != 404 or "unknown adapter 'ft8'; this server has none" not in payload:
     fail(f"a request for an unloaded adapter: {status} {payload}")
 status, payload = live.request("POST", "/v1/completions", {"prompt": "the", "model": "ft8"})
 if status != 404 or "the model 'ft8' does not exist" not in payload:
