@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <vector>
 
 #include "core/check.h"
 #include "core/fault.h"
@@ -116,6 +118,19 @@ void AtomicFile::commit() {
 void write_file_atomically(const std::string& path, const std::string& text, const std::string& kind) {
   AtomicFile file(path, kind);
   file.write(text.data(), text.size());
+  file.commit();
+}
+
+void copy_file_atomically(const std::string& from, const std::string& to, const std::string& kind) {
+  std::ifstream in(from, std::ios::binary);
+  SHAMN_INPUT_CHECK(in.good(), "cannot open '", from, "' to copy it to '", to, "'");
+  AtomicFile file(to, kind);
+  std::vector<char> chunk(size_t{1} << 20);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    if (in.gcount() > 0) file.write(chunk.data(), static_cast<size_t>(in.gcount()));
+  }
+  SHAMN_INPUT_CHECK(!in.bad(), "reading '", from, "' to copy it to '", to, "' failed");
   file.commit();
 }
 

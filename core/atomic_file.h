@@ -43,6 +43,9 @@ class AtomicFile {
 void write_file_atomically(const std::string& path, const std::string& text,
                            const std::string& kind = "text");
 
+// A copy of the file `from` as `to`, atomically (for where a hard link cannot be made).
+void copy_file_atomically(const std::string& from, const std::string& to, const std::string& kind);
+
 // ".<name>.tmp.<pid>" next to `path`: this process's temporary name for it, for
 // writers that make the file some other way (a hard link) and rename it into place.
 std::string temp_path_for(const std::string& path);

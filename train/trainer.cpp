@@ -86,17 +86,26 @@ double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c, Communic
 }
 
 // best.h5 becomes a second name for the step checkpoint (no second write; pruning
-// the step name later leaves best.h5 intact), swapped in atomically.
+// the step name later leaves best.h5 intact), swapped in atomically. Where the
+// file system has no hard links it is a copy, written as every file is
+// (fsynced, renamed, the directory fsynced): a bare copy renamed over the old
+// best.h5 could leave a torn one after a power cut.
 void link_best_checkpoint(const std::string& checkpoint, const std::string& best) {
   const std::string temp = temp_path_for(best);
   std::error_code ec;
   fs::remove(temp, ec);
-  fs::create_hard_link(checkpoint, temp, ec);
-  if (ec) fs::copy_file(checkpoint, temp, fs::copy_options::overwrite_existing);  // no hard links here
+  const int link_fault = fault::pass("best.hardlink");
+  if (link_fault == 0) fs::create_hard_link(checkpoint, temp, ec);
+  if (link_fault != 0 || ec) return copy_file_atomically(checkpoint, best, "best");
   const int err = fault::pass("best.link");
   if (err != 0) fs::remove(temp, ec);
   SHAMN_INPUT_CHECK(err == 0, "cannot link '", best, "' to '", checkpoint, "': ", std::strerror(err));
-  fs::rename(temp, best);
+  fs::rename(temp, best, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+  }
+  SHAMN_INPUT_CHECK(!ec, "cannot rename '", temp, "' to '", best, "': ", ec.message());
 }
 
 // An I/O error mid-run (a full disk) stops it; the message says what is safe.

@@ -117,6 +117,26 @@ for spec in "checkpoint.tensor:$((tensors + 3)):enospc" "checkpoint.fsync:2:eio"
   cases=$((cases + 1))
 done
 
+# A file system without hard links (the link refused at best.hardlink): best.h5
+# is a copy, written atomically; the run ends as the reference with best.h5
+# equal to its best checkpoint, not linked to it. Killed in the middle of the
+# second best's copy (its 100,000th byte), the first best.h5 stays whole.
+dir=$work/best_copy
+SHAMN_FAULT=best.hardlink:1:eio,best.hardlink:2:eio train_into "$dir" > "$dir.log" 2>&1 ||
+  { cat "$dir.log"; fail "best.hardlink: the run failed"; }
+cmp -s "$dir/best.h5" "$dir/ckpt_00000006.h5" || fail "best.hardlink: best.h5 is not the step 6 checkpoint"
+[ "$(stat -c %h "$dir/best.h5")" -eq 1 ] || fail "best.hardlink: best.h5 is a hard link, not a copy"
+finish_and_compare "$dir" "best.hardlink"
+dir=$work/best_copy_kill
+status=0
+SHAMN_FAULT=best.hardlink:2:eio,best.bytes:100000 train_into "$dir" > "$dir.log" 2>&1 ||
+  status=$?
+[ "$status" -eq 137 ] || { cat "$dir.log"; fail "best.bytes: expected death by SIGKILL (137), got $status"; }
+"$shamn" info "$dir/best.h5" > /dev/null || fail "best.bytes: best.h5 does not load after a kill mid-copy"
+all_load "$dir" "best.bytes"
+finish_and_compare "$dir" "best.bytes"
+cases=$((cases + 3))
+
 # A real write error inside HDF5, not an injected one: the file size limit
 # (SIGXFSZ ignored, so writes past it fail with EFBIG as on a full disk) is
 # below one checkpoint's size, so the first checkpoint fails inside HDF5. Status 1 (once a crash in HDF5's exit-time cleanup), one line that says
