@@ -138,6 +138,25 @@ TEST_CASE("gradcheck fails on a wrong backward", "[autograd][gradcheck]") {
   const GradcheckResult r = gradcheck(wrong_square, {random_tensor({4}, 40)});
   CHECK_FALSE(r.ok);
   CHECK(r.report.find("input 0") != std::string::npos);
+  // Directions mode (the whole-model checks use it) must notice too, on a large
+  // input and with a backward wrong in one element only.
+  GradcheckOptions opts;
+  opts.directions = 4;
+  const GradcheckResult rd = gradcheck(wrong_square, {random_tensor({64, 48}, 43)}, opts);
+  CHECK_FALSE(rd.ok);
+  CHECK(rd.report.find("input 0") != std::string::npos);
+  auto one_wrong = [](const std::vector<Var>& x) {
+    Tensor y = x[0].value().clone();
+    y.vector<double>() = y.vector<double>().array().square();
+    const Tensor in = x[0].value();
+    return record("one_wrong", y, {x[0]}, [in](Node& n) {
+      auto g = n.input_grad(0).vector<double>();
+      g.array() += 2.0 * in.vector<double>().array() * n.out_grad.vector<double>().array();
+      g[17] += n.out_grad.vector<double>()[17];  // element 17 alone is off
+    });
+  };
+  CHECK(gradcheck(one_wrong, {random_tensor({64, 48}, 44)}).ok == false);
+  CHECK_FALSE(gradcheck(one_wrong, {random_tensor({64, 48}, 44)}, opts).ok);
 }
 
 TEST_CASE("gradcheck directions mode agrees on a large input", "[autograd][gradcheck]") {

@@ -110,12 +110,24 @@ grep -q "^lora  *rank 2, alpha 2, 2 layers, trained with dropout 0.1$" info_lora
 "$shamn" info a.lora > info_lora.txt
 grep -q "^kind  *LoRA adapter file" info_lora.txt && grep -q "^lora  *rank 2" info_lora.txt || fail "info on an adapter: $(cat info_lora.txt)"
 # The adapter's source_id is its base's.
-[ "$(grep ^source_id info.txt)" = "$(grep ^source_id info_lora.txt)" ] || fail "adapter and base source_id differ"
+base_id=$(grep ^source_id info.txt) && [ -n "$base_id" ] || fail "info prints no source_id: $(cat info.txt)"
+[ "$base_id" = "$(grep ^source_id info_lora.txt)" ] || fail "adapter and base source_id differ"
 
-# generate from a checkpoint: greedy text equal to its f32 export's.
-gen() { "$shamn" --threads 1 generate "$@" --prompt "The jury said" --max-tokens 12 --temperature 0 2> /dev/null; }
-[ "$(gen run_a/best.h5)" = "$(gen a_f32.shq)" ] || fail "generate: checkpoint and f32 export differ"
-[ "$(gen run_a/best.h5 --tokenizer tok.bpe)" = "$(gen a_f32.shq)" ] || fail "generate --tokenizer"
+# generate from a checkpoint: greedy text equal to its f32 export's. Each output is
+# a variable of its own (a failure inside "$(...)" in a test would go unseen, and
+# two empty outputs would compare equal).
+gen() {  # runs in "$(...)": its failure message goes to stderr, its exit status to the assignment
+  local text
+  text=$("$shamn" --threads 1 generate "$@" --prompt "The jury said" --max-tokens 12 --temperature 0 \
+    2> gen.err) || { cat gen.err >&2; echo "FAIL: generate $*: failed" >&2; exit 1; }
+  [ -n "$text" ] || { echo "FAIL: generate $*: printed nothing" >&2; exit 1; }
+  printf '%s' "$text"
+}
+text_f32=$(gen a_f32.shq)
+text_ckpt=$(gen run_a/best.h5)
+text_tok=$(gen run_a/best.h5 --tokenizer tok.bpe)
+[ "$text_ckpt" = "$text_f32" ] || fail "generate: checkpoint and f32 export differ"
+[ "$text_tok" = "$text_f32" ] || fail "generate --tokenizer"
 refused "carries its own" generate a_f32.shq --prompt x --tokenizer tok.bpe
 refused "export it first" generate run_a/best.h5 --prompt x --adapter a.lora
 # export --merge: a dense-side adapter folded into its base gives the text of
@@ -126,7 +138,9 @@ refused "export it first" generate run_a/best.h5 --prompt x --adapter a.lora
 "$shamn" export lora_dense/best.h5 --base run_a/best.h5 --quant f32 -o dense.lora > /dev/null
 "$shamn" export lora_dense/best.h5 --base run_a/best.h5 --merge --quant f32 -o merged.shq > merge.txt
 grep -q "^merged the LoRA adapters of lora_dense/best.h5 (rank 2" merge.txt || fail "export --merge: $(cat merge.txt)"
-[ "$(gen merged.shq)" = "$(gen a_f32.shq --adapter dense.lora)" ] || fail "generate: merged and base + adapter differ"
+text_merged=$(gen merged.shq)
+text_adapter=$(gen a_f32.shq --adapter dense.lora)
+[ "$text_merged" = "$text_adapter" ] || fail "generate: merged and base + adapter differ"
 loss() { "$shamn" --threads 1 eval "$@" --data data/val.bin --seq-len 32 | python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])'; }
 python3 - "$(loss merged.shq)" "$(loss a_f32.shq --adapter dense.lora)" "$(loss a_f32.shq)" <<'PY' || fail "eval: merged against base + adapter"
 import sys
@@ -134,7 +148,8 @@ merged, adapter, base = map(float, sys.argv[1:])
 assert abs(merged - adapter) < 1e-6 and abs(adapter - base) > 1e-4, (merged, adapter, base)
 PY
 "$shamn" info merged.shq > info_merged.txt
-[ "$(grep ^source_id info.txt)" != "$(grep ^source_id info_merged.txt)" ] || fail "merged model kept the base's source_id"
+merged_id=$(grep ^source_id info_merged.txt) || fail "info prints no source_id for merged.shq"
+[ "$base_id" != "$merged_id" ] || fail "merged model kept the base's source_id"
 refused "trained on another base model" generate merged.shq --prompt x --adapter dense.lora
 # bench with two adapters: each one's bytes a token beside the base's.
 "$shamn" --threads 1 bench a_f32.shq --adapter dense.lora --adapter a.lora --streams 2 --prompt-tokens 4 \

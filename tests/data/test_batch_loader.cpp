@@ -71,7 +71,8 @@ TEST_CASE("batch i does not depend on prefetching or the thread count", "[data][
   for (int threads : {1, 2})
     for (bool prefetch : {false, true}) {
       set_num_threads(threads);
-      BatchLoader loader(file, 5000, 96, 64, 7, prefetch);
+      // 1,024 rows of 65 tokens: more than one 16,384-token task, so 2 threads split a batch.
+      BatchLoader loader(file, 5000, 1024, 64, 7, prefetch);
       runs.push_back(take(loader, 12));
     }
   for (size_t run = 1; run < runs.size(); ++run)
@@ -80,7 +81,7 @@ TEST_CASE("batch i does not depend on prefetching or the thread count", "[data][
       CHECK(same(runs[run][i], runs[0][i]));
     }
   CHECK_FALSE(same(runs[0][0].inputs, runs[0][1].inputs));
-  BatchLoader other_seed(file, 5000, 96, 64, 8);
+  BatchLoader other_seed(file, 5000, 1024, 64, 8);
   CHECK_FALSE(same(other_seed.next().inputs, runs[0][0].inputs));
 }
 

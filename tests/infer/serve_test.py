@@ -507,7 +507,9 @@ say("--adapter with --draft: serve gives generate's text; greedy, that of genera
     "loading and unloading off without --allow-adapter-loading")
 
 # ---- a full batch and queue: 429; the time limit ----
-busy = Server("--max-batch", "1", "--max-queue", "1", "--max-tokens-limit", "100000000", "--time-limit", "3")
+# No timer decides these: the first request runs until its client leaves, and the
+# time limit is checked on a server of its own, on a request that cannot end sooner.
+busy = Server("--max-batch", "1", "--max-queue", "1", "--max-tokens-limit", "100000000")
 first = socket.create_connection(("127.0.0.1", busy.port), timeout=DEADLINE)
 body = json.dumps({"prompt": "the cat", "max_tokens": 100000000, "stream": True}).encode()
 first.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
@@ -515,19 +517,24 @@ first.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + 
 busy.wait_for("shamn_running_streams", 1)
 second = {}
 waiter = threading.Thread(target=lambda: second.update(
-    r=busy.request("POST", "/v1/completions", {"prompt": "the dog", "max_tokens": 100000000})))
+    r=busy.request("POST", "/v1/completions", {"prompt": "the dog", "max_tokens": 5})))
 waiter.start()
 busy.wait_for("shamn_queue_depth", 1)
 status, payload = busy.request("POST", "/v1/completions", {"prompt": "the", "max_tokens": 5})
 if status != 429 or "busy" not in json.loads(payload)["error"]["message"]:
     fail(f"a full server answered {status} {payload}")
-first.close()
+first.close()  # cancels the first request: the queued one runs
 waiter.join()
 status, payload = second["r"]
-if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "time_limit":
-    fail(f"a request past the time limit: {status} {payload[:300]}")
+if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "length":
+    fail(f"the queued request once the batch had room: {status} {payload[:300]}")
 if busy.metric("shamn_requests_rejected_total") != 1:
     fail("the refusal was not counted")
 busy.stop()
+limited = Server("--max-tokens-limit", "100000000", "--time-limit", "1")
+status, payload = limited.request("POST", "/v1/completions", {"prompt": "the dog", "max_tokens": 100000000})
+if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "time_limit":
+    fail(f"a request past the time limit: {status} {payload[:300]}")
+limited.stop()
 say("a full server answers 429; a request past --time-limit ends with finish_reason time_limit")
 say("SIGTERM: both servers stopped with status 0")

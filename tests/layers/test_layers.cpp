@@ -1,5 +1,6 @@
 // Every layer: a finite-difference gradient check in f64 over its input and all
 // its parameters (module converted with to(f64)), and SPEC names.
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -137,6 +138,41 @@ TEST_CASE("Shamn parameter names and shapes follow SPEC section 4", "[layers][mo
   CHECK(shapes.at("layers.1.moe.experts.3.down.col_index") == Shape{2, 1});
   CHECK(shapes.at("final_norm.gain") == Shape{16});
   CHECK(shapes.count("head.weight") == 0);
+}
+
+TEST_CASE("Shamn's loss is its logits' cross-entropy plus aux_coef times the layers' mean aux",
+          "[layers][model]") {
+  ModelConfig c = tiny_config();
+  c.n_layers = 3;
+  c.moe_aux_coef = 0.5;
+  c.validate();
+  Shamn m(c);
+  m.init(7);
+  const int64_t B = 2, T = 8, V = c.vocab_size;
+  const Tensor tokens = test::random_indices({B, T}, V, 3);
+  const Tensor targets = test::random_indices({B, T}, V, 4);
+  NoGradGuard no_grad;
+  const Shamn::Loss loss = m.loss(tokens, targets);
+  std::vector<Var> aux;
+  m.hidden(tokens, &aux);
+  REQUIRE(aux.size() == 3);
+  double mean_aux = 0;
+  for (const Var& a : aux) mean_aux += a.value().item() / 3.0;
+  // The head's fused cross-entropy against one written out from the logits, in double.
+  const Tensor logits = m.logits(tokens).value();
+  const float* z = logits.data<float>();
+  double ce = 0;
+  for (int64_t r = 0; r < B * T; ++r) {
+    double top = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < V; ++v) top = std::max(top, static_cast<double>(z[r * V + v]));
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[r * V + v]) - top);
+    ce += top + std::log(sum) - z[r * V + targets.data<int32_t>()[r]];
+  }
+  ce /= static_cast<double>(B * T);
+  CHECK(loss.ce.value().item() == Approx(ce).epsilon(1e-5));
+  CHECK(loss.aux.value().item() == Approx(mean_aux).epsilon(1e-6));
+  CHECK(loss.loss.value().item() == Approx(ce + 0.5 * mean_aux).epsilon(1e-5));
+  CHECK(mean_aux > 0.1);  // so that a sum over layers in place of the mean shows
 }
 
 TEST_CASE("Shamn loss at init is close to ln(V) and deterministic per seed", "[layers][model]") {

@@ -12,6 +12,7 @@
 # Usage: cli_sweep.sh SHAMN_BINARY SWEEP_FILE WORKDIR
 set -euo pipefail
 shamn=$1 sweep=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 "$shamn" synthetic --out runs/sweep_tiny_data --vocab 64 --successors 4 --tokens 200000 > /dev/null
 
@@ -108,19 +109,43 @@ status=0
 "$shamn" sweep "$sweep" --set train.max_steps=31 > /dev/null 2> changed.err || status=$?
 [ "$status" -eq 1 ] && grep -q "holds a different config" changed.err || { cat changed.err; fail "changed config"; }
 
-# SIGINT once the first point has a checkpoint; the rerun resumes it.
-"$shamn" sweep "$sweep" --out-dir runs/stopped --jobs 1 > stopped.txt 2> stopped.err &
+# SIGINT while the first point trains; the rerun resumes it. No timing decides
+# where the signal lands: the trainer stops itself (SIGSTOP, a named fault point)
+# right after its first checkpoint is in place, the sweep forwards SIGINT to it
+# while it is stopped, and only once that signal is pending does it continue.
+SHAMN_FAULT=checkpoint.dirsync:1:stall "$shamn" sweep "$sweep" --out-dir runs/stopped --jobs 1 \
+  > stopped.txt 2> stopped.err &
 pid=$!
+child=
+# Should a check below fail, the sweep and its stopped trainer must not outlive the test.
+trap 'kill -KILL $pid $child 2> /dev/null || true' EXIT
 point=runs/stopped/sparse.sparsity=0.0,seed=1
-for _ in $(seq 1 600); do
-  [ -e "$point/run/ckpt_00000025.h5" ] && break
+child_state() { [ -n "$child" ] && cut -d' ' -f3 "/proc/$child/stat" 2> /dev/null; }
+child_of() {  # the process whose parent is $1 (from /proc/PID/stat: pid (comm) state ppid ...)
+  local stat p comm state ppid rest
+  for stat in /proc/[0-9]*/stat; do
+    read -r p comm state ppid rest < "$stat" 2> /dev/null || continue
+    [ "$ppid" = "$1" ] && echo "$p" && return
+  done
+  return 0  # none (yet)
+}
+for _ in $(seq 1 2400); do  # up to 2 minutes for the first 25 steps
+  child=$(child_of $pid)
+  [ "$(child_state)" = T ] && break
+  kill -0 $pid 2> /dev/null || break
   sleep 0.05
 done
+[ "$(child_state)" = T ] || { cat stopped.txt stopped.err; fail "the trainer did not stop at its first checkpoint"; }
+[ -e "$point/run/ckpt_00000025.h5" ] || fail "the trainer stopped before its step-25 checkpoint"
 # A second sweep into the same directory while the first runs is refused.
 status=0
 "$shamn" sweep "$sweep" --out-dir runs/stopped > /dev/null 2> locked.err || status=$?
 [ "$status" -eq 1 ] && grep -q "another shamn sweep is running" locked.err || { cat locked.err; fail "no lock"; }
 kill -INT $pid
+sigint_pending() { [ $((0x$(sed -n 's/^ShdPnd:\t//p' "/proc/$child/status") & 2)) != 0 ]; }
+for _ in $(seq 1 600); do sigint_pending && break; sleep 0.05; done
+sigint_pending || fail "the sweep did not forward SIGINT to its trainer"
+kill -CONT "$child"
 status=0
 wait $pid || status=$?
 [ "$status" -eq 1 ] || { cat stopped.txt stopped.err; fail "a stopped sweep exits 1, got $status"; }
@@ -128,9 +153,9 @@ grep -q "run the same command again" stopped.err || { cat stopped.err; fail "sto
 [ ! -e "$point/result.json" ] || fail "the stopped point was marked finished"
 "$shamn" sweep "$sweep" --out-dir runs/stopped --jobs 1 > resumed.txt || { cat resumed.txt; fail "resume"; }
 grep -q "resuming sparse.sparsity=0.0,seed=1" resumed.txt || { cat resumed.txt; fail "no resume"; }
-# Resumed training is exact: the same losses as the sweep that never stopped.
-cut -d, -f1-6 $out/results.csv > a.csv
-cut -d, -f1-6 runs/stopped/results.csv > b.csv
+# Resumed training is exact: every untimed column as in the sweep that never stopped.
+/usr/bin/python3 "$here/untimed_results.py" $out/results.csv > a.csv
+/usr/bin/python3 "$here/untimed_results.py" runs/stopped/results.csv > b.csv
 cmp a.csv b.csv || { diff a.csv b.csv; fail "resumed results differ"; }
 
 # A point that fails (tokens past a too-small vocabulary) is reported with the

@@ -6,11 +6,16 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <map>
 
+#include "autograd/ops.h"
 #include "core/check.h"
 #include "core/hdf5_file.h"
 #include "core/product_precision.h"
+#include "data/batch_loader.h"
+#include "data/token_file.h"
 #include "helpers.h"
+#include "layers/shamn_model.h"
 #include "train/run_dir_lock.h"
 #include "train/stop_signal.h"
 #include "train/train_checkpoint.h"
@@ -51,6 +56,50 @@ TEST_CASE("20 steps equal 10 steps, a stop, and a resume for 10 more", "[train][
         metrics_without_timing(fx.path("split/metrics.jsonl")));
   CHECK(whole.last_val_loss == second.last_val_loss);
   CHECK(whole.best_val_loss == second.best_val_loss);
+}
+
+TEST_CASE("a step's gradient is the mean of its micro-batches' loss gradients", "[train][trainer]") {
+  TrainFixture fx("accum");
+  const RunConfig c = fx.config("accum", {"train.max_steps=1", "train.grad_accum=3", "train.eval_every=0",
+                                          "train.checkpoint_every=0", "optim.warmup_steps=0"});
+  std::map<std::string, Tensor> trained;
+  TrainOptions grads = quiet();
+  grads.after_backward = [&](int64_t step, Module& model) {
+    if (step != 1) return;
+    for (const NamedVar& p : model.named_parameters())
+      if (p.var.grad().defined()) trained.emplace(p.name, p.var.grad().clone());
+  };
+  train(c, grads);
+  // The same model and the loader's first three batches, by hand.
+  Shamn model(c.model);
+  model.init(static_cast<uint64_t>(c.train.seed), c.weight_init());
+  BatchLoader loader(std::make_shared<const TokenFile>(c.data.train_path), c.model.vocab_size,
+                     c.train.batch_size, c.train.seq_len, static_cast<uint64_t>(c.train.seed), false);
+  Var total;
+  for (int i = 0; i < 3; ++i) {
+    const Batch b = loader.next();
+    const Var loss = model.loss(b.inputs, b.targets).loss;
+    total = i == 0 ? loss : add(total, loss);
+  }
+  scale(total, 1.0 / 3.0).backward();
+  int64_t compared = 0;
+  for (const NamedVar& p : model.named_parameters()) {
+    if (!p.var.grad().defined()) continue;
+    INFO(p.name);
+    REQUIRE(trained.count(p.name) == 1);
+    const Tensor want = p.var.grad(), got = trained.at(p.name);
+    double scale_of = 0, worst = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      scale_of = std::max(scale_of, std::abs(want.item(i)));
+      worst = std::max(worst, std::abs(got.item(i) - want.item(i)));
+    }
+    // The trainer sums the micro-batches in a tree, by hand they are summed in turn:
+    // rounding apart, no more. A missing or doubled 1/grad_accum is 3x or 1/3 off.
+    CHECK(worst <= 1e-4 * scale_of + 1e-9);
+    ++compared;
+  }
+  CHECK(compared == static_cast<int64_t>(trained.size()));
+  CHECK(compared > 10);
 }
 
 TEST_CASE("training is identical with 1 and 2 threads and without prefetch", "[train][trainer]") {
