@@ -357,6 +357,13 @@ void run_bench(const BenchArgs& a) {
   apply_kernel_flag(a.kernel);
   SHAMN_INPUT_CHECK(a.prompt_tokens >= 1 && a.decode_tokens >= 1 && a.repeats >= 1 && a.streams >= 1,
                     "--prompt-tokens, --decode-tokens, --repeats and --streams must be >= 1");
+  // Each bound keeps the products below (the tokens drawn up front) far from overflow.
+  constexpr int64_t kMaxEach = int64_t{1} << 24, kMaxTokens = int64_t{1} << 30;
+  SHAMN_INPUT_CHECK(a.prompt_tokens <= kMaxEach && a.decode_tokens <= kMaxEach && a.streams <= kMaxEach,
+                    "--prompt-tokens, --decode-tokens and --streams must be <= ", kMaxEach);
+  SHAMN_INPUT_CHECK(a.streams * std::max(a.prompt_tokens, a.decode_tokens) <= kMaxTokens, "--streams ",
+                    a.streams, " x --prompt-tokens ", a.prompt_tokens, " or --decode-tokens ",
+                    a.decode_tokens, " is more than ", kMaxTokens, " tokens");
   SHAMN_INPUT_CHECK(a.warmup >= 0, "--warmup must be >= 0");
   a.sampling.validate();
   const ModelSource model = open_model_source(a.model);

@@ -86,8 +86,10 @@ void run_loss(const LossArgs& a) {
 
   const TokenFile tokens(a.data);
   const int64_t B = a.batch, T = a.seq;
-  SHAMN_INPUT_CHECK(B * T + 1 <= tokens.size(), "token file '", a.data, "' has ", tokens.size(),
-                    " tokens; --batch ", B, " --seq ", T, " needs ", B * T + 1);
+  int64_t window_tokens = 0;
+  const bool fits = !__builtin_mul_overflow(B, T, &window_tokens) && window_tokens < tokens.size();
+  SHAMN_INPUT_CHECK(fits, "token file '", a.data, "' has ", tokens.size(), " tokens; --batch ", B, " --seq ",
+                    T, " needs ", B, " x ", T, " + 1");
   Tensor inputs = Tensor::empty({B, T}, DType::i32);
   Tensor targets = Tensor::empty({B, T}, DType::i32);
   // Window i: inputs tokens[i*T, i*T+T), targets shifted by one.

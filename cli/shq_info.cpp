@@ -40,7 +40,7 @@ void print_shq_info(const std::string& path) {
   const ShqFile file = ShqFile::open(path, ".shq file");
   const ShqHeader& h = file.header();
   const std::string config = file.config_toml();
-  const bool adapter = is_lora_config(config);
+  const bool adapter = is_lora_config(config, path + " (embedded config)");
   std::printf("file            %s\n", path.c_str());
   std::printf("kind            %s\n", adapter ? "LoRA adapter file (.shq; runs beside its base model file)"
                                               : "model file (.shq; the inference runtime)");

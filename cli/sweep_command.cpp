@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "sweep/sweep_runner.h"
+#include "sweep/sweep_spec.h"
 
 namespace shamn::cli {
 
@@ -15,7 +16,7 @@ void register_sweep_command(CLI::App& app) {
       "train every point of a sweep file (configs/README.md), then write results.csv, summary.md and plots");
   sc->add_option("sweep_file", *file, "sweep TOML file")->required()->check(CLI::ExistingFile);
   sc->add_option("--jobs", a->jobs, "points run at once (default: sweep.jobs, else 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, kMaxSweepJobs));
   sc->add_option("--threads-per-job", a->threads_per_job, "threads per point (default: cores / jobs)")
       ->check(CLI::PositiveNumber);
   sc->add_option("--out-dir", a->out_dir, "sweep directory (default: sweep.out_dir)");

@@ -5,12 +5,16 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/check.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
 
 namespace shamn::cli {
 
 namespace {
+// 1 GiB of uint32 next tokens.
+constexpr int64_t kMaxTransitions = int64_t{1} << 28;
+
 struct SyntheticArgs {
   std::string out;
   int64_t vocab = 64, successors = 4, tokens = 1000000;
@@ -18,14 +22,18 @@ struct SyntheticArgs {
 };
 
 void run_synthetic(const SyntheticArgs& a) {
-  std::filesystem::create_directories(a.out);
+  SHAMN_INPUT_CHECK(a.successors <= a.vocab, "--successors (", a.successors, ") must be <= --vocab (",
+                    a.vocab, "): a token's next tokens are distinct");
+  SHAMN_INPUT_CHECK(a.vocab * a.successors <= kMaxTransitions, "--vocab x --successors (", a.vocab, " x ",
+                    a.successors, ") must be <= ", kMaxTransitions, ": the chain's table is held in memory");
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  SHAMN_INPUT_CHECK(!ec, "cannot create the output directory '", a.out, "': ", ec.message());
   const MarkovCorpus corpus = markov_corpus(a.vocab, a.successors, a.tokens, a.seed);
   // The last 10% is the val file: the same chain, a stretch the model never trains on.
   const auto split = corpus.tokens.begin() + static_cast<std::ptrdiff_t>(a.tokens * 9 / 10);
-  write_token_file((std::filesystem::path(a.out) / "train.bin").string(),
-                   std::vector<uint32_t>(corpus.tokens.begin(), split));
-  write_token_file((std::filesystem::path(a.out) / "val.bin").string(),
-                   std::vector<uint32_t>(split, corpus.tokens.end()));
+  write_train_val_files(a.out, std::vector<uint32_t>(corpus.tokens.begin(), split),
+                        std::vector<uint32_t>(split, corpus.tokens.end()));
   std::printf(
       "wrote %s/train.bin and val.bin: %lld tokens, vocab %lld; the best possible loss "
       "(entropy rate) is %.4f nats/token\n",

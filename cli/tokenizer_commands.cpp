@@ -1,13 +1,14 @@
 // `shamn tokenizer train|encode|decode` and `shamn prepare`: the byte-level BPE
 // tokenizer (data/tokenizer.h) and the train/val token files (data/prepare.h).
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
+#include <cstring>
 #include <memory>
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/read_file.h"
 #include "core/timing.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -42,11 +43,16 @@ std::string read_input(const std::string& path) {
     SHAMN_INPUT_CHECK(!std::ferror(stdin), "reading stdin failed");
     return data;
   }
-  std::ifstream in(path, std::ios::binary);
-  SHAMN_INPUT_CHECK(in.good(), "cannot open '", path, "'");
-  data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  SHAMN_INPUT_CHECK(!in.bad(), "reading '", path, "' failed");
-  return data;
+  return read_whole_file(path, "input", PipePolicy::allow);
+}
+
+// Output that did not all reach stdout (a full disk, /dev/full, a closed pipe) is an
+// error: a truncated ids.txt must not exit 0.
+void write_stdout(const std::string& bytes) {
+  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  const bool flushed = std::fflush(stdout) == 0;
+  SHAMN_INPUT_CHECK(written == bytes.size() && flushed && !std::ferror(stdout),
+                    "writing to standard output failed: ", std::strerror(errno));
 }
 
 bool is_separator(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -57,6 +63,7 @@ double ratio(int64_t bytes, int64_t tokens) {
 
 void run_train(const TrainArgs& a) {
   const std::string text = read_input(a.input);
+  SHAMN_INPUT_CHECK(!text.empty(), "'", a.input, "' is empty: no text to learn merges from");
   Stopwatch clock;
   const Tokenizer tok = Tokenizer::train(text, a.vocab);
   const double train_s = clock.seconds();
@@ -81,7 +88,7 @@ void run_encode(const CodecArgs& a) {
     out += std::to_string(ids[i]);
   }
   out += '\n';
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  write_stdout(out);
 }
 
 void run_decode(const CodecArgs& a) {
@@ -111,7 +118,7 @@ void run_decode(const CodecArgs& a) {
     ids.push_back(static_cast<uint32_t>(id));
   }
   const std::string bytes = tok.decode(ids);
-  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  write_stdout(bytes);
 }
 
 void run_prepare(const PrepareArgs& a) {

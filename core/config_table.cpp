@@ -44,7 +44,10 @@ std::string type_name(const toml::node& n) {
 
 // A value set by `--set key=value` is located by its override, not a file line.
 std::string ConfigTable::location(const std::string& key, const void* node) const {
-  if (impl_->overridden.count(key)) return "--set " + key;
+  // The override of this key, of a table it lies in (--set 'model.memory={size=8}'),
+  // or of a key inside it (--set foo.bar=1 made the table foo).
+  for (const std::string& o : impl_->overridden)
+    if (o == key || key.starts_with(o + ".") || o.starts_with(key + ".")) return "--set " + o;
   std::ostringstream out;
   out << impl_->origin << ":" << static_cast<const toml::node*>(node)->source().begin.line;
   return out.str();
@@ -215,6 +218,12 @@ void ConfigTable::reject_unknown(const std::string& table, const std::set<std::s
   for (const auto& [k, child] : *n->as_table()) {
     const std::string key = table.empty() ? std::string(k.str()) : table + "." + std::string(k.str());
     SHAMN_INPUT_CHECK(known.count(key), location(key, &child), ": unknown key '", key, "'");
+    // A known table given a value (`moe = 4` for [model.moe]) would leave every key
+    // under it silently at its default.
+    const auto next = known.lower_bound(key + ".");
+    const bool known_table = next != known.end() && next->starts_with(key + ".");
+    SHAMN_INPUT_CHECK(!known_table || child.is_table(), location(key, &child), ": key '", key,
+                      "' must be a table ([", key, "]), got ", type_name(child));
     if (child.is_table()) reject_unknown(key, known);
   }
 }
@@ -233,6 +242,8 @@ void ConfigTable::set_from_text(const std::string& assignment) {
     throw InputError("--set " + assignment + ": the value is not valid TOML (" +
                      std::string(e.description()) + "); quote strings: key=\"text\"");
   }
+  SHAMN_INPUT_CHECK(parsed.size() == 1, "--set ", key, ": the value '", value,
+                    "' is more than one TOML value (a line break inside it?)");
   // Walk/create the parent tables, then replace the leaf.
   toml::table* table = &impl_->root;
   size_t start = 0;

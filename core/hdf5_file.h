@@ -13,6 +13,10 @@
 
 namespace shamn {
 
+// The layout version of shamn's checkpoints (SPEC section 4), in their root attribute
+// `format_version`: written by train/model_checkpoint, checked by every reader.
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
 class Hdf5Writer {
  public:
   // `kind` names the fault-injection sites (core/fault.h), "<kind>.tensor" among them.

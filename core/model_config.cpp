@@ -30,6 +30,13 @@ int64_t product_or_max(int64_t a, int64_t b) {
 void check_sparsity(double s, const std::string& key) {
   SHAMN_CONFIG_CHECK(s >= 0.0 && s < 1.0, key, key, " must lie in [0, 1), got ", s);
 }
+
+// Far above any model SHAMN is meant for, far below where the sizes formed from
+// these keys overflow: a typo of a few digits is named here, not as an internal
+// tensor-size check or an allocation of petabytes.
+void check_at_most(int64_t v, int64_t max, const char* key) {
+  SHAMN_CONFIG_CHECK(v <= max, key, key, " must be <= ", max, ", got ", v);
+}
 }  // namespace
 
 void EmbedOptions::validate() const {
@@ -37,6 +44,8 @@ void EmbedOptions::validate() const {
   check_sparsity(sparsity, "model.embed.sparsity");
   SHAMN_CONFIG_CHECK(buckets >= 1, "model.embed.buckets", "model.embed.buckets must be >= 1, got ", buckets);
   SHAMN_CONFIG_CHECK(hashes >= 1, "model.embed.hashes", "model.embed.hashes must be >= 1, got ", hashes);
+  check_at_most(buckets, int64_t{1} << 26, "model.embed.buckets");
+  check_at_most(hashes, 64, "model.embed.hashes");
 }
 
 int64_t BlockSparseOptions::active_blocks() const {
@@ -54,6 +63,7 @@ void BlockSparseOptions::validate() const {
 
 void MixerOptions::validate() const {
   SHAMN_CONFIG_CHECK(kernel >= 1, "model.mixer.kernel", "model.mixer.kernel must be >= 1, got ", kernel);
+  check_at_most(kernel, 4096, "model.mixer.kernel");
   out.validate();
 }
 
@@ -75,6 +85,8 @@ void MemoryOptions::validate() const {
                      "] (sqrt of model.memory.size), got ", topk);
   SHAMN_CONFIG_CHECK(key_dim >= 2 && key_dim % 2 == 0, "model.memory.key_dim",
                      "model.memory.key_dim must be even and >= 2, got ", key_dim);
+  check_at_most(size, int64_t{1} << 26, "model.memory.size");
+  check_at_most(key_dim, int64_t{1} << 14, "model.memory.key_dim");
 }
 
 void MoeOptions::validate() const {
@@ -93,7 +105,9 @@ void MoeOptions::validate() const {
                      "model.moe.groups * model.moe.experts_per_group must be at most ", kMaxExperts, ", got ",
                      groups, " * ", experts_per_group);
   SHAMN_CONFIG_CHECK(hidden >= 1, "model.moe.hidden", "model.moe.hidden must be >= 1, got ", hidden);
-  SHAMN_CONFIG_CHECK(aux_coef >= 0, "model.moe.aux_coef", "model.moe.aux_coef must be >= 0, got ", aux_coef);
+  check_at_most(hidden, int64_t{1} << 18, "model.moe.hidden");
+  SHAMN_CONFIG_CHECK(aux_coef >= 0 && std::isfinite(aux_coef), "model.moe.aux_coef",
+                     "model.moe.aux_coef must be >= 0 and finite, got ", aux_coef);
   up.validate();
   down.validate();
 }
@@ -157,8 +171,12 @@ bool ModelConfig::has_memory(int64_t layer) const {
 
 void ModelConfig::validate() const {
   SHAMN_CONFIG_CHECK(vocab_size >= 2, "model.vocab_size", "model.vocab_size must be >= 2, got ", vocab_size);
+  SHAMN_CONFIG_CHECK(vocab_size <= kMaxVocabSize, "model.vocab_size",
+                     "model.vocab_size must be <= ", kMaxVocabSize, " (2^24), got ", vocab_size);
   SHAMN_CONFIG_CHECK(dim >= 1, "model.dim", "model.dim must be >= 1, got ", dim);
+  check_at_most(dim, int64_t{1} << 16, "model.dim");
   SHAMN_CONFIG_CHECK(n_layers >= 1, "model.n_layers", "model.n_layers must be >= 1, got ", n_layers);
+  check_at_most(n_layers, 1024, "model.n_layers");
   check_sparsity(sparsity, "model.sparse.sparsity");
   embed().validate();
   mixer().validate();

@@ -51,6 +51,9 @@ struct MemoryOptions {
 
 // The most experts a MoE layer may have (model.moe.groups * experts_per_group).
 inline constexpr int64_t kMaxExperts = 65536;
+// The largest vocabulary, a model's or a tokenizer's (data/tokenizer.h): token ids
+// are int32 everywhere, and a head over more is gigabytes of logits a batch.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 
 struct MoeOptions {
   int64_t dim = 0;

@@ -36,6 +36,7 @@ Batch assemble(const TokenFile& file, int64_t vocab, int64_t B, int64_t T, const
   int32_t* inputs = out.inputs.data<int32_t>();
   int32_t* targets = out.targets.data<int32_t>();
   std::vector<int64_t> first_bad(static_cast<size_t>(B), -1);
+  file.check_unchanged();
   parallel_for(0, B, std::max<int64_t>(1, kTokensPerTask / (T + 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       int32_t* x = inputs + r * T;

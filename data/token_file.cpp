@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "core/atomic_file.h"
@@ -53,16 +54,19 @@ TokenFormat token_format_from_string(const std::string& name) {
 
 TokenFile::Mapping::~Mapping() {
   if (data) ::munmap(const_cast<uint8_t*>(data), bytes);
+  if (fd >= 0) ::close(fd);
 }
 
 TokenFile::TokenFile(const std::string& path, TokenFormat format) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SHAMN_INPUT_CHECK(fd >= 0, "cannot open token file '", path, "': ", std::strerror(errno));
+  // O_NONBLOCK: opening a FIFO nobody writes to would otherwise wait forever,
+  // before the regular-file check below could refuse it.
+  map_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  SHAMN_INPUT_CHECK(map_.fd >= 0, "cannot open token file '", path, "': ", std::strerror(errno));
   struct stat st {};
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const bool regular = ::fstat(map_.fd, &st) == 0 && S_ISREG(st.st_mode);
   file_bytes_ = regular ? static_cast<int64_t>(st.st_size) : 0;
   if (file_bytes_ > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(file_bytes_), PROT_READ, MAP_SHARED, fd, 0);
+    void* p = ::mmap(nullptr, static_cast<size_t>(file_bytes_), PROT_READ, MAP_SHARED, map_.fd, 0);
     if (p != MAP_FAILED) {
       map_.data = static_cast<const uint8_t*>(p);
       map_.bytes = static_cast<size_t>(file_bytes_);
@@ -70,7 +74,6 @@ TokenFile::TokenFile(const std::string& path, TokenFormat format) : path_(path) 
       ::madvise(p, map_.bytes, MADV_RANDOM);
     }
   }
-  ::close(fd);
   SHAMN_INPUT_CHECK(regular, "token file '", path, "' is not a regular file");
   SHAMN_INPUT_CHECK(file_bytes_ > 0, "token file '", path, "' is empty (0 bytes)");
   SHAMN_INPUT_CHECK(map_.data != nullptr, "cannot mmap token file '", path, "'");
@@ -142,6 +145,16 @@ uint32_t TokenFile::token(int64_t i) const {
   return token_bytes_ == 2 ? load<uint16_t>(p) : load<uint32_t>(p);
 }
 
+void TokenFile::check_unchanged() const {
+  struct stat st {};
+  SHAMN_INPUT_CHECK(::fstat(map_.fd, &st) == 0, "cannot stat token file '", path_,
+                    "': ", std::strerror(errno));
+  SHAMN_INPUT_CHECK(static_cast<int64_t>(st.st_size) >= file_bytes_, "token file '", path_,
+                    "' was cut short while in use: it was ", file_bytes_, " bytes and is now ", st.st_size,
+                    " (rewritten in place? write a new file and rename it over the old one, "
+                    "as shamn prepare does, or stop the run first)");
+}
+
 void TokenFile::check_range(int64_t begin, int64_t n) const {
   SHAMN_INPUT_CHECK(begin >= 0 && n >= 0 && begin + n <= count_, "token file '", path_, "' has ", count_,
                     " tokens (", file_bytes_, " bytes); cannot read tokens [", begin, ", ", begin + n,
@@ -167,6 +180,7 @@ void TokenFile::throw_bad_token(int64_t index, int64_t vocab) const {
 
 Tensor TokenFile::window(int64_t begin, int64_t n, int64_t vocab) const {
   check_range(begin, n);
+  check_unchanged();
   Tensor out = Tensor::empty({n}, DType::i32);
   const int64_t bad = copy_checked(begin, n, vocab, out.data<int32_t>());
   if (bad >= 0) throw_bad_token(bad, vocab);
@@ -174,6 +188,7 @@ Tensor TokenFile::window(int64_t begin, int64_t n, int64_t vocab) const {
 }
 
 void TokenFile::check_vocab(int64_t vocab) const {
+  check_unchanged();
   if (token_bytes_ == 2 && vocab > 0xFFFF) return;  // every uint16 fits
   constexpr int64_t kChunk = int64_t{1} << 16;
   std::vector<int32_t> scratch(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(count_, 1))));
@@ -183,7 +198,8 @@ void TokenFile::check_vocab(int64_t vocab) const {
   }
 }
 
-void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens) {
+TokenFileWriter::TokenFileWriter(const std::string& path, const std::vector<uint32_t>& tokens)
+    : file_(path, "tokens") {
   SHAMN_INPUT_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
                     "cannot write '", path, "': ", tokens.size(),
                     " tokens do not fit llm.c's int32 token count");
@@ -192,10 +208,9 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   header[0] = wide ? kTokenMagicU32 : kTokenMagicU16;
   header[1] = wide ? 7 : 1;
   header[2] = static_cast<int32_t>(tokens.size());
-  AtomicFile file(path, "tokens");
-  file.write(header, sizeof(header));
+  file_.write(header, sizeof(header));
   if (wide) {
-    file.write(tokens.data(), tokens.size() * sizeof(uint32_t));
+    file_.write(tokens.data(), tokens.size() * sizeof(uint32_t));
   } else {
     std::vector<uint16_t> chunk;
     constexpr size_t kChunk = size_t{1} << 16;
@@ -203,10 +218,30 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
       const size_t n = std::min(kChunk, tokens.size() - i);
       chunk.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i),
                    tokens.begin() + static_cast<std::ptrdiff_t>(i + n));
-      file.write(chunk.data(), n * sizeof(uint16_t));
+      file_.write(chunk.data(), n * sizeof(uint16_t));
     }
   }
-  file.commit();
+}
+
+void TokenFileWriter::commit() { file_.commit(); }
+
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens) {
+  TokenFileWriter(path, tokens).commit();
+}
+
+void write_train_val_files(const std::string& dir, const std::vector<uint32_t>& train,
+                           const std::vector<uint32_t>& val) {
+  const std::filesystem::path root(dir);
+  const std::string val_path = (root / "val.bin").string();
+  TokenFileWriter train_file((root / "train.bin").string(), train);
+  TokenFileWriter val_file(val_path, val);
+  // Both are whole on disk now (a full disk has failed above, with the old pair intact).
+  // An old val.bin goes first: should a rename fail between the two, what is left is a
+  // missing val.bin, never a new train.bin beside a val.bin of another tokenizer.
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(val_path, ec)) std::filesystem::remove(val_path, ec);
+  train_file.commit();
+  val_file.commit();
 }
 
 }  // namespace shamn

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/tensor.h"
 
 namespace shamn {
@@ -44,6 +45,11 @@ class TokenFile {
   // the first bad token in a fixed order (throw_bad_token), whatever the thread count.
   int64_t copy_checked(int64_t begin, int64_t n, int64_t vocab, int32_t* out) const;
   [[noreturn]] void throw_bad_token(int64_t index, int64_t vocab) const;
+  // Throws InputError if the file is now shorter than when it was mapped. Reading a
+  // page past a file's new end is a SIGBUS, so readers call this before each batch:
+  // a file truncated in place (cp over it, an editor's save) gets an error naming it
+  // rather than a crash, unless it is cut in the moment between this check and the copy.
+  void check_unchanged() const;
   // Throws InputError unless [begin, begin + n) lies inside the file.
   void check_range(int64_t begin, int64_t n) const;
 
@@ -54,10 +60,12 @@ class TokenFile {
   void check_vocab(int64_t vocab) const;
 
  private:
-  // Unmaps in its destructor, so a constructor that throws after mmap leaks nothing.
+  // Unmaps and closes in its destructor, so a constructor that throws after open or
+  // mmap leaks nothing. The descriptor stays open for check_unchanged's fstat.
   struct Mapping {
     const uint8_t* data = nullptr;
     size_t bytes = 0;
+    int fd = -1;
     Mapping() = default;
     Mapping(const Mapping&) = delete;
     Mapping& operator=(const Mapping&) = delete;
@@ -74,8 +82,24 @@ class TokenFile {
   int token_bytes_ = 2;
 };
 
-// Writes tokens in llm.c's format (uint16 when every token fits, else uint32),
-// atomically: a failed write leaves nothing at `path` (see core/atomic_file.h).
+// A token file in llm.c's format (uint16 when every token fits, else uint32), written
+// whole to a temporary name; commit() moves it into place (see core/atomic_file.h).
+// Without commit(), nothing is left at `path` or beside it.
+class TokenFileWriter {
+ public:
+  TokenFileWriter(const std::string& path, const std::vector<uint32_t>& tokens);
+  void commit();
+
+ private:
+  AtomicFile file_;
+};
+
+// One token file, atomically.
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens);
+
+// DIR/train.bin and DIR/val.bin as a pair: both are written in full before either
+// replaces an old one, so a failed write leaves the old pair as it was.
+void write_train_val_files(const std::string& dir, const std::vector<uint32_t>& train,
+                           const std::vector<uint32_t>& val);
 
 }  // namespace shamn

@@ -25,11 +25,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/model_config.h"
 #include "data/bpe_trainer.h"
 
 namespace shamn {
-
-inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 
 class Tokenizer {
  public:

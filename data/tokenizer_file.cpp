@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/read_file.h"
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
 
@@ -74,17 +73,11 @@ class LineReader {
   int64_t number_ = 0;
 };
 
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SHAMN_INPUT_CHECK(in.good(), "cannot open tokenizer file '", path, "'");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  SHAMN_INPUT_CHECK(!in.bad(), "reading tokenizer file '", path, "' failed");
-  return text;
-}
-
 }  // namespace
 
-Tokenizer Tokenizer::load(const std::string& path) { return parse(read_whole_file(path), path); }
+Tokenizer Tokenizer::load(const std::string& path) {
+  return parse(read_whole_file(path, "tokenizer file"), path);
+}
 
 Tokenizer Tokenizer::parse(const std::string& text, const std::string& path) {
   LineReader lines(path, text);

@@ -67,6 +67,22 @@ std::vector<uint8_t> raw_bytes(const Tensor& t) {
   return std::vector<uint8_t>(p, p + t.nbytes());
 }
 
+// The shapes the transforms below assume, and finite values: a NaN has no int8 or int4
+// code (each kernel level would round it its own way), and an infinite weight makes
+// its block's scale infinite. The exported model is checked against its config after.
+void check_exportable(const Tensor& t, const std::string& name, const std::string& checkpoint) {
+  SHAMN_INPUT_CHECK(t.numel() > 0, "'", checkpoint, "': tensor '", name, "' has shape ", shape_str(t.shape()),
+                    ", no elements");
+  SHAMN_INPUT_CHECK(!(t.dim() == 4 && ends_with(name, ".values")) || t.size(3) == t.size(2), "'", checkpoint,
+                    "': block-sparse tensor '", name, "' has shape ", shape_str(t.shape()),
+                    "; its blocks must be square ([blocks, per row, block, block])");
+  if (t.dtype() != DType::f32) return;
+  const float* v = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    SHAMN_INPUT_CHECK(std::isfinite(v[i]), "'", checkpoint, "': tensor '", name, "' holds ", v[i],
+                      " at element ", i, " (flat index): a model with non-finite weights cannot be exported");
+}
+
 // values [nob, a, b, b] -> [nob, b, a, b]: output row r*b+i gets its a blocks side by side.
 Tensor block_rows_major(const Tensor& v) {
   const int64_t nob = v.size(0), a = v.size(1), b = v.size(2);
@@ -189,6 +205,9 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
   const Hdf5Reader reader(checkpoint);
   SHAMN_INPUT_CHECK(reader.has_attribute("format_version") && reader.has_attribute("config"), "'", checkpoint,
                     "' is not a shamn checkpoint (no format_version or config attribute)");
+  const int64_t version = reader.int_attribute("format_version");
+  SHAMN_INPUT_CHECK(version == kCheckpointFormatVersion, "'", checkpoint, "' has checkpoint format_version ",
+                    version, "; this shamn reads version ", kCheckpointFormatVersion);
   const ModelConfig config =
       ModelConfig::from_toml(reader.string_attribute("config"), checkpoint + " (attribute config)");
   const int64_t step = reader.has_attribute("step") ? reader.int_attribute("step") : 0;
@@ -233,6 +252,7 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
     SHAMN_INPUT_CHECK(t.dtype() == (dtype == ShqDType::i32 ? DType::i32 : DType::f32), "'", checkpoint,
                       "': tensor '", name, "' is ", t.str(), ", expected ",
                       dtype == ShqDType::i32 ? "int32" : "float32");
+    check_exportable(t, name, checkpoint);
     if (t.dim() == 4 && ends_with(name, ".values")) t = block_rows_major(t);
     writer.add(name, dtype, t.shape(), shq_tensor_data(t, dtype));
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "core/buffer.h"
 #include "core/check.h"
@@ -45,7 +46,9 @@ constexpr int64_t kThreadChunk = 128;
 
 // A single long stream (prefill, evaluation) on several threads runs as that
 // many slices of at least this many rows, each through whole layers, instead
-// of splitting every small op across the threads (layers_sliced).
+// of splitting every small op across the threads (layers_sliced). A slice is
+// never shorter than the mixer's K - 1 rows of history either, which every
+// slice but the first takes from the rows before it.
 constexpr int64_t kMinSliceRows = 32;
 // Several streams run as one group of streams a thread, each through whole
 // layers, from this many rows a group (streams_grouped). Below it, splitting
@@ -425,8 +428,8 @@ void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
 }
 
 InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_unique<Impl>()) {
-  SHAMN_INPUT_CHECK(!is_lora_config(file_.config_toml()), "'", file_.path(),
-                    "' is a LoRA adapter, not a model: load it beside its base with --adapter");
+  SHAMN_INPUT_CHECK(!is_lora_config(file_.config_toml(), file_.path() + " (embedded config)"), "'",
+                    file_.path(), "' is a LoRA adapter, not a model: load it beside its base with --adapter");
   config_ = ModelConfig::from_toml(file_.config_toml(), file_.path() + " (embedded config)");
   const ModelConfig& c = config_;
   Impl& m = *impl_;
@@ -472,6 +475,15 @@ InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_u
     for (int64_t e = 0; e < mo.experts(); ++e) {
       const std::string q = p + "moe.experts." + std::to_string(e) + ".";
       L.experts.push_back({bind.block_sparse(q + "up", mo.up), bind.block_sparse(q + "down", mo.down)});
+      // The experts' products share one quantised input (moe): one type for all of them.
+      const Expert& first = L.experts.front();
+      const Expert& last = L.experts.back();
+      for (const auto& [a, b, part] :
+           {std::tuple{&first.up, &last.up, "up"}, {&first.down, &last.down, "down"}})
+        SHAMN_INPUT_CHECK(a->values.type == b->values.type && a->values.tiled == b->values.tiled,
+                          "model file '", file_.path(), "': tensor '", q, part,
+                          ".values' is stored as another type than '", p, "moe.experts.0.", part,
+                          ".values'; every expert's must be the same");
     }
     m.layers.push_back(std::move(L));
   }
@@ -584,7 +596,7 @@ Buffer<float> InferModel::Impl::hidden(std::span<const StreamStep> steps) const 
   // one already running on a single thread (a SerialScope: concurrent windows).
   const int64_t slices =
       steps.size() == 1 && steps[0].record == nullptr && steps[0].observer == nullptr && !in_serial_scope()
-          ? std::min<int64_t>(num_threads(), n / kMinSliceRows)
+          ? std::min<int64_t>(num_threads(), n / std::max(kMinSliceRows, K - 1))
           : 1;
   // The steps' adapters, and each row's.
   std::vector<const LoraAdapter*> adapters;

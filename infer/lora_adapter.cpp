@@ -40,8 +40,8 @@ std::string lora_config_toml(int64_t rank, double alpha, bool rslora) {
          (rslora ? "rslora = true\n" : "");
 }
 
-bool is_lora_config(const std::string& config_toml) {
-  return ConfigTable::parse(config_toml, "config").has("lora");
+bool is_lora_config(const std::string& config_toml, const std::string& source) {
+  return ConfigTable::parse(config_toml, source).has("lora");
 }
 
 LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move(file)) {

@@ -81,6 +81,7 @@ class LoraAdapter {
 // The [lora] table an adapter file carries as its config text.
 std::string lora_config_toml(int64_t rank, double alpha, bool rslora = false);
 // Whether a .shq file's config text is an adapter's (a model's is [model] tables).
-bool is_lora_config(const std::string& config_toml);
+// `source` names the text in a syntax error ("m.shq (embedded config)").
+bool is_lora_config(const std::string& config_toml, const std::string& source);
 
 }  // namespace shamn

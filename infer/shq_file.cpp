@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -61,6 +62,39 @@ bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overf
 bool in_file(uint64_t offset, uint64_t bytes, uint64_t size) {
   uint64_t end = 0;
   return add_ok(offset, bytes, &end) && end <= size;
+}
+
+// The byte offset (within the tensor) of its first non-finite f32 value or block
+// scale, or -1. A NaN weight or scale has no defined path through the int8
+// kernels: each kernel level would give its own numbers.
+int64_t first_non_finite(ShqDType dtype, const uint8_t* data, uint64_t bytes) {
+  uint64_t stride = 0, floats = 0;  // `floats` f32 values at the start of every `stride` bytes
+  switch (dtype) {
+    case ShqDType::f32:
+      stride = 4, floats = 1;
+      break;
+    case ShqDType::i32:
+      return -1;
+    case ShqDType::q8_0:
+      stride = sizeof(BlockQ8), floats = 1;
+      break;
+    case ShqDType::q4_0:
+      stride = sizeof(BlockQ4), floats = 1;
+      break;
+    case ShqDType::q8_0x16:
+      stride = sizeof(TileQ8), floats = kTileRows;
+      break;
+    case ShqDType::q4_0x16:
+      stride = sizeof(TileQ4), floats = kTileRows;
+      break;
+  }
+  for (uint64_t at = 0; at + stride <= bytes; at += stride)
+    for (uint64_t k = 0; k < floats; ++k) {
+      float v;
+      std::memcpy(&v, data + at + 4 * k, sizeof(v));
+      if (!std::isfinite(v)) return static_cast<int64_t>(at + 4 * k);
+    }
+  return -1;
 }
 
 }  // namespace
@@ -234,6 +268,9 @@ void ShqFile::parse() {
                       " bytes) runs past the end of the ", size_, "-byte file (truncated?)");
     SHAMN_INPUT_CHECK(crc32_bytes(base + e.offset, e.bytes) == e.crc, where,
                       " fails its checksum (the file is corrupted)");
+    const int64_t bad = first_non_finite(dtype, base + e.offset, e.bytes);
+    SHAMN_INPUT_CHECK(bad < 0, where, ": a non-finite ", shq_dtype_quantized(dtype) ? "block scale" : "value",
+                      " at byte ", e.offset + static_cast<uint64_t>(bad), " of the file");
     regions.push_back({e.offset, e.offset + e.bytes, "tensor '" + name + "'"});
     tensors_.push_back({std::move(name), dtype, std::move(shape), base + e.offset, e.bytes});
   }

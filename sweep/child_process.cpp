@@ -11,9 +11,11 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "core/check.h"
 #include "core/timing.h"
+#include "sweep/sweep_spec.h"
 
 extern char** environ;
 
@@ -22,9 +24,13 @@ namespace shamn {
 namespace {
 
 constexpr int kSlots = 256;
+static_assert(kSlots >= kMaxSweepJobs, "a slot for every child a sweep runs at once");
 std::atomic<pid_t> g_children[kSlots];  // running children; 0 = a free slot
 std::atomic<int> g_signals{0};
-struct sigaction g_old_int, g_old_term;
+// SIGHUP too: a closed ssh session must stop the children as Ctrl-C does, not leave
+// them training as orphans.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_old[std::size(kStopSignals)], g_old_pipe;
 
 void on_signal(int) {
   // Only async-signal-safe calls here: kill and _exit.
@@ -52,13 +58,18 @@ ChildStopGuard::ChildStopGuard() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &g_old_int);
-  sigaction(SIGTERM, &sa, &g_old_term);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &sa, &g_old[i]);
+  // `shamn sweep | head`: once the reader has gone, the sweep's progress lines are lost
+  // (EPIPE) but its children still finish and write their results.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, &g_old_pipe);
 }
 
 ChildStopGuard::~ChildStopGuard() {
-  sigaction(SIGINT, &g_old_int, nullptr);
-  sigaction(SIGTERM, &g_old_term, nullptr);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_old[i], nullptr);
+  sigaction(SIGPIPE, &g_old_pipe, nullptr);
 }
 
 std::string self_executable() {
@@ -85,11 +96,12 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setpgroup(&attr, 0);
-  // The child starts with default signal actions, not the sweep's handlers.
+  // The child starts with default signal actions, not the sweep's handlers (an
+  // ignored SIGPIPE would otherwise pass through exec).
   sigset_t defaults;
   sigemptyset(&defaults);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
+  for (int sig : kStopSignals) sigaddset(&defaults, sig);
+  sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
 
@@ -102,13 +114,20 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
   const int slot = claim_slot(pid);
   if (stop_requested()) kill(pid, SIGINT);  // the signal came before the slot was visible
 
+  // Waited for without reaping first: the slot is freed while the pid still names
+  // this child, so a signal handler never signals a reused pid.
+  siginfo_t info{};
+  int ready;
+  do {
+    ready = waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT);
+  } while (ready < 0 && errno == EINTR);
+  if (slot >= 0) g_children[slot].store(0);
   int status = 0;
   struct rusage usage {};
   pid_t waited;
   do {
     waited = wait4(pid, &status, 0, &usage);
   } while (waited < 0 && errno == EINTR);
-  if (slot >= 0) g_children[slot].store(0);
   SHAMN_CHECK(waited == pid, "wait4 failed for '", argv[0], "': ", std::strerror(errno));
 
   ChildResult r;

@@ -37,11 +37,14 @@ ChildResult step(const SweepPoint& p, const std::string& what, std::vector<std::
   const ChildResult r = run_child(argv, stdout_file.empty() ? log : stdout_file, log);
   if (stop_requested()) return r;
   if (r.exit_status != 0) {
-    // The child's own error message, so the sweep's output says why.
+    // The child's own error message, so the sweep's output says why: the last one
+    // after this step's "== " header (the log keeps earlier attempts' errors too).
     std::string reason;
     std::ifstream f(log);
-    for (std::string line; std::getline(f, line);)
+    for (std::string line; std::getline(f, line);) {
+      if (line.rfind("== ", 0) == 0) reason.clear();
       if (line.rfind("shamn: ", 0) == 0) reason = line.substr(7);
+    }
     throw InputError(
         what + " failed (" +
         (r.signal ? "signal " + std::to_string(r.signal) : "exit status " + std::to_string(r.exit_status)) +

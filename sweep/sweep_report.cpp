@@ -134,7 +134,8 @@ std::vector<SweepGroup> group_by_seed(const std::vector<SweepRow>& rows) {
   return groups;
 }
 
-std::string summary_markdown(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
+std::string summary_markdown(const SweepSpec& spec, const std::vector<SweepRow>& rows,
+                             const std::vector<std::string>& unfinished) {
   std::ostringstream out;
   out << "# Sweep summary: " << spec.path << "\n\n"
       << "Base config `" << spec.base << "`; " << rows.size() << " finished runs. "
@@ -156,6 +157,12 @@ std::string summary_markdown(const SweepSpec& spec, const std::vector<SweepRow>&
       out << " |";
     }
     out << "\n";
+  }
+  if (!unfinished.empty()) {
+    out << "\n"
+        << unfinished.size() << " point" << (unfinished.size() == 1 ? "" : "s")
+        << " without a result (failed or stopped: see each point's log.txt; rerun the sweep to retry):\n\n";
+    for (const std::string& name : unfinished) out << "- `" << name << "`\n";
   }
   return out.str();
 }

@@ -45,7 +45,10 @@ struct SweepGroup {
 };
 std::vector<SweepGroup> group_by_seed(const std::vector<SweepRow>& rows);
 
-std::string summary_markdown(const SweepSpec& spec, const std::vector<SweepRow>& rows);
+// `unfinished`: the names of the points without a result (failed, stopped), listed
+// under the table so that a group whose seeds all failed is not silently absent.
+std::string summary_markdown(const SweepSpec& spec, const std::vector<SweepRow>& rows,
+                             const std::vector<std::string>& unfinished = {});
 
 // The axis the plots put on x: model.sparse.sparsity if swept, else the first
 // axis whose values are all numbers; -1 if none (x is then the group index).

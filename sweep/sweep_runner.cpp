@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -70,7 +71,9 @@ class SweepLock {
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd_);
       throw InputError("another shamn sweep is running in '" + dir + "' (it holds " + path +
-                       "): wait for it, or stop it with Ctrl-C");
+                       "): wait for it, or stop it with Ctrl-C. If its sweep process was killed, the "
+                       "trainers it started still hold the lock until they end (`fuser " +
+                       path + "` lists them)");
     }
   }
   ~SweepLock() { ::close(fd_); }
@@ -122,6 +125,10 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
       spec.threads_per_job > 0 ? spec.threads_per_job : std::max<int64_t>(1, cores / spec.jobs);
   settings.eval_windows = spec.eval_windows;
 
+  // Taken before the points' states are read: a sweep started as another finishes
+  // must see the points that one finished, not redo them. A dry run reads only.
+  std::optional<SweepLock> sweep_lock;
+  if (!a.dry_run) sweep_lock.emplace(spec.out_dir);
   std::vector<const SweepPoint*> todo, skipped;
   int64_t resumable = 0, unanalysed = 0;
   for (const SweepPoint& p : points) {
@@ -145,7 +152,6 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
                   p->name.c_str());
     return;
   }
-  const SweepLock sweep_lock(spec.out_dir);
   check_or_write_configs(points);
   std::fflush(stdout);
 
@@ -189,11 +195,15 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
   }
 
   std::vector<SweepRow> rows;
+  std::vector<std::string> unfinished;
   for (const SweepPoint& p : points)
-    if (point_state(p) == PointState::finished) rows.push_back(read_point_result(p));
+    if (point_state(p) == PointState::finished)
+      rows.push_back(read_point_result(p));
+    else
+      unfinished.push_back(p.name);
   const fs::path out(spec.out_dir);
   write_file_atomically((out / "results.csv").string(), results_csv(spec.axes, rows));
-  write_file_atomically((out / "summary.md").string(), summary_markdown(spec, rows));
+  write_file_atomically((out / "summary.md").string(), summary_markdown(spec, rows, unfinished));
   std::printf("%zu of %zu points finished: %s, %s\n", rows.size(), points.size(),
               (out / "results.csv").string().c_str(), (out / "summary.md").string().c_str());
   if (!rows.empty()) draw_plots(spec, rows);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,11 +16,32 @@ namespace shamn {
 namespace {
 
 // Integer settings of [sweep] that must be at least `min`.
-int64_t at_least(const ConfigTable& file, const char* key, int64_t fallback, int64_t min) {
+int64_t at_least(const ConfigTable& file, const char* key, int64_t fallback, int64_t min,
+                 int64_t max = std::numeric_limits<int64_t>::max()) {
   const std::string name = std::string("sweep.") + key;
   const int64_t v = file.get_int(name).value_or(fallback);
   SHAMN_INPUT_CHECK(v >= min, file.where(name), ": ", name, " must be >= ", min, ", got ", v);
+  SHAMN_INPUT_CHECK(v <= max, file.where(name), ": ", name, " must be <= ", max, ", got ", v);
   return v;
+}
+
+// A point's name is its directory: it must be a file name, and no two points may
+// share one (values that differ only where point_name_part writes '_').
+void check_point_name(const SweepSpec& spec, const SweepPoint& p,
+                      std::map<std::string, std::vector<std::string>>& by_name) {
+  constexpr size_t kMaxFileName = 255;  // NAME_MAX on Linux's file systems
+  SHAMN_INPUT_CHECK(p.name.size() <= kMaxFileName, spec.path, ": point '", p.name.substr(0, 80),
+                    "...' has a name of ", p.name.size(), " bytes, longer than a directory name may be (",
+                    kMaxFileName, "): shorten the sweep.axes values or keys");
+  const auto [it, fresh] = by_name.emplace(p.name, p.axis_values);
+  if (fresh) return;
+  std::string values;
+  for (size_t a = 0; a < spec.axes.size(); ++a)
+    if (it->second[a] != p.axis_values[a])
+      values += " sweep.axes." + spec.axes[a].key + " values " + it->second[a] + " and " + p.axis_values[a];
+  SHAMN_INPUT_CHECK(false, spec.path, ": two points would share the directory '", p.name, "':", values,
+                    " differ only in characters a directory name replaces with '_' (anything but letters, "
+                    "digits and . _ + -)");
 }
 
 void check_known(const SweepSpec& spec, const char* table, const std::string& key) {
@@ -53,7 +75,7 @@ SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
   const auto out_dir = file.get_string("sweep.out_dir");
   SHAMN_INPUT_CHECK(out_dir && !out_dir->empty(), path, ": sweep.out_dir (a string) is required");
   s.out_dir = *out_dir;
-  s.jobs = at_least(file, "jobs", 1, 1);
+  s.jobs = at_least(file, "jobs", 1, 1, kMaxSweepJobs);
   s.threads_per_job = at_least(file, "threads_per_job", 0, 0);
   s.eval_windows = at_least(file, "eval_windows", 64, 1);
 
@@ -61,6 +83,8 @@ SweepSpec SweepSpec::parse(const std::string& text, const std::string& path) {
     SHAMN_INPUT_CHECK(!seeds->empty(), file.where("sweep.seeds"), ": sweep.seeds must be a non-empty array");
     std::set<int64_t> seen;
     for (const int64_t seed : *seeds) {
+      SHAMN_INPUT_CHECK(seed >= 0, file.where("sweep.seeds"), ": sweep.seeds lists ", seed,
+                        ": seeds are >= 0 (as train.seed)");
       SHAMN_INPUT_CHECK(seen.insert(seed).second, path, ": sweep.seeds lists ", seed, " twice");
       s.seeds.push_back(seed);
     }
@@ -132,7 +156,8 @@ std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, const std::vector<st
   for (const SweepAxis& a : spec.axes) check_known(spec, "sweep.axes", a.key);
   std::vector<size_t> index(spec.axes.size(), 0);
   std::vector<SweepPoint> points;
-  std::map<std::string, std::string> by_config;  // resolved config -> point name
+  std::map<std::string, std::string> by_config;             // resolved config -> point name
+  std::map<std::string, std::vector<std::string>> by_name;  // point name -> its axis values
   const std::vector<int64_t> seeds = spec.seeds.empty() ? std::vector<int64_t>{-1} : spec.seeds;
   for (bool more = true; more;) {
     for (int64_t seed : seeds) {
@@ -170,6 +195,7 @@ std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, const std::vector<st
         throw InputError(spec.path + ": " + where + (p.name.empty() ? "" : " (point " + p.name + ")") + ": " +
                          e.what());
       }
+      check_point_name(spec, p, by_name);
       SHAMN_INPUT_CHECK(!p.config.data.val_path.empty(), spec.path,
                         ": a sweep needs data.val_path (every point reports its val perplexity)");
       // The same resolved config twice means an axis changes nothing (e.g.

@@ -14,6 +14,9 @@ namespace shamn {
 // almost surely a mistake (an axis listed twice the size it should be), and
 // expanding it would resolve millions of configs before the first run.
 inline constexpr int64_t kMaxSweepPoints = 10000;
+// Points run at once: every running child must fit the signal handler's table
+// (sweep/child_process.cpp), or Ctrl-C would miss it.
+inline constexpr int64_t kMaxSweepJobs = 256;
 
 struct SweepAxis {
   std::string key;                  // dotted run-config key, e.g. "model.sparse.sparsity"

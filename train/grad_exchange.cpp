@@ -22,7 +22,10 @@ GradientExchange::GradientExchange(const std::vector<NamedVar>& params, size_t b
     index_[p.var.impl()] = i;
     total += static_cast<size_t>(p.var.numel());
   }
-  bucket_floats = std::max(bucket_floats, total / (kMaxBuckets - 1) + 1);
+  // A bucket closes when the next parameter does not fit, so two neighbours hold more
+  // than bucket_floats together: m buckets hold more than (m - 1) / 2 * bucket_floats,
+  // and this floor keeps m below kMaxBuckets whatever the parameters' sizes.
+  bucket_floats = std::max(bucket_floats, 2 * total / (kMaxBuckets - 1) + 1);
   bucket_of_.resize(params_.size());
   slot_of_.resize(params_.size());
   for (size_t k = params_.size(); k-- > 0;) {
@@ -36,6 +39,8 @@ GradientExchange::GradientExchange(const std::vector<NamedVar>& params, size_t b
     b.offsets.push_back(b.floats);
     b.floats += n;
   }
+  SHAMN_CHECK(buckets_.size() <= kMaxBuckets, buckets_.size(), " gradient buckets, more than the ",
+              kMaxBuckets, " tags of the exchange");
   packed_.resize(params_.size());
 }
 

@@ -44,6 +44,8 @@ class GradientExchange {
   // The parameter's position in the list given to the constructor.
   std::optional<size_t> index_of(const Var& v) const;
   int64_t bytes_per_step() const { return bytes_; }  // bytes summed in the last exchange
+  // At most 4,096 (the exchange's tags), however small bucket_floats is.
+  size_t bucket_count() const { return buckets_.size(); }
 
  private:
   // A bucket's buffer holds its parameters' gradients, then one flag per parameter

@@ -11,8 +11,6 @@
 
 namespace shamn {
 
-inline constexpr int64_t kCheckpointFormatVersion = 1;
-
 // Which of a model's tensors a file holds: all of them; a LoRA run's adapters
 // only (layers/lora.h: the parameters named *.lora_a, *.lora_b); or every tensor
 // but the adapters (the base an adapted model was built on). Without adapters,

@@ -159,7 +159,7 @@ class MpiWorld final : public Communicator {
   void broadcast_raw(void* data, int count, MPI_Datatype type) {
     MPI_Request request;
     check_mpi(MPI_Ibcast(data, count, type, 0, MPI_COMM_WORLD, &request), "MPI_Ibcast");
-    wait(&request, "a broadcast from rank 0", 0);
+    wait(&request, "a broadcast", 0);
   }
 
   // Every rank's `mine` (equal sizes) to rank 0 and the concatenation back to every

@@ -137,6 +137,13 @@ void RunConfig::validate() const {
   positive(train.batch_size, "train.batch_size");
   positive(train.seq_len, "train.seq_len");
   positive(train.grad_accum, "train.grad_accum");
+  // Each at most 2^20 (2^24 for seq_len): a step's token count cannot overflow.
+  SHAMN_CONFIG_CHECK(train.batch_size <= (int64_t{1} << 20), "train.batch_size",
+                     "train.batch_size must be <= 1048576, got ", train.batch_size);
+  SHAMN_CONFIG_CHECK(train.seq_len <= (int64_t{1} << 24), "train.seq_len",
+                     "train.seq_len must be <= 16777216, got ", train.seq_len);
+  SHAMN_CONFIG_CHECK(train.grad_accum <= (int64_t{1} << 20), "train.grad_accum",
+                     "train.grad_accum must be <= 1048576, got ", train.grad_accum);
   positive(train.max_steps, "train.max_steps");
   non_negative(train.seed, "train.seed");
   SHAMN_CONFIG_CHECK(!train.out_dir.empty(), "train.out_dir", "train.out_dir is empty");
@@ -165,15 +172,16 @@ void RunConfig::validate() const {
   SHAMN_CONFIG_CHECK(optim.warmup_steps >= 0 && optim.warmup_steps <= train.max_steps, "optim.warmup_steps",
                      "optim.warmup_steps must lie in [0, train.max_steps = ", train.max_steps, "], got ",
                      optim.warmup_steps);
-  SHAMN_CONFIG_CHECK(optim.weight_decay >= 0, "optim.weight_decay", "optim.weight_decay must be >= 0, got ",
-                     optim.weight_decay);
-  SHAMN_CONFIG_CHECK(optim.grad_clip >= 0, "optim.grad_clip",
-                     "optim.grad_clip must be >= 0 (0 turns clipping off), got ", optim.grad_clip);
+  SHAMN_CONFIG_CHECK(optim.weight_decay >= 0 && std::isfinite(optim.weight_decay), "optim.weight_decay",
+                     "optim.weight_decay must be >= 0 and finite, got ", optim.weight_decay);
+  SHAMN_CONFIG_CHECK(optim.grad_clip >= 0 && std::isfinite(optim.grad_clip), "optim.grad_clip",
+                     "optim.grad_clip must be >= 0 and finite (0 turns clipping off), got ", optim.grad_clip);
   SHAMN_CONFIG_CHECK(optim.beta1 >= 0 && optim.beta1 < 1, "optim.beta1",
                      "optim.beta1 must lie in [0, 1), got ", optim.beta1);
   SHAMN_CONFIG_CHECK(optim.beta2 >= 0 && optim.beta2 < 1, "optim.beta2",
                      "optim.beta2 must lie in [0, 1), got ", optim.beta2);
-  SHAMN_CONFIG_CHECK(optim.eps > 0, "optim.eps", "optim.eps must be > 0, got ", optim.eps);
+  SHAMN_CONFIG_CHECK(optim.eps > 0 && optim.eps < 1, "optim.eps", "optim.eps must lie in (0, 1), got ",
+                     optim.eps);
 
   SHAMN_CONFIG_CHECK(lora.rank >= 0 && lora.rank <= kMaxLoraRank, "lora.rank", "lora.rank must lie in [0, ",
                      kMaxLoraRank, "] (0 turns adapters off), got ", lora.rank);

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <atomic>
 #include <cstddef>
+#include <iterator>
 
 namespace shamn {
 
@@ -14,8 +15,10 @@ constexpr const char kTrainingNotice[] =
 std::atomic<int> g_signal{0};
 std::atomic<const char*> g_notice{kTrainingNotice};
 std::atomic<size_t> g_notice_length{sizeof(kTrainingNotice) - 1};
-struct sigaction g_previous_int {
-}, g_previous_term{};
+// SIGUSR1 and SIGUSR2 too: mpirun forwards them to every rank and waits, while on
+// Ctrl-C or SIGTERM it sends the ranks SIGTERM and kills them a second later, mid-step.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+struct sigaction g_previous[std::size(kStopSignals)];
 
 void on_signal(int sig) {
   // Only async-signal-safe calls here: an atomic store and write().
@@ -34,13 +37,11 @@ StopSignal::StopSignal(std::string_view notice) {
   // SA_RESTART: a signal must not make a checkpoint write fail with EINTR;
   // SA_RESETHAND: the second signal gets the default action.
   action.sa_flags = SA_RESTART | SA_RESETHAND;
-  sigaction(SIGINT, &action, &g_previous_int);
-  sigaction(SIGTERM, &action, &g_previous_term);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &g_previous[i]);
 }
 
 StopSignal::~StopSignal() {
-  sigaction(SIGINT, &g_previous_int, nullptr);
-  sigaction(SIGTERM, &g_previous_term, nullptr);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
 }
 
 bool StopSignal::requested() const { return g_signal.load() != 0; }

@@ -1,5 +1,6 @@
 #pragma once
-// SIGINT / SIGTERM as a request to stop: the trainer finishes its step, writes a
+// SIGINT / SIGTERM (and SIGUSR1 / SIGUSR2, which mpirun forwards to every rank
+// without killing them after) as a request to stop: the trainer finishes its step, writes a
 // checkpoint and exits cleanly. A second signal while stopping falls back to the
 // default action (kill), which is safe because checkpoints are written atomically.
 #include <string_view>

@@ -215,7 +215,9 @@ void check_rank_count(const RunConfig& c, int ranks) {
   SHAMN_INPUT_CHECK(c.train.grad_accum % ranks == 0, "train.grad_accum = ", c.train.grad_accum,
                     " micro-batches per step cannot be shared evenly by ", ranks,
                     " ranks; use a multiple of ", ranks, " (e.g. --set train.grad_accum=", ranks,
-                    " with train.batch_size divided by ", ranks, " keeps the step's size)");
+                    " with train.batch_size divided by ", ranks,
+                    " keeps the step's size; that draws other windows, so it is a new run, "
+                    "not this one on more ranks)");
 }
 
 // Every rank must run the same code on the same config and data; a rank that

@@ -5,7 +5,11 @@
 #include <random>
 #include <string>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "core/check.h"
+#include "core/fault.h"
 #include "data/batch_loader.h"
 #include "data/data_helpers.h"
 #include "data/token_file.h"
@@ -197,6 +201,66 @@ TEST_CASE("write_token_file replaces atomically and leaves nothing behind on err
   CHECK_THROWS_WITH(write_token_file(under_file, {1}), Catch::Contains("'" + under_file + "'"));
   CHECK(directory_names(dir) == std::vector<std::string>{"tokens.bin"});
   CHECK(TokenFile(path).size() == 2);
+
+  // A write that fails part way (a full disk after 1,030 bytes: the header and three
+  // tokens) leaves the old file whole and no temporary file beside it.
+  fault::set_for_testing("tokens.bytes:1030:enospc");
+  CHECK_THROWS_WITH(write_token_file(path, {7, 8, 9, 10, 11}),
+                    Catch::Contains("'" + path + "'") && Catch::Contains("after 1030 bytes"));
+  fault::set_for_testing("");
+  CHECK(directory_names(dir) == std::vector<std::string>{"tokens.bin"});
+  CHECK(TokenFile(path).size() == 2);
+}
+
+TEST_CASE("train.bin and val.bin are replaced as a pair", "[data][token_file]") {
+  const auto dir = data_temp_dir("pair");
+  const std::string train = (dir / "train.bin").string(), val = (dir / "val.bin").string();
+  write_train_val_files(dir.string(), {1, 2, 3}, {4, 5});
+  CHECK(directory_names(dir) == std::vector<std::string>{"train.bin", "val.bin"});
+  // val.bin (3,024 bytes) fails at byte 2,000, after train.bin (1,044 bytes) was written
+  // in full: neither old file is touched.
+  const std::vector<uint32_t> new_train(10, 7), new_val(1000, 8);
+  fault::set_for_testing("tokens.bytes:2000:enospc");
+  CHECK_THROWS_WITH(write_train_val_files(dir.string(), new_train, new_val),
+                    Catch::Contains("'" + val + "'") && Catch::Contains("after 2000 bytes"));
+  fault::set_for_testing("");
+  CHECK(directory_names(dir) == std::vector<std::string>{"train.bin", "val.bin"});
+  CHECK(TokenFile(train).size() == 3);
+  CHECK(TokenFile(val).size() == 2);
+  // A rename that fails between the two leaves no val.bin of the old tokenizer.
+  fault::set_for_testing("tokens.rename:2:eio");
+  CHECK_THROWS_WITH(write_train_val_files(dir.string(), new_train, new_val),
+                    Catch::Contains("'" + val + "'"));
+  fault::set_for_testing("");
+  CHECK(directory_names(dir) == std::vector<std::string>{"train.bin"});
+  CHECK(TokenFile(train).size() == 10);
+  write_train_val_files(dir.string(), new_train, new_val);
+  CHECK(TokenFile(val).size() == 1000);
+}
+
+TEST_CASE("a token file cut short while mapped is an error naming it, not a SIGBUS", "[data][token_file]") {
+  const auto dir = data_temp_dir("cut_short");
+  const std::string path = (dir / "tokens.bin").string();
+  std::vector<uint32_t> tokens(8192);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i % 200);
+  write_token_file(path, tokens);
+  auto file = std::make_shared<const TokenFile>(path);
+  BatchLoader loader(file, 256, 4, 64, 1, /*prefetch=*/false);
+  CHECK(loader.next().inputs.numel() == 4 * 64);
+  CHECK(file->window(8000, 100, 256).numel() == 100);
+  // As `cp other.bin tokens.bin` does first: the file emptied in place under the mapping.
+  REQUIRE(::truncate(path.c_str(), 1024) == 0);
+  const std::string cut = "'" + path + "' was cut short while in use: it was 17408 bytes and is now 1024";
+  CHECK_THROWS_WITH(file->window(8000, 100, 256), Catch::Contains(cut));
+  CHECK_THROWS_WITH(loader.next(), Catch::Contains(cut));
+  CHECK_THROWS_WITH(file->check_vocab(256), Catch::Contains(cut));
+}
+
+TEST_CASE("a FIFO as a token file is refused at once rather than waited on", "[data][token_file]") {
+  const auto dir = data_temp_dir("fifo");
+  const std::string path = (dir / "tokens.fifo").string();
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(TokenFile(path), Catch::Contains("'" + path + "' is not a regular file"));
 }
 
 TEST_CASE("token formats are named llmc and u16", "[data][token_file]") {

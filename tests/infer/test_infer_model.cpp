@@ -175,6 +175,24 @@ TEST_CASE("a long prefill cut into row slices (2 and 3 threads) equals decoding 
   }
 }
 
+TEST_CASE("slices are never shorter than the mixer's history, however long the kernel", "[infer][runtime]") {
+  test::ThreadCountGuard threads;
+  // K = 40: every slice after the first reads the 39 rows before it, more than the 32-row
+  // minimum slice; 70 and 100 tokens on 2 and 3 threads once made slices starting at row 35 or 33.
+  const TestModel tm(model_toml("[model.mixer]\nkernel = 40\n"), "long_kernel");
+  const InferModel m = tm.runtime(ShqQuant::f32);
+  for (int64_t n : {70, 100, 301}) {
+    const std::vector<int32_t> tokens = random_tokens(n, tm.config.vocab_size, 11);
+    set_num_threads(1);
+    const std::vector<float> want = decode_logits(m, tokens);
+    for (int t : {2, 3}) {
+      INFO(n << " tokens, threads " << t);
+      set_num_threads(t);
+      CHECK(bitwise_equal(prefill_logits(m, tokens), want));
+    }
+  }
+}
+
 TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[infer][runtime]") {
   test::ThreadCountGuard guard;
   const TestModel tm(model_toml(), "streams", 5, 0.01);

@@ -111,6 +111,18 @@ TEST_CASE("bad sweep files are errors naming the sweep file and the key", "[swee
       {head + "[sweep.axes]\ntrain.seed = [1, 2]\n", "sweep.seeds"},
       {head + "seeds = [1, \"2\"]\n", "key 'sweep.seeds' must be an array of integers"},
       {head + "jobs = 0\n", "sweep.jobs must be >= 1"},
+      {head + "jobs = 257\n", "sweep.jobs must be <= 256"},
+      {head + "seeds = [-3, 7]\n", "sweep.seeds lists -3: seeds are >= 0"},
+      // Two values that differ only where a directory name has '_'.
+      {head + "[sweep.axes]\ndata.train_path = [\"d_x/t.bin\", \"d x/t.bin\"]\n",
+       "two points would share the directory 'data.train_path=_d_x_t.bin_,seed=1': "
+       "sweep.axes.data.train_path "
+       "values 'd_x/t.bin' and 'd x/t.bin'"},
+      {head + "[sweep.axes]\ndata.train_path = [\"" + std::string(300, 'a') + "\", \"t.bin\"]\n",
+       "longer than a directory name may be (255)"},
+      // A value for a table would leave every key under it at its default.
+      {head + "[sweep.set]\nmodel.moe = 4\n",
+       "key 'model.moe' must be a table ([model.moe]), got an integer"},
       {head + "[sweep.set]\ndata.val_path = \"\"\n", "data.val_path"},
       // buckets is set, so the embedding sparsity changes nothing.
       {head + "[sweep.axes]\nmodel.embed.sparsity = [0.5, 0.9]\n", "resolve to the same model"},
@@ -183,6 +195,10 @@ TEST_CASE("results.csv, summary.md and the plot data from sweep rows", "[sweep]"
   const std::string md = summary_markdown(spec, rows);
   CHECK_THAT(md, Catch::Contains("| 0.0 | 2 | 1.5 +- 0 | 11 +- 1.41421 |"));
   CHECK_THAT(md, Catch::Contains("| 0.5 | 2 | 1.5 +- 0 | 20 +- 0 |"));
+  CHECK_THAT(md, !Catch::Contains("without a result"));
+  const std::string with_failed = summary_markdown(spec, rows, {"sparse.sparsity=0.9,seed=1"});
+  CHECK_THAT(with_failed, Catch::Contains("1 point without a result") &&
+                              Catch::Contains("- `sparse.sparsity=0.9,seed=1`"));
 
   CHECK(plot_axis(axes) == 0);
   const std::string tsv = plot_data_tsv(axes, rows);

@@ -8,6 +8,7 @@
 #     timing) ends with an error and no hang; --resume on 2 ranks then finishes
 #     bitwise equal to the uninterrupted run;
 #   - a rank that stalls (SIGSTOP) makes rank 0 stop with an error naming it;
+#   - SIGUSR1 to mpirun stops every rank after the same step, with one checkpoint;
 #   - ranks whose data files differ, 3 ranks, or 4 ranks for 2 micro-batches are
 #     refused before any step.
 # Usage: mpi_train.sh SHAMN_BINARY CONFIG WORKDIR
@@ -84,7 +85,9 @@ if "${mpi[@]}" -np 1 "$shamn" --threads 1 train "$config" "${sets[@]}" --set "tr
      --set "train.out_dir=\"$killed\"" > "$killed.log" 2>&1; then
   fail "the run with killed ranks exited 0"
 fi
-grep -q "rank 1\|rank 2\|rank 3" "$killed.log" || { cat "$killed.log"; fail "the error does not name a dead rank"; }
+# The README's promise: mpirun names the rank that died (shamn itself is killed with the job).
+grep -qE "mpirun noticed that process rank [123] .* exited on signal 9" "$killed.log" ||
+  { cat "$killed.log"; fail "mpirun did not name a dead rank"; }
 [ -f "$killed/ckpt_00000002.h5" ] || fail "the step-2 checkpoint is missing after the crash"
 "${mpi[@]}" -np 2 "$shamn" --threads 1 train --resume "$killed" > "$killed.resume.log" 2>&1 ||
   { cat "$killed.resume.log"; fail "--resume on 2 ranks failed"; }
@@ -103,6 +106,34 @@ fi
 grep -qE "rank 0 waited 2 s for [a-z -]+ from rank 1, which died or stalled" "$stalled.log" ||
   { cat "$stalled.log"; fail "the stall was not reported naming rank 1"; }
 echo "a stalled rank: stopped with an error naming it"
+
+# SIGUSR1 to mpirun, which forwards it to every rank (Ctrl-C or SIGTERM to mpirun
+# would kill them a second later): all stop after the same step, one checkpoint, 0.
+# The signal goes once the first step is logged (every rank has its handlers by
+# then: step 1's exchange needed all of them); when, after that, does not matter.
+usr=$work/usr1
+"${mpi[@]}" -np 2 "$shamn" --threads 1 train "$config" "${sets[@]}" --set train.max_steps=1000000 \
+  --set train.checkpoint_every=1000000 --set train.eval_every=1000000 --set log.every=1 \
+  --set "train.out_dir=\"$usr\"" > "$usr.log" 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 1500); do
+  grep -q '"step"' "$usr/metrics.jsonl" 2> /dev/null && break
+  kill -0 $mpirun_pid 2> /dev/null || break
+  sleep 0.2
+done
+grep -q '"step"' "$usr/metrics.jsonl" || { cat "$usr.log"; fail "SIGUSR1: the run logged no step"; }
+kill -USR1 $mpirun_pid
+status=0
+wait $mpirun_pid || status=$?
+[ "$status" -eq 0 ] || { cat "$usr.log"; fail "SIGUSR1: mpirun exited $status"; }
+[ "$(grep -c "stopped by signal 10 at step" "$usr.log")" = 1 ] ||
+  { cat "$usr.log"; fail "SIGUSR1: no single 'stopped by signal 10' line"; }
+ckpts=("$usr"/ckpt_*.h5)
+[ ${#ckpts[@]} = 1 ] && [ -f "${ckpts[0]}" ] || fail "SIGUSR1: not exactly one checkpoint: ${ckpts[*]}"
+last=$(grep -o '"step":[0-9]*' "$usr/metrics.jsonl" | tail -1 | cut -d: -f2)
+[ "${ckpts[0]}" = "$(printf "%s/ckpt_%08d.h5" "$usr" "$last")" ] ||
+  fail "SIGUSR1: the checkpoint ${ckpts[0]} is not the last logged step $last"
+echo "SIGUSR1 to mpirun: every rank stopped after the same step, one checkpoint"
 
 # Refusals, each before the first step.
 refused() {  # refused WHAT NEEDLE LOG

@@ -195,6 +195,23 @@ TEST_CASE("bad run configs name the file, line and key", "[train][config]") {
       {valid(), {"optim.lr=1"}, "--set optim.lr: key 'optim.lr' must be a float, got an integer"},
       {valid(), {"train.nope=1"}, "unknown key 'train.nope'"},
       {valid(), {"optim.lr"}, "is not of the form section.key=value"},
+      {valid(), {"foo.bar=1"}, "--set foo.bar: unknown key 'foo'"},
+      {valid(),
+       {"train.max_steps=1\nx=2"},
+       "--set train.max_steps: the value '1\nx=2' is more than one TOML value"},
+      // a value where a table belongs would leave its keys at their defaults
+      {valid(),
+       {"model.sparse=1"},
+       "--set model.sparse: key 'model.sparse' must be a table ([model.sparse])"},
+      {valid(), {"model.moe=4"}, "--set model.moe: key 'model.moe' must be a table"},
+      {valid(), {"train=5"}, "--set train: key 'train' must be a table ([train]), got an integer"},
+      // non-finite and far-too-large values
+      {valid() + "weight_decay = inf\n", {}, "run.toml:23: optim.weight_decay must be >= 0 and finite"},
+      {valid() + "eps = inf\n", {}, "run.toml:23: optim.eps must lie in (0, 1)"},
+      {valid(),
+       {"train.grad_accum=72057594037927936"},
+       "--set train.grad_accum: train.grad_accum must be <= 1048576"},
+      {valid(), {"train.batch_size=4611686018427387904"}, "train.batch_size must be <= 1048576"},
       // TOML syntax
       {valid() + "[optim\n", {}, "run.toml:23: TOML syntax error"},
   };
