@@ -148,6 +148,7 @@ sigint_pending || fail "the sweep did not forward SIGINT to its trainer"
 kill -CONT "$child"
 status=0
 wait $pid || status=$?
+trap - EXIT  # both have ended: their pids may be reused
 [ "$status" -eq 1 ] || { cat stopped.txt stopped.err; fail "a stopped sweep exits 1, got $status"; }
 grep -q "run the same command again" stopped.err || { cat stopped.err; fail "stop message"; }
 [ ! -e "$point/result.json" ] || fail "the stopped point was marked finished"

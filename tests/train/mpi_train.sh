@@ -116,6 +116,8 @@ usr=$work/usr1
   --set train.checkpoint_every=1000000 --set train.eval_every=1000000 --set log.every=1 \
   --set "train.out_dir=\"$usr\"" > "$usr.log" 2>&1 &
 mpirun_pid=$!
+# Should a check below fail, the run (a million steps) must not outlive the test.
+trap 'kill -TERM $mpirun_pid 2> /dev/null || true' EXIT  # mpirun ends its ranks
 for _ in $(seq 1500); do
   grep -q '"step"' "$usr/metrics.jsonl" 2> /dev/null && break
   kill -0 $mpirun_pid 2> /dev/null || break
@@ -125,6 +127,7 @@ grep -q '"step"' "$usr/metrics.jsonl" || { cat "$usr.log"; fail "SIGUSR1: the ru
 kill -USR1 $mpirun_pid
 status=0
 wait $mpirun_pid || status=$?
+trap - EXIT
 [ "$status" -eq 0 ] || { cat "$usr.log"; fail "SIGUSR1: mpirun exited $status"; }
 [ "$(grep -c "stopped by signal 10 at step" "$usr.log")" = 1 ] ||
   { cat "$usr.log"; fail "SIGUSR1: no single 'stopped by signal 10' line"; }
