@@ -3,10 +3,6 @@
 // rerun skips finished points and resumes interrupted ones.
 #include "sweep/sweep_runner.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -19,6 +15,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/file_lock.h"
 #include "sweep/child_process.h"
 #include "sweep/sweep_point.h"
 #include "sweep/sweep_report.h"
@@ -58,31 +55,15 @@ void check_or_write_configs(const std::vector<SweepPoint>& points) {
 }
 
 // One sweep per directory at a time: two would train the same points into the
-// same run directories. The children inherit the descriptor (no O_CLOEXEC), so
-// the lock lasts until the sweep and every child it started have ended, however
-// they end: after a `kill -9` of the sweep alone, a rerun waits for its orphans.
-class SweepLock {
- public:
-  explicit SweepLock(const std::string& dir) {
-    fs::create_directories(dir);
-    const std::string path = (fs::path(dir) / ".sweep.lock").string();
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
-    SHAMN_INPUT_CHECK(fd_ >= 0, "cannot create '", path, "'");
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd_);
-      throw InputError("another shamn sweep is running in '" + dir + "' (it holds " + path +
-                       "): wait for it, or stop it with Ctrl-C. If its sweep process was killed, the "
-                       "trainers it started still hold the lock until they end (`fuser " +
-                       path + "` lists them)");
-    }
-  }
-  ~SweepLock() { ::close(fd_); }
-  SweepLock(const SweepLock&) = delete;
-  SweepLock& operator=(const SweepLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
+// same run directories. The children inherit the lock, so it lasts until the
+// sweep and every child it started have ended, however they end: after a
+// `kill -9` of the sweep alone, a rerun waits for its orphans.
+std::string sweep_lock_held(const std::string& dir, const std::string& path) {
+  return "another shamn sweep is running in '" + dir + "' (it holds " + path +
+         "): wait for it, or stop it with Ctrl-C. If its sweep process was killed, the trainers it started "
+         "still hold the lock until they end (`fuser " +
+         path + "` lists them)";
+}
 
 // gnuplot draws the plots when it is installed; the CSV and summary never need it.
 void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
@@ -127,8 +108,12 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
 
   // Taken before the points' states are read: a sweep started as another finishes
   // must see the points that one finished, not redo them. A dry run reads only.
-  std::optional<SweepLock> sweep_lock;
-  if (!a.dry_run) sweep_lock.emplace(spec.out_dir);
+  std::optional<FileLock> sweep_lock;
+  if (!a.dry_run) {
+    fs::create_directories(spec.out_dir);
+    const std::string path = (fs::path(spec.out_dir) / ".sweep.lock").string();
+    sweep_lock.emplace(path, FileLock::Children::kInherit, sweep_lock_held(spec.out_dir, path));
+  }
   std::vector<const SweepPoint*> todo, skipped;
   int64_t resumable = 0, unanalysed = 0;
   for (const SweepPoint& p : points) {

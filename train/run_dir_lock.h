@@ -5,22 +5,21 @@
 // finds, the live writer's included.
 #include <string>
 
+#include "core/file_lock.h"
+
 namespace shamn {
 
-// An exclusive flock on RUN_DIR/.train.lock, held while the object lives (and
-// by the kernel until the process ends, however it ends: a `kill -9` frees it).
+// RUN_DIR/.train.lock, held while the object lives; the children a run starts
+// (gnuplot) do not keep it.
 class RunDirLock {
  public:
   // Throws InputError naming the directory if another process holds it.
   explicit RunDirLock(const std::string& run_dir);
-  ~RunDirLock();
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
 
   static std::string lock_file(const std::string& run_dir);
 
  private:
-  int fd_ = -1;
+  FileLock lock_;
 };
 
 }  // namespace shamn
