@@ -150,9 +150,10 @@ Batch BatchLoader::next() {
   return batch;
 }
 
-bool BatchLoader::prefetched() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return ready_.has_value() && ready_->index == position_;
+void BatchLoader::wait_prefetched() {
+  SHAMN_CHECK(prefetch_, "BatchLoader::wait_prefetched on a loader without a prefetch thread");
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return ready_.has_value() && ready_->index == position_; });
 }
 
 void BatchLoader::seek(uint64_t position) {

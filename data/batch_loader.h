@@ -53,8 +53,9 @@ class BatchLoader {
   // `base`, this loader hands out only those at offsets [first, first + count),
   // skipping the others' (position() then jumps over them). The default is every batch.
   void share(uint64_t base, uint64_t period, uint64_t first, uint64_t count);
-  // True once the prefetch thread has finished batch position() (or hit its error).
-  bool prefetched() const;
+  // Blocks until the prefetch thread has finished batch position() (or hit its
+  // error); for tests that must see the error come from that thread.
+  void wait_prefetched();
 
   const TokenFile& file() const { return *file_; }
 

@@ -1,10 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <set>
-#include <thread>
 
 #include "core/check.h"
 #include "core/parallel.h"
@@ -161,9 +159,7 @@ TEST_CASE("a bad token in a prefetched batch is an InputError from next()", "[da
     CHECK_NOTHROW(loader.next());
     if (prefetch) {
       // Let the prefetch thread hit the bad token, so next() rethrows its error.
-      for (int waited_ms = 0; !loader.prefetched() && waited_ms < 10000; ++waited_ms)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      REQUIRE(loader.prefetched());
+      loader.wait_prefetched();
     }
     for (int attempt = 0; attempt < 2; ++attempt) {
       CHECK_THROWS_AS(loader.next(), InputError);
