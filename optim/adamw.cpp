@@ -1,5 +1,6 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -89,8 +90,23 @@ std::vector<NamedTensor> AdamW::state_tensors() const {
   return out;
 }
 
-void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors) {
+std::vector<std::string> AdamW::unreached() const {
+  std::vector<std::string> out;
+  for (const Slot& s : slots_)
+    if (!s.param.has_grad()) out.push_back(s.name);
+  return out;
+}
+
+void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors,
+                       const std::vector<std::string>& unreached) {
   SHAMN_CHECK(step >= 0, "AdamW state: negative step ", step);
+  std::set<std::string> no_gradient;
+  for (const std::string& name : unreached) {
+    const bool known =
+        std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.name == name; });
+    SHAMN_CHECK(known, "AdamW state: unreached parameter '", name, "' is not one of this optimizer's");
+    no_gradient.insert(name);
+  }
   std::map<std::string, const Tensor*> by_name;
   for (const NamedTensor& t : tensors) {
     SHAMN_CHECK(by_name.emplace(t.name, &t.tensor).second, "AdamW state: tensor '", t.name,
@@ -111,6 +127,10 @@ void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors) {
   for (Slot& s : slots_) {
     s.m.copy_from(*by_name["m." + s.name]);
     s.v.copy_from(*by_name["v." + s.name]);
+    if (!no_gradient.count(s.name) && !s.param.has_grad()) {
+      s.param.set_grad(Tensor::empty(s.param.shape(), DType::f32));
+      s.param.zero_grad();  // zeros, filled when first read (as after a step)
+    }
   }
   step_ = step;
 }

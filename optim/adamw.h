@@ -3,8 +3,11 @@
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   theta -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * theta)
 // with one weight decay per parameter group and the learning rate given per step
-// (by the schedule). Moments are f32 and updated element-wise in parallel: the
-// result does not depend on the thread count.
+// (by the schedule). t is the optimizer's step count, one for all parameters
+// (torch.optim.AdamW keeps one per parameter, which differs for a parameter whose
+// first gradient comes late: an expert no token reached). Moments are f32 and
+// updated element-wise in parallel: the result does not depend on the thread
+// count.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,7 +33,10 @@ class AdamW {
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
 
   // One update at learning rate lr, of every gradient times grad_scale (gradient
-  // clipping's factor, clip_scale). Parameters without a gradient are left alone.
+  // clipping's factor, clip_scale). Parameters that have never had a gradient (an
+  // expert no token has reached yet) are left alone; once a parameter has one,
+  // zero_grad() zeroes it rather than removing it, so it is updated every step
+  // after (its moments decay, weight decay applies) whether reached or not.
   void step(double lr, float grad_scale = 1.0f);
   void zero_grad();
 
@@ -42,9 +48,15 @@ class AdamW {
 
   // The optimizer state for checkpoints: "m.<param>" and "v.<param>" moments.
   std::vector<NamedTensor> state_tensors() const;
-  // Restores a state saved by state_tensors(); every moment must be present with
-  // its parameter's shape, and nothing else (errors name the tensor).
-  void load_state(int64_t step, const std::vector<NamedTensor>& tensors);
+  // The parameters that have had no gradient yet, in parameter order: with the
+  // moments and the step count, what a resumed run needs to continue identically.
+  std::vector<std::string> unreached() const;
+  // Restores a state saved by state_tensors() and unreached() into an optimizer
+  // whose parameters have no gradient yet (a fresh model): every moment must be
+  // present with its parameter's shape, and nothing else (errors name the
+  // tensor); every parameter not named in `unreached` gets a zero gradient.
+  void load_state(int64_t step, const std::vector<NamedTensor>& tensors,
+                  const std::vector<std::string>& unreached = {});
 
  private:
   struct Slot {

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "core/check.h"
 #include "core/hdf5_file.h"
@@ -14,6 +16,40 @@
 namespace shamn {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUnreachedAttribute = "optim_unreached";
+
+// The parameters no gradient had reached when the checkpoint was written (AdamW
+// updates the others every step, reached or not). Checkpoints from before stop
+// 80 lack the attribute: there a parameter counts as unreached when both its
+// moments are all zero, which is exact unless every gradient it had was zero.
+std::vector<std::string> unreached_parameters(const Hdf5Reader& reader, const AdamW& optimizer,
+                                              const std::map<std::string, const Tensor*>& moments) {
+  std::set<std::string> params;
+  for (const ParamGroup& g : optimizer.groups())
+    for (const NamedVar& p : g.params) params.insert(p.name);
+  std::vector<std::string> out;
+  if (reader.has_attribute(kUnreachedAttribute)) {
+    std::istringstream lines(reader.string_attribute(kUnreachedAttribute));
+    for (std::string name; std::getline(lines, name);) {
+      SHAMN_INPUT_CHECK(params.count(name), "'", reader.path(), "': attribute '", kUnreachedAttribute,
+                        "' names '", name, "', which is not a trained parameter of this run");
+      out.push_back(name);
+    }
+    return out;
+  }
+  const auto all_zero = [](const Tensor& t) {
+    const float* x = t.data<float>();
+    return std::all_of(x, x + t.numel(), [](float v) { return v == 0.0f; });
+  };
+  for (const std::string& name : params)
+    if (all_zero(*moments.at("m." + name)) && all_zero(*moments.at("v." + name))) out.push_back(name);
+  return out;
+}
+
+}  // namespace
 
 void save_train_checkpoint(const std::string& path, const Module& model, const AdamW& optimizer,
                            const std::string& config_toml, const TrainState& state,
@@ -27,6 +63,9 @@ void save_train_checkpoint(const std::string& path, const Module& model, const A
   writer.set_int_attribute("format_version", kCheckpointFormatVersion);
   writer.set_int_attribute("step", state.step);
   writer.set_int_attribute("optim_step", state.optim_step);
+  std::string unreached;
+  for (const std::string& name : optimizer.unreached()) unreached += name + "\n";
+  writer.set_string_attribute(kUnreachedAttribute, unreached);
   writer.set_int_attribute("data_seed", static_cast<int64_t>(state.data_seed));
   writer.set_int_attribute("data_position", static_cast<int64_t>(state.data_position));
   writer.set_float_attribute("best_val_loss", state.best_val_loss);
@@ -106,8 +145,9 @@ TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& 
   }
   SHAMN_INPUT_CHECK(moments.size() == expected, "'", path, "' has ", moments.size() - expected,
                     " optimizer tensors that match no parameter of this model");
+  const std::vector<std::string> unreached = unreached_parameters(reader, optimizer, by_name);
   load_model_tensors(reader, model, adapter ? TensorSet::adapters : TensorSet::all);
-  optimizer.load_state(s.optim_step, moments);
+  optimizer.load_state(s.optim_step, moments, unreached);
   return s;
 }
 

@@ -3,8 +3,9 @@
 // resume needs. On top of /model/ and the root attributes `config`,
 // `format_version` and `step`, a training checkpoint holds
 //   /optim/m/<name>, /optim/v/<name>   AdamW moments (f32, parameter shapes)
-//   attributes optim_step (AdamW's t), data_seed and data_position (the batch
-//   sampler is a pure function of the two), best_val_loss, bad_steps,
+//   attributes optim_step (AdamW's t), optim_unreached (the parameters no
+//   gradient has reached yet, one name a line), data_seed and data_position (the
+//   batch sampler is a pure function of the two), best_val_loss, bad_steps,
 //   tokens_seen and elapsed_s.
 // Every dataset carries a CRC-32 checked on load (core/hdf5_file.h); files are
 // written to a temporary name, fsynced and renamed, so a crash at any point

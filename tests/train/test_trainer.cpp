@@ -1,8 +1,10 @@
 // The trainer end to end on the tiny config: exact resume, signals, non-finite
 // steps, refusing to overwrite a run, falling back from a damaged checkpoint, and
 // learning a corpus of known entropy.
+#include <hdf5.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -56,6 +58,58 @@ TEST_CASE("20 steps equal 10 steps, a stop, and a resume for 10 more", "[train][
         metrics_without_timing(fx.path("split/metrics.jsonl")));
   CHECK(whole.last_val_loss == second.last_val_loss);
   CHECK(whole.best_val_loss == second.best_val_loss);
+}
+
+TEST_CASE("a resume is exact when a step reaches few of the parameters", "[train][trainer]") {
+  // Two tokens a step over 16 experts: most experts miss most steps. One reached
+  // before keeps a (zeroed) gradient and is updated every step after; the
+  // checkpoint must say which were reached, or the resumed run skips them.
+  TrainFixture fx("sparse_resume");
+  const std::vector<std::string> sets = {
+      "train.max_steps=20", "train.checkpoint_every=0",      "train.eval_every=0", "train.batch_size=1",
+      "train.seq_len=2",    "model.moe.experts_per_group=8", "model.moe.k=1",      "optim.warmup_steps=4"};
+  TrainOptions whole_options = quiet();
+  int64_t zeroed_at_11 = 0, unreached_at_11 = 0;
+  whole_options.after_backward = [&](int64_t step, Module& model) {
+    if (step != 11) return;
+    for (const NamedVar& p : model.named_parameters()) {
+      if (!p.var.has_grad()) {
+        ++unreached_at_11;
+        continue;
+      }
+      const Tensor& g = p.var.grad();
+      const float* x = g.data<float>();
+      if (std::all_of(x, x + g.numel(), [](float v) { return v == 0.0f; })) ++zeroed_at_11;
+    }
+  };
+  train(fx.config("whole", sets), whole_options);
+  CHECK(zeroed_at_11 > 0);     // reached before step 11, not in it
+  CHECK(unreached_at_11 > 0);  // never reached by step 11
+
+  TrainOptions stop_at_10 = quiet();
+  stop_at_10.after_backward = [](int64_t step, Module&) {
+    if (step == 10) StopSignal::request(SIGINT);
+  };
+  train(fx.config("split", sets), stop_at_10);
+  const std::string ckpt = checkpoint_file(fx.path("split"), 10);
+  REQUIRE(std::filesystem::exists(ckpt));
+  std::filesystem::copy(fx.path("split"), fx.path("older"));
+  {
+    // A checkpoint from before the attribute: the moments tell which were reached.
+    const hid_t file = H5Fopen(checkpoint_file(fx.path("older"), 10).c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(file >= 0);
+    CHECK(H5Adelete(file, "optim_unreached") >= 0);
+    H5Fclose(file);
+  }
+  for (const char* run : {"split", "older"}) {
+    INFO(run);
+    TrainOptions resume = quiet();
+    resume.resume_dir = fx.path(run);
+    CHECK(train(fx.config("ignored", sets), resume).step == 20);
+    require_same_tensors(checkpoint_file(fx.path("whole"), 20), checkpoint_file(fx.path(run), 20));
+    CHECK(metrics_without_timing(fx.path("whole/metrics.jsonl")) ==
+          metrics_without_timing(fx.path(std::string(run) + "/metrics.jsonl")));
+  }
 }
 
 TEST_CASE("a step's gradient is the mean of its micro-batches' loss gradients", "[train][trainer]") {
