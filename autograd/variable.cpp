@@ -110,6 +110,10 @@ Tensor& Node::input_grad_to_write(size_t i, bool* fresh) {
 bool Node::pass_grad_to_input(size_t i) {
   VarImpl* in = inputs[i].impl();
   if (!in->grad_fn || !out_grad.sole_owner()) return false;
+  // Another input made by the same op (block_sparse_linear(x, ..., residual = x))
+  // would get its gradient written into out_grad while the op still reads it.
+  for (size_t j = 0; j < inputs.size(); ++j)
+    if (j != i && inputs[j].impl()->grad_fn == in->grad_fn) return false;
   Node& producer = *in->grad_fn;
   if (producer.out_grad.defined() || producer.out_dtype != out_grad.dtype() ||
       shape_numel(producer.out_shape) != out_grad.numel())

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "autograd/gradcheck.h"
@@ -43,11 +44,18 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Largest |a[i] - b[i]| over two tensors of the same size (any dtypes).
+// A running maximum of errors, where a NaN error counts as infinite: std::max(m,
+// NaN) is m, so a NaN output would pass every tolerance check.
+inline double worse(double so_far, double error) {
+  return std::isnan(error) ? std::numeric_limits<double>::infinity() : std::max(so_far, error);
+}
+
+// Largest |a[i] - b[i]| over two tensors of the same size (any dtypes); a NaN on
+// either side makes it infinite.
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   REQUIRE(a.numel() == b.numel());
   double m = 0.0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.item(i) - b.item(i)));
+  for (int64_t i = 0; i < a.numel(); ++i) m = worse(m, std::abs(a.item(i) - b.item(i)));
   return m;
 }
 

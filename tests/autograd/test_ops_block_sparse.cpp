@@ -111,6 +111,20 @@ TEST_CASE("gradcheck: block_sparse_linear with a residual, handed over and added
       inputs);
 }
 
+// The residual is the op's input x, made by one op: its gradient must not be
+// handed over while the op still reads dy to write dx.
+TEST_CASE("gradcheck: block_sparse_linear whose residual is its input",
+          "[autograd][gradcheck][block_sparse]") {
+  const int64_t b = 16;
+  const Tensor square = Tensor::from_data<int32_t>({2, 1}, {1, 0});
+  check_gradients(
+      [=](const std::vector<Var>& v) {
+        const Var x = scale(v[0], 2.0);
+        return block_sparse_linear(x, v[1], square, v[2], b, InputActivation::none, x);
+      },
+      {random_tensor({3, 2 * b}, 47), random_tensor({2, 1, b, b}, 48), random_tensor({2 * b}, 49)});
+}
+
 TEST_CASE("block_sparse_linear with a residual equals add after it, bitwise", "[autograd][block_sparse]") {
   const int64_t b = 16;
   const Tensor ci = pattern();

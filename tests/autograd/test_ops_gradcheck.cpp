@@ -223,6 +223,18 @@ TEST_CASE("gradcheck: moe_combine with a residual, handed over and added", "[aut
       inputs);
 }
 
+// The residual is the op's other input, made by one op: its gradient must not
+// be handed over while the op still reads dy to write that input's gradient.
+TEST_CASE("gradcheck: moe_combine whose residual is its expert rows", "[autograd][gradcheck]") {
+  const MoeDispatch plan = plan_dispatch(Tensor::from_data<int32_t>({5, 1}, {2, 0, 1, 0, 2}), 3);
+  check_gradients(
+      [&plan](const std::vector<Var>& x) {
+        const Var rows = scale(x[0], 2.0);
+        return moe_combine(rows, x[1], plan, rows);
+      },
+      {random_tensor({5, 4}, 71), random_tensor({5, 1}, 72, DType::f64, 0.1, 1.0)});
+}
+
 // add's second operand of the first's shape gets dy stored into a fresh
 // gradient, or added to one in use.
 TEST_CASE("gradcheck: add's second operand, fresh and in use", "[autograd][gradcheck]") {

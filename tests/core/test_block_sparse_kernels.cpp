@@ -53,7 +53,7 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (err > tol * (1.0 + std::abs(static_cast<double>(want[i])))) {
+    if (!(err <= tol * (1.0 + std::abs(static_cast<double>(want[i]))))) {  // NaN fails too
       INFO(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
       CHECK(err <= tol * (1.0 + std::abs(static_cast<double>(want[i]))));
       return;

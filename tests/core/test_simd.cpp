@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/simd.h"
+#include "helpers.h"
 
 using namespace shamn;
 
@@ -22,7 +23,7 @@ TEST_CASE("simd::exp is within 2 ulp of exp over the softmax range", "[kernels][
     for (int i = 0; i < simd::kLanes; ++i) {
       const double want = std::exp(static_cast<double>(x[i]));
       const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
-      worst = std::max(worst, std::abs(y[i] - want) / ulp);
+      worst = test::worse(worst, std::abs(y[i] - want) / ulp);
     }
   }
   INFO("worst error " << worst << " ulp");
@@ -61,7 +62,7 @@ TEST_CASE("simd::exp2 is within 2 ulp of 2^y over normal results, exact at integ
     for (int i = 0; i < simd::kLanes; ++i) {
       const double want = std::exp2(static_cast<double>(y[i]));
       const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
-      worst = std::max(worst, std::abs(p[i] - want) / ulp);
+      worst = test::worse(worst, std::abs(p[i] - want) / ulp);
     }
   }
   INFO("worst error " << worst << " ulp");

@@ -61,7 +61,7 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double scale = 0.0, diff = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    diff = test::worse(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
   }
   return diff / scale;
 }

@@ -70,7 +70,7 @@ double max_error(const Var& got, const Vec& want) {
   REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
   double m = 0;
   for (int64_t i = 0; i < got.numel(); ++i)
-    m = std::max(m, std::abs(got.value().item(i) - want[static_cast<size_t>(i)]));
+    m = test::worse(m, std::abs(got.value().item(i) - want[static_cast<size_t>(i)]));
   return m;
 }
 

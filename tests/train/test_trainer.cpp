@@ -145,7 +145,7 @@ TEST_CASE("a step's gradient is the mean of its micro-batches' loss gradients", 
     double scale_of = 0, worst = 0;
     for (int64_t i = 0; i < want.numel(); ++i) {
       scale_of = std::max(scale_of, std::abs(want.item(i)));
-      worst = std::max(worst, std::abs(got.item(i) - want.item(i)));
+      worst = test::worse(worst, std::abs(got.item(i) - want.item(i)));
     }
     // The trainer sums the micro-batches in a tree, by hand they are summed in turn:
     // rounding apart, no more. A missing or doubled 1/grad_accum is 3x or 1/3 off.
