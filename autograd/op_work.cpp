@@ -124,14 +124,14 @@ OpWork gather_rows_backward(int64_t n, int64_t num_rows, int64_t dim, int64_t s)
 OpWork softmax_forward(int64_t n, int64_t s) { return {4 * n, 2 * n * s}; }
 OpWork softmax_backward(int64_t n, int64_t s) { return {4 * n, 3 * n * s}; }
 
-// Forward: max, exp of the difference, sum per logit. Backward: exp(x - lse),
-// minus the one-hot, times the row's weight.
+// Forward: max, exp of the difference, sum per logit; the row's max and log-sum
+// saved. Backward: exp((x - max) - log_sum), times the row's weight, added.
 OpWork cross_entropy_forward(int64_t rows, int64_t vocab, int64_t s) {
-  return {4 * rows * vocab, (rows * vocab + rows) * s + rows * kIndex};
+  return {4 * rows * vocab, (rows * vocab + 2 * rows) * s + rows * kIndex};
 }
 
 OpWork cross_entropy_backward(int64_t rows, int64_t vocab, int64_t s) {
-  return {4 * rows * vocab, (2 * rows * vocab + rows) * s + rows * kIndex};
+  return {5 * rows * vocab, (2 * rows * vocab + 2 * rows) * s + rows * kIndex};
 }
 
 // Forward: sum of squares (2), then x * rstd * gain (2) per element. Backward: dx

@@ -52,13 +52,14 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
   SHAMN_CHECK(rows > 0, "cross_entropy over zero positions");
   const int64_t s = static_cast<int64_t>(dtype_size(logits.dtype()));
   record_work(op_work::cross_entropy_forward(rows, vocab, s));
-  Tensor lse = Tensor::empty({rows}, logits.dtype());
+  Tensor max_and_log_sum = Tensor::empty({2, rows}, logits.dtype());
   Tensor out = Tensor::empty({}, logits.dtype());
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
     Tensor losses = Tensor::empty({rows}, logits.dtype());
-    cross_entropy_forward(losses.data<T>(), lse.data<T>(), logits.value().data<T>(), targets.data<int32_t>(),
-                          rows, vocab);
+    T* saved = max_and_log_sum.data<T>();
+    cross_entropy_forward(losses.data<T>(), saved, saved + rows, logits.value().data<T>(),
+                          targets.data<int32_t>(), rows, vocab);
     double total = 0;  // in position order: the same for any thread count
     for (int64_t r = 0; r < rows; ++r) total += losses.data<T>()[r];
     out.data<T>()[0] = static_cast<T>(total / static_cast<double>(rows));
@@ -70,7 +71,8 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
     dispatch_floating(n.out_dtype, "cross_entropy", [&](auto zero) {
       using T = decltype(zero);
       Tensor dloss = Tensor::full({rows}, static_cast<double>(n.out_grad.data<T>()[0]) / rows, n.out_dtype);
-      cross_entropy_backward(n.input_grad(0).data<T>(), dloss.data<T>(), x.data<T>(), lse.data<T>(),
+      const T* saved = max_and_log_sum.data<T>();
+      cross_entropy_backward(n.input_grad(0).data<T>(), dloss.data<T>(), x.data<T>(), saved, saved + rows,
                              targets.data<int32_t>(), rows, vocab);
     });
   });

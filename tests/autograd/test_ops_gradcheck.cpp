@@ -85,6 +85,21 @@ TEST_CASE("gradcheck: gather_rows and scatter_add_rows with repeated indices", "
                   {random_tensor({11, 3}, 26)});
 }
 
+// log(1 + e^-1) and 1 / (1 + e^-1): the row [1e4, 0, -1e4, 9999] in double.
+TEST_CASE("log_softmax and cross_entropy keep their accuracy at logits of 1e4", "[autograd][softmax]") {
+  const double log_sum = std::log1p(std::exp(-1.0)), top = 1.0 / (1.0 + std::exp(-1.0));
+  const Var x(Tensor::from_data<float>({1, 4}, {1e4f, 0.0f, -1e4f, 9999.0f}), true);
+  const Tensor y = log_softmax(x).value();
+  CHECK(y.item(0) == Approx(-log_sum).epsilon(1e-6));
+  CHECK(y.item(3) == Approx(-1.0 - log_sum).epsilon(1e-6));
+  const Var loss = cross_entropy(x, Tensor::from_data<int32_t>({1}, {3}));
+  CHECK(loss.value().item() == Approx(1.0 + log_sum).epsilon(1e-6));
+  loss.backward();
+  CHECK(x.grad().item(0) == Approx(top).epsilon(1e-6));
+  CHECK(x.grad().item(3) == Approx(-top).epsilon(1e-6));
+  CHECK(std::abs(x.grad().item(0) + x.grad().item(1) + x.grad().item(2) + x.grad().item(3)) < 1e-6);
+}
+
 TEST_CASE("gradcheck: softmax, log_softmax", "[autograd][gradcheck]") {
   check_gradients([](const std::vector<Var>& x) { return softmax(x[0]); },
                   {random_tensor({4, 7}, 27, DType::f64, -3, 3)});
