@@ -1,5 +1,6 @@
 #include "core/machine_limits_json.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -23,6 +24,18 @@ double positive(const nlohmann::json& j, const char* key, const std::string& whe
                     "\" must be a positive number, got ", v.dump());
   return v.get<double>();
 }
+
+// A count or a size in bytes: a whole number in [1, max] (a fraction or 1e30
+// would become 0 or an undefined cast, and the roofline would quietly vanish).
+int64_t positive_integer(const nlohmann::json& j, const char* key, const std::string& where, int64_t max) {
+  const double v = positive(j, key, where);
+  SHAMN_INPUT_CHECK(v == std::floor(v) && v <= static_cast<double>(max), where, ": \"", key,
+                    "\" must be a whole number from 1 to ", max, ", got ", j.at(key).dump());
+  return static_cast<int64_t>(v);
+}
+
+constexpr int64_t kMaxCount = 1 << 20;           // threads, repeats
+constexpr int64_t kMaxBytes = int64_t{1} << 50;  // cache and buffer sizes
 
 const nlohmann::json& member(const nlohmann::json& j, const char* key, const std::string& where) {
   SHAMN_INPUT_CHECK(j.is_object() && j.contains(key), where, ": missing \"", key, "\"");
@@ -65,14 +78,14 @@ MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::strin
   const nlohmann::json& kernel = member(j, "kernel", what);
   SHAMN_INPUT_CHECK(kernel.is_string(), what, ": \"kernel\" must be a string");
   m.kernel = kernel.get<std::string>();
-  m.threads = static_cast<int>(positive(j, "threads", what));
-  m.repeats = static_cast<int>(positive(j, "repeats", what));
+  m.threads = static_cast<int>(positive_integer(j, "threads", what, kMaxCount));
+  m.repeats = static_cast<int>(positive_integer(j, "repeats", what, kMaxCount));
   const nlohmann::json& cache = member(j, "cache", what);
-  m.l2_bytes = static_cast<int64_t>(positive(cache, "l2_bytes_per_core", what + " cache"));
-  m.l3_bytes = static_cast<int64_t>(positive(cache, "l3_bytes", what + " cache"));
+  m.l2_bytes = positive_integer(cache, "l2_bytes_per_core", what + " cache", kMaxBytes);
+  m.l3_bytes = positive_integer(cache, "l3_bytes", what + " cache", kMaxBytes);
   // Files written before stop 56 have no reported size: the probes took the OS's.
   m.l3_reported_bytes = cache.contains("l3_reported_bytes")
-                            ? static_cast<int64_t>(positive(cache, "l3_reported_bytes", what + " cache"))
+                            ? positive_integer(cache, "l3_reported_bytes", what + " cache", kMaxBytes)
                             : m.l3_bytes;
   SHAMN_INPUT_CHECK(m.l3_bytes <= m.l3_reported_bytes, what, " cache: \"l3_bytes\" ", m.l3_bytes,
                     " is more than \"l3_reported_bytes\" ", m.l3_reported_bytes,
@@ -86,12 +99,12 @@ MachineLimits machine_limits_from_json(const nlohmann::json& j, const std::strin
     const std::string where = what + " read_gbs." + kLevelKeys[level];
     const nlohmann::json& r = member(reads, kLevelKeys[level], what + " read_gbs");
     m.read_bytes[level] = rate_from(r, where);
-    m.read_buffer_bytes[level] = static_cast<int64_t>(positive(r, "buffer_bytes_per_thread", where));
+    m.read_buffer_bytes[level] = positive_integer(r, "buffer_bytes_per_thread", where, kMaxBytes);
     // Files written before the key was (stop 58) do not say: taken as a thread's
     // share, though builds from stop 56 on read the whole DRAM probe already
     // (it only changes the note the text prints).
     m.one_core_buffer_bytes[level] = r.contains("buffer_bytes_one_core")
-                                         ? static_cast<int64_t>(positive(r, "buffer_bytes_one_core", where))
+                                         ? positive_integer(r, "buffer_bytes_one_core", where, kMaxBytes)
                                          : m.read_buffer_bytes[level];
     const nlohmann::json& u = member(member(j, "update_gbs", what), kLevelKeys[level], what + " update_gbs");
     m.update_bytes[level] = rate_from(u, what + " update_gbs." + kLevelKeys[level]);

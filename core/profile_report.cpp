@@ -55,7 +55,9 @@ std::string format_profile_table(const ProfileReport& report, size_t max_rows) {
                          profile_category_name(s.category), static_cast<long long>(s.calls), ms(s.total_ns),
                          ms(s.self_ns), pct(s.total_ns));
   }
-  if (rows < report.stats.size())
+  if (rows == 0 && !report.stats.empty())
+    out += printf_string("(%zu rows, none shown)\n", report.stats.size());
+  else if (rows < report.stats.size())
     out += printf_string("(%zu more rows, each under %.2f ms total)\n", report.stats.size() - rows,
                          ms(report.stats[rows - 1].total_ns));
   out += format_roofline_table(report, max_rows);

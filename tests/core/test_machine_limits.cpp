@@ -190,6 +190,25 @@ TEST_CASE("machine limits: a broken file is refused with the key named", "[core]
   negative["f32_fma_gflops"]["all_cores"] = -1.0;
   CHECK_THROWS_WITH(machine_limits_from_json(negative, "m.json"),
                     Catch::Contains("\"all_cores\" must be a positive number"));
+  // Counts and sizes are whole numbers in range: 0.5 threads or a 1e30-byte L2
+  // would otherwise become 0 or an undefined cast, and the roofline vanish.
+  for (const auto& [key, value] : std::vector<std::pair<std::string, double>>{{"threads", 0.5},
+                                                                              {"threads", 1e10},
+                                                                              {"repeats", 2.5},
+                                                                              {"l2_bytes_per_core", 1e30},
+                                                                              {"l2_bytes_per_core", 0.5},
+                                                                              {"l3_bytes", 1e6 + 0.25}}) {
+    INFO(key << " = " << value);
+    nlohmann::json bad = good;
+    (key == "threads" || key == "repeats" ? bad[key] : bad["cache"][key]) = value;
+    CHECK_THROWS_WITH(machine_limits_from_json(bad, "m.json"),
+                      Catch::Contains("\"" + key + "\" must be a whole number from 1 to"));
+  }
+  nlohmann::json fraction = good;
+  fraction["read_gbs"]["l3"]["buffer_bytes_per_thread"] = 1.5;
+  CHECK_THROWS_WITH(
+      machine_limits_from_json(fraction, "m.json"),
+      Catch::Contains("m.json read_gbs.l3: \"buffer_bytes_per_thread\" must be a whole number"));
   nlohmann::json text = good;
   text["read_gbs"]["dram"]["one_core"] = "fast";
   CHECK_THROWS_AS(machine_limits_from_json(text, "m.json"), InputError);

@@ -140,6 +140,9 @@ TEST_CASE("profiler: the table lists every name with its figures", "[core][profi
   const std::string one_row = format_profile_table(profile_report(), 1);
   CHECK(one_row.find("adamw_step  ") == std::string::npos);
   CHECK(one_row.find("1 more rows") != std::string::npos);
+  const std::string no_rows = format_profile_table(profile_report(), 0);
+  CHECK(no_rows.find("block_sparse_linear  ") == std::string::npos);
+  CHECK(no_rows.find("(2 rows, none shown)") != std::string::npos);
 }
 
 TEST_CASE("profiler: only the steps after the warm-up step are traced", "[core][profiler]") {
