@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "cli/shq_analysis.h"
 #include "core/hdf5_file.h"
@@ -179,10 +180,8 @@ void register_analyze_command(CLI::App& app) {
       ->check(CLI::IsMember({"llmc", "u16"}));
   c->add_option("--windows", a->windows, "windows analysed (consecutive, from the start)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  c->add_option("--seq-len", a->seq_len, "window length T")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
+  c->add_option("--seq-len", a->seq_len, "window length T")->capture_default_str()->check(whole_number(1));
   c->add_flag("--json", a->json, "one JSON object instead of tables");
   c->add_option("--plots", a->plots,
                 "also draw the expert-load and memory slot-use distributions into this directory "

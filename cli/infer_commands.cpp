@@ -13,6 +13,7 @@
 
 #include "cli/checkpoint_decoder.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "cli/profile_flags.h"
 #include "core/atomic_file.h"
@@ -566,10 +567,10 @@ void register_infer_commands(CLI::App& app) {
       ->check(CLI::ExistingFile);
   ec->add_option("--quant", ex->quant, "f32, int8 or int4")->capture_default_str();
   ec->add_option("-o,--out", ex->out, "model file to write (.shq)")->required();
-  ec->add_option("--tokenizer", ex->tokenizer,
-                 "tokenizer to embed (default: the checkpoint's data.tokenizer)");
-  ec->add_flag("--no-tokenizer", ex->no_tokenizer,
-               "embed no tokenizer (the model then takes token ids only)");
+  CLI::Option* tokenizer = ec->add_option("--tokenizer", ex->tokenizer,
+                                          "tokenizer to embed (default: the checkpoint's data.tokenizer)");
+  ec->add_flag("--no-tokenizer", ex->no_tokenizer, "embed no tokenizer (the model then takes token ids only)")
+      ->excludes(tokenizer);
   ec->add_option("--base", ex->base,
                  "for a LoRA adapter checkpoint: the checkpoint it was trained on (writes an adapter file "
                  "for --adapter, --quant f32 or int8; with --merge, a model file at any --quant)")
@@ -598,7 +599,8 @@ void register_infer_commands(CLI::App& app) {
   gc->add_option("--top-p", gen->sampling.top_p, "nucleus: keep the smallest set with this mass")
       ->capture_default_str();
   gc->add_option("--seed", gen->sampling.seed, "sampling seed: the same seed gives the same text")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_number());
   gc->add_option("--kernel", gen->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
   gc->add_option("--draft", gen->draft,
                  "speculative decoding: a smaller model file (.shq) with the same vocabulary drafts "
@@ -619,10 +621,9 @@ void register_infer_commands(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   vc->add_option("--data", ev->data, "token file (llm.c format)")->required()->check(CLI::ExistingFile);
-  vc->add_option("--seq-len", ev->seq_len, "window length T")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  vc->add_option("--seq-len", ev->seq_len, "window length T")->capture_default_str()->check(whole_number(1));
   vc->add_option("--max-windows", ev->max_windows, "at most this many windows (0 = all)")
+      ->check(whole_number(0))
       ->capture_default_str();
   vc->add_option("--reference", ev->reference,
                  "also report KL divergence and top-1 agreement against this model (.shq or .h5)")
@@ -650,7 +651,8 @@ void register_infer_commands(CLI::App& app) {
   bc->add_option("--warmup", be->warmup, "untimed runs before the repeats (prefill and decode, unprofiled)")
       ->capture_default_str();
   bc->add_option("--seed", be->seed, "seed of the random prompts (and of stream b's sampler: seed + b)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_number());
   bc->add_option("--temperature", be->sampling.temperature,
                  "0 = greedy (the default); above, every decoded token is drawn with --top-k and --top-p, "
                  "as serve's requests are")

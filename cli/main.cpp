@@ -1,5 +1,7 @@
 // The `shamn` command line: global options, then one subcommand per job.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -7,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "core/check.h"
 #include "core/fault.h"
 #include "core/heap_policy.h"
@@ -46,7 +49,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("shamn ") + SHAMN_VERSION);
   int threads = 0;
-  app.add_option("--threads", threads, "worker threads (default: every core)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "worker threads (default: every core)")
+      ->check(shamn::cli::whole_number(0));
   app.parse_complete_callback([&] { shamn::set_num_threads(threads); });
 
   shamn::cli::register_commands(app);
@@ -71,6 +75,16 @@ int main(int argc, char** argv) {
     std::cerr << "shamn: unexpected error: " << e.what() << "\n";
     shamn::abort_all_ranks_on_error(2);
     return 2;
+  }
+  // A full disk under `> out.json` must not pass for success.
+  errno = 0;
+  std::cout.flush();  // through stdout's buffer: the same error either way
+  std::fflush(stdout);
+  const int flush_errno = errno;
+  if (std::ferror(stdout)) {
+    std::cerr << "shamn: error: writing standard output failed"
+              << (flush_errno ? std::string(": ") + std::strerror(flush_errno) : std::string()) << "\n";
+    return 1;
   }
   return 0;
 }

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
+#include "core/atomic_file.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
 #include "data/token_file.h"
@@ -101,6 +103,7 @@ void run_loss(const LossArgs& a) {
     }
   }
   const bool want_grads = !a.grads.empty();
+  if (want_grads) check_output_path(a.grads);  // before the loss is printed
   std::unique_ptr<NoGradGuard> no_grad;
   if (!want_grads) no_grad = std::make_unique<NoGradGuard>();
   std::optional<LoraDropoutPass> noise;
@@ -133,7 +136,7 @@ void register_model_commands(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   ic->add_option("-o,--out", init->out, "checkpoint to write (.h5)")->required();
-  ic->add_option("--seed", init->seed, "initialisation seed")->capture_default_str();
+  ic->add_option("--seed", init->seed, "initialisation seed")->capture_default_str()->check(seed_number());
   ic->add_option("--init", init->scheme, "weight init scheme, as train.init")
       ->check(CLI::IsMember({"normal", "fan_in"}))
       ->capture_default_str();
@@ -150,8 +153,8 @@ void register_model_commands(CLI::App& app) {
                  "training or model-only checkpoint (.h5; not a .shq model file: use eval)")
       ->required();
   lc->add_option("--data", loss->data, "token file (llm.c format)")->required();
-  lc->add_option("--batch", loss->batch, "windows B")->capture_default_str()->check(CLI::PositiveNumber);
-  lc->add_option("--seq", loss->seq, "window length T")->capture_default_str()->check(CLI::PositiveNumber);
+  lc->add_option("--batch", loss->batch, "windows B")->capture_default_str()->check(whole_number(1));
+  lc->add_option("--seq", loss->seq, "window length T")->capture_default_str()->check(whole_number(1));
   lc->add_option("--adapter", loss->adapter,
                  "LoRA adapter checkpoint trained on this base: the loss of the adapted model; --grads "
                  "then holds the adapters' gradients only");
@@ -160,7 +163,9 @@ void register_model_commands(CLI::App& app) {
                  "with --adapter: dropout at this rate on the adapters' inputs, with the masks of "
                  "training's forward pass --pass of a run with train.seed = --seed")
       ->capture_default_str();
-  lc->add_option("--seed", loss->seed, "--lora-dropout's run seed (train.seed)")->capture_default_str();
+  lc->add_option("--seed", loss->seed, "--lora-dropout's run seed (train.seed)")
+      ->capture_default_str()
+      ->check(seed_number());
   lc->add_option("--pass", loss->pass, "--lora-dropout's pass: step x train.grad_accum + micro-batch")
       ->capture_default_str();
   lc->callback([loss] { run_loss(*loss); });

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "cli/flag_checks.h"
+#include "core/atomic_file.h"
 #include "core/machine_limits_json.h"
 #include "core/parallel.h"
 #include "core/profile_report.h"
@@ -17,14 +19,14 @@ void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string
       ->needs(on);
   command->add_option("--profile-steps", flags.trace_steps, "steps traced, after a first warm-up step")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_number(0))
       ->needs(on);
   command
       ->add_option("--profile-warmup", flags.warmup_steps,
                    "first steps left out of the table (first-touch page faults, allocations); a run with "
                    "no more steps than this keeps them")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_number(0))
       ->needs(on);
   command
       ->add_option("--machine", flags.machine,
@@ -56,6 +58,7 @@ RooflineLimits profile_machine_limits(const ProfileFlags& flags) {
 
 void begin_profile(const ProfileFlags& flags) {
   if (!flags.on) return;
+  if (!flags.trace.empty()) check_output_path(flags.trace);  // before the work, not after it
   set_profile_limits(profile_machine_limits(flags));
   ProfileOptions options;
   options.trace_steps = flags.trace_steps;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "sweep/sweep_runner.h"
 #include "sweep/sweep_spec.h"
 
@@ -18,7 +19,7 @@ void register_sweep_command(CLI::App& app) {
   sc->add_option("--jobs", a->jobs, "points run at once (default: sweep.jobs, else 1)")
       ->check(CLI::Range(int64_t{1}, kMaxSweepJobs));
   sc->add_option("--threads-per-job", a->threads_per_job, "threads per point (default: cores / jobs)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sc->add_option("--out-dir", a->out_dir, "sweep directory (default: sweep.out_dir)");
   sc->add_option("--set", a->overrides,
                  "override a base config key for every point (repeatable; TOML values)")

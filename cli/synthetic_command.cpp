@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "core/check.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
@@ -49,11 +50,11 @@ void register_synthetic_command(CLI::App& app) {
   sc->add_option("--vocab", a->vocab, "tokens")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   sc->add_option("--successors", a->successors, "next tokens per token (entropy ln of this)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sc->add_option("--tokens", a->tokens, "total tokens (10% go to val.bin)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{20}, int64_t{1} << 31));
-  sc->add_option("--seed", a->seed, "chain and walk seed")->capture_default_str();
+  sc->add_option("--seed", a->seed, "chain and walk seed")->capture_default_str()->check(seed_number());
   sc->callback([a] { run_synthetic(*a); });
 }
 

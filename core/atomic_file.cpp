@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -56,7 +57,30 @@ int remove_orphaned_temp_files(const std::string& path) {
   return removed;
 }
 
+void check_replaceable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
+  const char* what = S_ISDIR(st.st_mode)                          ? "a directory"
+                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                     : S_ISFIFO(st.st_mode)                       ? "a FIFO"
+                                                                  : "not a regular file";
+  throw InputError(detail::concat("cannot write '", path, "': it is ", what,
+                                  ", which shamn does not replace (it writes a new file and renames it "
+                                  "into place): give the path of a file"));
+}
+
+void check_output_path(const std::string& path) {
+  check_replaceable(path);
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  SHAMN_INPUT_CHECK(fs::is_directory(dir, ec), "cannot write '", path, "': the directory '", dir.string(),
+                    "' does not exist");
+  SHAMN_INPUT_CHECK(::access(dir.c_str(), W_OK) == 0, "cannot write '", path, "': the directory '",
+                    dir.string(), "' is not writable (", std::strerror(errno), ")");
+}
+
 AtomicFile::AtomicFile(const std::string& path, std::string kind) : path_(path), kind_(std::move(kind)) {
+  check_replaceable(path);
   temp_path_ = temp_path_for(path);
   remove_orphaned_temp_files(path);
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

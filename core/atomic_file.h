@@ -39,6 +39,15 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// Throws InputError naming `path` if it exists and is not a regular file (or a
+// link to one): renaming over a device would replace it (-o /dev/null deleting
+// /dev/null for everyone, when run as root), and over a directory fails late.
+void check_replaceable(const std::string& path);
+
+// check_replaceable, and that `path`'s directory exists and is writable: for an
+// output named on the command line, checked before the work that makes it.
+void check_output_path(const std::string& path);
+
 // The whole of `text` as `path`, atomically.
 void write_file_atomically(const std::string& path, const std::string& text,
                            const std::string& kind = "text");

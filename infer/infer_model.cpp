@@ -428,8 +428,10 @@ void InferModel::Impl::logits(const float* z, int64_t n, float* out) const {
 }
 
 InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_unique<Impl>()) {
-  SHAMN_INPUT_CHECK(!is_lora_config(file_.config_toml(), file_.path() + " (embedded config)"), "'",
-                    file_.path(), "' is a LoRA adapter, not a model: load it beside its base with --adapter");
+  SHAMN_INPUT_CHECK(
+      !is_lora_config(file_.config_toml(), file_.path() + " (embedded config)"), "'", file_.path(),
+      "' is a LoRA adapter, not a model: load it beside its base (generate, eval, bench and serve take "
+      "--adapter)");
   config_ = ModelConfig::from_toml(file_.config_toml(), file_.path() + " (embedded config)");
   const ModelConfig& c = config_;
   Impl& m = *impl_;

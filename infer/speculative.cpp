@@ -67,20 +67,30 @@ bool SpeculativeDecoder::accept(int32_t x, const std::vector<double>& p, const s
   // Keep x with probability min(1, p(x) / q(x)); q(x) > 0, the draft drew x.
   if (p[x] >= q[x] || sampler_.uniform() * q[x] < p[x]) return true;
   // Rejected: a draw from normalize(max(0, p - q)), the part of p that the
-  // draft's proposals under-cover. Its mass is 1 - sum min(p, q) > 0 here.
-  residual_.resize(p.size());
+  // draft's proposals under-cover.
+  *out = draw_residual(p, q, sampler_.uniform(), residual_);
+  return false;
+}
+
+int32_t draw_residual(const std::vector<double>& p, const std::vector<double>& q, double u,
+                      std::vector<double>& residual) {
+  residual.resize(p.size());
   double total = 0.0;
-  for (size_t v = 0; v < p.size(); ++v) total += residual_[v] = std::max(0.0, p[v] - q[v]);
-  double u = sampler_.uniform() * total;
-  int32_t last = -1;
+  // Its mass is 1 - sum min(p, q) > 0 in exact arithmetic, after a rejection.
+  for (size_t v = 0; v < p.size(); ++v) total += residual[v] = p[v] - q[v] > 0.0 ? p[v] - q[v] : 0.0;
+  if (!(total > 0.0)) {
+    total = 0.0;
+    for (size_t v = 0; v < p.size(); ++v) total += residual[v] = p[v] > 0.0 ? p[v] : 0.0;
+  }
+  u *= total;
+  int32_t last = 0;
   for (size_t v = 0; v < p.size(); ++v) {
-    if (residual_[v] <= 0.0) continue;
+    if (residual[v] <= 0.0) continue;
     last = static_cast<int32_t>(v);
-    u -= residual_[v];
+    u -= residual[v];
     if (u < 0.0) break;
   }
-  *out = last;
-  return false;
+  return last;
 }
 
 SpeculativeRound SpeculativeDecoder::next(int64_t max_drafts) {

@@ -29,6 +29,14 @@ namespace shamn {
 void check_draft_compatible(const InferModel& target, const std::string& target_name, const InferModel& draft,
                             const std::string& draft_name);
 
+// The token a rejected draft is replaced by: the first v whose cumulative share
+// of normalize(max(0, p - q)) passes u in [0, 1), `residual` scratch. Where
+// rounding leaves that residual no mass (p and q agree in every bit but at the
+// rejected token) it draws from p itself; where p has none either (NaN
+// logits), token 0, as the sampler gives.
+int32_t draw_residual(const std::vector<double>& p, const std::vector<double>& q, double u,
+                      std::vector<double>& residual);
+
 // Largest --draft-tokens: past it the target's pass rarely keeps the tail.
 inline constexpr int64_t kMaxDraftTokens = 64;
 

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/check.h"
 
 extern char** environ;
@@ -94,8 +95,11 @@ void draw_with_gnuplot(const std::string& output,
   const std::string gnuplot = find_gnuplot();
   SHAMN_INPUT_CHECK(!gnuplot.empty(), "gnuplot is not installed (apt-get install gnuplot-nox): no ", output);
   const fs::path out(output);
+  SHAMN_INPUT_CHECK(out.extension() == ".png" || out.extension() == ".svg", "-o ", output,
+                    ": the picture is a .png or an .svg file");
   const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   SHAMN_INPUT_CHECK(fs::is_directory(dir), output, ": the directory '", dir.string(), "' does not exist");
+  check_replaceable(output);
   std::string hidden = ".";  // appended, not "." + ...: GCC 12 warns (-Wrestrict) on that one falsely
   hidden += out.filename().string();
   const std::string tmp = (dir / (hidden + ".tmp" + out.extension().string())).string();
@@ -108,6 +112,8 @@ void draw_with_gnuplot(const std::string& output,
   }
   SHAMN_INPUT_CHECK(fs::is_regular_file(tmp), "plot ", output, ": gnuplot wrote nothing");
   fs::rename(tmp, out, ec);
+  std::error_code ignored;
+  if (ec) fs::remove(tmp, ignored);
   SHAMN_INPUT_CHECK(!ec, "cannot write '", output, "': ", ec.message());
 }
 

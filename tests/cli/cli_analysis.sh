@@ -94,6 +94,17 @@ refused "unknown 'perplexity'" plot run_a -o x.png --metrics loss,perplexity
 refused "png or an .svg" plot run_a -o x.pdf
 mkdir -p norun && refused "norun' holds no run" plot norun -o x.png
 [ ! -e x.png ] && [ ! -e x.pdf ] || fail "a refused plot wrote a file"
+# The error names the user's path, not a temporary one; a directory or a FIFO
+# is not replaced, and no temporary file is left beside it.
+refused "-o x.pdf: the picture" plot run_a -o x.pdf
+mkdir dir.png && refused "'dir.png': it is a directory" plot run_a -o dir.png
+mkfifo fifo.png && refused "'fifo.png': it is a FIFO" plot run_a -o fifo.png
+[ -d dir.png ] && [ -p fifo.png ] || fail "a refused plot replaced its target"
+! ls -A | grep -q 'tmp' || fail "a refused plot left a temporary file: $(ls -A | grep tmp)"
+# A run killed mid-write leaves its last line cut short: plotted without it.
+mkdir cut && cp run_a/config.toml cut/ && head -c -20 run_a/metrics.jsonl > cut/metrics.jsonl
+"$shamn" plot cut -o cut.png > /dev/null
+is_png cut.png
 
 # info on a model file and a LoRA adapter file.
 "$shamn" export run_a/best.h5 --quant f32 -o a_f32.shq > /dev/null
@@ -101,6 +112,21 @@ mkdir -p norun && refused "norun' holds no run" plot norun -o x.png
 grep -q "^kind  *model file" info.txt && grep -q "^quant  *f32" info.txt && grep -q "^tokenizer  *300 tokens" info.txt ||
   fail "info on a model file: $(cat info.txt)"
 grep -q "^tensors  *[0-9]" info.txt && grep -q "^source_id  *[0-9a-f]\{16\}$" info.txt || fail "info: tensors/source_id"
+# Bad outputs and flags, refused before any work: a FIFO as -o, both --tokenizer
+# and --no-tokenizer, a negative seed or thread count, a trace or gradient file
+# in a directory that does not exist (nothing printed first); a full stdout.
+mkfifo out.shq && refused "'out.shq': it is a FIFO" export run_a/best.h5 --quant f32 -o out.shq
+refused "excludes" export run_a/best.h5 --tokenizer tok.bpe --no-tokenizer -o y.shq
+refused "--seed: must be a whole number >= 0, got '-1'" generate a_f32.shq --prompt x --seed -1
+refused "--threads: must be a whole number >= 0, got '-1'" --threads -1 info a_f32.shq
+refused "--max-windows: must be a whole number >= 0" eval a_f32.shq --data data/val.bin --max-windows -5
+refused "the directory 'nodir' does not exist" eval a_f32.shq --data data/val.bin --profile --profile-trace nodir/t.json
+refused "the directory 'nodir' does not exist" loss run_a/best.h5 --data data/val.bin --grads nodir/g.h5
+"$shamn" eval a_f32.shq --data data/val.bin --profile --profile-trace nodir/t.json > early.out 2> /dev/null || true
+"$shamn" loss run_a/best.h5 --data data/val.bin --grads nodir/g.h5 >> early.out 2> /dev/null || true
+[ ! -s early.out ] || fail "a refused output was found only after the work: $(cat early.out)"
+if "$shamn" info a_f32.shq > /dev/full 2> err.txt; then fail "info > /dev/full exited 0"; fi
+grep -q "writing standard output failed" err.txt || fail "info > /dev/full: $(cat err.txt)"
 "$shamn" --threads 1 train run.toml --set 'train.out_dir="lora"' --set "train.init_from=\"run_a/best.h5\"" \
   --set train.max_steps=2 --set lora.rank=2 --set 'lora.targets=["layers.*.mixer.out"]' --set lora.dropout=0.1 > /dev/null
 "$shamn" info lora/best.h5 > info_lora_ckpt.txt

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -248,6 +249,25 @@ TEST_CASE("with a LoRA adapter on the target, greedy speculative decoding gives 
       CHECK(d.accepted() < d.drafted());
     }
   }
+}
+
+TEST_CASE("a rejected draft is replaced by a token from the residual, or from p where rounding leaves none",
+          "[infer][speculative]") {
+  std::vector<double> scratch;
+  // Only token 2 has p > q: every u draws it.
+  const std::vector<double> p{0.2, 0.1, 0.5, 0.2}, q{0.3, 0.2, 0.3, 0.2};
+  for (double u : {0.0, 0.5, 0.999999}) CHECK(draw_residual(p, q, u, scratch) == 2);
+  // p and q agree in every bit but at the rejected token 1 (p a few ulps lower):
+  // no residual mass. The draw comes from p (u's share of it), never -1.
+  const std::vector<double> p2{0.25427521259045954, 2.379407031e-14, 0.41922895160968765,
+                               0.32649583579982883},
+      q2{0.25427521259045954, 2.379411570e-14, 0.41922895160968765, 0.32649583579982883};
+  CHECK(draw_residual(p2, q2, 0.1, scratch) == 0);
+  CHECK(draw_residual(p2, q2, 0.5, scratch) == 2);
+  CHECK(draw_residual(p2, q2, 0.9, scratch) == 3);
+  // NaN logits make p NaN: token 0, as the sampler gives.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(draw_residual({nan, 0.0, 0.0}, {0.0, 1.0, 0.0}, 0.5, scratch) == 0);
 }
 
 TEST_CASE("sampled speculative output has the target's distribution", "[infer][speculative]") {
