@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/aligned.h"
+#include "core/check.h"
 
 namespace shamn {
 
@@ -38,6 +39,12 @@ Pool& pool() {
 }
 
 }  // namespace
+
+void buffer_size_error(int64_t n, size_t element_bytes) {
+  detail::throw_check_failure("n >= 0 && n * element_bytes <= SIZE_MAX", __FILE__, __LINE__,
+                              detail::concat("Buffer of ", n, " values of ", element_bytes,
+                                             " bytes: the count is negative or its bytes overflow"));
+}
 
 void* buffer_alloc(size_t bytes) {
   const int c = size_class(bytes);

@@ -16,6 +16,9 @@ namespace shamn {
 // The storage behind Buffer (core/buffer.cpp). `bytes` must be the same in both calls.
 void* buffer_alloc(size_t bytes);
 void buffer_free(void* ptr, size_t bytes) noexcept;
+// Throws naming n: a negative count, or one whose bytes overflow size_t (which
+// would hand back a tiny block with a huge size()).
+[[noreturn]] void buffer_size_error(int64_t n, size_t element_bytes);
 
 template <class T>
 class Buffer {
@@ -41,6 +44,8 @@ class Buffer {
     buffer_free(data_, bytes());
     data_ = nullptr;
     size_ = 0;
+    if (n < 0 || static_cast<uint64_t>(n) > SIZE_MAX / sizeof(T)) [[unlikely]]
+      buffer_size_error(n, sizeof(T));
     data_ = static_cast<T*>(buffer_alloc(static_cast<size_t>(n) * sizeof(T)));
     size_ = n;
   }

@@ -217,6 +217,11 @@ void ConfigTable::reject_unknown(const std::string& table, const std::set<std::s
   if (!n || !n->is_table()) return;
   for (const auto& [k, child] : *n->as_table()) {
     const std::string key = table.empty() ? std::string(k.str()) : table + "." + std::string(k.str());
+    // "sparse.block" = 8 quoted is one key with a dot in its name, not block in
+    // [model.sparse]: it would pass the name check and be read by no one.
+    SHAMN_INPUT_CHECK(k.str().find('.') == std::string_view::npos, location(key, &child), ": key \"", k.str(),
+                      "\" is quoted with a dot in it: write it unquoted (", k.str(),
+                      " = ...) to set that key of its table");
     SHAMN_INPUT_CHECK(known.count(key), location(key, &child), ": unknown key '", key, "'");
     // A known table given a value (`moe = 4` for [model.moe]) would leave every key
     // under it silently at its default.

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <map>
@@ -87,8 +88,12 @@ std::vector<Fault> parse(std::string_view spec) {
     char* end = nullptr;
     errno = 0;
     f.n = std::strtoull(n.c_str(), &end, 10);
-    SHAMN_INPUT_CHECK(!n.empty() && n[0] != '-' && *end == '\0' && errno == 0, "SHAMN_FAULT: '", item,
-                      "': the count '", n, "' is not a non-negative integer");
+    SHAMN_INPUT_CHECK(
+        !n.empty() && std::isdigit(static_cast<unsigned char>(n[0])) && *end == '\0' && errno == 0,
+        "SHAMN_FAULT: '", item, "': the count '", n, "' is not a non-negative integer");
+    // Passes count from 1; only a byte offset (a .bytes site) can be 0.
+    SHAMN_INPUT_CHECK(f.n > 0 || f.site.ends_with(".bytes"), "SHAMN_FAULT: '", item,
+                      "': passes count from 1, so a count of 0 would never strike");
     const std::string_view action = parts.size() == 3 ? parts[2] : "kill";
     if (action == "kill")
       f.action = Action::kill;
@@ -185,13 +190,14 @@ ByteFault bytes(std::string_view site, uint64_t offset, size_t bytes) {
   if (!armed()) return {bytes, false};
   State& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
-  for (Fault& f : s.faults) {
-    if (!f.done && f.site == site && f.n >= offset && f.n - offset <= bytes) {
-      f.due = true;
-      return {static_cast<size_t>(f.n - offset), true};
-    }
-  }
-  return {bytes, false};
+  // The earliest offset this write reaches strikes, whatever the list's order.
+  Fault* first = nullptr;
+  for (Fault& f : s.faults)
+    if (!f.done && f.site == site && f.n >= offset && f.n - offset <= bytes && (!first || f.n < first->n))
+      first = &f;
+  if (!first) return {bytes, false};
+  first->due = true;
+  return {static_cast<size_t>(first->n - offset), true};
 }
 
 }  // namespace shamn::fault

@@ -38,3 +38,13 @@ TEST_CASE("Buffer blocks freed on another thread stay usable", "[core][buffer]")
   b[999] = 2.0f;
   CHECK(b[999] == 2.0f);
 }
+
+TEST_CASE("a Buffer of a negative count or of more bytes than size_t holds is an error", "[core][buffer]") {
+  Buffer<float> b;
+  CHECK_THROWS_WITH(b.resize(-1), Catch::Contains("Buffer of -1 values of 4 bytes"));
+  // 2^62 floats are 2^64 bytes: the product wraps to 0.
+  CHECK_THROWS_WITH(b.resize(int64_t{1} << 62), Catch::Contains("its bytes overflow"));
+  CHECK(b.size() == 0);
+  b.resize(3);
+  CHECK(b.size() == 3);
+}

@@ -62,6 +62,9 @@ TEST_CASE("SHAMN_FAULT specs: sites, counts and actions are checked", "[core][fa
   CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:x"),
                     Catch::Contains("'x' is not a non-negative integer"));
   CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:-1"), Catch::Contains("not a non-negative integer"));
+  CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:+1"), Catch::Contains("not a non-negative integer"));
+  // Passes count from 1: a count of 0 is a byte offset's only.
+  CHECK_THROWS_WITH(fault::set_for_testing("model.fsync:0:eio"), Catch::Contains("a count of 0 would never"));
   CHECK_THROWS_WITH(fault::set_for_testing("text.fsync:1:explode"),
                     Catch::Contains("unknown action 'explode'"));
   fault::set_for_testing("");
@@ -116,6 +119,13 @@ TEST_CASE("a byte-offset fault lets exactly n bytes through", "[core][fault][ato
     CHECK(contents(file.temp_path()) == std::string("0123456789").substr(0, n));
   }
   CHECK(entries(dir) == 0);
+  // Of two offsets on one site the earlier strikes, whichever is listed first.
+  fault::set_for_testing("tokens.bytes:7:eio,tokens.bytes:3:enospc");
+  {
+    AtomicFile file(path.string(), "tokens");
+    CHECK_THROWS_WITH(file.write("0123456789", 10),
+                      Catch::Contains("failed after 3 bytes") && Catch::Contains("No space left on device"));
+  }
   fs::remove_all(dir);
 }
 

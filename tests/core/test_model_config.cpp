@@ -85,6 +85,8 @@ TEST_CASE("bad model configs name the file, line and key", "[core][config]") {
        "bad.toml:7: key 'model.sparse.block' must be an integer, got a float"},
       {"[model.embed]\ntie_head = 1\n", "bad.toml:7: key 'model.embed.tie_head' must be a bool"},
       {"[model.moe]\nexperts = 4\n", "bad.toml:7: unknown key 'model.moe.experts'"},
+      // A quoted key with a dot is one key of its table, read by no one.
+      {"[model.moe]\n\"group.k\" = 1\n", "bad.toml:7: key \"group.k\" is quoted with a dot in it"},
       {"[model.memory]\nlayers = 4\n", "key 'model.memory.layers' must be an array of integers"},
       {"[model\n", "bad.toml:6: TOML syntax error"},
   };
