@@ -189,7 +189,9 @@ void ModelConfig::validate() const {
     SHAMN_CONFIG_CHECK(seen.insert(l).second, "model.memory.layers", "model.memory.layers lists layer ", l,
                        " twice");
   }
-  if (!layers.empty()) memory().validate();
+  // Checked with no memory layer too, as SPEC 5 and the PyTorch reference do: the
+  // values are written into every checkpoint's config.
+  memory().validate();
 }
 
 const std::set<std::string>& ModelConfig::known_keys() {

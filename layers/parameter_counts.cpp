@@ -15,6 +15,10 @@ ParameterCounts count_parameters(const Shamn& model) {
       expert_params += n;
     } else if (p.name.size() >= 14 && p.name.compare(p.name.size() - 14, 14, ".memory.values") == 0) {
       out.touched_per_token += mem.topk * mem.dim;
+    } else if (!c.tie_head && p.name == "embed.table") {
+      out.touched_per_token += c.embed_hashes * c.dim;
+    } else if (!c.tie_head && p.name == "embed.importance") {
+      out.touched_per_token += c.embed_hashes;
     } else {
       out.touched_per_token += n;
     }

@@ -12,7 +12,8 @@ struct ParameterCounts {
   // Parameters read to compute one token's loss: everything except the memory
   // values outside the token's top-k slots and the experts it is not routed to
   // (top-k of n_experts). The tied head scores every vocabulary token, so the
-  // whole embedding table counts.
+  // whole embedding table counts; untied, a token reads its `hashes` rows of the
+  // table and of the importance, and the dense head counts whole.
   int64_t touched_per_token = 0;
 };
 

@@ -77,6 +77,8 @@ TEST_CASE("bad model configs name the file, line and key", "[core][config]") {
       {"[model.memory]\ntopk = 300\n", "bad.toml:7: model.memory.topk must lie in [1, 256]"},
       {"[model.memory]\nkey_dim = 7\n", "model.memory.key_dim must be even"},
       {"[model.memory]\nlayers = [8]\n", "bad.toml:7: model.memory.layers entry 8"},
+      // Checked with no memory layer too: the values go into every checkpoint.
+      {"[model.memory]\nlayers = []\nsize = 1000\n", "bad.toml:8: model.memory.size"},
       {"[model.sparse]\nsparsity = 1.0\n", "bad.toml:7: model.sparse.sparsity must lie in [0, 1)"},
       {"[model.mixer]\nsparsity = -0.1\n", "bad.toml:7: model.mixer.sparsity must lie in [0, 1)"},
       {"[model.sparse]\nsparsity = 0\n",

@@ -6,6 +6,7 @@
 
 #include "autograd/ops.h"
 #include "helpers.h"
+#include "layers/parameter_counts.h"
 #include "layers/shamn_model.h"
 
 using namespace shamn;
@@ -237,4 +238,22 @@ TEST_CASE("an untied head has head.weight and trains through it", "[layers][mode
   model.loss(tokens, tokens).loss.backward();
   for (const auto& p : model.named_parameters())
     if (p.name == "head.weight") CHECK(p.var.grad().vector<float>().norm() > 0);
+}
+
+TEST_CASE("touched per token counts a token's own embedding rows when the head is untied",
+          "[layers][counts]") {
+  std::string untied_toml = tiny_config().to_toml();
+  untied_toml.replace(untied_toml.find("tie_head = true"), 15, "tie_head = false");
+  const Shamn tied(tiny_config()), untied(ModelConfig::from_toml(untied_toml, "untied"));
+  const ParameterCounts a = count_parameters(tied), b = count_parameters(untied);
+  int64_t table = 0, importance = 0;
+  for (const NamedVar& p : tied.named_parameters()) {
+    if (p.name == "embed.table") table = p.var.numel();
+    if (p.name == "embed.importance") importance = p.var.numel();
+  }
+  const int64_t head = b.stored - a.stored, hashes = 3, dim = 16;
+  REQUIRE(head == 97 * 16);
+  // Tied, the head scores every token: the whole table and importance count.
+  // Untied, a token reads its 3 rows and 3 importances, and the dense head whole.
+  CHECK(a.touched_per_token - b.touched_per_token == (table + importance) - (hashes * dim + hashes) - head);
 }
