@@ -31,7 +31,7 @@ key_dim = 64
 [model.moe]
 groups = 2
 experts_per_group = 2
-hidden = 128
+hidden = 256
 )",
                                 "init");
 }
@@ -52,13 +52,18 @@ Expected expected(const std::string& name, const WeightInit& how, const ModelCon
   const double residual = 1 / std::sqrt(2.0 * static_cast<double>(c.n_layers));
   const bool residual_output = name.ends_with("mixer.out.values") || name.ends_with(".down.values");
   if (normal) return {0, how.scale_residual && residual_output ? s * residual : s};
-  const double active_inputs = std::round((1 - c.sparsity) * static_cast<double>(c.dim / c.block)) * c.block;
+  // a*b active inputs of a block-sparse layer with `in` inputs: an expert's up
+  // reads dim, its down hidden (hidden != dim here, so a mix-up shows).
+  const auto active_inputs = [&](int64_t in) {
+    return std::round((1 - c.sparsity) * static_cast<double>(in / c.block)) * c.block;
+  };
   if (name == "embed.table" || name == "head.weight" || name.find(".router_") != std::string::npos)
     return {0, 0.02};
   if (name.ends_with("mixer.conv"))
     return {0, 1 / std::sqrt(static_cast<double>(c.mixer_kernel)) / std::sqrt(3.0)};
-  if (residual_output) return {0, residual / std::sqrt(active_inputs)};
-  if (name.ends_with(".up.values")) return {0, 1 / std::sqrt(active_inputs)};
+  if (name.ends_with("mixer.out.values")) return {0, residual / std::sqrt(active_inputs(c.dim))};
+  if (name.ends_with(".down.values")) return {0, residual / std::sqrt(active_inputs(*c.moe_hidden))};
+  if (name.ends_with(".up.values")) return {0, 1 / std::sqrt(active_inputs(c.dim))};
   if (name.ends_with("memory.query.weight") || name.ends_with("memory.values"))
     return {0, 1 / std::sqrt(static_cast<double>(c.dim))};
   FAIL("layers/README.md's init table does not name parameter " << name);
