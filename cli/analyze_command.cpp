@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/json_text.h"
 #include "cli/model_source.h"
 #include "cli/shq_analysis.h"
 #include "core/hdf5_file.h"
@@ -143,11 +144,22 @@ ModelAnalysis analyze(const AnalyzeArgs& a, const TokenFile& data) {
 void run_analyze(const AnalyzeArgs& a) {
   SHAMN_INPUT_CHECK(a.plots.empty() || !find_gnuplot().empty(),
                     "--plots: gnuplot is not installed (apt-get install gnuplot-nox)");
-  if (!a.plots.empty()) make_plot_dir(a.plots);  // before the work, so a bad --plots costs none
-  const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
-  const ModelAnalysis result = analyze(a, data);
+  // Made before the work, so a bad --plots costs none; removed again (if this
+  // run made it and it is still empty) when the work fails.
+  const bool new_plot_dir = !a.plots.empty() && !std::filesystem::exists(a.plots);
+  if (!a.plots.empty()) make_plot_dir(a.plots);
+  const ModelAnalysis result = [&] {
+    try {
+      const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
+      return analyze(a, data);
+    } catch (...) {
+      std::error_code ignored;
+      if (new_plot_dir) std::filesystem::remove(a.plots, ignored);
+      throw;
+    }
+  }();
   if (a.json)
-    std::printf("%s\n", to_json(a, result).dump().c_str());
+    std::printf("%s\n", json_text(to_json(a, result)).c_str());
   else
     print_tables(a, result);
   if (!a.plots.empty()) {

@@ -4,15 +4,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/json_text.h"
+
 namespace shamn::cli {
 
 namespace {
 
 using nlohmann::json;
 
-// Invalid UTF-8 in generated text (a token may end inside a character) becomes
-// U+FFFD instead of an exception.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) { return json_text(j); }
 
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);

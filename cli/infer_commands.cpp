@@ -14,6 +14,7 @@
 #include "cli/checkpoint_decoder.h"
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/json_text.h"
 #include "cli/model_source.h"
 #include "cli/profile_flags.h"
 #include "core/atomic_file.h"
@@ -323,6 +324,7 @@ void run_eval(const EvalArgs& a) {
   nlohmann::ordered_json out = {{"model", a.model},     {"kind", model.kind()},        {"data", a.data},
                                 {"seq_len", a.seq_len}, {"windows", r.windows},        {"tokens", r.tokens},
                                 {"loss", r.loss},       {"perplexity", r.perplexity()}};
+  if (!a.adapter.empty()) out["adapter"] = a.adapter;
   if (ref) {
     out["reference"] = a.reference;
     out["reference_loss"] = r.reference_loss;
@@ -332,7 +334,7 @@ void run_eval(const EvalArgs& a) {
     out["top1_agreement"] = r.top1_agreement;
   }
   out["seconds"] = t0.seconds();
-  std::printf("%s\n", out.dump().c_str());
+  std::printf("%s\n", json_text(out).c_str());
 }
 
 // ---- bench ----
@@ -532,7 +534,7 @@ void run_bench(const BenchArgs& a) {
                                         {"adapters", adapter_json},
                                         {"file_bytes", file_bytes},
                                         {"peak_rss_mib", rss_mib}};
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", json_text(out).c_str());
     end_profile(a.profile, kBenchTrace, stderr);  // stdout stays one JSON line
     return;
   }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/json_text.h"
 #include "core/machine_limits_json.h"
 #include "core/parallel.h"
 
@@ -24,7 +25,7 @@ void run_machine(const MachineArgs& a) {
   o.probe_seconds = a.probe_ms / 1e3;
   const MachineLimits limits = measure_machine_limits(o);
   if (a.json)
-    std::printf("%s\n", machine_limits_json(limits).dump(2).c_str());
+    std::printf("%s\n", json_text(machine_limits_json(limits), 2).c_str());
   else
     std::printf("%s", format_machine_limits(limits).c_str());
 }

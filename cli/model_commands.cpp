@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/json_text.h"
 #include "core/atomic_file.h"
 #include "core/config_table.h"
 #include "core/hdf5_file.h"
@@ -112,7 +113,7 @@ void run_loss(const LossArgs& a) {
   noise.reset();  // the backward pass redraws each mask from its node's key
   const nlohmann::ordered_json out = {
       {"loss", loss.loss.value().item()}, {"ce", loss.ce.value().item()}, {"aux", loss.aux.value().item()}};
-  std::printf("%s\n", out.dump().c_str());
+  std::printf("%s\n", json_text(out).c_str());
   if (!want_grads) return;
   loss.loss.backward();
   Hdf5Writer writer(a.grads, "grads");

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "core/check.h"
 #include "core/config_table.h"
 #include "core/lora_scale.h"
 #include "core/model_config.h"
@@ -22,9 +23,14 @@ void print_model_config(const ModelConfig& c) {
     if (!memory.empty()) memory += ',';
     memory += std::to_string(l);
   }
+  // model.mixer.sparsity and model.moe.sparsity may each override the global one.
+  const double mixer_sparsity = c.mixer().out.sparsity, moe_sparsity = moe.up.sparsity;
+  const std::string sparsity = mixer_sparsity == moe_sparsity
+                                   ? detail::concat(mixer_sparsity)
+                                   : detail::concat("mixer ", mixer_sparsity, ", experts ", moe_sparsity);
   std::printf("model           vocab %" PRId64 ", dim %" PRId64 ", %" PRId64
-              " layers, sparsity %g (block %" PRId64 ")\n",
-              c.vocab_size, c.dim, c.n_layers, c.sparsity, c.block);
+              " layers, sparsity %s (block %" PRId64 ")\n",
+              c.vocab_size, c.dim, c.n_layers, sparsity.c_str(), c.block);
   std::printf("embed           %" PRId64 " buckets, %" PRId64 " hashes, %s head\n", embed.buckets,
               embed.hashes, c.tie_head ? "tied" : "untied");
   std::printf("moe             %" PRId64 " groups x %" PRId64 " experts (top %" PRId64 " groups, top %" PRId64

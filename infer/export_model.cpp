@@ -152,6 +152,11 @@ Tensor fold_low_rank(const Tensor& w, const LowRankFactors& f, double scale, con
   return merged;
 }
 
+// The header's step: the checkpoint's training step (0 where it has none).
+int64_t training_step(const Hdf5Reader& checkpoint) {
+  return checkpoint.has_attribute("step") ? checkpoint.int_attribute("step") : 0;
+}
+
 }  // namespace
 
 std::vector<uint8_t> shq_tensor_data(const Tensor& t, ShqDType dtype) {
@@ -210,8 +215,7 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
                     version, "; this shamn reads version ", kCheckpointFormatVersion);
   const ModelConfig config =
       ModelConfig::from_toml(reader.string_attribute("config"), checkpoint + " (attribute config)");
-  const int64_t step = reader.has_attribute("step") ? reader.int_attribute("step") : 0;
-  ShqWriter writer(options.quant, config.to_toml(), options.tokenizer_text, step);
+  ShqWriter writer(options.quant, config.to_toml(), options.tokenizer_text, training_step(reader));
   std::map<std::string, LowRankFactors> merge;
   const MergeAdapter& mo = options.merge;
   if (!mo.checkpoint.empty()) {
@@ -277,7 +281,8 @@ std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint,
       !factors.count("head"), "'", adapter_checkpoint,
       "' adapts the untied head, which the runtime does not run adapters on yet: fold it into the "
       "base with --merge");
-  ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha, a.rslora), "", 0);
+  ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha, a.rslora), "",
+                   training_step(Hdf5Reader(adapter_checkpoint)));
   writer.set_source_id(a.base_id);
   // int8 quantises A [r, in] only: B [out, r] has rows of r values, which q8
   // blocks of 32 would pad (4x at rank 8), and the runtime keeps it as f32.

@@ -511,7 +511,10 @@ InferModel::InferModel(ShqFile file) : file_(std::move(file)), impl_(std::make_u
          static_cast<uint64_t>(mo.k) *
              (block_sparse_bytes(L.experts[0].up) + block_sparse_bytes(L.experts[0].down));
   }
-  b += m.tied ? m.table.bytes() + static_cast<uint64_t>(m.V) * m.hashes * 8 : m.head.bytes();
+  // The tied head reads every token's importances and bucket indices, the input
+  // token's among them; the untied one reads only the input token's.
+  b += m.tied ? m.table.bytes() + static_cast<uint64_t>(m.V) * m.hashes * 8
+              : m.head.bytes() + static_cast<uint64_t>(m.hashes) * 8;
   m.bytes_per_token = b;
 }
 

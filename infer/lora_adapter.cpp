@@ -1,12 +1,14 @@
 #include "infer/lora_adapter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/check.h"
 #include "core/config_table.h"
 #include "core/lora_scale.h"
 #include "infer/infer_model.h"
+#include "infer/quant_blocks.h"
 
 namespace shamn {
 
@@ -54,7 +56,10 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
   alpha_ = t.get_float("lora.alpha").value_or(0.0);
   rslora_ = t.get_bool("lora.rslora").value_or(false);
   SHAMN_INPUT_CHECK(rank_ >= 1, "adapter '", p, "': lora.rank is ", rank_, ", must be >= 1");
-  SHAMN_INPUT_CHECK(alpha_ > 0.0, "adapter '", p, "': lora.alpha is ", alpha_, ", must be > 0");
+  // A scale that overflows float would make every logit NaN.
+  SHAMN_INPUT_CHECK(alpha_ > 0.0 && std::isfinite(static_cast<float>(lora_scale(rank_, alpha_, rslora_))),
+                    "adapter '", p, "': lora.alpha is ", alpha_,
+                    ", must be > 0 and give a finite float scale");
 
   const uint64_t want = base.file().header().source_id(), have = file_.header().source_id();
   SHAMN_INPUT_CHECK(want != 0, "base model '", base.file().path(),
@@ -143,18 +148,22 @@ LoraAdapter::LoraAdapter(ShqFile file, const InferModel& base) : file_(std::move
     *target.slot = &factors_.back();
   }
 
-  // The few-rows copy is read beside a quantised base only (an f32 base's
-  // products hand the term no quantised rows).
+  // The few-rows copy is read where the base's products hand the term whole
+  // quantised rows: beside a quantised base only, and for a block-sparse matrix
+  // only at blocks of whole q8 blocks (model_products.cpp's whole_blocks).
   const bool quantised_base = base.file().header().quant != static_cast<uint32_t>(ShqQuant::f32);
+  const bool sparse_rows_whole = base.config().block % kQuantBlock == 0;
   for (const bool few_rows : {false, true}) {
-    const bool copy = few_rows && quantised_base;
+    const bool copy = few_rows && quantised_base, sparse_copy = copy && sparse_rows_whole;
     double per_token = 0;
     for (const LoraLayer& L : layers_) {
-      for (const LoraFactors* f : {L.mixer_out, L.query, L.router_group, L.router_expert})
+      per_token += static_cast<double>(factor_bytes(L.mixer_out, sparse_copy));
+      for (const LoraFactors* f : {L.query, L.router_group, L.router_expert})
         per_token += static_cast<double>(factor_bytes(f, copy));
       for (size_t e = 0; e < L.up.size(); ++e)
-        per_token += static_cast<double>(mo.k) / static_cast<double>(L.up.size()) *
-                     static_cast<double>(factor_bytes(L.up[e], copy) + factor_bytes(L.down[e], copy));
+        per_token +=
+            static_cast<double>(mo.k) / static_cast<double>(L.up.size()) *
+            static_cast<double>(factor_bytes(L.up[e], sparse_copy) + factor_bytes(L.down[e], sparse_copy));
     }
     (few_rows ? bytes_few_rows_ : bytes_stored_) = static_cast<uint64_t>(per_token + 0.5);
   }

@@ -92,8 +92,9 @@ void SelectionLog::add_memory(int64_t layer, const MemoryOptions& o, const int32
 ModelAnalysis analyze_windows(const TokenFile& data, int64_t V, int64_t windows, int64_t seq_len,
                               const WindowForward& forward) {
   SHAMN_INPUT_CHECK(windows >= 1 && seq_len >= 1, "--windows and --seq-len must be >= 1");
-  SHAMN_INPUT_CHECK(data.size() >= seq_len + 1, "token file '", data.path(), "' has ", data.size(),
-                    " tokens; one window of --seq-len ", seq_len, " needs ", seq_len + 1);
+  // (size - 1) / seq_len: seq_len + 1 overflows at the largest --seq-len.
+  SHAMN_INPUT_CHECK(data.size() >= 1 && (data.size() - 1) / seq_len >= 1, "token file '", data.path(),
+                    "' has ", data.size(), " tokens; one window of --seq-len ", seq_len, " needs one more");
   const int64_t W = std::min(windows, (data.size() - 1) / seq_len);
   ModelAnalysis a;
   a.windows = W;

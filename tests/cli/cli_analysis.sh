@@ -112,6 +112,12 @@ is_png cut.png
 grep -q "^kind  *model file" info.txt && grep -q "^quant  *f32" info.txt && grep -q "^tokenizer  *300 tokens" info.txt ||
   fail "info on a model file: $(cat info.txt)"
 grep -q "^tensors  *[0-9]" info.txt && grep -q "^source_id  *[0-9a-f]\{16\}$" info.txt || fail "info: tensors/source_id"
+# info names each sparsity where model.moe.sparsity overrides the global one.
+sed -e '/^block = 8$/a sparsity = 0.5' -e '/^hidden = 32$/a sparsity = 0.75' run.toml > over.toml
+"$shamn" init over.toml -o over.h5 > /dev/null
+"$shamn" export over.h5 --quant f32 --no-tokenizer -o over.shq > /dev/null
+"$shamn" info over.shq > info_over.txt
+grep -q "^model .*, sparsity mixer 0.5, experts 0.75 (block 8)$" info_over.txt || fail "info sparsity: $(cat info_over.txt)"
 # Bad outputs and flags, refused before any work: a FIFO as -o, both --tokenizer
 # and --no-tokenizer, a negative seed or thread count, a trace or gradient file
 # in a directory that does not exist (nothing printed first); a full stdout.
@@ -134,7 +140,8 @@ grep -q "^lora  *rank 2, alpha 2, 2 layers, trained with dropout 0.1$" info_lora
   fail "info on an adapter checkpoint: $(cat info_lora_ckpt.txt)"
 "$shamn" export lora/best.h5 --base run_a/best.h5 -o a.lora > /dev/null
 "$shamn" info a.lora > info_lora.txt
-grep -q "^kind  *LoRA adapter file" info_lora.txt && grep -q "^lora  *rank 2" info_lora.txt || fail "info on an adapter: $(cat info_lora.txt)"
+grep -q "^kind  *LoRA adapter file" info_lora.txt && grep -q "^lora  *rank 2" info_lora.txt &&
+  grep -q "^step  *2$" info_lora.txt || fail "info on an adapter: $(cat info_lora.txt)"
 # The adapter's source_id is its base's.
 base_id=$(grep ^source_id info.txt) && [ -n "$base_id" ] || fail "info prints no source_id: $(cat info.txt)"
 [ "$base_id" = "$(grep ^source_id info_lora.txt)" ] || fail "adapter and base source_id differ"
@@ -172,6 +179,16 @@ python3 - "$(loss merged.shq)" "$(loss a_f32.shq --adapter dense.lora)" "$(loss 
 import sys
 merged, adapter, base = map(float, sys.argv[1:])
 assert abs(merged - adapter) < 1e-6 and abs(adapter - base) > 1e-4, (merged, adapter, base)
+PY
+# eval's JSON names the adapter, and a path that is not UTF-8 (Linux allows
+# it) is printed with U+FFFD, not an exception after the work.
+cp data/val.bin "$(printf 'v\xe9.bin')"
+"$shamn" --threads 1 eval a_f32.shq --adapter dense.lora --data "$(printf 'v\xe9.bin')" --seq-len 32 \
+  --max-windows 1 > eval_adapter.json || fail "eval of a non-UTF-8 path"
+python3 - eval_adapter.json <<'PY' || fail "eval --adapter JSON: $(cat eval_adapter.json)"
+import json, sys
+e = json.load(open(sys.argv[1], encoding="utf-8"))
+assert e["adapter"] == "dense.lora" and e["data"] == "v\ufffd.bin", e
 PY
 "$shamn" info merged.shq > info_merged.txt
 merged_id=$(grep ^source_id info_merged.txt) || fail "info prints no source_id for merged.shq"
@@ -231,4 +248,9 @@ grep -q "best.h5: expert load" pa/expert_load.svg && grep -q "run_a int8: memory
 if PATH=/nonexistent "$shamn" analyze run_a/best.h5 --data data/val.bin --plots px 2> err.txt; then fail "--plots without gnuplot"; fi
 grep -qF -- "--plots: gnuplot is not installed" err.txt || fail "--plots without gnuplot: $(cat err.txt)"
 [ ! -e px ] || fail "a refused analyze made its plot directory"
+# A window longer than the data (at the largest --seq-len, where seq_len + 1
+# overflows) is refused, and the plot directory made for it removed again.
+refused "one window of --seq-len 9223372036854775807 needs one more" analyze a_f32.shq --data data/val.bin \
+  --seq-len 9223372036854775807 --plots pz
+[ ! -e pz ] || fail "a failed analyze left its new plot directory"
 echo "cli_analysis: ok"

@@ -175,7 +175,8 @@ TEST_CASE("a long prefill cut into row slices (2 and 3 threads) equals decoding 
   }
 }
 
-TEST_CASE("slices are never shorter than the mixer's history, however long the kernel", "[infer][runtime]") {
+TEST_CASE("slices are never shorter than the mixer's history, however long the kernel",
+          "[infer][runtime][threads]") {
   test::ThreadCountGuard threads;
   // K = 40: every slice after the first reads the 39 rows before it, more than the 32-row
   // minimum slice; 70 and 100 tokens on 2 and 3 threads once made slices starting at row 35 or 33.
@@ -193,7 +194,7 @@ TEST_CASE("slices are never shorter than the mixer's history, however long the k
   }
 }
 
-TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[infer][runtime]") {
+TEST_CASE("streams decoded together get bitwise the logits each gets alone", "[infer][runtime][threads]") {
   test::ThreadCountGuard guard;
   const TestModel tm(model_toml(), "streams", 5, 0.01);
   // On 2 and 3 threads the decode steps (13 rows) run as 2 and 3 groups of
@@ -432,6 +433,20 @@ TEST_CASE("export keeps norms, biases, importance and indices as trained and qua
   CHECK(m.weight_bytes_per_token() < m.weight_bytes());
   // Data is 64-byte aligned in the file.
   for (const ShqTensor& t : m.file().tensors()) CHECK(reinterpret_cast<uintptr_t>(t.data) % 64 == 0);
+}
+
+TEST_CASE("a decoded token's bytes count its own importances and bucket indices, tied head or not",
+          "[infer][export]") {
+  const TestModel tied(model_toml("tie_head = true\n"), "bytes_tied");
+  const TestModel untied(model_toml("tie_head = false\n"), "bytes_untied");
+  const int64_t V = 300, D = 64, buckets = 40, h = tied.config.embed().hashes;
+  // f32 heads: tied, the [buckets, D] table and every token's h importances and
+  // h bucket indices (4 bytes each); untied, [V, D] and the input token's h of each.
+  const int64_t tied_head = buckets * D * 4 + V * h * 8, untied_head = V * D * 4 + h * 8;
+  const auto per_token = [](const TestModel& m) {
+    return static_cast<int64_t>(m.runtime(ShqQuant::f32).weight_bytes_per_token());
+  };
+  CHECK(per_token(untied) - per_token(tied) == untied_head - tied_head);
 }
 
 TEST_CASE("export embeds the tokenizer and writes the file atomically", "[infer][export]") {

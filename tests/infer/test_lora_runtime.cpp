@@ -16,10 +16,12 @@
 #include "core/tensor_checksum.h"
 #include "helpers.h"
 #include "infer/export_model.h"
+#include "infer/few_rows_q8.h"
 #include "infer/infer_model.h"
 #include "infer/infer_test_model.h"
 #include "infer/lora_adapter.h"
 #include "infer/lora_test_adapter.h"
+#include "infer/quant_blocks.h"
 #include "infer/shq_writer.h"
 #include "layers/lora.h"
 #include "layers/shamn_model.h"
@@ -156,6 +158,22 @@ TEST_CASE("an adapter's bytes a decoded token count each matrix a token passes, 
   CHECK(q8_wide.bytes_per_token() < f32_wide.bytes_per_token() / 2);
 }
 
+TEST_CASE("an adapter's few-rows copy of A is counted only where the base hands the term whole q8 rows",
+          "[infer][lora]") {
+  // A block-sparse matrix's inputs come whole-row quantised only at blocks of
+  // whole q8 blocks (model_products.cpp's whole_blocks); an f32 base never.
+  for (const int64_t block : {16, 32}) {
+    const TestModel tm(model_toml("", block), "lora_copy_bytes_" + std::to_string(block));
+    const InferModel q8 = tm.runtime(ShqQuant::int8), f32 = tm.runtime(ShqQuant::f32);
+    Spec s;
+    s.q8 = true;
+    s.matrices = {"layers.0.mixer.out"};
+    const bool copy_read = block % kQuantBlock == 0 && few_rows_q8_available();
+    INFO("block " << block << ", few-rows kernel " << few_rows_q8_available());
+    CHECK((load_adapter(q8, s).bytes_per_token() != load_adapter(f32, s).bytes_per_token()) == copy_read);
+  }
+}
+
 TEST_CASE("a dense matrix's adapter equals its weights with (alpha / r) B A folded in", "[infer][lora]") {
   const TestModel tm(model_toml(), "lora_fold", 5, kBiasWidth);
   const InferModel m = tm.runtime(ShqQuant::f32);
@@ -198,7 +216,8 @@ TEST_CASE("a dense matrix's adapter equals its weights with (alpha / r) B A fold
   }
 }
 
-TEST_CASE("streams with different adapters decoded together get what each gets alone", "[infer][lora]") {
+TEST_CASE("streams with different adapters decoded together get what each gets alone",
+          "[infer][lora][threads]") {
   test::ThreadCountGuard threads;
   // Sparse blocks of whole quantisation blocks (the adapters read the base's
   // quantised rows), of half of one (they quantise their own), and narrower
@@ -342,6 +361,15 @@ TEST_CASE("adapters for another base, of the wrong shape or naming unknown matri
     const auto [a, b] = factors(one, "x", 64, 64);
     w.add("layers.0.mixer.out.lora_a", ShqDType::f32, a.shape(), shq_tensor_data(a, ShqDType::f32));
     refused(w.image(), "lora.rank is 0");
+  }
+  // An alpha whose scale overflows float would make every logit NaN.
+  for (const char* alpha : {"inf", "1e300"}) {
+    ShqWriter w(ShqQuant::f32, std::string("[lora]\nrank = 4\nalpha = ") + alpha + "\n", "", 0);
+    w.set_source_id(id);
+    const auto [a, b] = factors(one, "layers.0.mixer.out", tm.config.dim, tm.config.dim);
+    w.add("layers.0.mixer.out.lora_a", ShqDType::f32, a.shape(), shq_tensor_data(a, ShqDType::f32));
+    w.add("layers.0.mixer.out.lora_b", ShqDType::f32, b.shape(), shq_tensor_data(b, ShqDType::f32));
+    refused(w.image(), "must be > 0 and give a finite float scale");
   }
   // A model file is not an adapter, and an adapter is not a model.
   {
