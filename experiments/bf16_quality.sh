@@ -9,7 +9,7 @@ set -euo pipefail
 data=$1
 out=$2
 threads=${3:-2}
-shift 3 || true
+shift $(($# < 3 ? $# : 3))
 seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(1 2 3)
 steps=${STEPS:-1000}

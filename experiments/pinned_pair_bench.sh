@@ -12,11 +12,13 @@ run() {  # tag bin core pair
   line=$(taskset -c "$3" "$2" --threads 1 bench "$model" --prompt-tokens 512 --decode-tokens 128 --repeats 5 --json)
   echo "{\"bin\":\"$1\",\"pair\":$4,\"core\":$3,\"run\":$line}"
 }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 for p in $(seq 1 "$pairs"); do
   if [ $((p % 2)) -eq 1 ]; then new_core=$ca base_core=$cb; else new_core=$cb base_core=$ca; fi
-  run new "$new" "$new_core" "$p" > "${TMPDIR:-/tmp}/pinned_new.$$" &
-  run base "$base" "$base_core" "$p" > "${TMPDIR:-/tmp}/pinned_base.$$"
-  wait
-  cat "${TMPDIR:-/tmp}/pinned_new.$$" "${TMPDIR:-/tmp}/pinned_base.$$"
+  run new "$new" "$new_core" "$p" > "$tmp/new" &
+  new_run=$!
+  run base "$base" "$base_core" "$p" > "$tmp/base"
+  wait "$new_run"  # a bare wait is 0 even when that run failed
+  cat "$tmp/new" "$tmp/base"
 done
-rm -f "${TMPDIR:-/tmp}/pinned_new.$$" "${TMPDIR:-/tmp}/pinned_base.$$"

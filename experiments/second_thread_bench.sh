@@ -28,8 +28,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for r in $(seq 1 "$rounds"); do
   taskset -c 0 "$1" --threads 1 "${args[@]}" | prefill > "$tmp/core0" &
+  core0=$!
   taskset -c 1 "$1" --threads 1 "${args[@]}" | prefill > "$tmp/core1"
-  wait
+  wait "$core0"  # a bare wait is 0 even when that run failed
   sum=$(($(cat "$tmp/core0") + $(cat "$tmp/core1")))
   line="round $r: cores $(cat "$tmp/core0") + $(cat "$tmp/core1") = $sum"
   for bin in "$@"; do

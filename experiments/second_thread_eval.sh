@@ -32,8 +32,9 @@ run() {  # THREADS SHAMN [CPU]
 }
 for r in $(seq 1 "$rounds"); do
   run 1 "$1" 0 > "$tmp/core0" &
+  core0=$!
   run 1 "$1" 1 > "$tmp/core1"
-  wait
+  wait "$core0"  # a bare wait is 0 even when that run failed
   a=$(cat "$tmp/core0") b=$(cat "$tmp/core1")
   pair=$(python3 -c "print(f'{1 / (1 / $a + 1 / $b):.2f}')")
   line="round $r: cores $a / $b ms, as one $pair"

@@ -31,6 +31,7 @@ import http.client
 import json
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
@@ -69,6 +70,8 @@ def one_request(port, i):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     c.request("POST", "/v1/completions", body=json.dumps(body))
     r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"request {i} answered {r.status}: {r.read().decode(errors='replace')}")
     first = None
     for raw in r:
         if raw.startswith(b"data: ") and first is None and not raw.startswith(b"data: [DONE]"):
@@ -78,13 +81,18 @@ def one_request(port, i):
 
 
 def load(port, n_clients):
-    results, lock = [], threading.Lock()
+    results, errors, lock = [], [], threading.Lock()
     stop_at = time.monotonic() + args.seconds
 
     def client(k):
         i = k
         while time.monotonic() < stop_at:
-            r = one_request(port, i)
+            try:
+                r = one_request(port, i)
+            except Exception as e:  # a thread's exception would end only that thread
+                with lock:
+                    errors.append(str(e))
+                return
             with lock:
                 results.append(r)
             i += n_clients
@@ -96,6 +104,8 @@ def load(port, n_clients):
     for t in threads:
         t.join()
     wall = time.monotonic() - start
+    if errors:
+        sys.exit(f"serve_load: {len(errors)} of {n_clients} clients failed; the first: {errors[0]}")
     tokens = sum(r[2] for r in results)
     return {"clients": n_clients, "requests": len(results), "tok_s": tokens / wall, "req_s": len(results) / wall,
             "latency_p50": quantile([r[0] for r in results], 0.5), "latency_p99": quantile([r[0] for r in results], 0.99),

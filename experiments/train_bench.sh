@@ -11,7 +11,7 @@
 set -euo pipefail
 config=${1:-configs/default.toml}
 steps=${2:-8}
-shift 2 || true
+shift $(($# < 2 ? $# : 2))
 threads=("$@")
 [ ${#threads[@]} -gt 0 ] || threads=(1 2)
 B=${B:-8}

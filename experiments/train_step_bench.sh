@@ -9,6 +9,7 @@ set -euo pipefail
 config=${1:-configs/default.toml}
 steps=${2:-5}
 out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 ./build/experiments/bench/bench_train_step "$config" --batch 8 --seq 512 --steps "$steps" \
   --warmup 1 --threads 1,2 | tee -a "$out"

@@ -3,6 +3,7 @@
 //   build/examples/mlp_demo [--threads N] [--steps 1500] [--seed 1]
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -27,7 +28,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", options.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--seed", options.seed, "random seed")->capture_default_str();
+  app.add_option("--seed", options.seed, "random seed")
+      ->capture_default_str()
+      ->check(CLI::Validator(  // "-1" would parse as 2^64 - 1
+          [](std::string& v) {
+            return v.starts_with('-') ? "must be a whole number >= 0, got '" + v + "'" : "";
+          },
+          "SEED"));
   app.add_option("--log-every", log_every, "print every N steps")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

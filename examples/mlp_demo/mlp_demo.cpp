@@ -1,5 +1,6 @@
 #include "examples/mlp_demo/mlp_demo.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <Eigen/Dense>
@@ -87,7 +88,8 @@ MlpDemoResult run_mlp_demo(const MlpDemoOptions& options,
   Rng init_rng(options.seed, 0), data_rng(options.seed, 1), eval_rng(options.seed, 2);
   Mlp model(init_rng, options.hidden);
   AdamW opt(split_weight_decay(model.params, options.weight_decay));
-  LrSchedule schedule{options.lr, options.min_lr, options.warmup_steps, options.steps};
+  LrSchedule schedule{options.lr, options.min_lr, std::min(options.warmup_steps, options.steps),
+                      options.steps};
   schedule.validate();
 
   MlpDemoResult result;

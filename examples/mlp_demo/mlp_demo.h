@@ -15,7 +15,7 @@ struct MlpDemoOptions {
   int64_t eval_examples = 4096;
   double lr = 3e-3;
   double min_lr = 3e-4;
-  int64_t warmup_steps = 50;
+  int64_t warmup_steps = 50;  // at most steps: a shorter run warms up over all of it
   double weight_decay = 1e-4;
   double grad_clip = 1.0;
   uint64_t seed = 1;

@@ -28,8 +28,13 @@ int main(int argc, char** argv) {
   }
   int64_t batch = 8, seq = 512, steps = 5, warmup = 1;
   std::vector<int> threads{1, 2};
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 2; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "option %s has no value\n", k.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
     if (k == "--batch")
       batch = std::stoll(v);
     else if (k == "--seq")
@@ -46,6 +51,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
+  }
+  if (batch < 1 || seq < 1 || steps < 1 || warmup < 0) {
+    std::fprintf(stderr, "--batch, --seq and --steps must be >= 1 and --warmup >= 0\n");
+    return 2;
   }
   try {
     const ModelConfig config = ModelConfig::from_table(ConfigTable::parse_file(argv[1]));

@@ -32,3 +32,11 @@ TEST_CASE("MLP training is bit-identical with 1 and 2 threads", "[train][determi
   CHECK(one.train_loss == two.train_loss);
   CHECK(one.eval_mse == two.eval_mse);
 }
+
+TEST_CASE("an MLP run shorter than its warm-up warms up over all its steps", "[train]") {
+  MlpDemoOptions options;
+  options.steps = 10;  // warmup_steps stays 50
+  options.eval_examples = 64;
+  const MlpDemoResult r = run_mlp_demo(options);
+  CHECK(r.train_loss.size() == 10);
+}
