@@ -650,6 +650,66 @@ TEST_CASE("evaluate's loss is the autograd cross-entropy over the same windows, 
   CHECK_THROWS_AS(evaluate(file, V, 1000, 0, f), InputError);
 }
 
+TEST_CASE("evaluate's KL is KL(reference || model) and its top-1 agreement counts equal argmaxes",
+          "[infer][eval]") {
+  // Two made-up models over V = 3 whose logits depend on a position's token and
+  // index, so the argmaxes agree at some positions only and the KL is asymmetric.
+  const int64_t V = 3, T = 8, W = 4;
+  const std::vector<int32_t> stream = random_tokens(W * T + 1, V, 21);
+  const std::string data = (test::scratch_dir("eval_kl") / "val.bin").string();
+  write_token_file(data, std::vector<uint32_t>(stream.begin(), stream.end()));
+  const auto model_row = [](int32_t tok, int64_t t, double* z) {
+    z[0] = 0.3 * tok;
+    z[1] = 1.0 - 0.4 * static_cast<double>(t % 3);
+    z[2] = 0.1 - 0.5 * tok;
+  };
+  const auto reference_row = [](int32_t tok, int64_t t, double* z) {
+    z[0] = 1.0;
+    z[1] = 0.2 * static_cast<double>(t % 2);
+    z[2] = 0.7 * tok;
+  };
+  const auto as_logits = [&](auto row) {
+    return LogitFunction([row, V](const int32_t* tokens, int64_t n, float* logits) {
+      double z[3];
+      for (int64_t t = 0; t < n; ++t) {
+        row(tokens[t], t, z);
+        for (int64_t v = 0; v < V; ++v) logits[t * V + v] = static_cast<float>(z[v]);
+      }
+    });
+  };
+  const LogitFunction model = as_logits(model_row), reference = as_logits(reference_row);
+  // The sums written out in double, from the float logits each function gives.
+  double kl = 0, agree = 0, loss = 0, reference_loss = 0;
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t t = 0; t < T; ++t) {
+      double zm[3], zr[3], lm[3], lr[3];
+      model_row(stream[w * T + t], t, zm);
+      reference_row(stream[w * T + t], t, zr);
+      double sm = 0, sr = 0;
+      for (int v = 0; v < 3; ++v) {
+        sm += std::exp(static_cast<float>(zm[v]));
+        sr += std::exp(static_cast<float>(zr[v]));
+      }
+      for (int v = 0; v < 3; ++v) {
+        lm[v] = static_cast<float>(zm[v]) - std::log(sm);
+        lr[v] = static_cast<float>(zr[v]) - std::log(sr);
+        kl += std::exp(lr[v]) * (lr[v] - lm[v]);
+      }
+      agree += std::max_element(zm, zm + 3) - zm == std::max_element(zr, zr + 3) - zr ? 1 : 0;
+      loss -= lm[stream[w * T + t + 1]];
+      reference_loss -= lr[stream[w * T + t + 1]];
+    }
+  const double n = static_cast<double>(W * T);
+  REQUIRE(agree > 0);
+  REQUIRE(agree < n);
+  const EvalResult r = evaluate(TokenFile(data), V, T, 0, model, &reference);
+  CHECK(r.tokens == W * T);
+  CHECK(r.mean_kl == Approx(kl / n).epsilon(1e-5));
+  CHECK(r.top1_agreement == agree / n);
+  CHECK(r.loss == Approx(loss / n).epsilon(1e-5));
+  CHECK(r.reference_loss == Approx(reference_loss / n).epsilon(1e-5));
+}
+
 TEST_CASE("evaluate runs windows concurrently, one a thread, with the loss one at a time gives",
           "[infer][eval]") {
   test::ThreadCountGuard threads;
