@@ -33,8 +33,10 @@ std::string format_profile_table(const ProfileReport& report, size_t max_rows) {
                           static_cast<long long>(report.table_first_step - 1), ms(report.warmup_ns));
   else if (report.table_last_step > 0)
     steps = printf_string(" (steps 1-%lld)", static_cast<long long>(report.table_last_step));
-  std::string out = printf_string("profile: %.1f ms wall%s; self time per category (all threads):\n",
-                                  ms(report.wall_ns), steps.c_str());
+  std::string out = printf_string(
+      "profile: %.1f ms wall%s; times are summed over threads (n busy threads "
+      "reach n x 100%% of wall); self time per category:\n",
+      ms(report.wall_ns), steps.c_str());
   int64_t by_category[kProfileCategories] = {};
   for (const ProfileStat& s : report.stats) by_category[static_cast<int>(s.category)] += s.self_ns;
   for (int c = 0; c < kProfileCategories; ++c)
