@@ -1,7 +1,10 @@
 #include "autograd/gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "autograd/dispatch.h"
 #include "core/rng.h"
@@ -63,18 +66,32 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
   };
 
   GradcheckResult result;
-  auto compare = [&](double analytic, double numeric, size_t input, const std::string& where) {
-    const double err = std::abs(analytic - numeric);
-    const double rel = err / std::max(std::abs(numeric), 1e-12);
-    const bool bad = !(err <= options.atol + options.rtol * std::abs(numeric));  // NaN fails
-    if (err > result.max_abs_error) result.max_abs_error = err;
-    if (err > options.atol && rel > result.max_rel_error) result.max_rel_error = rel;
-    if (bad && result.ok) {
-      std::ostringstream out;
-      out << "input " << input << " " << leaves[input].value().str() << " " << where << ": analytic "
-          << analytic << " vs numeric " << numeric << " (abs err " << err << ")";
-      result.report = out.str();
-      result.ok = false;
+  struct Pair {
+    double analytic, numeric;
+    std::string where;
+  };
+  // One input's (analytic, numeric) pairs, compared once all are known (the
+  // input's atol may depend on its largest numeric gradient).
+  auto compare = [&](const std::vector<Pair>& pairs, size_t input) {
+    double atol = options.atol;
+    if (options.atol_fraction > 0) {
+      double largest = 0;
+      for (const Pair& p : pairs) largest = std::max(largest, std::abs(p.numeric));
+      atol = std::clamp(options.atol_fraction * largest, options.atol_floor, options.atol);
+    }
+    for (const Pair& p : pairs) {
+      const double err = std::abs(p.analytic - p.numeric);
+      const double rel = err / std::max(std::abs(p.numeric), 1e-12);
+      const bool bad = !(err <= atol + options.rtol * std::abs(p.numeric));  // NaN fails
+      if (err > result.max_abs_error) result.max_abs_error = err;
+      if (err > atol && rel > result.max_rel_error) result.max_rel_error = rel;
+      if (bad && result.ok) {
+        std::ostringstream out;
+        out << "input " << input << " " << leaves[input].value().str() << " " << p.where << ": analytic "
+            << p.analytic << " vs numeric " << p.numeric << " (abs err " << err << ", atol " << atol << ")";
+        result.report = out.str();
+        result.ok = false;
+      }
     }
   };
 
@@ -83,6 +100,7 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
     Tensor x = leaves[i].value();
     const Tensor grad = leaves[i].grad().defined() ? leaves[i].grad() : Tensor::zeros(x.shape(), x.dtype());
     const Tensor original = x.clone();
+    std::vector<Pair> pairs;
     if (options.directions > 0) {
       for (int k = 0; k < options.directions; ++k) {
         Tensor d = Tensor::empty(x.shape(), x.dtype());
@@ -94,8 +112,9 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
         add_scaled(x, d, -options.eps);
         const double minus = loss_at();
         x.copy_from(original);
-        compare(analytic, (plus - minus) / (2 * options.eps), i, "direction " + std::to_string(k));
+        pairs.push_back({analytic, (plus - minus) / (2 * options.eps), "direction " + std::to_string(k)});
       }
+      compare(pairs, i);
       continue;
     }
     for (int64_t e = 0; e < x.numel(); ++e) {
@@ -105,8 +124,9 @@ GradcheckResult gradcheck_leaves(const std::function<Var()>& f, const std::vecto
       const double x_minus = set_element(x, e, original.item(e) - options.eps);
       const double minus = loss_at();
       x.copy_from(original);
-      compare(grad.item(e), (plus - minus) / (x_plus - x_minus), i, "element " + std::to_string(e));
+      pairs.push_back({grad.item(e), (plus - minus) / (x_plus - x_minus), "element " + std::to_string(e)});
     }
+    compare(pairs, i);
   }
   return result;
 }

@@ -18,6 +18,12 @@ struct GradcheckOptions {
   double eps = 1e-6;
   double atol = 1e-7;
   double rtol = 1e-5;
+  // > 0: each input's atol is atol_fraction of its largest |numeric| gradient,
+  // kept within [atol_floor, atol]. A loss averaged over many positions has
+  // small gradients, which a fixed atol for float round-off would pass when
+  // off by 10%.
+  double atol_fraction = 0;
+  double atol_floor = 0;
   // 0: perturb every input element. k > 0: check k random directions per input
   // instead (directional derivatives), for inputs too large to perturb one by one.
   int directions = 0;

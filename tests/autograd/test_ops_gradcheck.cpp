@@ -1,5 +1,6 @@
 // A finite-difference gradient check for every autograd op, on odd shapes, in
 // double and in float.
+#include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "autograd/ops_moe.h"
 #include "helpers.h"
@@ -172,6 +173,25 @@ TEST_CASE("gradcheck fails on a wrong backward", "[autograd][gradcheck]") {
   };
   CHECK(gradcheck(one_wrong, {random_tensor({64, 48}, 44)}).ok == false);
   CHECK_FALSE(gradcheck(one_wrong, {random_tensor({64, 48}, 44)}, opts).ok);
+}
+
+TEST_CASE("the float gradcheck notices a mean's gradient off by 10%", "[autograd][gradcheck]") {
+  // mean over 66 values: gradients of about 1/66, under a fixed atol of 5e-3
+  // times 2; the float check's atol follows the input's largest gradient.
+  for (const double factor : {0.9, 1.0, 1.1}) {
+    auto scaled_mean = [factor](const std::vector<Var>& x) {
+      const Var m = mean(x[0]);
+      return record("scaled_grad", m.value().clone(), {m}, [factor](Node& n) {
+        dispatch_floating(n.out_dtype, "scaled_grad", [&](auto zero) {
+          using T = decltype(zero);
+          n.input_grad(0).data<T>()[0] += static_cast<T>(factor) * n.out_grad.data<T>()[0];
+        });
+      });
+    };
+    INFO("factor " << factor);
+    const Tensor x = random_tensor({6, 11}, 45).to(DType::f32);
+    CHECK(gradcheck(scaled_mean, {x}, test::float_gradcheck_options()).ok == (factor == 1.0));
+  }
 }
 
 TEST_CASE("gradcheck directions mode agrees on a large input", "[autograd][gradcheck]") {
