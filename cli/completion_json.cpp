@@ -12,8 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string dump(const json& j) { return json_text(j); }
-
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);
   return it == body.end() || it->is_null() ? nullptr : &*it;
@@ -133,7 +131,7 @@ std::string completion_json(const CompletionId& id, const std::string& text, Fin
              {{"prompt_tokens", prompt_tokens},
               {"completion_tokens", completion_tokens},
               {"total_tokens", prompt_tokens + completion_tokens}}}};
-  return dump(j);
+  return json_text(j);
 }
 
 std::string completion_chunk_json(const CompletionId& id, const std::string& text, FinishReason finish) {
@@ -144,7 +142,7 @@ std::string completion_chunk_json(const CompletionId& id, const std::string& tex
                   {"created", id.created},
                   {"model", id.model},
                   {"choices", json::array({choice})}};
-  return dump(j);
+  return json_text(j);
 }
 
 std::string models_json(const std::string& model, int64_t created,
@@ -159,7 +157,7 @@ std::string models_json(const std::string& model, int64_t created,
                     {"parent", model},
                     {"root", a.file},
                     {"lora", {{"rank", a.rank}, {"alpha", a.alpha}, {"rslora", a.rslora}}}});
-  return dump(json{{"object", "list"}, {"data", data}});
+  return json_text(json{{"object", "list"}, {"data", data}});
 }
 
 AdapterRequest parse_adapter_request(const std::string& body, bool loading) {
@@ -178,11 +176,11 @@ AdapterRequest parse_adapter_request(const std::string& body, bool loading) {
 }
 
 std::string adapter_status_json(const std::string& name, bool loaded) {
-  return dump(json{{"lora_name", name}, {"status", loaded ? "loaded" : "unloaded"}});
+  return json_text(json{{"lora_name", name}, {"status", loaded ? "loaded" : "unloaded"}});
 }
 
 std::string error_json(const std::string& message, const std::string& type) {
-  return dump(json{{"error", {{"message", message}, {"type", type}}}});
+  return json_text(json{{"error", {{"message", message}, {"type", type}}}});
 }
 
 }  // namespace shamn::cli

@@ -108,8 +108,8 @@ struct LowRankFactors {
   Tensor a, b;  // A [r, in], B [out, r]
 };
 
-std::map<std::string, LowRankFactors> read_low_rank_factors(const std::string& checkpoint, int64_t rank) {
-  const Hdf5Reader reader(checkpoint);
+std::map<std::string, LowRankFactors> read_low_rank_factors(const Hdf5Reader& reader, int64_t rank) {
+  const std::string& checkpoint = reader.path();
   std::map<std::string, LowRankFactors> factors;
   for (const std::string& dataset : reader.datasets("/model")) {
     const std::string name = spec_name(dataset);
@@ -222,7 +222,7 @@ std::vector<uint8_t> export_model_image(const std::string& checkpoint, const Exp
     SHAMN_INPUT_CHECK(mo.rank >= 1 && mo.alpha > 0 && std::isfinite(mo.alpha), "--merge: '", mo.checkpoint,
                       "' records lora_rank ", mo.rank, " and lora_alpha ", mo.alpha,
                       ": want a rank of at least 1 and a positive alpha");
-    merge = read_low_rank_factors(mo.checkpoint, mo.rank);
+    merge = read_low_rank_factors(Hdf5Reader(mo.checkpoint), mo.rank);
   }
   const double scale = lora_scale(std::max<int64_t>(mo.rank, 1), mo.alpha, mo.rslora);
   const std::vector<std::string> datasets = reader.datasets("/model");
@@ -276,13 +276,13 @@ uint32_t checkpoint_source_id(const std::string& checkpoint) {
 
 std::vector<uint8_t> export_adapter_image(const std::string& adapter_checkpoint, const AdapterExport& a) {
   SHAMN_INPUT_CHECK(a.quant != ShqQuant::int4, "--quant int4: adapters export as f32 or int8");
-  const std::map<std::string, LowRankFactors> factors = read_low_rank_factors(adapter_checkpoint, a.rank);
+  const Hdf5Reader reader(adapter_checkpoint);
+  const std::map<std::string, LowRankFactors> factors = read_low_rank_factors(reader, a.rank);
   SHAMN_INPUT_CHECK(
       !factors.count("head"), "'", adapter_checkpoint,
       "' adapts the untied head, which the runtime does not run adapters on yet: fold it into the "
       "base with --merge");
-  ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha, a.rslora), "",
-                   training_step(Hdf5Reader(adapter_checkpoint)));
+  ShqWriter writer(a.quant, lora_config_toml(a.rank, a.alpha, a.rslora), "", training_step(reader));
   writer.set_source_id(a.base_id);
   // int8 quantises A [r, in] only: B [out, r] has rows of r values, which q8
   // blocks of 32 would pad (4x at rank 8), and the runtime keeps it as f32.
