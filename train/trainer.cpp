@@ -339,6 +339,7 @@ class Run {
   // Rank 0 alone reads and writes the run directory; the other ranks receive its
   // starting state (they need no copy of the run directory).
   void start(bool resuming) {
+    fault::pass("train.start");
     if (comm_.is_root()) load_or_init(c_, run_dir_, resuming, model_, optimizer_, state_, adapter_, console_);
     share_starting_state();
     resolved_ = c_.to_toml();
@@ -636,6 +637,10 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   if (resuming) config.train.out_dir = options.resume_dir;
   const RunConfig& c = config;
   Communicator& comm = world();
+  // From the start: under mpirun a stop signal reaches every rank, and one that
+  // found a rank without the handlers (waiting for rank 0's weights, or gone
+  // while rank 0 writes the last checkpoint) would kill it, and mpirun the rest.
+  StopSignal stop;
   check_rank_count(c, comm.size());
   const ScopedProductPrecision precision(product_precision_from_string(c.train.precision, "train.precision"));
   Console console{options.quiet || !comm.is_root(), std::nullopt};
@@ -652,7 +657,6 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
 
   if (run.finished())
     console.say("the run is already at train.max_steps = " + std::to_string(c.train.max_steps));
-  StopSignal stop;
   TrainResult result;
   int64_t steps_here = 0;  // steps run by this process, for the profiler's trace window
   try {
@@ -668,6 +672,8 @@ TrainResult train(RunConfig config, const TrainOptions& options) {
   } catch (const InputError& e) {
     stop_after_io_error(e, c.train.out_dir);
   }
+  // Every rank keeps its handlers until rank 0's last checkpoint is written.
+  comm.check_in("the last checkpoint");
 
   result.step = run.state().step;
   result.best_val_loss = run.state().best_val_loss;

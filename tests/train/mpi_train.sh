@@ -8,7 +8,8 @@
 #     timing) ends with an error and no hang; --resume on 2 ranks then finishes
 #     bitwise equal to the uninterrupted run;
 #   - a rank that stalls (SIGSTOP) makes rank 0 stop with an error naming it;
-#   - SIGUSR1 to mpirun stops every rank after the same step, with one checkpoint;
+#   - SIGUSR1 to mpirun stops every rank after the same step, with one checkpoint,
+#     also while rank 1 waits for rank 0 to load the weights or write the last one;
 #   - ranks whose data files differ, 3 ranks, or 4 ranks for 2 micro-batches are
 #     refused before any step.
 # Usage: mpi_train.sh SHAMN_BINARY CONFIG WORKDIR
@@ -137,6 +138,63 @@ last=$(grep -o '"step":[0-9]*' "$usr/metrics.jsonl" | tail -1 | cut -d: -f2)
 [ "${ckpts[0]}" = "$(printf "%s/ckpt_%08d.h5" "$usr" "$last")" ] ||
   fail "SIGUSR1: the checkpoint ${ckpts[0]} is not the last logged step $last"
 echo "SIGUSR1 to mpirun: every rank stopped after the same step, one checkpoint"
+
+# The same signal while rank 1 waits for rank 0: at the start, while rank 0 loads
+# the weights, and at the end, while rank 0 writes the last checkpoint. Rank 0
+# stops itself (SIGSTOP) at a named point; the signal goes once rank 1 has its
+# handlers (/proc's SigCgt), and rank 0 continues once it is pending there too.
+# Without handlers the signal kills rank 1, and mpirun rank 0 mid-write.
+has_usr1() {  # has_usr1 PID FIELD: SIGUSR1 (10, bit 9) in /proc/PID/status's FIELD mask
+  local mask
+  mask=$(awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2> /dev/null) || return 1
+  [ -n "$mask" ] && (((16#$mask >> 9) & 1))
+}
+rank_pids() {  # the pids of the processes training into $1
+  local stat p
+  for stat in /proc/[0-9]*/stat; do
+    p=${stat#/proc/} p=${p%/stat}
+    [[ "$(tr '\0' ' ' 2> /dev/null < "/proc/$p/cmdline")" == "$shamn --threads 1 train "*"$1"* ]] && echo "$p"
+  done
+  return 0
+}
+state_of() { cut -d' ' -f3 "/proc/$1/stat" 2> /dev/null; }  # /proc/PID/stat: pid (comm) state ...
+stop_while_rank0_waits() {  # stop_while_rank0_waits NAME FAULT_SITE SETS...
+  local name=$1 dir=$work/$1 site=$2 pids=() r0= r1= mpirun_pid
+  shift 2
+  "${mpi[@]}" -np 1 env SHAMN_FAULT="$site:1:stall" "$shamn" --threads 1 train "$config" "${sets[@]}" "$@" \
+    --set "train.out_dir=\"$dir\"" : -np 1 "$shamn" --threads 1 train "$config" "${sets[@]}" "$@" \
+    --set "train.out_dir=\"$dir\"" > "$dir.log" 2>&1 &
+  mpirun_pid=$!
+  trap 'kill -KILL $mpirun_pid ${pids[*]} 2> /dev/null || true' EXIT
+  for _ in $(seq 600); do
+    kill -0 $mpirun_pid 2> /dev/null || { cat "$dir.log"; fail "$name: mpirun ended early"; }
+    [ ${#pids[@]} = 2 ] || mapfile -t pids < <(rank_pids "$dir")
+    if [ ${#pids[@]} = 2 ]; then
+      [ "$(state_of "${pids[0]}")" = T ] && r0=${pids[0]} r1=${pids[1]}
+      [ "$(state_of "${pids[1]}")" = T ] && r0=${pids[1]} r1=${pids[0]}
+      [ -n "$r0" ] && has_usr1 "$r1" SigCgt && break
+    fi
+    sleep 0.2
+  done
+  [ -n "$r0" ] && has_usr1 "$r1" SigCgt || { cat "$dir.log"; fail "$name: rank 1 has no SIGUSR1 handler"; }
+  kill -USR1 $mpirun_pid
+  for _ in $(seq 1500); do
+    has_usr1 "$r0" ShdPnd && grep -q "stopping after this step" "$dir.log" && break
+    sleep 0.2
+  done
+  kill -CONT "$r0"
+  local status=0
+  wait $mpirun_pid || status=$?
+  trap - EXIT
+  [ "$status" -eq 0 ] || { cat "$dir.log"; fail "$name: mpirun exited $status"; }
+}
+stop_while_rank0_waits usr1_start train.start
+grep -q "stopped by signal 10 at step 1;" "$work/usr1_start.log" || { cat "$work/usr1_start.log"; fail "start: no stop at step 1"; }
+[ -f "$work/usr1_start/ckpt_00000001.h5" ] || fail "start: no checkpoint of step 1"
+stop_while_rank0_waits usr1_end checkpoint.rename --set train.checkpoint_every=0 --set train.eval_every=0
+[ "$(digest "$work/usr1_end/ckpt_00000004.h5")" = "$ref_digest" ] || fail "end: the last checkpoint differs from 1 rank"
+! ls "$work/usr1_end" | grep -q tmp || fail "end: a temporary file was left: $(ls "$work/usr1_end")"
+echo "SIGUSR1 while rank 0 loads or writes the last checkpoint: exit 0, the checkpoint whole"
 
 # Refusals, each before the first step.
 refused() {  # refused WHAT NEEDLE LOG
