@@ -310,7 +310,7 @@ void run_eval(const EvalArgs& a) {
   }
   const TokenFile data(a.data, a.format == "u16" ? TokenFormat::u16 : TokenFormat::llmc);
   const Stopwatch t0;
-  begin_profile(a.profile);
+  begin_profile(a.profile, !model.runtime);
   EvalResult r;
   if (ref) {
     const LogitFunction rf = ref->logit_function();
@@ -411,8 +411,8 @@ void run_bench(const BenchArgs& a) {
   // a 2-core Zen 5 VM, 1.3x slower than the next on 1 thread, 2x on 2).
   std::vector<double> prefill, decode, step_ms;
   const int64_t runs = a.warmup + a.repeats;
-  const auto timed = [&a](int64_t r) {
-    if (r == a.warmup) begin_profile(a.profile);
+  const auto timed = [&a, &model](int64_t r) {
+    if (r == a.warmup) begin_profile(a.profile, !model.runtime);
     if (r >= a.warmup) profile_begin_step(r - a.warmup + 1);
     return r >= a.warmup;
   };

@@ -56,10 +56,10 @@ RooflineLimits profile_machine_limits(const ProfileFlags& flags) {
 }
 }  // namespace
 
-void begin_profile(const ProfileFlags& flags) {
+void begin_profile(const ProfileFlags& flags, bool roofline) {
   if (!flags.on) return;
   if (!flags.trace.empty()) check_output_path(flags.trace);  // before the work, not after it
-  set_profile_limits(profile_machine_limits(flags));
+  if (roofline) set_profile_limits(profile_machine_limits(flags));
   ProfileOptions options;
   options.trace_steps = flags.trace_steps;
   options.warmup_steps = flags.warmup_steps;

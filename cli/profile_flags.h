@@ -22,7 +22,9 @@ void add_profile_flags(CLI::App* command, ProfileFlags& flags, const std::string
 
 // Turns the profiler on when --profile was given, with the roofline limits of
 // --machine FILE, or else measured now (about 2.5 s, on the run's threads).
-void begin_profile(const ProfileFlags& flags);
+// Without `roofline` (a .shq model, whose kernels count no FLOPs or bytes) the
+// table has no roofline, and no limits are read or measured.
+void begin_profile(const ProfileFlags& flags, bool roofline = true);
 // With --profile: prints the table to `table_out`, writes the trace (to
 // --profile-trace, else `default_trace`) and says where it went.
 void end_profile(const ProfileFlags& flags, const std::string& default_trace, std::FILE* table_out);

@@ -245,7 +245,8 @@ void ConfigTable::set_from_text(const std::string& assignment) {
     parsed = toml::parse("v = " + value, "--set " + key);
   } catch (const toml::parse_error& e) {
     throw InputError("--set " + assignment + ": the value is not valid TOML (" +
-                     std::string(e.description()) + "); quote strings: key=\"text\"");
+                     std::string(e.description()) +
+                     "); quote strings, inside shell quotes: --set 'key=\"text\"'");
   }
   SHAMN_INPUT_CHECK(parsed.size() == 1, "--set ", key, ": the value '", value,
                     "' is more than one TOML value (a line break inside it?)");

@@ -36,7 +36,7 @@ std::string read_text(const std::string& path) {
 
 // Each point's directory keeps its resolved config; a different one there means
 // the directory belongs to another sweep, and mixing results would be wrong.
-void check_or_write_configs(const std::vector<SweepPoint>& points) {
+void check_configs(const std::vector<SweepPoint>& points) {
   for (const SweepPoint& p : points) {
     const std::string path = (fs::path(p.dir) / "config.toml").string();
     if (fs::exists(path))
@@ -47,6 +47,9 @@ void check_or_write_configs(const std::vector<SweepPoint>& points) {
           "pick another sweep.out_dir (--out-dir) or delete ",
           p.dir);
   }
+}
+
+void write_configs(const std::vector<SweepPoint>& points) {
   for (const SweepPoint& p : points) {
     fs::create_directories(p.dir);
     const std::string path = (fs::path(p.dir) / "config.toml").string();
@@ -114,6 +117,8 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
     const std::string path = (fs::path(spec.out_dir) / ".sweep.lock").string();
     sweep_lock.emplace(path, FileLock::Children::kInherit, sweep_lock_held(spec.out_dir, path));
   }
+  // Before any point is called finished: a dry run must refuse what a run refuses.
+  check_configs(points);
   std::vector<const SweepPoint*> todo, skipped;
   int64_t resumable = 0, unanalysed = 0;
   for (const SweepPoint& p : points) {
@@ -137,7 +142,7 @@ void run_sweep(const std::string& file, const SweepOptions& a) {
                   p->name.c_str());
     return;
   }
-  check_or_write_configs(points);
+  write_configs(points);
   std::fflush(stdout);
 
   std::mutex print;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `shamn machine` and the roofline of `--profile`: the JSON is well formed with
 # positive figures (no timing thresholds), `--profile --machine FILE` prints the
-# roofline table and the step against the sum of bounds, and a bad file is
-# refused naming it.
+# roofline table and the step against the sum of bounds, eval of a .shq model
+# has no roofline to measure for, and a bad file is refused naming it.
 # Usage: cli_machine.sh SHAMN_BINARY CONFIG WORKDIR
 set -euo pipefail
 shamn=$1 config=$2 work=$3
@@ -31,6 +31,20 @@ grep -q "^roofline: peak .* GFLOP/s f32; .* GB/s from L2 / L3 / DRAM" "$work/tra
 grep -q "^name  *category  *total ms  *GFLOP  *MB  *in  *bound ms  *x bound  *% step$" "$work/train.txt"
 grep -q "^hash_head_cross_entropy  *backward " "$work/train.txt"
 grep -q "^step: .* ms against a sum of bounds of .* ms: .*x the roofline$" "$work/train.txt"
+
+# A .shq model's kernels count no work: eval prints the table without a roofline
+# and measures no limits for one (a checkpoint's eval does both).
+"$shamn" export "$work/run/ckpt_00000003.h5" --quant int8 --no-tokenizer --out "$work/run/model.shq" > /dev/null
+for model in model.shq ckpt_00000003.h5; do
+  "$shamn" --threads 1 eval "$work/run/$model" --data "$work/data/val.bin" --seq-len 16 --max-windows 4 \
+    --profile --profile-trace "$work/eval-trace.json" > "$work/eval.json" 2> "$work/eval.err"
+  grep -q "^name  *category  *calls  *total ms" "$work/eval.err" || { cat "$work/eval.err"; exit 1; }
+  if [ $model = model.shq ]; then
+    ! grep -q "^roofline" "$work/eval.err" || { cat "$work/eval.err"; exit 1; }
+  else
+    grep -q "^roofline: measuring" "$work/eval.err" || { cat "$work/eval.err"; exit 1; }
+  fi
+done
 
 status=0
 echo '{"kernel": "avx2"}' > "$work/bad.json"

@@ -104,10 +104,14 @@ cmp ckpts_before.txt ckpts_after.txt || fail "the analysing rerun touched checkp
 cmp analysed.csv $out/results.csv || { diff analysed.csv $out/results.csv; fail "filled-in analysis differs"; }
 [ -f "$out/sparse.sparsity=0.5,seed=2/analysis.json" ] || fail "no analysis.json after the rerun"
 
-# Another config in the same directory is refused, naming the file.
-status=0
-"$shamn" sweep "$sweep" --set train.max_steps=31 > /dev/null 2> changed.err || status=$?
-[ "$status" -eq 1 ] && grep -q "holds a different config" changed.err || { cat changed.err; fail "changed config"; }
+# Another config in the same directory is refused, naming the file, before any
+# point is called finished; by a dry run too.
+for dry in "" --dry-run; do
+  status=0
+  "$shamn" sweep "$sweep" --set train.max_steps=31 $dry > changed.out 2> changed.err || status=$?
+  [ "$status" -eq 1 ] && grep -q "holds a different config" changed.err || { cat changed.err; fail "changed config $dry"; }
+  ! grep -q "finished" changed.out || { cat changed.out; fail "changed config $dry: points called finished"; }
+done
 
 # SIGINT while the first point trains; the rerun resumes it. No timing decides
 # where the signal lands: the trainer stops itself (SIGSTOP, a named fault point)
