@@ -1,5 +1,6 @@
 // `shamn train` (a run from a TOML config, or resumed from its run directory) and
 // `shamn info` (what a checkpoint holds).
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -71,6 +72,14 @@ void print_tensor_digest(const Hdf5Reader& reader, bool training) {
   for (const char* name : {"step", "optim_step", "data_seed", "data_position", "bad_steps", "tokens_seen"})
     std::printf("%s %" PRId64 "\n", name, reader.int_attribute(name));
   std::printf("best_val_loss %.17g\n", reader.float_attribute("best_val_loss"));
+  // Which parameters AdamW has not yet updated (one name a line; absent before
+  // the attribute): a resumed run skips them, so two equal runs agree on it too.
+  if (reader.has_attribute("optim_unreached")) {
+    const std::string unreached = reader.string_attribute("optim_unreached");
+    std::printf("optim_unreached %lld names, crc32 %08x\n",
+                static_cast<long long>(std::count(unreached.begin(), unreached.end(), '\n')),
+                crc32_bytes(unreached.data(), unreached.size()));
+  }
 }
 
 // A LoRA run's checkpoint: the adapters (checked against the model its config

@@ -48,6 +48,8 @@ grep -q "data parallel: 4 ranks, 1 micro-batch" "$work/n4.log" || fail "the 4-ra
 ref_digest=$(digest "$work/n1/ckpt_00000004.h5")
 ref_metrics=$(metrics "$work/n1/metrics.jsonl")
 [ "$(echo "$ref_digest" | grep -c -E '^(model|optim)\.')" -gt 10 ] || fail "the reference lists too few tensors"
+echo "$ref_digest" | grep -q "^optim_unreached [0-9]* names, crc32 [0-9a-f]\{8\}$" ||
+  fail "the digest leaves out which parameters AdamW has not reached"
 [ "$(grep -c val_loss "$work/n1/metrics.jsonl")" = 2 ] || fail "the reference has no evaluations"
 for name in n2 n4 n2plain n4small; do
   [ "$(digest "$work/$name/ckpt_00000004.h5")" = "$ref_digest" ] ||
