@@ -80,6 +80,13 @@ void print_tensor_digest(const Hdf5Reader& reader, bool training) {
                 static_cast<long long>(std::count(unreached.begin(), unreached.end(), '\n')),
                 crc32_bytes(unreached.data(), unreached.size()));
   }
+  // And the reached ones AdamW has updated fewer times than the step count (its t).
+  if (reader.has_attribute("optim_late_updates")) {
+    const std::string late = reader.string_attribute("optim_late_updates");
+    std::printf("optim_late_updates %lld names, crc32 %08x\n",
+                static_cast<long long>(std::count(late.begin(), late.end(), '\n')),
+                crc32_bytes(late.data(), late.size()));
+  }
 }
 
 // A LoRA run's checkpoint: the adapters (checked against the model its config

@@ -53,14 +53,13 @@ void adamw_update(float* __restrict theta, const float* __restrict grad, float* 
 void AdamW::step(double lr, float grad_scale) {
   ++step_;
   const double b1 = options_.beta1, b2 = options_.beta2;
-  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
-  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
-  const float inv_bc1 = static_cast<float>(1.0 / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   int64_t updated = 0;
   for (Slot& s : slots_) {
     const Tensor& g = s.param.grad();
     if (!g.defined()) continue;
+    const double t = static_cast<double>(++s.updates);
+    const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, t)));
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)));
     updated += s.param.numel();
     float* theta = s.param.value().data<float>();
     const float* grad = g.data<float>();
@@ -90,6 +89,25 @@ std::vector<NamedTensor> AdamW::state_tensors() const {
   return out;
 }
 
+std::vector<int64_t> AdamW::update_counts() const {
+  std::vector<int64_t> out;
+  for (const Slot& s : slots_) out.push_back(s.updates);
+  return out;
+}
+
+void AdamW::set_update_counts(const std::vector<int64_t>& counts) {
+  SHAMN_CHECK(counts.size() == slots_.size(), "AdamW: ", counts.size(), " update counts for ", slots_.size(),
+              " parameters");
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].updates = counts[i];
+}
+
+std::vector<std::pair<std::string, int64_t>> AdamW::late_updates() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const Slot& s : slots_)
+    if (s.param.has_grad() && s.updates != step_) out.emplace_back(s.name, s.updates);
+  return out;
+}
+
 std::vector<std::string> AdamW::unreached() const {
   std::vector<std::string> out;
   for (const Slot& s : slots_)
@@ -98,8 +116,17 @@ std::vector<std::string> AdamW::unreached() const {
 }
 
 void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors,
-                       const std::vector<std::string>& unreached) {
+                       const std::vector<std::string>& unreached,
+                       const std::vector<std::pair<std::string, int64_t>>& late) {
   SHAMN_CHECK(step >= 0, "AdamW state: negative step ", step);
+  std::map<std::string, int64_t> late_counts;
+  for (const auto& [name, count] : late) {
+    const bool known =
+        std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.name == name; });
+    SHAMN_CHECK(known && count >= 1 && count < step && late_counts.emplace(name, count).second,
+                "AdamW state: late parameter '", name, "' with ", count, " updates at step ", step,
+                " (want a parameter of this optimizer's, once, with 1 to ", step - 1, ")");
+  }
   std::set<std::string> no_gradient;
   for (const std::string& name : unreached) {
     const bool known =
@@ -127,10 +154,15 @@ void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors,
   for (Slot& s : slots_) {
     s.m.copy_from(*by_name["m." + s.name]);
     s.v.copy_from(*by_name["v." + s.name]);
-    if (!no_gradient.count(s.name) && !s.param.has_grad()) {
+    const bool reached = !no_gradient.count(s.name);
+    SHAMN_CHECK(reached || !late_counts.count(s.name), "AdamW state: parameter '", s.name,
+                "' is both unreached and late");
+    if (reached && !s.param.has_grad()) {
       s.param.set_grad(Tensor::empty(s.param.shape(), DType::f32));
       s.param.zero_grad();  // zeros, filled when first read (as after a step)
     }
+    const auto it = late_counts.find(s.name);
+    s.updates = !reached ? 0 : it != late_counts.end() ? it->second : step;
   }
   step_ = step;
 }

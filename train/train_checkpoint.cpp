@@ -49,6 +49,36 @@ std::vector<std::string> unreached_parameters(const Hdf5Reader& reader, const Ad
   return out;
 }
 
+constexpr const char* kLateAttribute = "optim_late_updates";
+
+// The reached parameters whose AdamW update count is not the step count (first
+// reached after step 1): lines "NAME COUNT". Checkpoints from before stop 82 lack
+// it; there every reached parameter's count was the step count (one t for all).
+std::vector<std::pair<std::string, int64_t>> late_parameters(const Hdf5Reader& reader, const AdamW& optimizer,
+                                                             int64_t optim_step,
+                                                             const std::vector<std::string>& unreached) {
+  std::set<std::string> reached;
+  for (const ParamGroup& g : optimizer.groups())
+    for (const NamedVar& p : g.params) reached.insert(p.name);
+  for (const std::string& name : unreached) reached.erase(name);
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (!reader.has_attribute(kLateAttribute)) return out;
+  std::istringstream lines(reader.string_attribute(kLateAttribute));
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string name, rest;
+    int64_t count = 0;
+    const bool parsed = static_cast<bool>(fields >> name >> count) && !(fields >> rest);
+    SHAMN_INPUT_CHECK(parsed && reached.count(name) && count >= 1 && count < optim_step, "'", reader.path(),
+                      "': attribute '", kLateAttribute, "' line '", line,
+                      "' is not 'NAME COUNT' for a reached parameter of this run with 1 to ", optim_step - 1,
+                      " updates");
+    reached.erase(name);  // once
+    out.emplace_back(name, count);
+  }
+  return out;
+}
+
 }  // namespace
 
 void save_train_checkpoint(const std::string& path, const Module& model, const AdamW& optimizer,
@@ -66,6 +96,10 @@ void save_train_checkpoint(const std::string& path, const Module& model, const A
   std::string unreached;
   for (const std::string& name : optimizer.unreached()) unreached += name + "\n";
   writer.set_string_attribute(kUnreachedAttribute, unreached);
+  std::string late;
+  for (const auto& [name, count] : optimizer.late_updates())
+    late += name + " " + std::to_string(count) + "\n";
+  writer.set_string_attribute(kLateAttribute, late);
   writer.set_int_attribute("data_seed", static_cast<int64_t>(state.data_seed));
   writer.set_int_attribute("data_position", static_cast<int64_t>(state.data_position));
   writer.set_float_attribute("best_val_loss", state.best_val_loss);
@@ -147,7 +181,9 @@ TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& 
                     " optimizer tensors that match no parameter of this model");
   const std::vector<std::string> unreached = unreached_parameters(reader, optimizer, by_name);
   load_model_tensors(reader, model, adapter ? TensorSet::adapters : TensorSet::all);
-  optimizer.load_state(s.optim_step, moments, unreached);
+  const std::vector<std::pair<std::string, int64_t>> late =
+      late_parameters(reader, optimizer, s.optim_step, unreached);
+  optimizer.load_state(s.optim_step, moments, unreached, late);
   return s;
 }
 

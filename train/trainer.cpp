@@ -584,6 +584,9 @@ class Run {
     comm_.broadcast(bytes);
     std::memcpy(&state_, bytes.data(), sizeof(TrainState));
     optimizer_.set_step_count(state_.optim_step);
+    std::vector<int64_t> updates = optimizer_.update_counts();  // each parameter's t
+    comm_.broadcast(updates.data(), updates.size() * sizeof(int64_t));
+    optimizer_.set_update_counts(updates);
   }
 
   const RunConfig& c_;

@@ -80,6 +80,53 @@ TEST_CASE("AdamW over several steps with two groups follows SPEC 3", "[optim][ad
   CHECK(b.value().item(0) == Approx(ref[3].theta).margin(1e-6));
 }
 
+TEST_CASE("AdamW counts t per parameter: one first reached at step 3 takes a first update",
+          "[optim][adamw]") {
+  // torch.optim.AdamW keeps a step per parameter (SPEC 3: "equivalently"); a
+  // parameter without a gradient (an expert no token reached) is not stepped.
+  Var a = param({0.3f});
+  Var late = param({-0.6f});
+  AdamW opt({{"d", {{"a", a}, {"late", late}}, 0.1}});
+  ScalarAdamW ref_a{0.3f}, ref_late{-0.6f};
+  const double grads[4] = {0.2, -0.4, 0.5, 0.1};
+  for (int s = 0; s < 4; ++s) {
+    set_grad(a, {float(grads[s])});
+    ref_a.step(float(grads[s]), 0.01, 0.1);
+    if (s >= 2) {
+      set_grad(late, {float(-grads[s])});
+      ref_late.step(float(-grads[s]), 0.01, 0.1);
+    }
+    opt.step(0.01);
+    if (s == 2) {  // its first update moves it by lr (1 + wd theta): Adam's first step is sign(g)
+      CHECK(late.value().item(0) == Approx(-0.6 + 0.01 * (1 - 0.1 * -0.6)).margin(1e-6));
+      CHECK(opt.late_updates() == std::vector<std::pair<std::string, int64_t>>{{"late", 1}});
+    }
+  }
+  CHECK(opt.step_count() == 4);
+  CHECK(opt.update_counts() == std::vector<int64_t>{4, 2});
+  CHECK(a.value().item(0) == Approx(ref_a.theta).margin(1e-6));
+  CHECK(late.value().item(0) == Approx(ref_late.theta).margin(1e-6));
+
+  // Restored with its count, a copy continues identically; restored without it
+  // (a checkpoint from before the count), the late one takes t = the step.
+  for (const bool with_count : {true, false}) {
+    Var a2(a.value().clone(), true), late2(late.value().clone(), true);
+    AdamW copy({{"d", {{"a", a2}, {"late", late2}}, 0.1}});
+    std::vector<NamedTensor> saved;
+    for (const auto& t : opt.state_tensors()) saved.push_back({t.name, t.tensor.clone()});
+    copy.load_state(opt.step_count(), saved, {},
+                    with_count ? opt.late_updates() : decltype(opt.late_updates()){});
+    CHECK(copy.update_counts() == (with_count ? std::vector<int64_t>{4, 2} : std::vector<int64_t>{4, 4}));
+  }
+  AdamW bad({{"d", {{"a", param({0.0f})}, {"late", param({0.0f})}}, 0.1}});
+  std::vector<NamedTensor> saved;
+  for (const auto& t : opt.state_tensors()) saved.push_back({t.name, t.tensor.clone()});
+  CHECK_THROWS_WITH(bad.load_state(4, saved, {}, {{"late", 4}}),
+                    Catch::Contains("late parameter 'late' with 4"));
+  CHECK_THROWS_WITH(bad.load_state(4, saved, {"late"}, {{"late", 2}}),
+                    Catch::Contains("both unreached and late"));
+}
+
 TEST_CASE("global gradient-norm clipping, then AdamW on the clipped gradient", "[optim][adamw][clip]") {
   Var a = param({1.0f, 1.0f});
   Var b = param({-1.0f});

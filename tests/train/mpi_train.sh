@@ -99,6 +99,24 @@ grep -qE "mpirun noticed that process rank [123] .* exited on signal 9" "$killed
 [ "$(metrics "$killed/metrics.jsonl")" = "$ref_metrics" ] || fail "killed and resumed: metrics differ"
 echo "killed at 4 ranks, resumed at 2: bitwise equal"
 
+# Experts first reached after step 1 (8 tokens a step over 8 experts a group, k
+# 1) take AdamW's first update with their own t: rank 0 reads each one's count
+# from the checkpoint and every rank must get it. 4 steps on 1 rank against 2 on
+# 1 rank resumed for 2 more on 2 (a flat learning rate: max_steps does not move it).
+late=(--set train.batch_size=1 --set train.seq_len=2 --set model.moe.experts_per_group=8
+      --set model.moe.k=1 --set optim.min_lr=3e-3 --set train.eval_every=0)
+"${mpi[@]}" -np 1 "$shamn" --threads 1 train "$config" "${sets[@]}" "${late[@]}" \
+  --set "train.out_dir=\"$work/late1\"" > "$work/late1.log" 2>&1 || { cat "$work/late1.log"; fail "late1"; }
+"${mpi[@]}" -np 1 "$shamn" --threads 1 train "$config" "${sets[@]}" "${late[@]}" --set train.max_steps=2 \
+  --set "train.out_dir=\"$work/late2\"" > "$work/late2.log" 2>&1 || { cat "$work/late2.log"; fail "late2"; }
+digest "$work/late2/ckpt_00000002.h5" | grep -q "^optim_late_updates [1-9][0-9]* names" ||
+  fail "no expert was first reached at step 2: the case tests nothing"
+"${mpi[@]}" -np 2 "$shamn" --threads 1 train --resume "$work/late2" --set train.max_steps=4 \
+  > "$work/late2.resume.log" 2>&1 || { cat "$work/late2.resume.log"; fail "late2: --resume on 2 ranks"; }
+[ "$(digest "$work/late2/ckpt_00000004.h5")" = "$(digest "$work/late1/ckpt_00000004.h5")" ] ||
+  fail "experts first reached late, resumed on 2 ranks: the final state differs"
+echo "experts first reached late, resumed on 2 ranks: bitwise equal"
+
 # Rank 1 stops answering at step 2; rank 0 gives up after SHAMN_COMM_TIMEOUT.
 stalled=$work/stalled
 if SHAMN_COMM_TIMEOUT=2 "${mpi[@]}" -x SHAMN_COMM_TIMEOUT -np 1 "$shamn" --threads 1 train "$config" "${sets[@]}" \
