@@ -42,6 +42,11 @@ void check_at_most(int64_t v, int64_t max, const char* key) {
 void EmbedOptions::validate() const {
   SHAMN_CONFIG_CHECK(vocab_size >= 1, "model.vocab_size", "model.vocab_size must be >= 1, got ", vocab_size);
   check_sparsity(sparsity, "model.embed.sparsity");
+  if (buckets_derived)  // the user wrote the sparsity (or nothing), not buckets
+    SHAMN_CONFIG_CHECK(buckets >= 1, "model.embed.sparsity",
+                       "model.embed.sparsity leaves round(model.vocab_size ", vocab_size,
+                       " x (1 - sparsity)) = ", buckets,
+                       " hash buckets: set model.embed.buckets, or a lower sparsity");
   SHAMN_CONFIG_CHECK(buckets >= 1, "model.embed.buckets", "model.embed.buckets must be >= 1, got ", buckets);
   SHAMN_CONFIG_CHECK(hashes >= 1, "model.embed.hashes", "model.embed.hashes must be >= 1, got ", hashes);
   check_at_most(buckets, int64_t{1} << 26, "model.embed.buckets");
@@ -83,6 +88,9 @@ void MemoryOptions::validate() const {
                      "model.memory.size must be a perfect square (n^2 slots), got ", size);
   SHAMN_CONFIG_CHECK(topk >= 1 && topk <= n, "model.memory.topk", "model.memory.topk must lie in [1, ", n,
                      "] (sqrt of model.memory.size), got ", topk);
+  if (key_dim_derived)
+    SHAMN_CONFIG_CHECK(key_dim >= 2, "model.dim", "model.memory.key_dim defaults to model.dim / 2 (even), ",
+                       key_dim, " here: set model.memory.key_dim (even, >= 2)");
   SHAMN_CONFIG_CHECK(key_dim >= 2 && key_dim % 2 == 0, "model.memory.key_dim",
                      "model.memory.key_dim must be even and >= 2, got ", key_dim);
   check_at_most(size, int64_t{1} << 26, "model.memory.size");
@@ -119,6 +127,7 @@ EmbedOptions ModelConfig::embed() const {
   o.sparsity = embed_sparsity;
   o.buckets = embed_buckets ? *embed_buckets
                             : round_half_away(static_cast<double>(vocab_size) * (1.0 - embed_sparsity));
+  o.buckets_derived = !embed_buckets;
   o.hashes = embed_hashes;
   o.tie_head = tie_head;
   return o;
@@ -140,6 +149,7 @@ MemoryOptions ModelConfig::memory() const {
   o.size = memory_size;
   o.topk = memory_topk;
   o.key_dim = memory_key_dim ? *memory_key_dim : (dim / 2) / 2 * 2;
+  o.key_dim_derived = !memory_key_dim;
   return o;
 }
 

@@ -15,7 +15,8 @@ class ConfigTable;
 struct EmbedOptions {
   int64_t vocab_size = 0;
   int64_t dim = 0;
-  int64_t buckets = 0;  // resolved: model.embed.buckets or round(V * (1 - sparsity))
+  int64_t buckets = 0;           // resolved: model.embed.buckets or round(V * (1 - sparsity))
+  bool buckets_derived = false;  // from the sparsity: an error then names that key
   double sparsity = 0.95;
   int64_t hashes = 2;
   bool tie_head = true;
@@ -44,8 +45,9 @@ struct MemoryOptions {
   int64_t dim = 0;
   int64_t size = 65536;  // n^2 slots
   int64_t topk = 32;
-  int64_t key_dim = 0;        // 2 * dh
-  int64_t sqrt_size() const;  // n
+  int64_t key_dim = 0;           // 2 * dh
+  bool key_dim_derived = false;  // from model.dim: an error then says so
+  int64_t sqrt_size() const;     // n
   void validate() const;
 };
 

@@ -76,6 +76,10 @@ TEST_CASE("bad model configs name the file, line and key", "[core][config]") {
       {"[model.moe]\ngroup_k = 9\n", "bad.toml:7: model.moe.group_k"},
       {"[model.memory]\ntopk = 300\n", "bad.toml:7: model.memory.topk must lie in [1, 256]"},
       {"[model.memory]\nkey_dim = 7\n", "model.memory.key_dim must be even"},
+      // A default derived from another key: the error names the key the user wrote.
+      {"[model.embed]\nsparsity = 0.99999999\n",
+       "bad.toml:7: model.embed.sparsity leaves round(model.vocab_size 32000 x (1 - sparsity)) = 0 hash "
+       "buckets"},
       {"[model.memory]\nlayers = [8]\n", "bad.toml:7: model.memory.layers entry 8"},
       // Checked with no memory layer too: the values go into every checkpoint.
       {"[model.memory]\nlayers = []\nsize = 1000\n", "bad.toml:8: model.memory.size"},
@@ -98,6 +102,10 @@ TEST_CASE("bad model configs name the file, line and key", "[core][config]") {
     CHECK_THROWS_WITH(ModelConfig::from_toml(text, "bad.toml"), Catch::Contains(c.expected));
     CHECK_THROWS_AS(ModelConfig::from_toml(text, "bad.toml"), InputError);
   }
+  CHECK_THROWS_WITH(
+      ModelConfig::from_toml("[model]\nvocab_size = 64\ndim = 2\nn_layers = 1\n[model.sparse]\nblock = 2\n",
+                             "m.toml"),
+      Catch::Contains("m.toml:3: model.memory.key_dim defaults to model.dim / 2 (even), 0 here"));
   CHECK_THROWS_WITH(ModelConfig::from_toml("[model]\ndim = 8\nn_layers = 1\n", "m.toml"),
                     Catch::Contains("missing required key 'model.vocab_size'"));
   CHECK_THROWS_WITH(ModelConfig::from_toml("[train]\nx = 1\n", "m.toml"),
