@@ -180,9 +180,9 @@ TrainState load_train_checkpoint(const std::string& path, Module& model, AdamW& 
   SHAMN_INPUT_CHECK(moments.size() == expected, "'", path, "' has ", moments.size() - expected,
                     " optimizer tensors that match no parameter of this model");
   const std::vector<std::string> unreached = unreached_parameters(reader, optimizer, by_name);
-  load_model_tensors(reader, model, adapter ? TensorSet::adapters : TensorSet::all);
   const std::vector<std::pair<std::string, int64_t>> late =
       late_parameters(reader, optimizer, s.optim_step, unreached);
+  load_model_tensors(reader, model, adapter ? TensorSet::adapters : TensorSet::all);
   optimizer.load_state(s.optim_step, moments, unreached, late);
   return s;
 }
