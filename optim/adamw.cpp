@@ -120,7 +120,8 @@ void AdamW::load_state(int64_t step, const std::vector<NamedTensor>& tensors,
                        const std::vector<std::pair<std::string, int64_t>>& late) {
   SHAMN_CHECK(step >= 0, "AdamW state: negative step ", step);
   std::map<std::string, int64_t> late_counts;
-  for (const auto& [name, count] : late) {
+  for (const auto& [late_name, count] : late) {
+    const std::string& name = late_name;  // clang 14 cannot capture a structured binding
     const bool known =
         std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.name == name; });
     SHAMN_CHECK(known && count >= 1 && count < step && late_counts.emplace(name, count).second,
