@@ -72,20 +72,15 @@ void print_tensor_digest(const Hdf5Reader& reader, bool training) {
   for (const char* name : {"step", "optim_step", "data_seed", "data_position", "bad_steps", "tokens_seen"})
     std::printf("%s %" PRId64 "\n", name, reader.int_attribute(name));
   std::printf("best_val_loss %.17g\n", reader.float_attribute("best_val_loss"));
-  // Which parameters AdamW has not yet updated (one name a line; absent before
-  // the attribute): a resumed run skips them, so two equal runs agree on it too.
-  if (reader.has_attribute("optim_unreached")) {
-    const std::string unreached = reader.string_attribute("optim_unreached");
-    std::printf("optim_unreached %lld names, crc32 %08x\n",
-                static_cast<long long>(std::count(unreached.begin(), unreached.end(), '\n')),
-                crc32_bytes(unreached.data(), unreached.size()));
-  }
-  // And the reached ones AdamW has updated fewer times than the step count (its t).
-  if (reader.has_attribute("optim_late_updates")) {
-    const std::string late = reader.string_attribute("optim_late_updates");
-    std::printf("optim_late_updates %lld names, crc32 %08x\n",
-                static_cast<long long>(std::count(late.begin(), late.end(), '\n')),
-                crc32_bytes(late.data(), late.size()));
+  // Which parameters AdamW has not yet updated, and which reached ones it has
+  // updated fewer times than the step count (its t): one name a line, absent in
+  // older checkpoints. A resumed run depends on both, so two equal runs agree on them.
+  for (const char* name : {"optim_unreached", "optim_late_updates"}) {
+    if (!reader.has_attribute(name)) continue;
+    const std::string lines = reader.string_attribute(name);
+    std::printf("%s %lld names, crc32 %08x\n", name,
+                static_cast<long long>(std::count(lines.begin(), lines.end(), '\n')),
+                crc32_bytes(lines.data(), lines.size()));
   }
 }
 

@@ -1,6 +1,8 @@
 // Training checkpoints: optimizer state round trip, checksums that catch a
 // flipped byte, loads that change nothing when they fail, and run-directory
 // housekeeping (listing, pruning, stale temporary files).
+#include <hdf5.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -206,4 +208,60 @@ TEST_CASE("run directories: listing by step, pruning, stale temporary files", "[
   CHECK(std::filesystem::exists(dir / "best.h5"));
   CHECK(remove_stale_temp_files(dir.string()) == 1);
   CHECK(std::filesystem::exists(dir / "notes.txt"));
+}
+
+namespace {
+// Replaces the root string attribute `name` of an HDF5 file, as a hand edit would.
+void rewrite_string_attribute(const std::string& path, const std::string& name, const std::string& value) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  REQUIRE(H5Adelete(file, name.c_str()) >= 0);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(file, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* data = value.c_str();
+  const bool written = attr >= 0 && H5Awrite(attr, type, &data) >= 0;
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Fclose(file);
+  REQUIRE(written);
+}
+}  // namespace
+
+TEST_CASE("a malformed line of optim_late_updates is refused, naming it, and changes nothing",
+          "[train][checkpoint]") {
+  const auto dir = scratch("late_updates");
+  Trained a(1);
+  TrainState s;
+  s.step = 3;
+  s.optim_step = 3;
+  const std::string path = (dir / "c.h5").string();
+  save_train_checkpoint(path, a.model, a.optimizer, a.config.to_toml(), s);
+  const std::string reached = a.model.named_parameters().front().name;
+  REQUIRE(a.optimizer.unreached().empty());
+
+  // The well-formed line loads (so what the sections refuse is the line alone).
+  rewrite_string_attribute(path, "optim_late_updates", reached + " 2\n");
+  Trained b(2);
+  CHECK(load_train_checkpoint(path, b.model, b.optimizer).optim_step == 3);
+
+  std::string attribute, line;  // the attribute written and the line refused
+  SECTION("no count") { line = reached; }
+  SECTION("a count of 0") { line = reached + " 0"; }
+  SECTION("as many updates as steps") { line = reached + " 3"; }
+  SECTION("a field too many") { line = reached + " 1 x"; }
+  SECTION("a name the model lacks") { line = "layers.99.nothing 1"; }
+  SECTION("a name twice") {
+    attribute = reached + " 1\n";
+    line = reached + " 2";
+  }
+  rewrite_string_attribute(path, "optim_late_updates", attribute + line + "\n");
+  Trained c(2);
+  const auto before = all_state(c);
+  CHECK_THROWS_WITH(load_train_checkpoint(path, c.model, c.optimizer),
+                    Catch::Contains("c.h5") && Catch::Contains("'optim_late_updates'") &&
+                        Catch::Contains("line '" + line + "'"));
+  require_equal(before, all_state(c));
 }
