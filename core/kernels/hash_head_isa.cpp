@@ -374,7 +374,10 @@ void row_losses_from_scores(double* loss, float* lse, const float* scores, const
           x += importance[tgt * h + j] * slab[off];
         }
         if (lse) lse[n0 + r] = row_lse[r];
-        loss[n0 + r] = static_cast<double>(row_lse[r]) - x;
+        // lse >= the target's logit, but lse went through base 2 and float rounding
+        // and x did not: on a row the model gets right with certainty the difference
+        // can round below zero (by an ulp of lse), which a cross-entropy never is.
+        loss[n0 + r] = std::max(0.0, static_cast<double>(row_lse[r]) - x);
       }
     }
   });

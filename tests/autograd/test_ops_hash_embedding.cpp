@@ -8,6 +8,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/ops_hash_embedding.h"
+#include "core/kernel_level.h"
 #include "core/kernels/hash_embedding.h"
 #include "core/kernels/hash_head.h"
 #include "helpers.h"
@@ -233,6 +234,32 @@ TEST_CASE("hash kernels: fast float kernels match the naive oracle on odd shapes
                                      scores.data<float>(), z.data<float>(), table.data<float>(),
                                      imp.data<float>(), bi, tg, n, d);
     CHECK(bitwise_equal(di_only, di));
+  }
+}
+
+TEST_CASE("a confidently right row's cross-entropy is never below zero", "[hash][head][kernels]") {
+  // Two tokens, one bucket each, the target's logit far above the other's: the
+  // logsumexp, summed in base 2 and rounded to float, lands within an ulp of the
+  // target's logit and below it for some of these magnitudes (about a third).
+  const HashDims d{.vocab = 2, .hashes = 1, .buckets = 2, .dim = 1};
+  const std::vector<int32_t> bucket_index = {0, 1};
+  const std::vector<float> importance = {1.0f, 1.0f};
+  const int64_t n = 400;
+  std::vector<float> scores(static_cast<size_t>(n * 2));
+  for (int64_t r = 0; r < n; ++r) {
+    scores[static_cast<size_t>(2 * r)] = 20.0f + 0.25f * static_cast<float>(r);
+    scores[static_cast<size_t>(2 * r + 1)] = -scores[static_cast<size_t>(2 * r)];
+  }
+  const std::vector<int32_t> targets(static_cast<size_t>(n), 0);
+  for (KernelLevel level : {KernelLevel::scalar, KernelLevel::avx2, KernelLevel::avx512}) {
+    if (!kernel_level_supported(level)) continue;
+    INFO(kernel_level_name(level));
+    ScopedKernelLevel scoped(level);
+    std::vector<double> loss(static_cast<size_t>(n));
+    hash_head_row_losses(loss.data(), scores.data(), importance.data(), bucket_index.data(), targets.data(),
+                         n, d);
+    CHECK(*std::min_element(loss.begin(), loss.end()) == 0.0);
+    CHECK(*std::max_element(loss.begin(), loss.end()) < 1e-5);
   }
 }
 
