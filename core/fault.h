@@ -23,12 +23,13 @@
 // grads (`shamn loss --grads`), tokens (token files), tokenizer, shq (exported
 // models), result (a sweep point's result.json), text (other small files: a
 // run's config.toml, sweep reports, traces), metrics (the metrics file rewritten
-// on resume), best (best.h5 where it is copied, not linked). And five more sites:
+// on resume), best (a new best's step checkpoint where it is copied from best.h5,
+// which is written first, not linked). And five more sites:
 //   metrics.append  the n-th record appended to metrics.jsonl (kill: after half the line)
-//   best.hardlink   before best.h5's new name is made a hard link to the step
-//                   checkpoint (enospc, eio: as on a file system without hard
-//                   links, best.h5 is then copied)
-//   best.link       best.h5's new name made, before it replaces the old best.h5
+//   best.hardlink   before the step name of a new best.h5 is made a hard link to it
+//                   (enospc, eio: as on a file system without hard links, the
+//                   step checkpoint is then a copy)
+//   best.link       the step name's temporary link made, before it is renamed into place
 //   train.start     the n-th start of a training run in this process, before rank 0
 //                   loads or initialises the weights (the other ranks wait for them)
 //   train.exchange  the n-th step's gradient exchange, once every rank has sent its part

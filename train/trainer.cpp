@@ -85,27 +85,27 @@ double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c, Communic
   return total / static_cast<double>(n);
 }
 
-// best.h5 becomes a second name for the step checkpoint (no second write; pruning
-// the step name later leaves best.h5 intact), swapped in atomically. Where the
-// file system has no hard links it is a copy, written as every file is
-// (fsynced, renamed, the directory fsynced): a bare copy renamed over the old
-// best.h5 could leave a torn one after a power cut.
-void link_best_checkpoint(const std::string& checkpoint, const std::string& best) {
-  const std::string temp = temp_path_for(best);
+// A new best checkpoint is written as best.h5 and then given its step name, a
+// second name for the same file (no second write; pruning the step name later
+// leaves best.h5 intact), made atomically. Where the file system has no hard
+// links it is a copy, written as every file is (fsynced, renamed, the directory
+// fsynced): a bare copy renamed into place could leave a torn one after a power cut.
+void link_step_name(const std::string& best, const std::string& checkpoint) {
+  const std::string temp = temp_path_for(checkpoint);
   std::error_code ec;
   fs::remove(temp, ec);
   const int link_fault = fault::pass("best.hardlink");
-  if (link_fault == 0) fs::create_hard_link(checkpoint, temp, ec);
-  if (link_fault != 0 || ec) return copy_file_atomically(checkpoint, best, "best");
+  if (link_fault == 0) fs::create_hard_link(best, temp, ec);
+  if (link_fault != 0 || ec) return copy_file_atomically(best, checkpoint, "best");
   const int err = fault::pass("best.link");
   if (err != 0) fs::remove(temp, ec);
-  SHAMN_INPUT_CHECK(err == 0, "cannot link '", best, "' to '", checkpoint, "': ", std::strerror(err));
-  fs::rename(temp, best, ec);
+  SHAMN_INPUT_CHECK(err == 0, "cannot link '", checkpoint, "' to '", best, "': ", std::strerror(err));
+  fs::rename(temp, checkpoint, ec);
   if (ec) {
     std::error_code ignored;
     fs::remove(temp, ignored);
   }
-  SHAMN_INPUT_CHECK(!ec, "cannot rename '", temp, "' to '", best, "': ", ec.message());
+  SHAMN_INPUT_CHECK(!ec, "cannot rename '", temp, "' to '", checkpoint, "': ", ec.message());
 }
 
 // An I/O error mid-run (a full disk) stops it; the message says what is safe.
@@ -544,11 +544,18 @@ class Run {
     plot_warned_ = true;
   }
 
+  // A new best is written as best.h5 first, then linked to its step name: a run
+  // that stops between the two resumes from the step checkpoint before, reaches
+  // the same best again and writes both. (In the other order a stop between them
+  // left a step checkpoint that recorded the new best_val_loss beside a best.h5 of
+  // the old best; later evaluations had to beat the new value, so best.h5 stayed
+  // old and pruning deleted the only copy of the best weights.)
   void checkpoint(bool also_best, TrainResult& result) {
     const ProfileScope profile("checkpoint", ProfileCategory::io);
     const std::string path = checkpoint_file(run_dir_, state_.step);
-    save_train_checkpoint(path, model_, optimizer_, resolved_, state_, adapter_ ? &*adapter_ : nullptr);
-    if (also_best) link_best_checkpoint(path, best_checkpoint_file(run_dir_));
+    const std::string first = also_best ? best_checkpoint_file(run_dir_) : path;
+    save_train_checkpoint(first, model_, optimizer_, resolved_, state_, adapter_ ? &*adapter_ : nullptr);
+    if (also_best) link_step_name(first, path);
     prune_checkpoints(run_dir_, c_.train.keep_last, path);
     result.last_checkpoint = path;
   }

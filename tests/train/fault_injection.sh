@@ -22,8 +22,10 @@ sets=(--set "data.train_path=\"$work/data/train.bin\"" --set "data.val_path=\"$w
       --set model.vocab_size=64 --set model.embed.buckets=32 --set train.max_steps=6
       --set train.checkpoint_every=2 --set train.keep_last=2 --set train.eval_every=3
       --set train.eval_batches=2 --set optim.warmup_steps=2 --set 'log.progress="never"')
-train_into() {  # train_into DIR: a fresh run
-  "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$1\""
+train_into() {  # train_into DIR [--set ...]: a fresh run
+  local dir=$1
+  shift
+  "$shamn" --threads 1 train "$config" "${sets[@]}" --set "train.out_dir=\"$dir\"" "$@"
 }
 digest() { "$shamn" info "$1" --tensors | sed -n '/^# tensors/,$p'; }
 metrics() { sed -E 's/,"(tokens_per_s|elapsed_s)":[^,}]*//g' "$1"; }
@@ -37,6 +39,7 @@ all_load() {  # every checkpoint in DIR loads
 
 train_into "$work/ref" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "the reference run failed"; }
 ref_digest=$(digest "$work/ref/ckpt_00000006.h5")
+ref_best_digest=$(digest "$work/ref/best.h5")
 ref_metrics=$(metrics "$work/ref/metrics.jsonl")
 tensors=$(echo "$ref_digest" | grep -c -E '^(model|optim)\.')
 [ "$tensors" -gt 10 ] || fail "the reference checkpoint lists only $tensors tensors"
@@ -61,6 +64,7 @@ finish_and_compare() {
   fi
   [ "$(digest "$dir/ckpt_00000006.h5")" = "$ref_digest" ] ||
     fail "$what: the final weights, moments or state differ from the uninterrupted run"
+  [ "$(digest "$dir/best.h5")" = "$ref_best_digest" ] || fail "$what: best.h5 differs from the uninterrupted run's"
   [ "$(metrics "$dir/metrics.jsonl")" = "$ref_metrics" ] ||
     { diff <(metrics "$dir/metrics.jsonl") <(echo "$ref_metrics") || true; fail "$what: metrics differ"; }
   no_temp_files "$dir" "$what"
@@ -136,6 +140,34 @@ SHAMN_FAULT=best.hardlink:2:eio,best.bytes:100000 train_into "$dir" > "$dir.log"
 all_load "$dir" "best.bytes"
 finish_and_compare "$dir" "best.bytes"
 cases=$((cases + 3))
+
+# A best that is not the last evaluation (a high learning rate, an evaluation every
+# second step), keep_last 1, killed once the best is written as best.h5 and again
+# between best.h5 and its step name: the resumed run ends with best.h5 bitwise the
+# uninterrupted run's (once, a crash in that window left best.h5 a step behind the
+# best_val_loss the run resumed with, so it was never replaced and pruning deleted
+# the only copy of the best weights).
+late=(--set train.max_steps=10 --set train.eval_every=2 --set train.keep_last=1 --set optim.lr=0.1)
+train_into "$work/late_ref" "${late[@]}" > "$work/late_ref.log" 2>&1 ||
+  { cat "$work/late_ref.log"; fail "the reference run with a late best failed"; }
+best_step=$("$shamn" info "$work/late_ref/best.h5" | sed -n 's/^step  *//p')
+bests=$(grep -c "(best)" "$work/late_ref.log")
+[ "$best_step" -lt 10 ] && [ "$bests" -ge 2 ] ||
+  fail "the late-best reference's best is step $best_step after $bests bests: the case cannot tell"
+for spec in "checkpoint.dirsync:$((best_step / 2))" "best.link:$bests"; do
+  dir=$work/late_${spec//[:.]/_}
+  status=0
+  SHAMN_FAULT=$spec train_into "$dir" "${late[@]}" > "$dir.log" 2>&1 || status=$?
+  [ "$status" -eq 137 ] || { cat "$dir.log"; fail "late best, $spec: expected death by SIGKILL, got $status"; }
+  "$shamn" --threads 1 train --resume "$dir" > "$dir.resume.log" 2>&1 ||
+    { cat "$dir.resume.log"; fail "late best, $spec: --resume failed"; }
+  [ "$(digest "$dir/best.h5")" = "$(digest "$work/late_ref/best.h5")" ] ||
+    fail "late best, $spec: best.h5 is not the uninterrupted run's (step $best_step)"
+  [ "$(digest "$dir/ckpt_00000010.h5")" = "$(digest "$work/late_ref/ckpt_00000010.h5")" ] ||
+    fail "late best, $spec: the final checkpoint differs"
+  no_temp_files "$dir" "late best, $spec"
+  cases=$((cases + 1))
+done
 
 # A real write error inside HDF5, not an injected one: the file size limit
 # (SIGXFSZ ignored, so writes past it fail with EFBIG as on a full disk) is
