@@ -114,8 +114,8 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
-void AtomicFile::commit() {
-  SHAMN_CHECK(!committed_ && fd_ >= 0, "AtomicFile::commit called twice for '", path_, "'");
+void AtomicFile::sync() {
+  SHAMN_CHECK(!committed_ && fd_ >= 0, "AtomicFile::sync after sync() or commit() for '", path_, "'");
   int sync_errno = fault::pass(kind_ + ".fsync");
   if (sync_errno == 0 && ::fsync(fd_) != 0) sync_errno = errno;
   const bool closed = ::close(fd_) == 0;
@@ -123,6 +123,12 @@ void AtomicFile::commit() {
   fd_ = -1;
   SHAMN_INPUT_CHECK(sync_errno == 0 && closed, "writing '", path_,
                     "' failed: ", std::strerror(sync_errno != 0 ? sync_errno : close_errno), " (disk full?)");
+  synced_ = true;
+}
+
+void AtomicFile::commit() {
+  SHAMN_CHECK(!committed_, "AtomicFile::commit called twice for '", path_, "'");
+  if (!synced_) sync();
   int rename_errno = fault::pass(kind_ + ".rename");
   if (rename_errno == 0 && std::rename(temp_path_.c_str(), path_.c_str()) != 0) rename_errno = errno;
   SHAMN_INPUT_CHECK(rename_errno == 0, "cannot move the finished file into place at '", path_,

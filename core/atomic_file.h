@@ -30,13 +30,18 @@ class AtomicFile {
   const std::string& kind() const { return kind_; }
 
   void write(const void* data, size_t bytes);
+  // fsyncs and closes the temporary file (its errors, a full disk's late ones
+  // among them, surface here), leaving the rename to commit(), which syncs first
+  // where this was not called: a writer of several files syncs them all before
+  // it replaces any.
+  void sync();
   void commit();
 
  private:
   std::string path_, temp_path_, kind_;
   int fd_ = -1;
   uint64_t written_ = 0;
-  bool committed_ = false;
+  bool synced_ = false, committed_ = false;
 };
 
 // Throws InputError naming `path` if it exists and is not a regular file (or a

@@ -235,9 +235,12 @@ void write_train_val_files(const std::string& dir, const std::vector<uint32_t>& 
   const std::string val_path = (root / "val.bin").string();
   TokenFileWriter train_file((root / "train.bin").string(), train);
   TokenFileWriter val_file(val_path, val);
-  // Both are whole on disk now (a full disk has failed above, with the old pair intact).
-  // An old val.bin goes first: should a rename fail between the two, what is left is a
+  // Both whole on disk before either replaces anything (a full disk, fsync's or
+  // close's late errors among them, fails here with the old pair intact). An old
+  // val.bin goes first: should a rename fail between the two, what is left is a
   // missing val.bin, never a new train.bin beside a val.bin of another tokenizer.
+  train_file.sync();
+  val_file.sync();
   std::error_code ec;
   if (std::filesystem::is_regular_file(val_path, ec)) std::filesystem::remove(val_path, ec);
   train_file.commit();

@@ -88,6 +88,7 @@ class TokenFile {
 class TokenFileWriter {
  public:
   TokenFileWriter(const std::string& path, const std::vector<uint32_t>& tokens);
+  void sync() { file_.sync(); }  // core/atomic_file.h
   void commit();
 
  private:
@@ -97,8 +98,8 @@ class TokenFileWriter {
 // One token file, atomically.
 void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens);
 
-// DIR/train.bin and DIR/val.bin as a pair: both are written in full before either
-// replaces an old one, so a failed write leaves the old pair as it was.
+// DIR/train.bin and DIR/val.bin as a pair: both are written in full and fsynced
+// before either replaces an old one, so a failed write leaves the old pair as it was.
 void write_train_val_files(const std::string& dir, const std::vector<uint32_t>& train,
                            const std::vector<uint32_t>& val);
 

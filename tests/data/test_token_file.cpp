@@ -227,6 +227,17 @@ TEST_CASE("train.bin and val.bin are replaced as a pair", "[data][token_file]") 
   CHECK(directory_names(dir) == std::vector<std::string>{"train.bin", "val.bin"});
   CHECK(TokenFile(train).size() == 3);
   CHECK(TokenFile(val).size() == 2);
+  // Each file's fsync (where a full disk's late errors and EIO surface) fails before
+  // anything is replaced: the old pair stays.
+  for (const char* fsync_fault : {"tokens.fsync:1:eio", "tokens.fsync:2:enospc"}) {
+    INFO(fsync_fault);
+    fault::set_for_testing(fsync_fault);
+    CHECK_THROWS_WITH(write_train_val_files(dir.string(), new_train, new_val), Catch::Contains("failed"));
+    fault::set_for_testing("");
+    CHECK(directory_names(dir) == std::vector<std::string>{"train.bin", "val.bin"});
+    CHECK(TokenFile(train).size() == 3);
+    CHECK(TokenFile(val).size() == 2);
+  }
   // A rename that fails between the two leaves no val.bin of the old tokenizer.
   fault::set_for_testing("tokens.rename:2:eio");
   CHECK_THROWS_WITH(write_train_val_files(dir.string(), new_train, new_val),
