@@ -1,5 +1,6 @@
 // The `shamn` command line: global options, then one subcommand per job.
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -45,6 +46,10 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e, i
 
 int main(int argc, char** argv) {
   shamn::keep_freed_memory_in_process();  // before the first allocation worth keeping
+  // Past a file size limit (ulimit -f) a write then fails with EFBIG, which every
+  // writer reports naming its file and cleans up after, instead of the process
+  // dying by SIGXFSZ with no word and a temporary file left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"shamn: train and run Sparse Hierarchical Adaptive Memory Networks on CPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("shamn ") + SHAMN_VERSION);

@@ -3,6 +3,8 @@
 // rerun skips finished points and resumes interrupted ones.
 #include "sweep/sweep_runner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "sweep/sweep_point.h"
 #include "sweep/sweep_report.h"
 #include "sweep/sweep_spec.h"
+#include "train/gnuplot.h"
 
 namespace shamn {
 
@@ -69,15 +72,15 @@ std::string sweep_lock_held(const std::string& dir, const std::string& path) {
 }
 
 // gnuplot draws the plots when it is installed; the CSV and summary never need it.
+// It draws them into a private directory; each whole one then replaces its old
+// picture (gnuplot exits 0 on a full disk, leaving torn files where it wrote).
 void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   const fs::path out(spec.out_dir);
   const std::string data = (out / "plot_data.tsv").string(), script = (out / "plots.gnuplot").string();
   fs::create_directories(out / "plots");
   write_file_atomically(data, plot_data_tsv(spec.axes, rows));
   write_file_atomically(script, gnuplot_script(spec.axes, rows, data, (out / "plots").string()));
-  std::string gnuplot;
-  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"})
-    if (fs::exists(fs::path(dir) / "gnuplot")) gnuplot = (fs::path(dir) / "gnuplot").string();
+  const std::string gnuplot = find_gnuplot();
   if (gnuplot.empty()) {
     std::printf(
         "warning: gnuplot is not installed (apt-get install gnuplot-nox): no plots; "
@@ -85,10 +88,28 @@ void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
         data.c_str(), script.c_str());
     return;
   }
-  const std::string log = (out / "gnuplot.log").string();
-  const ChildResult r = run_child({gnuplot, script}, log, log);
-  if (r.exit_status != 0)
-    std::printf("warning: gnuplot failed (see %s); results.csv and summary.md are complete\n", log.c_str());
+  // The sweep's lock is held: a staging directory left here was a killed sweep's.
+  for (const fs::directory_entry& e : fs::directory_iterator(out))
+    if (e.path().filename().string().starts_with(".plots.tmp.")) fs::remove_all(e.path());
+  const fs::path staging = out / (".plots.tmp." + std::to_string(::getpid()));
+  fs::create_directories(staging);
+  std::string error = run_gnuplot(gnuplot, gnuplot_script(spec.axes, rows, data, staging.string()),
+                                  (out / ".plots").string());
+  std::vector<fs::path> drawn;
+  for (const fs::directory_entry& e : fs::directory_iterator(staging)) drawn.push_back(e.path());
+  std::sort(drawn.begin(), drawn.end());
+  for (const fs::path& picture : drawn) {
+    try {
+      if (error.empty()) publish_picture(picture.string(), (out / "plots" / picture.filename()).string());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  fs::remove_all(staging);
+  if (!error.empty())
+    std::printf(
+        "warning: %s; a plot not drawn keeps its earlier picture; results.csv and summary.md are complete\n",
+        error.c_str());
   else
     std::printf("plots in %s (png and svg)\n", (out / "plots").string().c_str());
 }

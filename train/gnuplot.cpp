@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,42 @@ std::string gnuplot_terminal(const std::string& output, int width, int height) {
          " } else { set terminal png size " + size + " }\n";
 }
 
+bool picture_is_complete(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : 0;
+  if (size <= 0) return false;
+  // The last 64 bytes hold an SVG's closing tag (and what whitespace follows) and
+  // a PNG's IEND chunk (length 0, type, CRC: always these 12 bytes).
+  const std::streamoff tail_size = std::min<std::streamoff>(size, 64);
+  std::string tail(static_cast<size_t>(tail_size), '\0');
+  in.seekg(size - tail_size);
+  in.read(tail.data(), tail_size);
+  if (!in) return false;
+  if (fs::path(path).extension() == ".svg") {
+    tail.erase(tail.find_last_not_of(" \t\r\n") + 1);
+    return tail.ends_with("</svg>");
+  }
+  static const std::string kIend("\0\0\0\0IEND\xAE\x42\x60\x82", 12);
+  return tail.ends_with(kIend);
+}
+
+void publish_picture(const std::string& drawn, const std::string& output) {
+  std::error_code ec;
+  if (!picture_is_complete(drawn)) {
+    fs::remove(drawn, ec);
+    throw InputError("plot " + output +
+                     ": gnuplot could not write it whole (disk full or a file size limit?)");
+  }
+  // fsynced before the rename, as every file shamn writes (core/atomic_file.h).
+  const int fd = ::open(drawn.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (synced) fs::rename(drawn, output, ec);
+  std::error_code ignored;
+  if (!synced || ec) fs::remove(drawn, ignored);
+  SHAMN_INPUT_CHECK(synced && !ec, "cannot write '", output, "': ", synced ? ec.message() : "fsync failed");
+}
+
 void draw_with_gnuplot(const std::string& output,
                        const std::function<std::string(const std::string&)>& script) {
   const std::string gnuplot = find_gnuplot();
@@ -111,10 +148,7 @@ void draw_with_gnuplot(const std::string& output,
     throw InputError("plot " + output + ": " + error);
   }
   SHAMN_INPUT_CHECK(fs::is_regular_file(tmp), "plot ", output, ": gnuplot wrote nothing");
-  fs::rename(tmp, out, ec);
-  std::error_code ignored;
-  if (ec) fs::remove(tmp, ignored);
-  SHAMN_INPUT_CHECK(!ec, "cannot write '", output, "': ", ec.message());
+  publish_picture(tmp, output);
 }
 
 }  // namespace shamn

@@ -22,6 +22,16 @@ std::string gnuplot_quoted(const std::string& s);
 // (pngcairo where gnuplot has it).
 std::string gnuplot_terminal(const std::string& output, int width, int height);
 
+// gnuplot exits 0 when it cannot write its output (a full disk, a file size
+// limit) and leaves a torn picture: a whole one is an .svg that ends with its
+// closing tag or a PNG that ends with its IEND chunk.
+bool picture_is_complete(const std::string& path);
+
+// Renames `drawn` (a picture gnuplot wrote under a private name) over `output`
+// once it is whole and fsynced; else removes it and throws InputError naming
+// `output`, which is left as it was.
+void publish_picture(const std::string& drawn, const std::string& output);
+
 // Draws `output` (.png or .svg; its directory must exist): gnuplot runs
 // script(tmp), which draws into a private name, then tmp is renamed over the
 // picture, so a reader (a browser refreshing it) never sees half of one.

@@ -106,6 +106,20 @@ mkdir cut && cp run_a/config.toml cut/ && head -c -20 run_a/metrics.jsonl > cut/
 "$shamn" plot cut -o cut.png > /dev/null
 is_png cut.png
 
+# A picture gnuplot cannot write whole (a 4 KiB file size limit, SIGXFSZ ignored so
+# the writes fail as on a full disk; gnuplot still exits 0): refused, naming the
+# file, and the earlier picture stays as it was, with no temporary file.
+for f in one.png one.svg; do
+  cp "$f" "before_$f"
+  status=0
+  (ulimit -f 4; trap '' XFSZ; "$shamn" plot run_a run_b -o "$f" --metrics loss,val_loss,lr,grad_norm) \
+    > /dev/null 2> err.txt || status=$?
+  [ "$status" -ne 0 ] && grep -qF "plot $f: gnuplot could not write it whole" err.txt ||
+    fail "a torn $f was accepted (status $status): $(cat err.txt)"
+  cmp -s "$f" "before_$f" || fail "the earlier $f was replaced by a torn one"
+  ! ls -A | grep -q 'tmp' || fail "a torn plot left a temporary file: $(ls -A | grep tmp)"
+done
+
 # info on a model file and a LoRA adapter file.
 "$shamn" export run_a/best.h5 --quant f32 -o a_f32.shq > /dev/null
 "$shamn" info a_f32.shq > info.txt

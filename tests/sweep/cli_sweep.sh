@@ -81,6 +81,17 @@ cmp before.txt after.txt || fail "a rerun touched finished points"
 grep -q "4 finished (skipped), 0 to analyse, 0 to resume, 0 new" second.txt || { cat second.txt; fail "rerun plan"; }
 [ "$(grep -c '^  skipped ' second.txt)" -eq 4 ] || fail "each finished point should say skipped"
 
+# Plots gnuplot cannot write whole (a 16 KiB file size limit, SIGXFSZ ignored:
+# gnuplot's writes fail as on a full disk and it still exits 0): a warning, the
+# earlier pictures as they were, no staging directory left.
+if command -v gnuplot > /dev/null; then
+  cp -r $out/plots plots_before
+  (ulimit -f 16; trap '' XFSZ; "$shamn" sweep "$sweep") > torn.txt 2>&1 || { cat torn.txt; fail "the torn-plot rerun failed"; }
+  grep -q "^warning: plot .*could not write it whole" torn.txt || { cat torn.txt; fail "no warning for torn plots"; }
+  diff -r plots_before $out/plots || fail "a torn plot replaced an earlier picture"
+  ! ls -A $out | grep -q 'tmp' || fail "the torn plots left $(ls -A $out | grep tmp)"
+fi
+
 # Points that finished before sweeps ran the analysis (result.json without its
 # numbers, no analysis.json) get it on a rerun, with the same numbers, and
 # nothing is retrained.

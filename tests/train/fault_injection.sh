@@ -170,13 +170,13 @@ for spec in "checkpoint.dirsync:$((best_step / 2))" "best.link:$bests"; do
 done
 
 # A real write error inside HDF5, not an injected one: the file size limit
-# (SIGXFSZ ignored, so writes past it fail with EFBIG as on a full disk) is
+# (shamn ignores SIGXFSZ, so writes past it fail with EFBIG as on a full disk) is
 # below one checkpoint's size, so the first checkpoint fails inside HDF5. Status 1 (once a crash in HDF5's exit-time cleanup), one line that says
 # no checkpoint was written and to run the command again, no temporary file;
 # the same command then finishes as the reference.
 dir=$work/err_file_size_limit
 status=0
-(ulimit -f 64; trap '' XFSZ; train_into "$dir") > "$dir.log" 2> "$dir.err" || status=$?
+(ulimit -f 64; train_into "$dir") > "$dir.log" 2> "$dir.err" || status=$?
 [ "$status" -eq 1 ] || { cat "$dir.err"; fail "file size limit: expected exit status 1, got $status"; }
 [ "$(wc -l < "$dir.err")" -eq 1 ] || { cat "$dir.err"; fail "file size limit: expected one error line"; }
 grep -q "^shamn: error: writing .*'$dir/ckpt_00000002.h5' failed.*size limit.*the last good checkpoint is none.*run the same command again" "$dir.err" ||
@@ -229,6 +229,17 @@ for spec in "shq.bytes:0" "shq.bytes:4096" "shq.fsync:1" "shq.rename:1" "shq.byt
   case $spec in *enospc) want=1 ;; *) want=137 ;; esac
   [ "$status" -eq "$want" ] || { cat "$work/export.err"; fail "export $spec: got status $status"; }
   cmp -s "$work/model.shq" "$work/model_before.shq" || fail "export $spec: the existing model file was damaged"
+  cases=$((cases + 1))
+done
+# And past a file size limit, not injected: status 1 naming the file, the old file kept, no temporary file.
+for quant in int8 f32; do
+  status=0
+  (ulimit -f 100; "$shamn" export "$work/ref/ckpt_00000004.h5" --quant $quant --no-tokenizer -o "$work/model.shq") \
+    > /dev/null 2> "$work/export.err" || status=$?
+  [ "$status" -eq 1 ] && grep -q "^shamn: error: .*'$work/model.shq'.*File too large" "$work/export.err" ||
+    { cat "$work/export.err"; fail "export past the file size limit ($quant): status $status"; }
+  cmp -s "$work/model.shq" "$work/model_before.shq" || fail "export past the file size limit: the old file was damaged"
+  no_temp_files "$work" "export past the file size limit"
   cases=$((cases + 1))
 done
 "$shamn" export "$work/ref/ckpt_00000004.h5" --quant int8 --no-tokenizer -o "$work/model.shq" > /dev/null
