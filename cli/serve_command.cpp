@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -136,17 +137,31 @@ class Server {
       // Every request ends first (as cancelled), so no connection holds the server open.
       scheduler_.shutdown();
       http_.stop();
+      // But a client still sending its request holds a worker in a read that only
+      // the read timeout ends, and each byte it sends starts that again: after a
+      // grace the server ends without it (none of its work had begun).
+      const auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+      while (!done.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+      if (done.load()) return;
+      say_stopped();
+      std::_Exit(0);
     });
     http_.listen_after_bind();
     done = true;
     watcher.join();
+    say_stopped();
+  }
+
+ private:
+  static constexpr std::chrono::seconds kShutdownGrace{5};
+
+  void say_stopped() {
     const CompletionScheduler::Stats s = scheduler_.stats();
     std::printf("shamn serve: stopped (%lld requests, %lld tokens generated)\n",
                 static_cast<long long>(s.submitted), static_cast<long long>(s.generated_tokens));
     std::fflush(stdout);
   }
 
- private:
   void complete(const httplib::Request& req, httplib::Response& res) {
     ParsedCompletion parsed;
     try {

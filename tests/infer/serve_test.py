@@ -535,6 +535,29 @@ limited = Server("--max-tokens-limit", "100000000", "--time-limit", "1")
 status, payload = limited.request("POST", "/v1/completions", {"prompt": "the dog", "max_tokens": 100000000})
 if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "time_limit":
     fail(f"a request past the time limit: {status} {payload[:300]}")
+# A client that sends its request a byte at a time (each byte restarts the read
+# timeout) does not hold a stopping server open: it ends with status 0 all the same.
+slow = socket.create_connection(("127.0.0.1", limited.port), timeout=DEADLINE)
+slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pr")
+trickling = threading.Event()
+
+
+def trickle():
+    while limited.proc.poll() is None:
+        try:
+            slow.sendall(b" ")
+        except OSError:
+            break
+        trickling.set()
+        time.sleep(0.5)
+
+
+trickler = threading.Thread(target=trickle)
+trickler.start()
+trickling.wait(DEADLINE)
 limited.stop()
+trickler.join()
+slow.close()
+say("a server stopped while a client trickles its request in ends all the same, with status 0")
 say("a full server answers 429; a request past --time-limit ends with finish_reason time_limit")
 say("SIGTERM: both servers stopped with status 0")
