@@ -203,8 +203,10 @@ bool run_point(const SweepPoint& p, const PointSettings& s) {
 
   const Shamn model(p.config.model);
   const ParameterCounts counts = count_parameters(model);
+  // Unknown (null), not 0, where no train child of a sweep finished the training:
+  // a killed sweep's trainer that went on to the final checkpoint alone.
   int64_t peak_rss = 0;
-  std::ifstream(in(p, "train_peak_rss_bytes")) >> peak_rss;
+  const bool rss_measured = static_cast<bool>(std::ifstream(in(p, "train_peak_rss_bytes")) >> peak_rss);
 
   json r;
   r["point"] = p.name;
@@ -216,7 +218,7 @@ bool run_point(const SweepPoint& p, const PointSettings& s) {
       {"stored_params", counts.stored},
       {"touched_params_per_token", counts.touched_per_token},
       {"train_flops_per_token", count_flops(p.config.model).train_per_token},
-      {"peak_rss_mib", static_cast<double>(peak_rss) / 1048576.0},
+      {"peak_rss_mib", rss_measured ? json(static_cast<double>(peak_rss) / 1048576.0) : json(nullptr)},
       {"train_wall_s", train.elapsed_s},
       {"eval_f32_ppl", eval.at("reference_perplexity").get<double>()},
       {"int8_ppl", eval.at("perplexity").get<double>()},

@@ -116,7 +116,9 @@ std::string results_csv(const std::vector<SweepAxis>& axes, const std::vector<Sw
 
 MeanStd SweepGroup::metric(const std::string& name) const {
   std::vector<double> v;
-  for (const SweepRow* r : rows) v.push_back(r->metrics.at(name));
+  for (const SweepRow* r : rows)
+    if (!std::isnan(r->metrics.at(name))) v.push_back(r->metrics.at(name));
+  if (v.empty()) return {NAN, NAN, 0};
   return mean_std(v);
 }
 
@@ -154,6 +156,7 @@ std::string summary_markdown(const SweepSpec& spec, const std::vector<SweepRow>&
       const MeanStd s = g.metric(m);
       out << " " << number(s.mean);
       if (s.n > 1) out << " +- " << number(s.std);
+      if (s.n > 0 && s.n < static_cast<int64_t>(g.rows.size())) out << " (n " << s.n << ")";
       out << " |";
     }
     out << "\n";

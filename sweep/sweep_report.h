@@ -41,6 +41,8 @@ std::string results_csv(const std::vector<SweepAxis>& axes, const std::vector<Sw
 struct SweepGroup {
   std::vector<std::string> axis_values;
   std::vector<const SweepRow*> rows;
+  // Over the rows that have the metric (NaN: none, as a null in result.json); n
+  // counts them, and the summary names a count below the group's.
   MeanStd metric(const std::string& name) const;
 };
 std::vector<SweepGroup> group_by_seed(const std::vector<SweepRow>& rows);

@@ -115,6 +115,19 @@ cmp ckpts_before.txt ckpts_after.txt || fail "the analysing rerun touched checkp
 cmp analysed.csv $out/results.csv || { diff analysed.csv $out/results.csv; fail "filled-in analysis differs"; }
 [ -f "$out/sparse.sparsity=0.5,seed=2/analysis.json" ] || fail "no analysis.json after the rerun"
 
+# A point whose training finished outside any sweep's child (a killed sweep's
+# trainer that went on alone) has no measured peak RSS: null, not 0, and the
+# summary's mean is over the seeds that have it.
+d="$out/sparse.sparsity=0.0,seed=2"
+rm "$d/result.json" "$d/train_peak_rss_bytes"
+"$shamn" sweep "$sweep" > fourth.txt || { cat fourth.txt; fail "the rerun without a peak RSS failed"; }
+/usr/bin/python3 - "$d/result.json" "$out/summary.md" <<'PY'
+import json, sys
+assert json.load(open(sys.argv[1]))["metrics"]["peak_rss_mib"] is None, "peak_rss_mib is not null"
+row = [l for l in open(sys.argv[2]) if l.startswith("| 0.0 |")][0]
+assert " (n 1) |" in row, row
+PY
+
 # Another config in the same directory is refused, naming the file, before any
 # point is called finished; by a dry run too.
 for dry in "" --dry-run; do

@@ -196,6 +196,16 @@ TEST_CASE("results.csv, summary.md and the plot data from sweep rows", "[sweep]"
   CHECK_THAT(md, Catch::Contains("| 0.0 | 2 | 1.5 +- 0 | 11 +- 1.41421 |"));
   CHECK_THAT(md, Catch::Contains("| 0.5 | 2 | 1.5 +- 0 | 20 +- 0 |"));
   CHECK_THAT(md, !Catch::Contains("without a result"));
+  // A metric a point has no number for (null in its result.json) is left out of its
+  // group's mean, which says over how many; a group with none of it shows nan.
+  rows[1].metrics["peak_rss_mib"] = NAN;
+  rows[2].metrics["peak_rss_mib"] = NAN;
+  rows[3].metrics["peak_rss_mib"] = NAN;
+  rows[0].metrics["peak_rss_mib"] = 31.5;
+  const std::string unmeasured = summary_markdown(spec, rows);
+  CHECK_THAT(unmeasured, Catch::Contains(" | 31.5 (n 1) | ") && Catch::Contains(" | nan | "));
+  rows[0].metrics["peak_rss_mib"] = rows[1].metrics["peak_rss_mib"] = rows[2].metrics["peak_rss_mib"] =
+      rows[3].metrics["peak_rss_mib"] = 1.5;
   const std::string with_failed = summary_markdown(spec, rows, {"sparse.sparsity=0.9,seed=1"});
   CHECK_THAT(with_failed, Catch::Contains("1 point without a result") &&
                               Catch::Contains("- `sparse.sparsity=0.9,seed=1`"));
