@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/json_text.h"
+#include "core/ceil_div.h"
 
 namespace shamn::cli {
 
@@ -83,7 +84,15 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   const json* prompt = field(j, "prompt");
   if (!prompt) throw RequestError("prompt is required");
   if (!prompt->is_string()) throw RequestError("prompt must be a string");
-  const std::vector<uint32_t> ids = tokenizer.encode(prompt->get<std::string>());
+  const std::string& text = prompt->get_ref<const std::string&>();
+  // A prompt too long by its bytes alone is refused before it is encoded: a 1 MiB
+  // body would otherwise cost its tokens and the encoder's scratch (about 11 MB) first.
+  const int64_t at_least = ceil_div(static_cast<int64_t>(text.size()), tokenizer.longest_token_bytes());
+  if (at_least > limits.max_prompt_tokens)
+    throw RequestError("prompt is at least " + std::to_string(at_least) + " tokens (" +
+                       std::to_string(text.size()) + " bytes); this server takes at most " +
+                       std::to_string(limits.max_prompt_tokens));
+  const std::vector<uint32_t> ids = tokenizer.encode(text);
   if (ids.empty()) throw RequestError("prompt is empty: the model needs at least one token to continue");
   if (static_cast<int64_t>(ids.size()) > limits.max_prompt_tokens)
     throw RequestError("prompt is " + std::to_string(ids.size()) + " tokens; this server takes at most " +

@@ -32,6 +32,7 @@ Tokenizer::Tokenizer(std::vector<Merge> merges) : merges_(std::move(merges)) {
     // emplace keeps the first rank of a repeated pair: the later one could never apply.
     ranks_.emplace(pair_key(m.left, m.right), static_cast<uint32_t>(i));
     bytes_.push_back(bytes_[m.left] + bytes_[m.right]);
+    longest_ = std::max(longest_, static_cast<int64_t>(bytes_.back().size()));
   }
 }
 

@@ -53,6 +53,9 @@ class Tokenizer {
     return decode(ids.data(), static_cast<int64_t>(ids.size()));
   }
   const std::string& token_bytes(uint32_t id) const;
+  // The most bytes one token stands for: a text of B bytes encodes to at least
+  // ceil(B / longest_token_bytes()) tokens, which bounds a count without encoding.
+  int64_t longest_token_bytes() const { return longest_; }
 
  private:
   static constexpr uint32_t kNoMerge = UINT32_MAX;
@@ -63,6 +66,7 @@ class Tokenizer {
   std::vector<Merge> merges_;
   std::vector<std::string> bytes_;                // id -> the bytes it stands for
   std::unordered_map<uint64_t, uint32_t> ranks_;  // left << 32 | right -> merge index
+  int64_t longest_ = 1;
 };
 
 }  // namespace shamn
