@@ -42,6 +42,7 @@ void AdapterRegistry::load(const std::string& name, const std::string& file) {
   SHAMN_INPUT_CHECK(!adapters_.count(name), "an adapter named '", name, "' is loaded already");
   check_room();
   adapters_.emplace(name, std::move(adapter));
+  std::erase(unloaded_, name);  // its counter goes on
 }
 
 bool AdapterRegistry::unload(const std::string& name) {
@@ -52,6 +53,15 @@ bool AdapterRegistry::unload(const std::string& name) {
     if (it == adapters_.end()) return false;
     gone = std::move(it->second);
     adapters_.erase(it);
+    if (requests_.count(name)) {
+      unloaded_.push_back(name);
+      if (static_cast<int64_t>(unloaded_.size()) > max_adapters_) {
+        const auto oldest = requests_.find(unloaded_.front());
+        requests_[kOtherAdapters] += oldest->second;
+        requests_.erase(oldest);
+        unloaded_.erase(unloaded_.begin());
+      }
+    }
   }
   return true;
 }

@@ -47,9 +47,12 @@ class AdapterRegistry {
   std::string names() const;                // "a, b", or "none"
 
   // Accepted requests by adapter name, unloaded adapters' included (Prometheus
-  // counters do not go back).
+  // counters do not go back): the max_adapters unloaded last by name, those
+  // unloaded before them summed under kOtherAdapters, so that clients cycling
+  // through new names do not grow the server (and /metrics) without bound.
   void count_request(const std::string& name);
   std::map<std::string, int64_t> request_counts() const;
+  static constexpr const char* kOtherAdapters = "(other)";  // no adapter's name: not plain
 
  private:
   void check_room() const;  // with mutex_ held: a place for one more adapter
@@ -60,6 +63,7 @@ class AdapterRegistry {
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters_;
   std::map<std::string, int64_t> requests_;
+  std::vector<std::string> unloaded_;  // unloaded names with a counter of their own, oldest first
 };
 
 }  // namespace shamn::cli

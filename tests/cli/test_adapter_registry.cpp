@@ -110,6 +110,32 @@ TEST_CASE("serve's adapters load by name, refuse bad names and files, and outliv
   CHECK(reg.request_counts() == std::map<std::string, int64_t>{{"b", 2}, {"ft-3.v1_a", 1}, {"new", 0}});
 }
 
+TEST_CASE("serve keeps the request counters of its last max_adapters unloaded adapters, the rest summed",
+          "[serve][lora]") {
+  const test::TestModel tm(test::model_toml(), "registry_counters");
+  const InferModel m = tm.runtime(ShqQuant::int8);
+  test::Spec s;
+  s.rank = 3;
+  const std::string file = adapter_file(m, s, tm.dir, "a3.lora");
+  AdapterRegistry reg(m, "m.shq", 2);
+  // Five names, one request more each, loaded and unloaded in turn: the last two
+  // unloaded keep their series; the three before them are summed (1 + 2 + 3).
+  for (int i = 1; i <= 5; ++i) {
+    std::string name = "a";  // appended: GCC 12 warns (-Wrestrict) on "a" + std::string falsely
+    name += std::to_string(i);
+    reg.load(name, file);
+    for (int r = 0; r < i; ++r) reg.count_request(name);
+    CHECK(reg.unload(name));
+  }
+  CHECK(reg.request_counts() == std::map<std::string, int64_t>{{"(other)", 6}, {"a4", 4}, {"a5", 5}});
+  // A name loaded again is counted on in its own series, and leaves the unloaded ones.
+  reg.load("a4", file);
+  reg.count_request("a4");
+  reg.load("a6", file);
+  CHECK(reg.unload("a6"));  // no request: no series to keep
+  CHECK(reg.request_counts() == std::map<std::string, int64_t>{{"(other)", 6}, {"a4", 5}, {"a5", 5}});
+}
+
 TEST_CASE("serve's adapters load, unload and are looked up from many threads at once", "[serve][lora]") {
   const test::TestModel tm(test::model_toml(), "registry_threads");
   const InferModel m = tm.runtime(ShqQuant::int8);
