@@ -53,17 +53,18 @@ bool AdapterRegistry::unload(const std::string& name) {
     if (it == adapters_.end()) return false;
     gone = std::move(it->second);
     adapters_.erase(it);
-    if (requests_.count(name)) {
-      unloaded_.push_back(name);
-      if (static_cast<int64_t>(unloaded_.size()) > max_adapters_) {
-        const auto oldest = requests_.find(unloaded_.front());
-        requests_[kOtherAdapters] += oldest->second;
-        requests_.erase(oldest);
-        unloaded_.erase(unloaded_.begin());
-      }
-    }
+    if (requests_.count(name)) keep_unloaded_counter(name);
   }
   return true;
+}
+
+void AdapterRegistry::keep_unloaded_counter(const std::string& name) {
+  unloaded_.push_back(name);
+  if (static_cast<int64_t>(unloaded_.size()) <= max_adapters_) return;
+  const auto oldest = requests_.find(unloaded_.front());
+  requests_[kOtherAdapters] += oldest->second;
+  requests_.erase(oldest);
+  unloaded_.erase(unloaded_.begin());
 }
 
 std::shared_ptr<const LoraAdapter> AdapterRegistry::find(const std::string& name) const {
@@ -89,7 +90,11 @@ std::string AdapterRegistry::names() const {
 
 void AdapterRegistry::count_request(const std::string& name) {
   const std::lock_guard lock(mutex_);
+  const bool new_series = !requests_.count(name);
   ++requests_[name];
+  // Unloaded between the request's lookup and this count: its series joins the
+  // unloaded ones' (or none would ever fold it into kOtherAdapters).
+  if (new_series && !adapters_.count(name)) keep_unloaded_counter(name);
 }
 
 std::map<std::string, int64_t> AdapterRegistry::request_counts() const {

@@ -56,6 +56,9 @@ class AdapterRegistry {
 
  private:
   void check_room() const;  // with mutex_ held: a place for one more adapter
+  // With mutex_ held: `name` (unloaded, with a counter) joins unloaded_, whose
+  // oldest beyond max_adapters is summed into kOtherAdapters.
+  void keep_unloaded_counter(const std::string& name);
 
   const InferModel& base_;
   const std::string model_name_;

@@ -93,25 +93,30 @@ void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
     if (e.path().filename().string().starts_with(".plots.tmp.")) fs::remove_all(e.path());
   const fs::path staging = out / (".plots.tmp." + std::to_string(::getpid()));
   fs::create_directories(staging);
-  std::string error = run_gnuplot(gnuplot, gnuplot_script(spec.axes, rows, data, staging.string()),
-                                  (out / ".plots").string());
+  // The staged script has plots.gnuplot's lines but for the output names: its
+  // errors are told by plots.gnuplot's name, which the user can rerun.
+  std::vector<std::string> errors;
+  const std::string failed = run_gnuplot(gnuplot, gnuplot_script(spec.axes, rows, data, staging.string()),
+                                         (out / ".plots").string(), script);
+  if (!failed.empty()) errors.push_back(failed);
+  // Every whole picture is published, those drawn before a failure included.
   std::vector<fs::path> drawn;
   for (const fs::directory_entry& e : fs::directory_iterator(staging)) drawn.push_back(e.path());
   std::sort(drawn.begin(), drawn.end());
   for (const fs::path& picture : drawn) {
     try {
-      if (error.empty()) publish_picture(picture.string(), (out / "plots" / picture.filename()).string());
+      publish_picture(picture.string(), (out / "plots" / picture.filename()).string());
     } catch (const InputError& e) {
-      error = e.what();
+      errors.push_back(e.what());
     }
   }
   fs::remove_all(staging);
-  if (!error.empty())
+  for (const std::string& e : errors) std::printf("warning: %s\n", e.c_str());
+  if (!errors.empty())
     std::printf(
-        "warning: %s; a plot not drawn keeps its earlier picture; results.csv and summary.md are complete\n",
-        error.c_str());
-  else
-    std::printf("plots in %s (png and svg)\n", (out / "plots").string().c_str());
+        "warning: a plot not drawn whole keeps its earlier picture; results.csv and summary.md are "
+        "complete\n");
+  std::printf("plots in %s (png and svg)\n", (out / "plots").string().c_str());
 }
 
 }  // namespace

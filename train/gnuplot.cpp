@@ -34,8 +34,8 @@ std::string find_gnuplot() {
   return "";
 }
 
-std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
-                        const std::string& work_prefix) {
+std::string run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& work_prefix,
+                        const std::string& shown_as) {
   // Private names (the pid) so two writers of one plot do not collide.
   const std::string tag = work_prefix + "." + std::to_string(::getpid());
   const std::string script_path = tag + ".gnuplot", log_path = tag + ".log";
@@ -68,6 +68,9 @@ std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
       std::string line, last;
       while (std::getline(log, line))
         if (!line.empty()) last = line;
+      if (!shown_as.empty())
+        for (size_t at; (at = last.find(script_path)) != std::string::npos;)
+          last.replace(at, script_path.size(), shown_as);
       error = "gnuplot failed" + (last.empty() ? std::string() : ": " + last);
     }
   }

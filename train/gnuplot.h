@@ -11,9 +11,10 @@ namespace shamn {
 std::string find_gnuplot();
 
 // Runs `gnuplot` on `script` (written next to `work_prefix`, removed after).
-// Returns "" on success, else what went wrong: gnuplot's first error line.
-std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
-                        const std::string& work_prefix);
+// Returns "" on success, else what went wrong: gnuplot's error line, which names
+// the script as `shown_as` where given (a file with the same lines).
+std::string run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& work_prefix,
+                        const std::string& shown_as = "");
 
 // A gnuplot single-quoted string ('' is a quote).
 std::string gnuplot_quoted(const std::string& s);

@@ -211,6 +211,30 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return out;
 }
 
+namespace {
+// The order list_checkpoints sorts in: same digit count by name, longer names later.
+bool later_checkpoint_name(const std::string& a, const std::string& b) {
+  return a.size() != b.size() ? a.size() > b.size() : a > b;
+}
+}  // namespace
+
+std::string step_name_best_lacks(const std::string& run_dir) {
+  const std::string best = best_checkpoint_file(run_dir);
+  if (!fs::is_regular_file(best)) return "";
+  int64_t step = 0;
+  try {
+    const Hdf5Reader reader(best);
+    if (!reader.has_attribute("optim_step")) return "";  // not a training checkpoint
+    step = reader.int_attribute("step");
+  } catch (const InputError&) {
+    return "";  // a damaged best.h5 is nothing to resume from
+  }
+  const std::string name = checkpoint_file(run_dir, step);
+  const std::vector<std::string> all = list_checkpoints(run_dir);
+  if (!all.empty() && !later_checkpoint_name(name, all.back())) return "";
+  return name;
+}
+
 void prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& written) {
   const std::vector<std::string> all = list_checkpoints(run_dir);
   const std::string name = fs::path(written).filename().string();

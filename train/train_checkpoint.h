@@ -52,6 +52,12 @@ std::string checkpoint_file(const std::string& run_dir, int64_t step);
 std::string best_checkpoint_file(const std::string& run_dir);
 // The step checkpoints in `run_dir`, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
+// The trainer writes a new best as best.h5 first, then links its step name to
+// it: a run stopped between the two leaves best.h5 a later step than every step
+// checkpoint. Returns that step's checkpoint name, which best.h5 should have
+// too, or "" when best.h5 is absent, not a training checkpoint, damaged, or not
+// ahead of the step checkpoints.
+std::string step_name_best_lacks(const std::string& run_dir);
 // Deletes all but the newest `keep` step checkpoints up to `written` (the one
 // just saved, which is never deleted); checkpoints of later steps than it are
 // left alone (best.h5 is never deleted).

@@ -111,6 +111,10 @@ void link_step_name(const std::string& best, const std::string& checkpoint) {
 // An I/O error mid-run (a full disk) stops it; the message says what is safe.
 [[noreturn]] void stop_after_io_error(const InputError& e, const std::string& run_dir) {
   const std::vector<std::string> kept = list_checkpoints(run_dir);
+  if (!step_name_best_lacks(run_dir).empty())  // --resume gives best.h5 its step name and goes on from it
+    throw InputError(std::string(e.what()) + ". The run stopped; the last good checkpoint is " +
+                     best_checkpoint_file(run_dir) +
+                     ". Once the cause is fixed, continue with: shamn train --resume " + run_dir);
   if (kept.empty())  // --resume would find nothing: a new run may use the directory
     throw InputError(
         std::string(e.what()) +
@@ -276,6 +280,13 @@ void load_or_init(const RunConfig& c, const std::string& run_dir, bool resuming,
   if (c.lora.enabled()) adapter = load_lora_base(c, model);
   const AdapterIdentity* identity = adapter ? &*adapter : nullptr;
   if (resuming) {
+    // best.h5 ahead of the step checkpoints (a run stopped before its step name was
+    // made): the name is made now, so the run resumes from the newest state it saved.
+    if (const std::string name = step_name_best_lacks(run_dir); !name.empty()) {
+      link_step_name(best_checkpoint_file(run_dir), name);
+      console.say("note: the run stopped before " + best_checkpoint_file(run_dir) +
+                  " was linked to its step name " + name + "; linked now");
+    }
     const std::string from = resume_from(run_dir, c.model, model, optimizer, &state, identity, console);
     SHAMN_INPUT_CHECK(state.data_seed == static_cast<uint64_t>(c.train.seed), "train.seed = ", c.train.seed,
                       " but '", from, "' was trained with seed ", state.data_seed,
@@ -545,8 +556,8 @@ class Run {
   }
 
   // A new best is written as best.h5 first, then linked to its step name: a run
-  // that stops between the two resumes from the step checkpoint before, reaches
-  // the same best again and writes both. (In the other order a stop between them
+  // that stops between the two resumes from best.h5, making the step name then
+  // (load_or_init). (In the other order a stop between them
   // left a step checkpoint that recorded the new best_val_loss beside a best.h5 of
   // the old best; later evaluations had to beat the new value, so best.h5 stayed
   // old and pruning deleted the only copy of the best weights.)

@@ -377,7 +377,8 @@ void row_losses_from_scores(double* loss, float* lse, const float* scores, const
         // lse >= the target's logit, but lse went through base 2 and float rounding
         // and x did not: on a row the model gets right with certainty the difference
         // can round below zero (by an ulp of lse), which a cross-entropy never is.
-        loss[n0 + r] = std::max(0.0, static_cast<double>(row_lse[r]) - x);
+        // (The difference first: std::max passes a NaN through only as its first argument.)
+        loss[n0 + r] = std::max(static_cast<double>(row_lse[r]) - x, 0.0);
       }
     }
   });

@@ -260,6 +260,12 @@ TEST_CASE("a confidently right row's cross-entropy is never below zero", "[hash]
                          n, d);
     CHECK(*std::min_element(loss.begin(), loss.end()) == 0.0);
     CHECK(*std::max_element(loss.begin(), loss.end()) < 1e-5);
+    // A NaN score stays a NaN loss (a diverged model must not read as a perfect one).
+    std::vector<float> broken = scores;
+    broken[0] = NAN;
+    hash_head_row_losses(loss.data(), broken.data(), importance.data(), bucket_index.data(), targets.data(),
+                         n, d);
+    CHECK(std::isnan(loss[0]));
   }
 }
 

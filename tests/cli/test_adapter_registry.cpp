@@ -134,6 +134,15 @@ TEST_CASE("serve keeps the request counters of its last max_adapters unloaded ad
   reg.load("a6", file);
   CHECK(reg.unload("a6"));  // no request: no series to keep
   CHECK(reg.request_counts() == std::map<std::string, int64_t>{{"(other)", 6}, {"a4", 5}, {"a5", 5}});
+  // A request counted after its adapter's unload (found before it) is kept the same way.
+  for (const char* name : {"late1", "late2", "late3"}) {
+    reg.load(name, file);
+    CHECK(reg.unload(name));
+    reg.count_request(name);
+  }
+  CHECK(reg.request_counts() ==
+        std::map<std::string, int64_t>{
+            {"(other)", 12}, {"a4", 5}, {"late2", 1}, {"late3", 1}});  // a5 and late1 summed
 }
 
 TEST_CASE("serve's adapters load, unload and are looked up from many threads at once", "[serve][lora]") {

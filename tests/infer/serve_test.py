@@ -536,9 +536,10 @@ status, payload = limited.request("POST", "/v1/completions", {"prompt": "the dog
 if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "time_limit":
     fail(f"a request past the time limit: {status} {payload[:300]}")
 # A client that sends its request a byte at a time (each byte restarts the read
-# timeout) does not hold a stopping server open: it ends with status 0 all the same.
+# timeout) does not hold a stopping server open: it ends with status 0 all the
+# same. (Its body, 1,000,000 bytes at two a second, would outlast DEADLINE.)
 slow = socket.create_connection(("127.0.0.1", limited.port), timeout=DEADLINE)
-slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pr")
+slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{\"pr")
 trickling = threading.Event()
 
 

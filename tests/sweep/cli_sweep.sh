@@ -90,6 +90,18 @@ if command -v gnuplot > /dev/null; then
   grep -q "^warning: plot .*could not write it whole" torn.txt || { cat torn.txt; fail "no warning for torn plots"; }
   diff -r plots_before $out/plots || fail "a torn plot replaced an earlier picture"
   ! ls -A $out | grep -q 'tmp' || fail "the torn plots left $(ls -A $out | grep tmp)"
+  # gnuplot failing part way (here: after drawing every picture, then exiting 1):
+  # the pictures it drew whole are published all the same, and the warning names
+  # plots.gnuplot, the script the user can rerun.
+  mkdir -p failing_gnuplot
+  printf '#!/bin/sh\n%s "$@"\necho "\\"$1\\" line 1: a failure after the pictures"\nexit 1\n' \
+    "$(command -v gnuplot)" > failing_gnuplot/gnuplot
+  chmod +x failing_gnuplot/gnuplot
+  rm $out/plots/*
+  PATH=$PWD/failing_gnuplot:$PATH "$shamn" sweep "$sweep" > failing.txt 2>&1 || { cat failing.txt; fail "the rerun failed"; }
+  grep -qF "warning: gnuplot failed: \"$out/plots.gnuplot\" line 1: a failure after the pictures" failing.txt ||
+    { cat failing.txt; fail "the warning does not name plots.gnuplot's line"; }
+  diff -r plots_before $out/plots || fail "the pictures drawn before gnuplot failed were not published"
 fi
 
 # Points that finished before sweeps ran the analysis (result.json without its
