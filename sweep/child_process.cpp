@@ -58,7 +58,12 @@ ChildStopGuard::ChildStopGuard() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &sa, &g_old[i]);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) {
+    sigaction(kStopSignals[i], nullptr, &g_old[i]);
+    // A signal the parent set to be ignored stays ignored: `nohup shamn sweep`
+    // must outlive the ssh session, and a script's background job ignores SIGINT.
+    if (g_old[i].sa_handler != SIG_IGN) sigaction(kStopSignals[i], &sa, nullptr);
+  }
   // `shamn sweep | head`: once the reader has gone, the sweep's progress lines are lost
   // (EPIPE) but its children still finish and write their results.
   struct sigaction ignore {};

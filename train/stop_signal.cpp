@@ -37,7 +37,12 @@ StopSignal::StopSignal(std::string_view notice) {
   // SA_RESTART: a signal must not make a checkpoint write fail with EINTR;
   // SA_RESETHAND: the second signal gets the default action.
   action.sa_flags = SA_RESTART | SA_RESETHAND;
-  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &g_previous[i]);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) {
+    sigaction(kStopSignals[i], nullptr, &g_previous[i]);
+    // A signal the parent set to be ignored (SIGINT in a script's background job)
+    // stays ignored, as the shell meant.
+    if (g_previous[i].sa_handler != SIG_IGN) sigaction(kStopSignals[i], &action, nullptr);
+  }
 }
 
 StopSignal::~StopSignal() {

@@ -153,9 +153,13 @@ done
 # where the signal lands: the trainer stops itself (SIGSTOP, a named fault point)
 # right after its first checkpoint is in place, the sweep forwards SIGINT to it
 # while it is stopped, and only once that signal is pending does it continue.
-SHAMN_FAULT=checkpoint.dirsync:1:stall "$shamn" sweep "$sweep" --out-dir runs/stopped --jobs 1 \
+# Job control (set -m): a script's background job would otherwise ignore SIGINT,
+# which the sweep leaves ignored; SIGHUP is ignored here on purpose, as nohup does.
+set -m
+(trap '' HUP; SHAMN_FAULT=checkpoint.dirsync:1:stall exec "$shamn" sweep "$sweep" --out-dir runs/stopped --jobs 1) \
   > stopped.txt 2> stopped.err &
 pid=$!
+set +m
 child=
 # Should a check below fail, the sweep and its stopped trainer must not outlive the test.
 trap 'kill -KILL $pid $child 2> /dev/null || true' EXIT
@@ -181,6 +185,10 @@ done
 status=0
 "$shamn" sweep "$sweep" --out-dir runs/stopped > /dev/null 2> locked.err || status=$?
 [ "$status" -eq 1 ] && grep -q "another shamn sweep is running" locked.err || { cat locked.err; fail "no lock"; }
+# nohup's SIGHUP stays ignored (the sweep outlives an ssh session); SIGINT is caught.
+mask() { echo $((0x$(sed -n "s/^$1:\t//p" "/proc/$pid/status"))); }
+[ $(($(mask SigIgn) & 1)) = 1 ] && [ $(($(mask SigCgt) & 1)) = 0 ] || fail "the sweep caught the SIGHUP nohup ignores"
+[ $(($(mask SigCgt) & 2)) = 2 ] || fail "the sweep does not catch SIGINT"
 kill -INT $pid
 sigint_pending() { [ $((0x$(sed -n 's/^ShdPnd:\t//p' "/proc/$child/status") & 2)) != 0 ]; }
 for _ in $(seq 1 600); do sigint_pending && break; sleep 0.05; done
