@@ -37,12 +37,12 @@ bool process_gone(const std::string& pid_text) {
 
 }  // namespace
 
-std::string temp_path_for(const std::string& path) {
+std::string temp_path_for(const std::string& path, const std::string& suffix) {
   const fs::path target(path);
-  return (target.parent_path() / (temp_prefix(target) + std::to_string(::getpid()))).string();
+  return (target.parent_path() / (temp_prefix(target) + std::to_string(::getpid()) + suffix)).string();
 }
 
-int remove_orphaned_temp_files(const std::string& path) {
+int remove_orphaned_temp_files(const std::string& path, const std::string& suffix) {
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   const std::string prefix = temp_prefix(target);
@@ -50,7 +50,9 @@ int remove_orphaned_temp_files(const std::string& path) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && process_gone(name.substr(prefix.size())) &&
+    if (name.size() < prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 || !name.ends_with(suffix))
+      continue;
+    if (process_gone(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size())) &&
         fs::remove(entry.path(), ec))
       ++removed;
   }

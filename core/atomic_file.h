@@ -60,12 +60,13 @@ void write_file_atomically(const std::string& path, const std::string& text,
 // A copy of the file `from` as `to`, atomically (for where a hard link cannot be made).
 void copy_file_atomically(const std::string& from, const std::string& to, const std::string& kind);
 
-// ".<name>.tmp.<pid>" next to `path`: this process's temporary name for it, for
-// writers that make the file some other way (a hard link) and rename it into place.
-std::string temp_path_for(const std::string& path);
+// ".<name>.tmp.<pid><suffix>" next to `path`: this process's temporary name for
+// it, for writers that make the file some other way (a hard link, gnuplot) and
+// rename it into place; `suffix` for a program that reads the extension.
+std::string temp_path_for(const std::string& path, const std::string& suffix = "");
 
-// Removes ".<name>.tmp.<pid>" files next to `path` whose process no longer runs;
-// returns how many. (A live pid is never touched, even if it was reused.)
-int remove_orphaned_temp_files(const std::string& path);
+// Removes ".<name>.tmp.<pid><suffix>" files next to `path` whose process no longer
+// runs; returns how many. (A live pid is never touched, even if it was reused.)
+int remove_orphaned_temp_files(const std::string& path, const std::string& suffix = "");
 
 }  // namespace shamn

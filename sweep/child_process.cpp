@@ -37,7 +37,8 @@ void on_signal(int) {
   const int n = ++g_signals;
   for (auto& slot : g_children) {
     const pid_t pid = slot.load();
-    if (pid > 0) kill(pid, n == 1 ? SIGINT : SIGKILL);
+    // Its process group (each child leads one): a gnuplot it runs stops with it.
+    if (pid > 0 && kill(-pid, n == 1 ? SIGINT : SIGKILL) != 0) kill(pid, n == 1 ? SIGINT : SIGKILL);
   }
   if (n > 1) _exit(130);
 }

@@ -96,8 +96,8 @@ void draw_plots(const SweepSpec& spec, const std::vector<SweepRow>& rows) {
   // The staged script has plots.gnuplot's lines but for the output names: its
   // errors are told by plots.gnuplot's name, which the user can rerun.
   std::vector<std::string> errors;
-  const std::string failed = run_gnuplot(gnuplot, gnuplot_script(spec.axes, rows, data, staging.string()),
-                                         (out / ".plots").string(), script);
+  const std::string failed =
+      run_gnuplot(gnuplot, gnuplot_script(spec.axes, rows, data, staging.string()), script, script);
   if (!failed.empty()) errors.push_back(failed);
   // Every whole picture is published, those drawn before a failure included.
   std::vector<fs::path> drawn;

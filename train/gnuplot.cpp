@@ -36,9 +36,12 @@ std::string find_gnuplot() {
 
 std::string run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& work_prefix,
                         const std::string& shown_as) {
-  // Private names (the pid) so two writers of one plot do not collide.
-  const std::string tag = work_prefix + "." + std::to_string(::getpid());
-  const std::string script_path = tag + ".gnuplot", log_path = tag + ".log";
+  // Private names (the pid) so two writers of one plot do not collide; those of
+  // a process killed meanwhile go now.
+  remove_orphaned_temp_files(work_prefix, ".gnuplot");
+  remove_orphaned_temp_files(work_prefix, ".log");
+  const std::string script_path = temp_path_for(work_prefix, ".gnuplot");
+  const std::string log_path = temp_path_for(work_prefix, ".log");
   {
     std::ofstream out(script_path, std::ios::binary);
     out << script;
@@ -140,11 +143,12 @@ void draw_with_gnuplot(const std::string& output,
   const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   SHAMN_INPUT_CHECK(fs::is_directory(dir), output, ": the directory '", dir.string(), "' does not exist");
   check_replaceable(output);
-  std::string hidden = ".";  // appended, not "." + ...: GCC 12 warns (-Wrestrict) on that one falsely
-  hidden += out.filename().string();
-  const std::string tmp = (dir / (hidden + ".tmp" + out.extension().string())).string();
+  // The picture's private name keeps its extension: the scripts pick gnuplot's
+  // terminal by it.
+  remove_orphaned_temp_files(output, out.extension().string());
+  const std::string tmp = temp_path_for(output, out.extension().string());
   const std::string body = script(tmp);
-  const std::string error = run_gnuplot(gnuplot, body, (dir / hidden).string());
+  const std::string error = run_gnuplot(gnuplot, body, output);
   std::error_code ec;
   if (!error.empty()) {
     fs::remove(tmp, ec);

@@ -10,7 +10,8 @@ namespace shamn {
 // gnuplot's path on PATH, or "" when it is not installed.
 std::string find_gnuplot();
 
-// Runs `gnuplot` on `script` (written next to `work_prefix`, removed after).
+// Runs `gnuplot` on `script`, written next to the file `work_prefix` names under
+// its private temporary name (core/atomic_file.h), removed after with its log.
 // Returns "" on success, else what went wrong: gnuplot's error line, which names
 // the script as `shown_as` where given (a file with the same lines).
 std::string run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& work_prefix,

@@ -119,6 +119,12 @@ for f in one.png one.svg; do
   cmp -s "$f" "before_$f" || fail "the earlier $f was replaced by a torn one"
   ! ls -A | grep -q 'tmp' || fail "a torn plot left a temporary file: $(ls -A | grep tmp)"
 done
+# What a plot killed mid-draw leaves (its picture, gnuplot script and log under
+# private names with its pid) goes at the next plot of the same picture.
+dead=$(sh -c 'echo $$')
+touch ".one.png.tmp.$dead.png" ".one.png.tmp.$dead.gnuplot" ".one.png.tmp.$dead.log"
+"$shamn" plot run_a -o one.png > /dev/null
+! ls -A | grep -q 'tmp' || fail "a killed plot's files were left: $(ls -A | grep tmp)"
 
 # info on a model file and a LoRA adapter file.
 "$shamn" export run_a/best.h5 --quant f32 -o a_f32.shq > /dev/null
