@@ -228,6 +228,30 @@ for spec in "tokens.bytes:0" "tokens.bytes:1500" "tokens.rename:2" "tokens.bytes
   cases=$((cases + 1))
 done
 
+# Ctrl-C while prepare replaces the pair (stopped at its first rename, after the
+# old val.bin is gone): the signal waits until both new files are in place, then
+# ends it (status 130). Job control, so the background job does not ignore SIGINT.
+out=$work/prep_sigint
+prep "$out"
+set -m
+SHAMN_FAULT=tokens.rename:1:stall "$shamn" prepare --input "$work/text.txt" --tokenizer "$work/tok.bpe" --out "$out" \
+  > /dev/null 2> "$out.err" &
+pid=$!
+set +m
+for _ in $(seq 1 2400); do
+  [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2> /dev/null)" = T ] && break
+  sleep 0.05
+done
+[ "$(cut -d' ' -f3 "/proc/$pid/stat")" = T ] || { kill -KILL $pid; fail "prepare did not stop at its first rename"; }
+kill -INT $pid
+kill -CONT $pid
+status=0
+wait $pid || status=$?
+[ "$status" -eq 130 ] || { cat "$out.err"; fail "prepare under SIGINT: expected status 130, got $status"; }
+for f in train.bin val.bin; do cmp -s "$out/$f" "$work/prep_ref/$f" || fail "prepare under SIGINT: $f is not whole"; done
+no_temp_files "$out" "prepare under SIGINT"
+cases=$((cases + 1))
+
 # export: a crash while replacing an existing .shq leaves the old file as it was.
 "$shamn" export "$work/ref/ckpt_00000006.h5" --quant int8 --no-tokenizer -o "$work/model.shq" > /dev/null
 cp "$work/model.shq" "$work/model_before.shq"
