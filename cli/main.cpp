@@ -16,6 +16,7 @@
 #include "core/heap_policy.h"
 #include "core/kernel_level.h"
 #include "core/parallel.h"
+#include "core/temp_file_cleanup.h"
 #include "train/communicator.h"
 
 namespace {
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
   // writer reports naming its file and cleans up after, instead of the process
   // dying by SIGXFSZ with no word and a temporary file left behind.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Ctrl-C in a command with no handler of its own (export, prepare, eval ...)
+  // removes the file it is writing; train, serve and sweep install their own.
+  shamn::remove_temp_files_on_stop_signals();
   CLI::App app{"shamn: train and run Sparse Hierarchical Adaptive Memory Networks on CPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("shamn ") + SHAMN_VERSION);

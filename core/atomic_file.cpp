@@ -81,9 +81,9 @@ void check_output_path(const std::string& path) {
                     dir.string(), "' is not writable (", std::strerror(errno), ")");
 }
 
-AtomicFile::AtomicFile(const std::string& path, std::string kind) : path_(path), kind_(std::move(kind)) {
+AtomicFile::AtomicFile(const std::string& path, std::string kind)
+    : path_(path), temp_path_(temp_path_for(path)), kind_(std::move(kind)), registration_(temp_path_) {
   check_replaceable(path);
-  temp_path_ = temp_path_for(path);
   remove_orphaned_temp_files(path);
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   SHAMN_INPUT_CHECK(fd_ >= 0, "cannot create '", temp_path_, "' to write '", path,
@@ -100,19 +100,23 @@ void AtomicFile::write(const void* data, size_t bytes) {
   const std::string site = fault::armed() ? kind_ + ".bytes" : std::string();
   const fault::ByteFault fault = fault::bytes(site, written_, bytes);
   const char* p = static_cast<const char*>(data);
-  size_t left = fault.allowed;
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    SHAMN_INPUT_CHECK(n > 0, "writing '", path_, "' failed: ", std::strerror(errno), " (disk full?)");
-    p += n;
-    left -= static_cast<size_t>(n);
-    written_ += static_cast<uint64_t>(n);
-  }
+  write_all(p, fault.allowed);
   if (fault.strikes) {
     const int err = fault::strike(site);
     SHAMN_INPUT_CHECK(err == 0, "writing '", path_, "' failed after ", written_,
                       " bytes: ", std::strerror(err), " (disk full?)");
+    write_all(p + fault.allowed, bytes - fault.allowed);  // after a stall, the rest
+  }
+}
+
+void AtomicFile::write_all(const char* p, size_t bytes) {
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    SHAMN_INPUT_CHECK(n > 0, "writing '", path_, "' failed: ", std::strerror(errno), " (disk full?)");
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    written_ += static_cast<uint64_t>(n);
   }
 }
 

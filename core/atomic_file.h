@@ -5,14 +5,17 @@
 // commit() fsyncs it, renames it over the target and fsyncs the directory so the
 // rename itself survives a crash. Without commit() (an error, an exception) the
 // destructor removes the temporary file: nothing half-written is left behind.
-// A process killed mid-write cannot clean up; the next writer of the same name
-// removes the temporary files of writers that are no longer running.
+// A stop signal removes it too (core/temp_file_cleanup.h); a process killed
+// outright cannot clean up: the next writer of the same name removes the
+// temporary files of writers that are no longer running.
 //
 // `kind` names the file's fault-injection sites (core/fault.h): "<kind>.bytes",
 // "<kind>.fsync", "<kind>.rename", "<kind>.dirsync".
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "core/temp_file_cleanup.h"
 
 namespace shamn {
 
@@ -38,7 +41,10 @@ class AtomicFile {
   void commit();
 
  private:
+  void write_all(const char* p, size_t bytes);
+
   std::string path_, temp_path_, kind_;
+  TempFileRegistration registration_;
   int fd_ = -1;
   uint64_t written_ = 0;
   bool synced_ = false, committed_ = false;

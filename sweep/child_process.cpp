@@ -14,6 +14,7 @@
 #include <iterator>
 
 #include "core/check.h"
+#include "core/temp_file_cleanup.h"
 #include "core/timing.h"
 #include "sweep/sweep_spec.h"
 
@@ -33,14 +34,17 @@ constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction g_old[std::size(kStopSignals)], g_old_pipe;
 
 void on_signal(int) {
-  // Only async-signal-safe calls here: kill and _exit.
+  // Only async-signal-safe calls here: kill, unlink and _exit.
   const int n = ++g_signals;
   for (auto& slot : g_children) {
     const pid_t pid = slot.load();
     // Its process group (each child leads one): a gnuplot it runs stops with it.
     if (pid > 0 && kill(-pid, n == 1 ? SIGINT : SIGKILL) != 0) kill(pid, n == 1 ? SIGINT : SIGKILL);
   }
-  if (n > 1) _exit(130);
+  if (n > 1) {
+    remove_registered_temp_files();
+    _exit(130);
+  }
 }
 
 int claim_slot(pid_t pid) {

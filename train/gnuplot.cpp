@@ -16,6 +16,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/temp_file_cleanup.h"
 
 extern char** environ;
 
@@ -42,6 +43,7 @@ std::string run_gnuplot(const std::string& gnuplot, const std::string& script, c
   remove_orphaned_temp_files(work_prefix, ".log");
   const std::string script_path = temp_path_for(work_prefix, ".gnuplot");
   const std::string log_path = temp_path_for(work_prefix, ".log");
+  const TempFileRegistration script_registration(script_path), log_registration(log_path);
   {
     std::ofstream out(script_path, std::ios::binary);
     out << script;
@@ -147,6 +149,7 @@ void draw_with_gnuplot(const std::string& output,
   // terminal by it.
   remove_orphaned_temp_files(output, out.extension().string());
   const std::string tmp = temp_path_for(output, out.extension().string());
+  const TempFileRegistration registration(tmp);
   const std::string body = script(tmp);
   const std::string error = run_gnuplot(gnuplot, body, output);
   std::error_code ec;

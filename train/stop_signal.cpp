@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <iterator>
 
+#include "core/temp_file_cleanup.h"
+
 namespace shamn {
 
 namespace {
@@ -17,12 +19,14 @@ std::atomic<const char*> g_notice{kTrainingNotice};
 std::atomic<size_t> g_notice_length{sizeof(kTrainingNotice) - 1};
 // SIGUSR1 and SIGUSR2 too: mpirun forwards them to every rank and waits, while on
 // Ctrl-C or SIGTERM it sends the ranks SIGTERM and kills them a second later, mid-step.
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+// SIGHUP: a closed terminal or ssh session stops the run with a checkpoint.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 struct sigaction g_previous[std::size(kStopSignals)];
 
 void on_signal(int sig) {
-  // Only async-signal-safe calls here: an atomic store and write().
-  g_signal.store(sig);
+  // Only async-signal-safe calls here: an atomic exchange, write(), and on the
+  // second signal unlink() of the files being written and the default action.
+  if (g_signal.exchange(sig) != 0) remove_temp_files_and_die(sig);
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_notice.load(), g_notice_length.load());
 }
 }  // namespace
@@ -34,9 +38,8 @@ StopSignal::StopSignal(std::string_view notice) {
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
-  // SA_RESTART: a signal must not make a checkpoint write fail with EINTR;
-  // SA_RESETHAND: the second signal gets the default action.
-  action.sa_flags = SA_RESTART | SA_RESETHAND;
+  // SA_RESTART: a signal must not make a checkpoint write fail with EINTR.
+  action.sa_flags = SA_RESTART;
   for (size_t i = 0; i < std::size(kStopSignals); ++i) {
     sigaction(kStopSignals[i], nullptr, &g_previous[i]);
     // A signal the parent set to be ignored (SIGINT in a script's background job)

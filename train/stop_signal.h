@@ -1,8 +1,10 @@
 #pragma once
-// SIGINT / SIGTERM (and SIGUSR1 / SIGUSR2, which mpirun forwards to every rank
-// without killing them after) as a request to stop: the trainer finishes its step, writes a
-// checkpoint and exits cleanly. A second signal while stopping falls back to the
-// default action (kill), which is safe because checkpoints are written atomically.
+// SIGINT / SIGTERM / SIGHUP (and SIGUSR1 / SIGUSR2, which mpirun forwards to every
+// rank without killing them after) as a request to stop: the trainer finishes its
+// step, writes a checkpoint and exits cleanly. A second signal while stopping ends
+// the process by that signal's default action once the temporary files being
+// written are removed (core/temp_file_cleanup.h); checkpoints are written
+// atomically, so the last complete one stays.
 #include <string_view>
 
 namespace shamn {

@@ -18,6 +18,7 @@
 #include "core/process_memory.h"
 #include "core/product_precision.h"
 #include "core/profiler.h"
+#include "core/temp_file_cleanup.h"
 #include "core/timing.h"
 #include "data/batch_loader.h"
 #include "data/token_file.h"
@@ -92,6 +93,7 @@ double evaluate(Shamn& model, const TokenFile& val, const RunConfig& c, Communic
 // fsynced): a bare copy renamed into place could leave a torn one after a power cut.
 void link_step_name(const std::string& best, const std::string& checkpoint) {
   const std::string temp = temp_path_for(checkpoint);
+  const TempFileRegistration registration(temp);
   std::error_code ec;
   fs::remove(temp, ec);
   const int link_fault = fault::pass("best.hardlink");

@@ -30,6 +30,27 @@ train_into() {  # train_into DIR [--set ...]: a fresh run
 digest() { "$shamn" info "$1" --tensors | sed -n '/^# tensors/,$p'; }
 metrics() { sed -E 's/,"(tokens_per_s|elapsed_s)":[^,}]*//g' "$1"; }
 no_temp_files() { ! ls -A "$1" | grep -q '\.tmp\.' || fail "$2: temporary files left in $1: $(ls -A "$1")"; }
+# signal_at_stalls FAULTS "SIG..." -- CMD...: runs CMD with SHAMN_FAULT=FAULTS (stall
+# actions), sends the n-th signal once it has stopped at the n-th stall and lets it
+# go on; returns its status. Job control, so the background job does not ignore SIGINT.
+signal_at_stalls() {
+  local faults=$1 signals=$2 pid sig
+  shift 3
+  set -m
+  SHAMN_FAULT=$faults "$@" &
+  pid=$!
+  set +m
+  for sig in $signals; do
+    for _ in $(seq 1 2400); do
+      [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2> /dev/null)" = T ] && break
+      sleep 0.05
+    done
+    [ "$(cut -d' ' -f3 "/proc/$pid/stat")" = T ] || { kill -KILL $pid; fail "$* did not stop at a stall of $faults"; }
+    kill -$sig $pid
+    kill -CONT $pid
+  done
+  wait $pid
+}
 all_load() {  # every checkpoint in DIR loads
   for f in "$1"/ckpt_*.h5 "$1"/best.h5; do
     [ -e "$f" ] || continue
@@ -84,6 +105,26 @@ for spec in "text.rename:1" "checkpoint.tensor:1" "checkpoint.tensor:$((tensors 
   finish_and_compare "$dir" "kill at $spec"
   cases=$((cases + 1))
 done
+
+# Stop signals during the first checkpoint's write. SIGHUP (a closed terminal)
+# asks for a stop as SIGINT does: the checkpoint is finished and the run ends
+# after the next step, with its checkpoint. A second SIGTERM ends it at once (143), the temporary file removed.
+dir=$work/sighup
+status=0
+signal_at_stalls checkpoint.tensor:3:stall HUP -- "$shamn" --threads 1 train "$config" "${sets[@]}" \
+  --set "train.out_dir=\"$dir\"" > "$dir.log" 2>&1 || status=$?
+[ "$status" -eq 0 ] && grep -q "stopped by signal 1 at step 3" "$dir.log" && [ -e "$dir/ckpt_00000003.h5" ] ||
+  { cat "$dir.log"; fail "SIGHUP mid-checkpoint: status $status, not stopped at step 3 with its checkpoint"; }
+finish_and_compare "$dir" "SIGHUP mid-checkpoint"
+cases=$((cases + 1))
+dir=$work/sigterm_twice
+status=0
+signal_at_stalls checkpoint.tensor:3:stall,checkpoint.tensor:6:stall "TERM TERM" -- "$shamn" --threads 1 train \
+  "$config" "${sets[@]}" --set "train.out_dir=\"$dir\"" > "$dir.log" 2>&1 || status=$?
+[ "$status" -eq 143 ] || { cat "$dir.log"; fail "two SIGTERMs mid-checkpoint: expected 143, got $status"; }
+no_temp_files "$dir" "two SIGTERMs mid-checkpoint"
+finish_and_compare "$dir" "two SIGTERMs mid-checkpoint"
+cases=$((cases + 1))
 
 # Killed again while resuming: in the rewrite of the metrics history, and at the
 # resumed run's first checkpoint.
@@ -230,23 +271,12 @@ done
 
 # Ctrl-C while prepare replaces the pair (stopped at its first rename, after the
 # old val.bin is gone): the signal waits until both new files are in place, then
-# ends it (status 130). Job control, so the background job does not ignore SIGINT.
+# ends it (status 130).
 out=$work/prep_sigint
 prep "$out"
-set -m
-SHAMN_FAULT=tokens.rename:1:stall "$shamn" prepare --input "$work/text.txt" --tokenizer "$work/tok.bpe" --out "$out" \
-  > /dev/null 2> "$out.err" &
-pid=$!
-set +m
-for _ in $(seq 1 2400); do
-  [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2> /dev/null)" = T ] && break
-  sleep 0.05
-done
-[ "$(cut -d' ' -f3 "/proc/$pid/stat")" = T ] || { kill -KILL $pid; fail "prepare did not stop at its first rename"; }
-kill -INT $pid
-kill -CONT $pid
 status=0
-wait $pid || status=$?
+signal_at_stalls tokens.rename:1:stall INT -- "$shamn" prepare --input "$work/text.txt" --tokenizer "$work/tok.bpe" \
+  --out "$out" > /dev/null 2> "$out.err" || status=$?
 [ "$status" -eq 130 ] || { cat "$out.err"; fail "prepare under SIGINT: expected status 130, got $status"; }
 for f in train.bin val.bin; do cmp -s "$out/$f" "$work/prep_ref/$f" || fail "prepare under SIGINT: $f is not whole"; done
 no_temp_files "$out" "prepare under SIGINT"
@@ -275,7 +305,19 @@ for quant in int8 f32; do
   no_temp_files "$work" "export past the file size limit"
   cases=$((cases + 1))
 done
+# Ctrl-C mid-write (export has no handler of its own): status 130, the old file
+# as it was, no temporary file. A stall alone only pauses the write.
+status=0
+signal_at_stalls shq.bytes:4096:stall INT -- "$shamn" export "$work/ref/ckpt_00000004.h5" --quant int8 \
+  --no-tokenizer -o "$work/model.shq" > /dev/null 2> "$work/export.err" || status=$?
+[ "$status" -eq 130 ] || { cat "$work/export.err"; fail "export under SIGINT: expected 130, got $status"; }
+cmp -s "$work/model.shq" "$work/model_before.shq" || fail "export under SIGINT: the existing model file was damaged"
+no_temp_files "$work" "export under SIGINT"
+signal_at_stalls shq.bytes:4096:stall CONT -- "$shamn" export "$work/ref/ckpt_00000004.h5" --quant int8 \
+  --no-tokenizer -o "$work/model_stalled.shq" > /dev/null || fail "export with a stall failed"
+cases=$((cases + 2))
 "$shamn" export "$work/ref/ckpt_00000004.h5" --quant int8 --no-tokenizer -o "$work/model.shq" > /dev/null
+cmp -s "$work/model.shq" "$work/model_stalled.shq" || fail "a stall changed the exported file"
 no_temp_files "$work" "export"
 
 # A sweep killed as it writes a point's result.json: the rerun finishes it, with
