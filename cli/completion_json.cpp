@@ -101,6 +101,15 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
     throw RequestError("n and best_of must be 1");
   if (flag(j, "echo")) throw RequestError("echo is not supported");
   if (field(j, "logprobs")) throw RequestError("logprobs is not supported");
+  // Controls this server does not apply are refused, not ignored, except at their
+  // no-op values, which some clients (LangChain) send with every request.
+  if (number(j, "frequency_penalty", 0, -2, 2, false) != 0 ||
+      number(j, "presence_penalty", 0, -2, 2, false) != 0)
+    throw RequestError("frequency_penalty and presence_penalty are not supported (only 0)");
+  if (const json* b = field(j, "logit_bias"); b && !(b->is_object() && b->empty()))
+    throw RequestError("logit_bias is not supported (only {})");
+  if (const json* s = field(j, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
+    throw RequestError("suffix is not supported");
 
   ParsedCompletion p;
   CompletionRequest& r = p.request;
@@ -114,6 +123,11 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   r.stop = stop_strings(j);
   r.time_limit_s = limits.time_limit_s;
   p.stream = flag(j, "stream");
+  if (const json* o = field(j, "stream_options")) {
+    if (!p.stream) throw RequestError("stream_options is only for stream: true");
+    if (!o->is_object()) throw RequestError("stream_options must be an object");
+    p.stream_usage = flag(*o, "include_usage");
+  }
   if (const json* a = field(j, "adapter"); a && !a->is_null()) {
     if (!a->is_string() || a->get<std::string>().empty() || a->get<std::string>().size() > 64)
       throw RequestError(
@@ -151,6 +165,19 @@ std::string completion_chunk_json(const CompletionId& id, const std::string& tex
                   {"created", id.created},
                   {"model", id.model},
                   {"choices", json::array({choice})}};
+  return json_text(j);
+}
+
+std::string usage_chunk_json(const CompletionId& id, int64_t prompt_tokens, int64_t completion_tokens) {
+  const json j = {{"id", id.id},
+                  {"object", "text_completion"},
+                  {"created", id.created},
+                  {"model", id.model},
+                  {"choices", json::array()},
+                  {"usage",
+                   {{"prompt_tokens", prompt_tokens},
+                    {"completion_tokens", completion_tokens},
+                    {"total_tokens", prompt_tokens + completion_tokens}}}};
   return json_text(j);
 }
 

@@ -29,17 +29,20 @@ struct ServeLimits {
 struct ParsedCompletion {
   CompletionRequest request;
   bool stream = false;
-  std::string adapter;  // the LoRA adapter the request names ("": the base); the server resolves it
-  std::string model;    // the request's model field ("" when absent): an adapter's name picks it
+  bool stream_usage = false;  // stream_options.include_usage: a last event with the usage alone
+  std::string adapter;        // the LoRA adapter the request names ("": the base); the server resolves it
+  std::string model;          // the request's model field ("" when absent): an adapter's name picks it
 };
 
 // Fields: prompt (string, required), max_tokens (16), temperature (0.8), top_k
 // (40), top_p (0.95), seed (random when absent), stop (a string or up to 4),
 // stream (false), adapter (a name, 1-64 characters; absent or null: the
 // base), model (a string; the server takes the model file's name or an
-// adapter's, as vLLM does, and refuses others); n, echo, logprobs and best_of
-// only at their defaults. The sampling defaults are `shamn generate`'s. Other
-// fields (user, ...) are ignored, as OpenAI's server does.
+// adapter's, as vLLM does, and refuses others), stream_options.include_usage
+// (false; with stream only); n, echo, logprobs, best_of, frequency_penalty,
+// presence_penalty, logit_bias and suffix only at their defaults (refused
+// otherwise: an accepted field must take effect). The sampling defaults are
+// `shamn generate`'s. Fields that do not change the text (user, ...) are ignored.
 ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
                                           const ServeLimits& limits);
 
@@ -55,6 +58,8 @@ std::string completion_json(const CompletionId& id, const std::string& text, Fin
                             int64_t prompt_tokens, int64_t completion_tokens);
 // One server-sent event's data: a piece of text, and the finish reason on the last.
 std::string completion_chunk_json(const CompletionId& id, const std::string& text, FinishReason finish);
+// The event that stream_options.include_usage adds before "[DONE]": no choices, the usage.
+std::string usage_chunk_json(const CompletionId& id, int64_t prompt_tokens, int64_t completion_tokens);
 // One LoRA adapter a server runs beside its model, as GET /v1/models lists it.
 struct ServedAdapter {
   std::string name, file;

@@ -219,25 +219,30 @@ class Server {
     const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
                           parsed.adapter.empty() ? name_ : parsed.adapter};
     if (parsed.stream)
-      stream(res, completion, id, Completion::Wake::every(args_.stream_interval));
+      stream(res, completion, id, Completion::Wake::every(args_.stream_interval), parsed.stream_usage);
     else
       respond_whole(res, completion, id);
   }
 
   // Server-sent events: one per `wake` tokens of text, the last with the finish
-  // reason, then "[DONE]". A comment line keeps a waiting client's connection tested.
+  // reason (then the usage alone, where asked), then "[DONE]". A comment line keeps
+  // a waiting client's connection tested.
   static void stream(httplib::Response& res, const std::shared_ptr<Completion>& completion, CompletionId id,
-                     Completion::Wake wake) {
+                     Completion::Wake wake, bool usage) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [completion, id, wake](size_t, httplib::DataSink& sink) {
+        [completion, id, wake, usage](size_t, httplib::DataSink& sink) {
           const Completion::Chunk c = completion->take(kHeartbeat, wake);
           std::string out;
           if (!c.text.empty() || c.finished != FinishReason::none)
             out = "data: " + completion_chunk_json(id, c.text, c.finished) + "\n\n";
           else
             out = ": waiting\n\n";
+          if (c.finished != FinishReason::none && usage)
+            out += "data: " +
+                   usage_chunk_json(id, completion->prompt_tokens(), completion->completion_tokens()) +
+                   "\n\n";
           if (c.finished != FinishReason::none) out += "data: [DONE]\n\n";
           if (!sink.write(out.data(), out.size())) {
             completion->cancel();

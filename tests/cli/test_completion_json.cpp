@@ -35,3 +35,29 @@ TEST_CASE("a prompt over the token limit is refused, by its bytes alone where th
   // The bytes-only tokenizer: one byte a token.
   CHECK(Tokenizer().longest_token_bytes() == 1);
 }
+
+TEST_CASE("controls the server does not apply are refused unless at their no-op values",
+          "[serve][completion]") {
+  const Tokenizer tokenizer;
+  const ServeLimits limits;
+  const auto parse = [&](const std::string& fields) {
+    return parse_completion_request("{\"prompt\": \"a\", " + fields + "}", tokenizer, limits);
+  };
+  CHECK_NOTHROW(parse(R"("frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "suffix": "")"));
+  CHECK_NOTHROW(parse(R"("frequency_penalty": null, "logit_bias": null, "suffix": null)"));
+  CHECK_THROWS_WITH(parse(R"("presence_penalty": 0.5)"),
+                    Catch::Contains("presence_penalty are not supported"));
+  CHECK_THROWS_WITH(parse(R"("frequency_penalty": -2)"), Catch::Contains("frequency_penalty and"));
+  CHECK_THROWS_WITH(parse(R"("frequency_penalty": 2.5)"),
+                    Catch::Contains("frequency_penalty must lie in [-2.0, 2.0], got 2.5"));
+  CHECK_THROWS_WITH(parse(R"("logit_bias": {"7": -100})"), Catch::Contains("logit_bias is not supported"));
+  CHECK_THROWS_WITH(parse(R"("suffix": "end")"), Catch::Contains("suffix is not supported"));
+
+  CHECK_FALSE(parse(R"("stream": true)").stream_usage);
+  CHECK(parse(R"("stream": true, "stream_options": {"include_usage": true})").stream_usage);
+  CHECK_FALSE(parse(R"("stream": true, "stream_options": {})").stream_usage);
+  CHECK_THROWS_WITH(parse(R"("stream_options": {"include_usage": true})"),
+                    Catch::Contains("stream_options is only for stream: true"));
+  CHECK_THROWS_WITH(parse(R"("stream": true, "stream_options": [])"),
+                    Catch::Contains("stream_options must be an object"));
+}

@@ -110,6 +110,7 @@ class Server:
             fail(f"stream: HTTP {r.status} {r.getheader('Content-Type')}")
         text, finish, done = "", None, False
         self.events = 0  # with text or the finish reason
+        self.usage = None
         for raw in r:
             line = raw.decode().rstrip("\n")
             if not line.startswith("data: "):
@@ -118,6 +119,9 @@ class Server:
                 done = True
                 break
             event = json.loads(line[6:])
+            if not event["choices"]:  # stream_options.include_usage's last event
+                self.usage = event["usage"]
+                continue
             self.events += 1
             text += event["choices"][0]["text"]
             finish = event["choices"][0]["finish_reason"] or finish
@@ -208,6 +212,20 @@ if text != cut or finish != "stop" or not done:
     fail(f"streamed stop {stop!r}: {text!r} {finish}")
 say("stop strings: the text ends before the first one")
 
+# ---- no-op values of controls the server does not apply; the usage event of a stream ----
+r = server.complete({**body, "frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "suffix": ""})
+if r["choices"][0]["text"] != full:
+    fail(f"no-op penalties, logit_bias and suffix changed the text: {r['choices'][0]['text']!r}")
+text, finish, done = server.stream({**body, "stream_options": {"include_usage": True}})
+want_usage = {"prompt_tokens": r["usage"]["prompt_tokens"], "completion_tokens": n, "total_tokens":
+              r["usage"]["prompt_tokens"] + n}
+if text != full or not done or server.usage != want_usage:
+    fail(f"include_usage: {server.usage} (expected {want_usage}), done {done}")
+server.stream(body)
+if server.usage is not None:
+    fail(f"a stream without include_usage sent its usage: {server.usage}")
+say("no-op penalties, logit_bias and suffix accepted; include_usage ends a stream with the usage")
+
 # ---- malformed requests ----
 bad = [
     (b"{", 400), (b"", 400), (b"[]", 400), (b'"prompt"', 400), (b"\xff\xfe", 400),
@@ -221,6 +239,14 @@ bad = [
     (json.dumps({"prompt": "a", "stop": [""]}), 400), (json.dumps({"prompt": "a", "stream": "yes"}), 400),
     (json.dumps({"prompt": "a", "n": 2}), 400), (json.dumps({"prompt": "a", "logprobs": 3}), 400),
     (json.dumps({"prompt": "a", "echo": True}), 400), (json.dumps({"prompt": "a" * 100000}), 400),
+    (json.dumps({"prompt": "a", "frequency_penalty": 0.5}), 400),
+    (json.dumps({"prompt": "a", "presence_penalty": -1}), 400),
+    (json.dumps({"prompt": "a", "frequency_penalty": 3}), 400),
+    (json.dumps({"prompt": "a", "logit_bias": {"4": -100}}), 400),
+    (json.dumps({"prompt": "a", "logit_bias": []}), 400), (json.dumps({"prompt": "a", "suffix": " end"}), 400),
+    (json.dumps({"prompt": "a", "stream_options": {"include_usage": True}}), 400),
+    (json.dumps({"prompt": "a", "stream": True, "stream_options": {"include_usage": 1}}), 400),
+    (json.dumps({"prompt": "a", "stream": True, "stream_options": True}), 400),
 ]
 for body, want in bad:
     status, payload = server.request("POST", "/v1/completions", raw=body)
