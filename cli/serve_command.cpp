@@ -218,20 +218,32 @@ class Server {
     // The response names the adapter that ran, as /v1/models lists it.
     const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
                           parsed.adapter.empty() ? name_ : parsed.adapter};
+    // HTTP/1.0 has no chunked encoding: its client reads the body to the close.
+    const bool chunked = req.version != "HTTP/1.0";
     if (parsed.stream)
-      stream(res, completion, id, Completion::Wake::every(args_.stream_interval), parsed.stream_usage);
+      stream(res, chunked, completion, id, Completion::Wake::every(args_.stream_interval),
+             parsed.stream_usage);
     else
-      respond_whole(res, completion, id);
+      respond_whole(res, chunked, completion, id);
+  }
+
+  static void provide(httplib::Response& res, bool chunked, const char* type,
+                      httplib::ContentProviderWithoutLength provider,
+                      httplib::ContentProviderResourceReleaser releaser) {
+    if (chunked)
+      res.set_chunked_content_provider(type, std::move(provider), std::move(releaser));
+    else
+      res.set_content_provider(type, std::move(provider), std::move(releaser));
   }
 
   // Server-sent events: one per `wake` tokens of text, the last with the finish
   // reason (then the usage alone, where asked), then "[DONE]". A comment line keeps
   // a waiting client's connection tested.
-  static void stream(httplib::Response& res, const std::shared_ptr<Completion>& completion, CompletionId id,
-                     Completion::Wake wake, bool usage) {
+  static void stream(httplib::Response& res, bool chunked, const std::shared_ptr<Completion>& completion,
+                     CompletionId id, Completion::Wake wake, bool usage) {
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
+    provide(
+        res, chunked, "text/event-stream",
         [completion, id, wake, usage](size_t, httplib::DataSink& sink) {
           const Completion::Chunk c = completion->take(kHeartbeat, wake);
           std::string out;
@@ -257,10 +269,10 @@ class Server {
   // One JSON body at the end. Until then the body is leading white space (valid
   // JSON) written every heartbeat: a client that went away fails the write. The
   // handler's thread sleeps until the end or the heartbeat, not a wake-up a token.
-  static void respond_whole(httplib::Response& res, const std::shared_ptr<Completion>& completion,
-                            CompletionId id) {
-    res.set_chunked_content_provider(
-        "application/json",
+  static void respond_whole(httplib::Response& res, bool chunked,
+                            const std::shared_ptr<Completion>& completion, CompletionId id) {
+    provide(
+        res, chunked, "application/json",
         [completion, id](size_t, httplib::DataSink& sink) {
           // Wake::on_end() gives no text before the end, and all of it then.
           const Completion::Chunk c = completion->take(kHeartbeat, Completion::Wake::on_end());

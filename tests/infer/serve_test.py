@@ -226,6 +226,27 @@ if server.usage is not None:
     fail(f"a stream without include_usage sent its usage: {server.usage}")
 say("no-op penalties, logit_bias and suffix accepted; include_usage ends a stream with the usage")
 
+# ---- an HTTP/1.0 client: no chunked encoding (it has none), the body read to the close ----
+for streamed in (False, True):
+    request = json.dumps({**body, "stream": streamed}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE)
+    s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(request) + request)
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+    s.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    if b" 200 " not in head.split(b"\r\n")[0] or b"chunked" in head.lower():
+        fail(f"HTTP/1.0 (stream {streamed}): {head!r}")
+    if streamed:
+        events = [json.loads(line[6:]) for line in payload.decode().split("\n\n") if line.startswith("data: {")]
+        text = "".join(e["choices"][0]["text"] for e in events)
+        if text != full or not payload.endswith(b"data: [DONE]\n\n"):
+            fail(f"HTTP/1.0 stream: {payload[-200:]!r}")
+    elif json.loads(payload)["choices"][0]["text"] != full:
+        fail(f"HTTP/1.0: {payload[:300]!r}")
+say("an HTTP/1.0 client gets an unchunked body, read to the close, with the same text")
+
 # ---- malformed requests ----
 bad = [
     (b"{", 400), (b"", 400), (b"[]", 400), (b'"prompt"', 400), (b"\xff\xfe", 400),
