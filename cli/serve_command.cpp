@@ -5,6 +5,7 @@
 // --allow-adapter-loading), GET /health and GET /metrics (Prometheus text).
 // Requests are decoded together by a CompletionScheduler (continuous
 // batching); HTTP threads only parse, queue, and copy text out.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -39,8 +40,9 @@ namespace {
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", kernel, draft;
-  std::vector<std::string> adapter_specs;  // NAME=FILE
-  bool allow_adapter_loading = false;      // POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+  std::vector<std::string> adapter_specs;    // NAME=FILE
+  std::vector<std::string> allowed_origins;  // CORS: web pages that may call from a browser ("*": any)
+  bool allow_adapter_loading = false;        // POST /v1/load_lora_adapter and /v1/unload_lora_adapter
   int64_t max_adapters = AdapterRegistry::kDefaultMaxAdapters;
   int port = 8080;
   int64_t stream_interval = 1;  // tokens per server-sent event (after the first)
@@ -96,6 +98,7 @@ class Server {
     });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+    if (!a.allowed_origins.empty()) allow_origins();
     http_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string message = res.status == 404   ? "no such endpoint"
@@ -106,6 +109,27 @@ class Server {
     http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
       res.status = 500;
       res.set_content(error_json("internal error", "server_error"), "application/json");
+    });
+  }
+
+  // CORS, for --allow-origin: a browser's preflight OPTIONS gets 204 with what
+  // may be sent, and every answer to an allowed origin says so (to any, "*").
+  // Without the flag, a page of another origin cannot read the answers.
+  void allow_origins() {
+    const std::vector<std::string>& allowed = args_.allowed_origins;
+    const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
+    http_.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+      res.set_header("Access-Control-Max-Age", "600");
+    });
+    http_.set_post_routing_handler([&allowed, any](const httplib::Request& req, httplib::Response& res) {
+      if (any) return res.set_header("Access-Control-Allow-Origin", "*");
+      res.set_header("Vary", "Origin");
+      const std::string origin = req.get_header_value("Origin");
+      if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end())
+        res.set_header("Access-Control-Allow-Origin", origin);
     });
   }
 
@@ -432,6 +456,25 @@ void run_serve(const ServeArgs& a) {
 
 }  // namespace
 
+// An origin as browsers send it: scheme://host[:port], nothing after; it goes
+// into a response header, so nothing but the characters of a host either.
+CLI::Validator origin_check() {
+  return CLI::Validator(
+      [](const std::string& origin) -> std::string {
+        if (origin == "*") return "";
+        constexpr const char* kLetters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        const size_t at = origin.find("://");
+        const std::string scheme = origin.substr(0, at),
+                          host = at == std::string::npos ? "" : origin.substr(at + 3);
+        const bool ok =
+            !scheme.empty() && scheme.find_first_not_of(kLetters) == std::string::npos && !host.empty() &&
+            host.find_first_not_of(std::string(kLetters) + "0123456789-.:[]") == std::string::npos;
+        return ok ? ""
+                  : "'" + origin + "' is not an origin: scheme://host[:port] (http://localhost:3000), or *";
+      },
+      "ORIGIN");
+}
+
 void register_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* c = app.add_subcommand("serve", "serve a model over HTTP (OpenAI-style /v1/completions)");
@@ -464,6 +507,10 @@ void register_serve_command(CLI::App& app) {
                 "with --draft: tokens drafted per verification (K)")
       ->capture_default_str();
   c->add_option("--kernel", a->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
+  c->add_option("--allow-origin", a->allowed_origins,
+                "ORIGIN (scheme://host[:port], or * for any): a web page there may call the server from a "
+                "browser (CORS; repeat for several; none by default)")
+      ->check(origin_check());
   c->add_option(
       "--adapter", a->adapter_specs,
       "NAME=FILE: a LoRA adapter file for the model (shamn export ADAPTER.h5 --base ...); a request "

@@ -324,10 +324,9 @@ server.wait_for("shamn_running_streams", 1)
 s.close()
 server.wait_for('shamn_requests_finished_total{reason="cancelled"}', cancelled + 2)
 say("disconnected clients (streaming and not): their requests cancelled")
-server.stop()
 
 # ---- --stream-interval: an event every N tokens after the first, the same text ----
-spaced = Server("--stream-interval", "8", "--max-batch", "4")
+spaced = Server("--stream-interval", "8", "--max-batch", "4", "--allow-origin", "http://localhost:3000")
 for c, want in list(zip(cases, expected))[:2] + list(zip(cases, expected))[7:8]:
     prompt, n, temp, k, p, seed = c
     text, finish, done = spaced.stream({"prompt": prompt, "max_tokens": n, "temperature": temp, "top_k": k,
@@ -337,7 +336,39 @@ for c, want in list(zip(cases, expected))[:2] + list(zip(cases, expected))[7:8]:
     # The first token's event, one for each 8 more, and the end's.
     if not 1 <= spaced.events <= 2 + (n - 1) // 8:
         fail(f"--stream-interval 8 {c}: {spaced.events} events for {n} tokens")
+
+
+def cors(srv, method, path, origin, body=None):
+    """The status and the Access-Control-Allow-Origin header of a request from `origin`."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=DEADLINE)
+    c.request(method, path, body=body, headers={"Origin": origin, "Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status, r.getheader("Access-Control-Allow-Origin"), r.getheader("Access-Control-Allow-Methods")
+
+
+page = "http://localhost:3000"
+short = json.dumps({"prompt": "the", "max_tokens": 2})
+for srv, origin, want in ((spaced, page, (204, page, "GET, POST, OPTIONS")), (spaced, "http://evil.example", (204, None,
+                          "GET, POST, OPTIONS")), (server, page, (404, None, None))):
+    got = cors(srv, "OPTIONS", "/v1/completions", origin)
+    if got != want:
+        fail(f"CORS preflight from {origin} (--allow-origin {srv is spaced}): {got}, expected {want}")
+for srv, origin, want in ((spaced, page, page), (spaced, "http://evil.example", None), (server, page, None)):
+    for method, path, body in (("POST", "/v1/completions", short), ("GET", "/v1/models", None),
+                               ("GET", "/v1/nothing", None)):
+        got = cors(srv, method, path, origin, body)[1]
+        if got != want:
+            fail(f"CORS {method} {path} from {origin} (--allow-origin {srv is spaced}): {got}, expected {want}")
 spaced.stop()
+server.stop()
+for origin in ("localhost:3000", "http://a.example/", "http://a\r\nX-Evil: 1"):
+    refused = subprocess.run([shamn, "serve", model, "--allow-origin", origin], capture_output=True, text=True,
+                             timeout=DEADLINE)
+    if refused.returncode == 0 or "is not an origin" not in refused.stderr:
+        fail(f"--allow-origin {origin!r}: exit {refused.returncode}, {refused.stderr!r}")
+say("--allow-origin: preflight and answers carry the origin it names, no other; none without it")
 refused = subprocess.run([shamn, "serve", model, "--stream-interval", "0"], capture_output=True, text=True,
                          timeout=DEADLINE)
 if refused.returncode == 0 or "--stream-interval 0 must lie in [1, 1024]" not in refused.stderr:
