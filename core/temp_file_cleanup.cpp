@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,19 +22,28 @@ struct Slot {
 };
 
 // A handful is in flight at once (prepare's pair, a checkpoint, a plot's
-// three files); the static array keeps the handler free of allocation.
-constexpr int kSlots = 32;
-Slot g_slots[kSlots];
+// three files); static arrays keep the handler free of allocation.
+Slot g_slots[kTempFileSlots];
+std::atomic<pid_t> g_children[kTempFileSlots];  // 0: a free slot
+std::atomic<pid_t> g_child_owners[kTempFileSlots];
 
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+std::atomic<int> g_deferrals{0};
+std::atomic<int> g_deferred_signal{0};
 
-void on_stop_signal(int sig) { remove_temp_files_and_die(sig); }
+void on_stop_signal(int sig) {
+  if (g_deferrals.load() > 0) {
+    g_deferred_signal.store(sig);
+    return;
+  }
+  remove_temp_files_and_die(sig);
+}
 
 }  // namespace
 
 TempFileRegistration::TempFileRegistration(const std::string& path) {
   if (path.size() >= PATH_MAX) return;
-  for (int i = 0; i < kSlots; ++i) {
+  for (int i = 0; i < kTempFileSlots; ++i) {
     int expected = kFree;
     if (!g_slots[i].state.compare_exchange_strong(expected, kFilling)) continue;
     std::memcpy(g_slots[i].path, path.c_str(), path.size() + 1);
@@ -48,8 +58,46 @@ TempFileRegistration::~TempFileRegistration() {
   if (slot_ >= 0) g_slots[slot_].state.store(kFree, std::memory_order_release);
 }
 
+ChildRegistration::ChildRegistration(int pid) {
+  for (int i = 0; i < kTempFileSlots; ++i) {
+    pid_t expected = 0;
+    if (g_children[i].compare_exchange_strong(expected, pid)) {
+      g_child_owners[i].store(::getpid());
+      slot_ = i;
+      return;
+    }
+  }
+}
+
+ChildRegistration::~ChildRegistration() {
+  if (slot_ < 0) return;
+  g_child_owners[slot_].store(0);
+  g_children[slot_].store(0);
+}
+
+StopSignalsDeferred::StopSignalsDeferred() {
+  ++g_deferrals;
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : kStopSignals) sigaddset(&stops, sig);
+  ::pthread_sigmask(SIG_BLOCK, &stops, &previous_mask_);
+}
+
+StopSignalsDeferred::~StopSignalsDeferred() {
+  // A signal pending for this thread reaches the handler as the mask lifts (and
+  // ends the process there once no deferral is left); one another thread took waits in g_deferred_signal.
+  const bool last = --g_deferrals == 0;
+  ::pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
+  if (!last) return;
+  if (const int sig = g_deferred_signal.exchange(0); sig != 0) remove_temp_files_and_die(sig);
+}
+
 void remove_registered_temp_files() {
   const pid_t self = ::getpid();
+  for (int i = 0; i < kTempFileSlots; ++i) {
+    const pid_t pid = g_children[i].load();
+    if (pid > 0 && g_child_owners[i].load() == self && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+  }
   // A slot freed and refilled by another thread while this reads it could give a
   // torn path; unlinking that fails (ENOENT) short of a one-in-never collision.
   for (Slot& slot : g_slots)

@@ -1,14 +1,12 @@
 #include "data/token_file.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -16,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/checksum.h"
+#include "core/temp_file_cleanup.h"
 
 namespace shamn {
 namespace {
@@ -231,26 +230,6 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   TokenFileWriter(path, tokens).commit();
 }
 
-namespace {
-// Blocks SIGINT, SIGTERM and SIGHUP for its lifetime; one that arrives meanwhile
-// is delivered when it ends.
-class StopSignalsHeld {
- public:
-  StopSignalsHeld() {
-    sigset_t stops;
-    sigemptyset(&stops);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
-    pthread_sigmask(SIG_BLOCK, &stops, &previous_);
-  }
-  ~StopSignalsHeld() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-  StopSignalsHeld(const StopSignalsHeld&) = delete;
-  StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
-
- private:
-  sigset_t previous_;
-};
-}  // namespace
-
 void write_train_val_files(const std::string& dir, const std::vector<uint32_t>& train,
                            const std::vector<uint32_t>& val) {
   const std::filesystem::path root(dir);
@@ -264,8 +243,9 @@ void write_train_val_files(const std::string& dir, const std::vector<uint32_t>& 
   train_file.sync();
   val_file.sync();
   // A Ctrl-C (or SIGTERM, a hangup) from here to the last rename would leave the
-  // pair broken, as a crash there does: those signals wait until both are in place.
-  const StopSignalsHeld held;
+  // pair broken, as a crash there does: those signals wait until both are in place,
+  // whichever thread the kernel gives them to.
+  const StopSignalsDeferred deferred;
   std::error_code ec;
   if (std::filesystem::is_regular_file(val_path, ec)) std::filesystem::remove(val_path, ec);
   train_file.commit();

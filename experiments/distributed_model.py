@@ -2,16 +2,16 @@
 """Scaling model of data-parallel training over N machines (experiments/distributed.md).
 
 A step is its compute, split evenly over the machines (the config's micro-batches
-shared by the ranks), plus the gradient sum, which is not overlapped with the
-backward pass today:
+shared by the ranks), plus the gradient sum (with --overlap 0, none of it hidden
+behind the backward pass; training overlaps it by default, train.overlap_exchange):
 
     step(N) = compute / N + exchange(N)
     exchange(N) = 2 (N-1)/N * bytes / bandwidth + 2 log2(N) * calls * latency
 
 The exchange is recursive halving then doubling (train/mpi_communicator.cpp): each
 rank sends and receives 2 (N-1)/N of the gradient bytes, in 2 log2(N) rounds per
-call, and a step makes `calls` calls (one per gradient bucket of 16 MiB or per
-larger tensor). `compute` and `bytes` are measured on this machine (the
+call, and a step makes `calls` calls (one per gradient bucket, train.bucket_mib:
+4 MiB by default, or per larger tensor). `compute` and `bytes` are measured on this machine (the
 distributed.md tables); bandwidth is the link's line rate times `--efficiency`
 (an assumption, not a measurement: no network here). With --overlap F, the
 exchange hides behind the last fraction F of the compute (the backward pass, as

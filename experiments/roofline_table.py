@@ -11,6 +11,11 @@
                                                   above THREADS-fold scaling and the step's serial
                                                   fraction by Amdahl's law
 
+STEPS is the number of steps the profile holds, or `auto` to read it from the
+profile's own table (the train_step row's calls): the warm-up steps
+(`--profile-warmup`, 1 by default) are left out of it, so a run of N steps
+holds N - 1. A count the profile contradicts is refused, naming the right one.
+
 Rows are the roofline table's (name, category, total ms, GFLOP, MB, bound ms,
 x bound, % step); layers, phases and the step are left out of the op rows.
 """
@@ -36,7 +41,28 @@ def rows(path):
     return out
 
 
+def profiled_steps(path, given):
+    """The steps the profile of `path` holds: its train_step row's calls, checked against `given`."""
+    lines = open(path).read().split("\n")
+    header = next((i for i, line in enumerate(lines) if line.startswith("name ") and " calls " in line), None)
+    calls = None
+    if header is not None:
+        for line in lines[header + 1:]:
+            p = line.split()
+            if len(p) > 2 and p[0] == "train_step" and p[1] == "step":
+                calls = int(p[2])
+                break
+    if given == "auto":
+        if calls is None:
+            sys.exit(f"{path}: no train_step row with its calls; give STEPS")
+        return calls
+    if calls is not None and int(given) != calls:
+        sys.exit(f"{path} profiles {calls} steps (warm-up steps left out), not {given}: give {calls} or auto")
+    return int(given)
+
+
 def table(path, steps, min_share):
+    steps = profiled_steps(path, steps)
     r = rows(path)
     print("| op | pass | ms/step | GFLOP/step | MB/step | in | bound ms/step | x bound | % step |")
     print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
@@ -52,7 +78,8 @@ def table(path, steps, min_share):
 
 def compare(one, two, steps, min_share, threads=None):
     a, b = rows(one), rows(two)
-    steps_a, steps_b = (int(n) for n in (steps.split(",") if "," in steps else (steps, steps)))
+    given_a, given_b = steps.split(",") if "," in steps else (steps, steps)
+    steps_a, steps_b = profiled_steps(one, given_a), profiled_steps(two, given_b)
     over = f" | ms over {threads}x" if threads else ""
     print(f"| op | pass | ms/step, run 1 | ms/step, run 2 | speed-up | x bound, run 2{over} |")
     print("| --- | --- | ---: | ---: | ---: | ---:" + (" | ---: |" if threads else " |"))
@@ -76,6 +103,6 @@ if __name__ == "__main__":
         compare(args[1], args[2], args[3], float(args[4]) if len(args) > 4 else 1.0,
                 int(args[5]) if len(args) > 5 else None)
     elif len(args) >= 2:
-        table(args[0], int(args[1]), float(args[2]) if len(args) > 2 else 1.0)
+        table(args[0], args[1], float(args[2]) if len(args) > 2 else 1.0)
     else:
         sys.exit(__doc__)

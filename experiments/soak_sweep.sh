@@ -41,11 +41,16 @@ for i in $(seq 1 "$kills"); do
     victims=("$pid" $(pgrep -P "$pid" || true))
     hit=${#victims[@]}
     kill -9 "${victims[@]}" 2> /dev/null || true
+    # Each trainer leads a process group (with the gnuplot it may run): all of it goes.
+    for child in "${victims[@]:1}"; do kill -9 -- "-$child" 2> /dev/null || true; done
     landed=yes
     landed_total=$((landed_total + 1))
   fi
   status=0
   wait "$pid" 2> /dev/null || status=$?
+  # The orphaned trainers hold the sweep's lock until the kernel has ended them
+  # (they inherit it): the next sweep waits for that, as a user's rerun would be told to.
+  [ ! -e soak/.sweep.lock ] || flock soak/.sweep.lock true
   [ "$landed" = yes ] || [ "$status" -eq 0 ] || { cat "log.$i"; fail "run $i ended with status $status"; }
   printf '%-5s %-8s %-14s %-9s %s\n' "$i" "$delay" "$hit" "$landed" "$(ls soak/*/result.json 2> /dev/null | wc -l)/4"
 done

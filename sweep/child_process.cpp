@@ -33,8 +33,10 @@ std::atomic<int> g_signals{0};
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction g_old[std::size(kStopSignals)], g_old_pipe;
 
-void on_signal(int) {
-  // Only async-signal-safe calls here: kill, unlink and _exit.
+void on_signal(int sig) {
+  // Only async-signal-safe calls here: kill, unlink and _exit. A closed terminal
+  // sends SIGHUP twice (the shell's, then the kernel's): never the second signal.
+  if (sig == SIGHUP && g_signals.load() > 0) return;
   const int n = ++g_signals;
   for (auto& slot : g_children) {
     const pid_t pid = slot.load();

@@ -64,6 +64,7 @@ std::string run_gnuplot(const std::string& gnuplot, const std::string& script, c
   if (rc != 0) {
     error = "cannot run " + gnuplot + ": " + std::strerror(rc);
   } else {
+    const ChildRegistration child(pid);  // a stop signal kills it before removing its picture
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

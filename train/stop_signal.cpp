@@ -26,7 +26,13 @@ struct sigaction g_previous[std::size(kStopSignals)];
 void on_signal(int sig) {
   // Only async-signal-safe calls here: an atomic exchange, write(), and on the
   // second signal unlink() of the files being written and the default action.
-  if (g_signal.exchange(sig) != 0) remove_temp_files_and_die(sig);
+  // A closed terminal sends SIGHUP twice (the shell's, then the kernel's to the
+  // foreground group): a hangup never counts as the second signal.
+  int first = 0;
+  if (!g_signal.compare_exchange_strong(first, sig)) {
+    if (sig != SIGHUP) remove_temp_files_and_die(sig);
+    return;
+  }
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_notice.load(), g_notice_length.load());
 }
 }  // namespace

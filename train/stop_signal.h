@@ -1,7 +1,8 @@
 #pragma once
 // SIGINT / SIGTERM / SIGHUP (and SIGUSR1 / SIGUSR2, which mpirun forwards to every
 // rank without killing them after) as a request to stop: the trainer finishes its
-// step, writes a checkpoint and exits cleanly. A second signal while stopping ends
+// step, writes a checkpoint and exits cleanly. A second signal (not SIGHUP, which
+// a closed terminal sends twice) while stopping ends
 // the process by that signal's default action once the temporary files being
 // written are removed (core/temp_file_cleanup.h); checkpoints are written
 // atomically, so the last complete one stays.

@@ -1,5 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -11,6 +16,8 @@
 #include "core/check.h"
 #include "core/temp_file_cleanup.h"
 #include "tests/scratch_dir.h"
+
+extern char** environ;
 
 namespace shamn {
 namespace {
@@ -86,14 +93,35 @@ TEST_CASE("remove_registered_temp_files removes the files in flight only", "[cor
   CHECK(contents(done) == "whole");
   CHECK(contents(other) == "not ours");
   CHECK(entries(dir) == 2);
-  // More files at once than the registry holds: the rest are not registered, no harm.
+  // More files at once than the registry holds: the first kTempFileSlots go, the
+  // rest are left (to the orphan sweep); a path too long is not registered.
   std::vector<std::unique_ptr<TempFileRegistration>> many;
-  for (int i = 0; i < 100; ++i)
-    many.push_back(std::make_unique<TempFileRegistration>((dir / "n").string() + std::to_string(i)));
+  for (int i = 0; i < 100; ++i) {
+    const std::string name = (dir / "n").string() + std::to_string(i);
+    std::ofstream(name) << i;
+    many.push_back(std::make_unique<TempFileRegistration>(name));
+  }
   const TempFileRegistration too_long(std::string(5000, 'x'));
   remove_registered_temp_files();
-  CHECK(entries(dir) == 2);
+  CHECK(entries(dir) == 2 + 100 - kTempFileSlots);
+  CHECK_FALSE(std::filesystem::exists((dir / "n0").string()));
+  CHECK(std::filesystem::exists((dir / "n99").string()));
   std::filesystem::remove_all(dir);
+}
+
+// A registered child (gnuplot drawing a picture) is killed and reaped before
+// the files are removed, so it cannot write them again afterwards.
+TEST_CASE("remove_registered_temp_files kills the registered children first", "[core][atomic_file]") {
+  pid_t pid = 0;
+  const char* argv[] = {"sleep", "600", nullptr};
+  REQUIRE(posix_spawnp(&pid, "sleep", nullptr, nullptr, const_cast<char* const*>(argv), environ) == 0);
+  {
+    const ChildRegistration child(pid);
+    remove_registered_temp_files();
+  }
+  errno = 0;
+  CHECK(::waitpid(pid, nullptr, WNOHANG) == -1);  // already reaped: no such child
+  CHECK(errno == ECHILD);
 }
 
 }  // namespace shamn

@@ -32,7 +32,8 @@ metrics() { sed -E 's/,"(tokens_per_s|elapsed_s)":[^,}]*//g' "$1"; }
 no_temp_files() { ! ls -A "$1" | grep -q '\.tmp\.' || fail "$2: temporary files left in $1: $(ls -A "$1")"; }
 # signal_at_stalls FAULTS "SIG..." -- CMD...: runs CMD with SHAMN_FAULT=FAULTS (stall
 # actions), sends the n-th signal once it has stopped at the n-th stall and lets it
-# go on; returns its status. Job control, so the background job does not ignore SIGINT.
+# go on; returns its status, and leaves its thread count at the last stall in
+# $stall_threads. Job control, so the background job does not ignore SIGINT.
 signal_at_stalls() {
   local faults=$1 signals=$2 pid sig
   shift 3
@@ -41,11 +42,13 @@ signal_at_stalls() {
   pid=$!
   set +m
   for sig in $signals; do
-    for _ in $(seq 1 2400); do
-      [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2> /dev/null)" = T ] && break
+    for _ in $(seq 1 2400); do  # polls the process's state: stopped, or gone
+      [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2> /dev/null)" = T ] || ! kill -0 $pid 2> /dev/null && break
       sleep 0.05
     done
-    [ "$(cut -d' ' -f3 "/proc/$pid/stat")" = T ] || { kill -KILL $pid; fail "$* did not stop at a stall of $faults"; }
+    [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2> /dev/null)" = T ] ||
+      { kill -KILL $pid 2> /dev/null; fail "$* did not stop at a stall of $faults"; }
+    stall_threads=$(awk '/^Threads:/ {print $2}' "/proc/$pid/status")
     kill -$sig $pid
     kill -CONT $pid
   done
@@ -106,12 +109,15 @@ for spec in "text.rename:1" "checkpoint.tensor:1" "checkpoint.tensor:$((tensors 
   cases=$((cases + 1))
 done
 
-# Stop signals during the first checkpoint's write. SIGHUP (a closed terminal)
-# asks for a stop as SIGINT does: the checkpoint is finished and the run ends
-# after the next step, with its checkpoint. A second SIGTERM ends it at once (143), the temporary file removed.
+# Stop signals during the first checkpoint's write. SIGHUP (a closed terminal,
+# which sends it twice: the shell's and the kernel's) asks for a stop as SIGINT
+# does, its second never kills: the checkpoint is finished and the run ends after
+# the next step, with its checkpoint. A second SIGTERM ends it at once (143), the
+# temporary file removed.
 dir=$work/sighup
 status=0
-signal_at_stalls checkpoint.tensor:3:stall HUP -- "$shamn" --threads 1 train "$config" "${sets[@]}" \
+signal_at_stalls checkpoint.tensor:3:stall,checkpoint.tensor:6:stall "HUP HUP" -- "$shamn" --threads 1 train \
+  "$config" "${sets[@]}" \
   --set "train.out_dir=\"$dir\"" > "$dir.log" 2>&1 || status=$?
 [ "$status" -eq 0 ] && grep -q "stopped by signal 1 at step 3" "$dir.log" && [ -e "$dir/ckpt_00000003.h5" ] ||
   { cat "$dir.log"; fail "SIGHUP mid-checkpoint: status $status, not stopped at step 3 with its checkpoint"; }
@@ -271,14 +277,20 @@ done
 
 # Ctrl-C while prepare replaces the pair (stopped at its first rename, after the
 # old val.bin is gone): the signal waits until both new files are in place, then
-# ends it (status 130).
+# ends it (status 130). A text of 1 MB, so that a worker thread exists to take
+# the signal (the main thread blocks it; the wait must hold for the process).
+for i in $(seq 1 128); do cat "$work/text.txt"; done > "$work/big.txt"
+"$shamn" prepare --input "$work/big.txt" --tokenizer "$work/tok.bpe" --out "$work/prep_big_ref" > /dev/null
 out=$work/prep_sigint
 prep "$out"
 status=0
-signal_at_stalls tokens.rename:1:stall INT -- "$shamn" prepare --input "$work/text.txt" --tokenizer "$work/tok.bpe" \
-  --out "$out" > /dev/null 2> "$out.err" || status=$?
+signal_at_stalls tokens.rename:1:stall INT -- "$shamn" --threads 2 prepare --input "$work/big.txt" \
+  --tokenizer "$work/tok.bpe" --out "$out" > /dev/null 2> "$out.err" || status=$?
+[ "$stall_threads" -ge 2 ] || fail "prepare under SIGINT: $stall_threads thread at the stall, so no worker to take the signal"
 [ "$status" -eq 130 ] || { cat "$out.err"; fail "prepare under SIGINT: expected status 130, got $status"; }
-for f in train.bin val.bin; do cmp -s "$out/$f" "$work/prep_ref/$f" || fail "prepare under SIGINT: $f is not whole"; done
+for f in train.bin val.bin; do
+  cmp -s "$out/$f" "$work/prep_big_ref/$f" || fail "prepare under SIGINT: $f is not whole"
+done
 no_temp_files "$out" "prepare under SIGINT"
 cases=$((cases + 1))
 
