@@ -118,10 +118,17 @@ class Server {
   void allow_origins() {
     const std::vector<std::string>& allowed = args_.allowed_origins;
     const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
-    http_.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
+    http_.Options(R"(/.*)", [](const httplib::Request& req, httplib::Response& res) {
       res.status = 204;
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-      res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+      // The headers the page's request will carry (OpenAI's JS client sends its
+      // own X-Stainless-* ones): all of them, where they are header names.
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      const bool names = asked.find_first_not_of(
+                             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                             "-_, ") == std::string::npos;
+      res.set_header("Access-Control-Allow-Headers",
+                     !asked.empty() && names ? asked : std::string("Content-Type, Authorization"));
       res.set_header("Access-Control-Max-Age", "600");
     });
     http_.set_post_routing_handler([&allowed, any](const httplib::Request& req, httplib::Response& res) {
@@ -242,9 +249,12 @@ class Server {
     // The response names the adapter that ran, as /v1/models lists it.
     const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
                           parsed.adapter.empty() ? name_ : parsed.adapter};
-    // HTTP/1.0 has no chunked encoding: its client reads the body to the close.
+    // HTTP/1.0 has no chunked encoding: its client reads the body to the close,
+    // or, where it keeps the connection (httplib's own test of the header), by its length.
     const bool chunked = req.version != "HTTP/1.0";
-    if (parsed.stream)
+    if (!chunked && req.get_header_value("Connection") == "Keep-Alive")
+      respond_with_length(res, completion, id, parsed.stream, parsed.stream_usage);
+    else if (parsed.stream)
       stream(res, chunked, completion, id, Completion::Wake::every(args_.stream_interval),
              parsed.stream_usage);
     else
@@ -270,16 +280,7 @@ class Server {
         res, chunked, "text/event-stream",
         [completion, id, wake, usage](size_t, httplib::DataSink& sink) {
           const Completion::Chunk c = completion->take(kHeartbeat, wake);
-          std::string out;
-          if (!c.text.empty() || c.finished != FinishReason::none)
-            out = "data: " + completion_chunk_json(id, c.text, c.finished) + "\n\n";
-          else
-            out = ": waiting\n\n";
-          if (c.finished != FinishReason::none && usage)
-            out += "data: " +
-                   usage_chunk_json(id, completion->prompt_tokens(), completion->completion_tokens()) +
-                   "\n\n";
-          if (c.finished != FinishReason::none) out += "data: [DONE]\n\n";
+          const std::string out = events(id, c, *completion, usage);
           if (!sink.write(out.data(), out.size())) {
             completion->cancel();
             return false;
@@ -288,6 +289,42 @@ class Server {
           return true;
         },
         [completion](bool) { completion->cancel(); });  // a no-op once finished
+  }
+
+  // The server-sent events of one take(): its text (a comment where there is none
+  // yet), and at the end the usage where asked and "[DONE]".
+  static std::string events(const CompletionId& id, const Completion::Chunk& c, const Completion& completion,
+                            bool usage) {
+    const bool end = c.finished != FinishReason::none;
+    std::string out = !c.text.empty() || end
+                          ? "data: " + completion_chunk_json(id, c.text, c.finished) + "\n\n"
+                          : std::string(": waiting\n\n");
+    if (end && usage)
+      out += "data: " + usage_chunk_json(id, completion.prompt_tokens(), completion.completion_tokens()) +
+             "\n\n";
+    if (end) out += "data: [DONE]\n\n";
+    return out;
+  }
+
+  // An HTTP/1.0 client that asks to keep its connection needs the body's length
+  // (cpp-httplib closes only the HTTP/1.0 connections that did not ask), so the
+  // body is made whole first: a stream's events arrive at once, and a client
+  // that leaves meanwhile is not noticed (max_tokens and --time-limit bound it).
+  static void respond_with_length(httplib::Response& res, const std::shared_ptr<Completion>& completion,
+                                  const CompletionId& id, bool streamed, bool usage) {
+    Completion::Chunk whole;
+    do {
+      Completion::Chunk c = completion->take(kHeartbeat, Completion::Wake::on_end());
+      whole.text += c.text;
+      whole.finished = c.finished;
+    } while (whole.finished == FinishReason::none);
+    if (streamed)
+      res.set_content(events(id, whole, *completion, usage), "text/event-stream");
+    else
+      res.set_content(completion_json(id, whole.text, whole.finished, completion->prompt_tokens(),
+                                      completion->completion_tokens()) +
+                          "\n",
+                      "application/json");
   }
 
   // One JSON body at the end. Until then the body is leading white space (valid

@@ -34,7 +34,9 @@ std::atomic<int> g_deferred_signal{0};
 void on_stop_signal(int sig) {
   if (g_deferrals.load() > 0) {
     g_deferred_signal.store(sig);
-    return;
+    // The last deferral may have ended between the check and the store: then
+    // whichever of it and this takes the signal first ends the process.
+    if (g_deferrals.load() > 0 || g_deferred_signal.exchange(0) == 0) return;
   }
   remove_temp_files_and_die(sig);
 }
@@ -122,6 +124,7 @@ void remove_temp_files_on_stop_signals() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a deferred signal returns: other threads' calls go on
   for (int sig : kStopSignals) {
     struct sigaction previous {};
     ::sigaction(sig, nullptr, &previous);

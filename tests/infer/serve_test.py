@@ -24,6 +24,7 @@ import atexit
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -245,7 +246,27 @@ for streamed in (False, True):
             fail(f"HTTP/1.0 stream: {payload[-200:]!r}")
     elif json.loads(payload)["choices"][0]["text"] != full:
         fail(f"HTTP/1.0: {payload[:300]!r}")
-say("an HTTP/1.0 client gets an unchunked body, read to the close, with the same text")
+# Keeping the connection (Connection: Keep-Alive), it gets a Content-Length instead.
+for streamed in (False, True):
+    request = json.dumps({**body, "stream": streamed}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE)
+    s.sendall(b"POST /v1/completions HTTP/1.0\r\nConnection: Keep-Alive\r\nContent-Length: %d\r\n\r\n"
+              % len(request) + request)
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += s.recv(65536)
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    if not length or b"chunked" in head.lower():
+        fail(f"HTTP/1.0 keep-alive (stream {streamed}): {head!r}")
+    while len(payload) < int(length.group(1)):
+        payload += s.recv(65536)
+    s.close()
+    text = ("".join(json.loads(line[6:])["choices"][0]["text"] for line in payload.decode().split("\n\n")
+                    if line.startswith("data: {")) if streamed else json.loads(payload)["choices"][0]["text"])
+    if text != full or (streamed and not payload.endswith(b"data: [DONE]\n\n")):
+        fail(f"HTTP/1.0 keep-alive (stream {streamed}): {payload[:300]!r}")
+say("an HTTP/1.0 client gets an unchunked body, read to the close or, keeping the connection, by its length")
 
 # ---- malformed requests ----
 bad = [
@@ -355,6 +376,14 @@ for srv, origin, want in ((spaced, page, (204, page, "GET, POST, OPTIONS")), (sp
     got = cors(srv, "OPTIONS", "/v1/completions", origin)
     if got != want:
         fail(f"CORS preflight from {origin} (--allow-origin {srv is spaced}): {got}, expected {want}")
+c = http.client.HTTPConnection("127.0.0.1", spaced.port, timeout=DEADLINE)
+c.request("OPTIONS", "/v1/completions", headers={"Origin": page, "Access-Control-Request-Method": "POST",
+                                                 "Access-Control-Request-Headers": "content-type,x-stainless-os"})
+r = c.getresponse()
+r.read()
+c.close()
+if r.status != 204 or r.getheader("Access-Control-Allow-Headers") != "content-type,x-stainless-os":
+    fail(f"CORS preflight asking for its headers: {r.status} {r.getheader('Access-Control-Allow-Headers')}")
 for srv, origin, want in ((spaced, page, page), (spaced, "http://evil.example", None), (server, page, None)):
     for method, path, body in (("POST", "/v1/completions", short), ("GET", "/v1/models", None),
                                ("GET", "/v1/nothing", None)):
