@@ -1,5 +1,7 @@
 #include "cli/completion_json.h"
 
+#include <cmath>
+#include <cstdio>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -76,53 +78,129 @@ uint64_t random_seed() {
 
 }  // namespace
 
-ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
-                                          const ServeLimits& limits) {
-  const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) throw RequestError("the body is not valid JSON (UTF-8)");
-  if (!j.is_object()) throw RequestError("the body must be a JSON object");
-  const json* prompt = field(j, "prompt");
-  if (!prompt) throw RequestError("prompt is required");
-  if (!prompt->is_string()) throw RequestError("prompt must be a string");
-  const std::string& text = prompt->get_ref<const std::string&>();
+namespace {
+
+// One prompt's text, encoded, within the limit.
+std::vector<int32_t> encode_prompt(const std::string& text, const Tokenizer& tokenizer,
+                                   const ServeLimits& limits, const std::string& which) {
   // A prompt too long by its bytes alone is refused before it is encoded: a 1 MiB
   // body would otherwise cost its tokens and the encoder's scratch (about 11 MB) first.
   const int64_t at_least = ceil_div(static_cast<int64_t>(text.size()), tokenizer.longest_token_bytes());
   if (at_least > limits.max_prompt_tokens)
-    throw RequestError("prompt is at least " + std::to_string(at_least) + " tokens (" +
+    throw RequestError(which + " is at least " + std::to_string(at_least) + " tokens (" +
                        std::to_string(text.size()) + " bytes); this server takes at most " +
                        std::to_string(limits.max_prompt_tokens));
   const std::vector<uint32_t> ids = tokenizer.encode(text);
-  if (ids.empty()) throw RequestError("prompt is empty: the model needs at least one token to continue");
+  if (ids.empty()) throw RequestError(which + " is empty: the model needs at least one token to continue");
   if (static_cast<int64_t>(ids.size()) > limits.max_prompt_tokens)
-    throw RequestError("prompt is " + std::to_string(ids.size()) + " tokens; this server takes at most " +
+    throw RequestError(which + " is " + std::to_string(ids.size()) + " tokens; this server takes at most " +
                        std::to_string(limits.max_prompt_tokens));
+  return {ids.begin(), ids.end()};
+}
+
+// One prompt given as token ids, each checked against the model's vocabulary.
+std::vector<int32_t> prompt_ids(const json& ids, int64_t vocab_size, const ServeLimits& limits,
+                                const std::string& which) {
+  if (ids.empty()) throw RequestError(which + " is empty: the model needs at least one token to continue");
+  if (static_cast<int64_t>(ids.size()) > limits.max_prompt_tokens)
+    throw RequestError(which + " is " + std::to_string(ids.size()) + " tokens; this server takes at most " +
+                       std::to_string(limits.max_prompt_tokens));
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (const json& id : ids) {
+    // JSON text gives a non-negative integer as unsigned: anything else is not an id.
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= static_cast<uint64_t>(vocab_size))
+      throw RequestError(which + " holds " + id.dump() + ", not a token id in [0, " +
+                         std::to_string(vocab_size) + ")");
+    out.push_back(static_cast<int32_t>(id.get<uint64_t>()));
+  }
+  return out;
+}
+
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& body, int64_t vocab_size) {
+  const json* b = field(body, "logit_bias");
+  if (!b) return {};
+  if (!b->is_object()) throw RequestError("logit_bias must be an object of token ids to biases");
+  if (b->size() > kMaxLogitBias)
+    throw RequestError("logit_bias holds " + std::to_string(b->size()) + " tokens; at most " +
+                       std::to_string(kMaxLogitBias));
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : b->items()) {
+    const bool digits =
+        !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoll(key) >= vocab_size)
+      throw RequestError("logit_bias names '" + key + "', not a token id in [0, " +
+                         std::to_string(vocab_size) + ")");
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+      throw RequestError("logit_bias's value for token " + key + " must be a number in [-100, 100], got " +
+                         value.dump());
+    out.emplace_back(static_cast<int32_t>(std::stoll(key)), value.get<float>());
+  }
+  return out;
+}
+
+// OpenAI's prompt: a string, a list of token ids, or a list of either (one choice each).
+std::vector<std::vector<int32_t>> prompts(const json& body, const Tokenizer& tokenizer, int64_t vocab_size,
+                                          const ServeLimits& limits) {
+  const json* prompt = field(body, "prompt");
+  if (!prompt) throw RequestError("prompt is required");
+  const char* kForms =
+      "prompt must be a string, a list of token ids, or a list of strings or of lists of token ids";
+  if (prompt->is_string())
+    return {encode_prompt(prompt->get_ref<const std::string&>(), tokenizer, limits, "prompt")};
+  if (!prompt->is_array() || prompt->empty()) throw RequestError(kForms);
+  if ((*prompt)[0].is_number()) return {prompt_ids(*prompt, vocab_size, limits, "prompt")};
+  if (static_cast<int64_t>(prompt->size()) > limits.max_prompts)
+    throw RequestError("prompt holds " + std::to_string(prompt->size()) +
+                       " prompts; this server takes at most " + std::to_string(limits.max_prompts) +
+                       " a request");
+  std::vector<std::vector<int32_t>> out;
+  for (const json& p : *prompt) {
+    const std::string which = "prompt " + std::to_string(out.size());
+    if (p.is_string())
+      out.push_back(encode_prompt(p.get_ref<const std::string&>(), tokenizer, limits, which));
+    else if (p.is_array())
+      out.push_back(prompt_ids(p, vocab_size, limits, which));
+    else
+      throw RequestError(kForms);
+  }
+  return out;
+}
+
+}  // namespace
+
+ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
+                                          int64_t vocab_size, const ServeLimits& limits) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) throw RequestError("the body is not valid JSON (UTF-8)");
+  if (!j.is_object()) throw RequestError("the body must be a JSON object");
+  std::vector<std::vector<int32_t>> texts = prompts(j, tokenizer, vocab_size, limits);
   if (integer(j, "n", 1, 1, 1) != 1 || integer(j, "best_of", 1, 1, 1) != 1)
     throw RequestError("n and best_of must be 1");
-  if (flag(j, "echo")) throw RequestError("echo is not supported");
-  if (field(j, "logprobs")) throw RequestError("logprobs is not supported");
   // Controls this server does not apply are refused, not ignored, except at their
   // no-op values, which some clients (LangChain) send with every request.
-  if (number(j, "frequency_penalty", 0, -2, 2, false) != 0 ||
-      number(j, "presence_penalty", 0, -2, 2, false) != 0)
-    throw RequestError("frequency_penalty and presence_penalty are not supported (only 0)");
-  if (const json* b = field(j, "logit_bias"); b && !(b->is_object() && b->empty()))
-    throw RequestError("logit_bias is not supported (only {})");
   if (const json* s = field(j, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
     throw RequestError("suffix is not supported");
 
   ParsedCompletion p;
-  CompletionRequest& r = p.request;
-  r.prompt.assign(ids.begin(), ids.end());
+  CompletionRequest r;
   r.max_tokens = integer(j, "max_tokens", 16, 0, limits.max_tokens);
   r.sampling.temperature = number(j, "temperature", 0.8, 0, 100, false);
   r.sampling.top_k = integer(j, "top_k", 40, 0, INT32_MAX);
   r.sampling.top_p = number(j, "top_p", 0.95, 0, 1, true);
   const json* seed = field(j, "seed");
   r.sampling.seed = seed ? static_cast<uint64_t>(integer(j, "seed", 0, 0, INT64_MAX)) : random_seed();
+  r.sampling.frequency_penalty = number(j, "frequency_penalty", 0, -2, 2, false);
+  r.sampling.presence_penalty = number(j, "presence_penalty", 0, -2, 2, false);
+  r.sampling.logit_bias = logit_bias(j, vocab_size);
   r.stop = stop_strings(j);
   r.time_limit_s = limits.time_limit_s;
+  r.logprobs = integer(j, "logprobs", -1, 0, kMaxLogprobs);
+  p.echo = flag(j, "echo");
+  r.prompt_logprobs = p.echo && r.logprobs >= 0;
   p.stream = flag(j, "stream");
+  if (p.stream && texts.size() > 1) throw RequestError("stream takes one prompt, not a list of them");
   if (const json* o = field(j, "stream_options")) {
     if (!p.stream) throw RequestError("stream_options is only for stream: true");
     if (!o->is_object()) throw RequestError("stream_options must be an object");
@@ -138,46 +216,114 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
     if (!m->is_string()) throw RequestError("model must be a string");
     p.model = m->get<std::string>();
   }
+  for (std::vector<int32_t>& text : texts) {
+    p.requests.push_back(r);
+    p.requests.back().prompt = std::move(text);
+  }
   return p;
 }
 
-std::string completion_json(const CompletionId& id, const std::string& text, FinishReason finish,
-                            int64_t prompt_tokens, int64_t completion_tokens) {
-  json choice = {
-      {"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finish)}};
-  json j = {{"id", id.id},
-            {"object", "text_completion"},
-            {"created", id.created},
-            {"model", id.model},
-            {"choices", json::array({choice})},
-            {"usage",
-             {{"prompt_tokens", prompt_tokens},
-              {"completion_tokens", completion_tokens},
-              {"total_tokens", prompt_tokens + completion_tokens}}}};
+namespace {
+
+using ordered = nlohmann::ordered_json;
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// A token as OpenAI's logprobs name it: its text, or where its bytes are not
+// whole UTF-8 characters, "bytes:\xNN..." (a token past the tokenizer: "<token N>").
+std::string token_name(const Tokenizer& tokenizer, int32_t id) {
+  if (id >= tokenizer.vocab_size()) return "<token " + std::to_string(id) + ">";
+  const std::string& bytes = tokenizer.token_bytes(static_cast<uint32_t>(id));
+  if (valid_utf8(bytes)) return bytes;
+  std::string out = "bytes:";
+  for (const char b : bytes) {
+    char hex[5];
+    std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(b));
+    out += hex;
+  }
+  return out;
+}
+
+// OpenAI's legacy logprobs object: tokens, token_logprobs, top_logprobs (a
+// token's alternatives, likeliest first, and the token itself, as vLLM and
+// OpenAI add it), text_offset. The prompt's first token has no logprob (null).
+ordered logprobs_json(const CompletionChoice& c, const Tokenizer& tokenizer) {
+  ordered tokens = ordered::array(), values = ordered::array(), tops = ordered::array(),
+          offsets = ordered::array();
+  for (const TokenLogprob& e : c.logprobs) {
+    const std::string name = token_name(tokenizer, e.token);
+    tokens.push_back(name);
+    offsets.push_back(e.in_prompt ? e.offset : c.generated_offset + e.offset);
+    if (std::isnan(e.logprob)) {
+      values.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    values.push_back(e.logprob);
+    ordered top = ordered::object();
+    for (const auto& [id, logprob] : e.top) top[token_name(tokenizer, id)] = logprob;
+    if (!top.contains(name)) top[name] = e.logprob;
+    tops.push_back(std::move(top));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+ordered choice_json(const CompletionChoice& c, const Tokenizer& tokenizer) {
+  ordered j = {{"index", c.index}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (c.with_logprobs) j["logprobs"] = logprobs_json(c, tokenizer);
+  if (c.finish != FinishReason::none) j["finish_reason"] = finish_reason_name(c.finish);
+  return j;
+}
+
+ordered response_head(const CompletionId& id) {
+  return {{"id", id.id}, {"object", "text_completion"}, {"created", id.created}, {"model", id.model}};
+}
+
+ordered usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+}  // namespace
+
+std::string prompt_text(const std::vector<int32_t>& ids, const Tokenizer& tokenizer) {
+  std::string out;
+  for (const int32_t id : ids)
+    if (id < tokenizer.vocab_size()) out += tokenizer.token_bytes(static_cast<uint32_t>(id));
+  return out;
+}
+
+std::string completion_json(const CompletionId& id, const std::vector<CompletionChoice>& choices,
+                            int64_t prompt_tokens, int64_t completion_tokens, const Tokenizer& tokenizer) {
+  ordered j = response_head(id);
+  j["choices"] = ordered::array();
+  for (const CompletionChoice& c : choices) j["choices"].push_back(choice_json(c, tokenizer));
+  j["usage"] = usage_json(prompt_tokens, completion_tokens);
   return json_text(j);
 }
 
-std::string completion_chunk_json(const CompletionId& id, const std::string& text, FinishReason finish) {
-  json choice = {{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-  if (finish != FinishReason::none) choice["finish_reason"] = finish_reason_name(finish);
-  const json j = {{"id", id.id},
-                  {"object", "text_completion"},
-                  {"created", id.created},
-                  {"model", id.model},
-                  {"choices", json::array({choice})}};
+std::string completion_chunk_json(const CompletionId& id, const CompletionChoice& choice,
+                                  const Tokenizer& tokenizer) {
+  ordered j = response_head(id);
+  j["choices"] = ordered::array({choice_json(choice, tokenizer)});
   return json_text(j);
 }
 
 std::string usage_chunk_json(const CompletionId& id, int64_t prompt_tokens, int64_t completion_tokens) {
-  const json j = {{"id", id.id},
-                  {"object", "text_completion"},
-                  {"created", id.created},
-                  {"model", id.model},
-                  {"choices", json::array()},
-                  {"usage",
-                   {{"prompt_tokens", prompt_tokens},
-                    {"completion_tokens", completion_tokens},
-                    {"total_tokens", prompt_tokens + completion_tokens}}}};
+  ordered j = response_head(id);
+  j["choices"] = ordered::array();
+  j["usage"] = usage_json(prompt_tokens, completion_tokens);
   return json_text(j);
 }
 

@@ -24,27 +24,41 @@ struct ServeLimits {
   int64_t max_tokens = 4096;  // the largest max_tokens a request may ask for
   int64_t max_prompt_tokens = 8192;
   double time_limit_s = 600;  // every request's limit (0 = none)
+  int64_t max_prompts = 64;   // prompts in one request (a list of them)
 };
 
+// The most alternatives `logprobs` may ask for (vLLM's default limit; OpenAI's is 5).
+constexpr int64_t kMaxLogprobs = 20;
+// The most tokens one logit_bias may name.
+constexpr size_t kMaxLogitBias = 1024;
+
 struct ParsedCompletion {
-  CompletionRequest request;
+  std::vector<CompletionRequest> requests;  // one a prompt, in the order given: the choices' indices
+  bool echo = false;                        // each choice's text starts with its prompt's
   bool stream = false;
   bool stream_usage = false;  // stream_options.include_usage: a last event with the usage alone
   std::string adapter;        // the LoRA adapter the request names ("": the base); the server resolves it
   std::string model;          // the request's model field ("" when absent): an adapter's name picks it
 };
 
-// Fields: prompt (string, required), max_tokens (16), temperature (0.8), top_k
-// (40), top_p (0.95), seed (random when absent), stop (a string or up to 4),
-// stream (false), adapter (a name, 1-64 characters; absent or null: the
-// base), model (a string; the server takes the model file's name or an
-// adapter's, as vLLM does, and refuses others), stream_options.include_usage
-// (false; with stream only); n, echo, logprobs, best_of, frequency_penalty,
-// presence_penalty, logit_bias and suffix only at their defaults (refused
-// otherwise: an accepted field must take effect). The sampling defaults are
-// `shamn generate`'s. Fields that do not change the text (user, ...) are ignored.
+// Fields: prompt (required: a string, a list of token ids, or a list of up to
+// limits.max_prompts of either, one choice each, not with stream), max_tokens
+// (16; 0 with echo scores the prompt alone), temperature (0.8), top_k (40),
+// top_p (0.95), seed (random when absent), frequency_penalty and
+// presence_penalty (0; in [-2, 2]), logit_bias ({"token id": bias in [-100,
+// 100]}, up to kMaxLogitBias), stop (a string or up to 4), logprobs (absent:
+// none; k in [0, kMaxLogprobs]: each token's log-probability and the k
+// likeliest alternatives), echo (false: the text starts with the prompt's, and
+// with logprobs the prompt's tokens are scored too), stream (false), adapter (a
+// name, 1-64 characters; absent or null: the base), model (a string; the server
+// takes the model file's name or an adapter's, as vLLM does, and refuses
+// others), stream_options.include_usage (false; with stream only); n, best_of
+// and suffix only at their defaults (refused otherwise: an accepted field must
+// take effect). The sampling defaults are `shamn generate`'s. Token ids must lie
+// below vocab_size, the model's vocabulary. Fields that do not change the text
+// (user, ...) are ignored.
 ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
-                                          const ServeLimits& limits);
+                                          int64_t vocab_size, const ServeLimits& limits);
 
 // What identifies one completion in its responses.
 struct CompletionId {
@@ -53,11 +67,24 @@ struct CompletionId {
   std::string model;
 };
 
-// The whole response of a non-streaming request.
-std::string completion_json(const CompletionId& id, const std::string& text, FinishReason finish,
-                            int64_t prompt_tokens, int64_t completion_tokens);
+// One choice of a response, or what one server-sent event adds to it.
+struct CompletionChoice {
+  int64_t index = 0;
+  std::string text;  // with echo, the prompt's text first (in the first event, where streamed)
+  FinishReason finish = FinishReason::none;
+  bool with_logprobs = false;          // the request asked for logprobs ("logprobs": null otherwise)
+  std::vector<TokenLogprob> logprobs;  // the prompt's (with echo), then the generated tokens'
+  int64_t generated_offset = 0;        // text_offset of the generated text: the echoed prompt's bytes
+};
+// The text of token ids as the prompt gives them (ids past the tokenizer: none).
+std::string prompt_text(const std::vector<int32_t>& ids, const Tokenizer& tokenizer);
+// The whole response of a non-streaming request; the tokenizer names the
+// logprobs' tokens (their bytes, or "bytes:\xNN..." where not UTF-8).
+std::string completion_json(const CompletionId& id, const std::vector<CompletionChoice>& choices,
+                            int64_t prompt_tokens, int64_t completion_tokens, const Tokenizer& tokenizer);
 // One server-sent event's data: a piece of text, and the finish reason on the last.
-std::string completion_chunk_json(const CompletionId& id, const std::string& text, FinishReason finish);
+std::string completion_chunk_json(const CompletionId& id, const CompletionChoice& choice,
+                                  const Tokenizer& tokenizer);
 // The event that stream_options.include_usage adds before "[DONE]": no choices, the usage.
 std::string usage_chunk_json(const CompletionId& id, int64_t prompt_tokens, int64_t completion_tokens);
 // One LoRA adapter a server runs beside its model, as GET /v1/models lists it.

@@ -165,6 +165,22 @@ void run_export(const ExportArgs& a) {
 
 // ---- generate ----
 
+// "ID=BIAS" of --logit-bias (the ranges are SamplingOptions::validate's).
+std::pair<int32_t, float> logit_bias_entry(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  size_t id_end = 0, bias_end = 0;
+  try {
+    const long long id = std::stoll(spec.substr(0, eq), &id_end);
+    const float bias = std::stof(spec.substr(eq + 1), &bias_end);
+    if (eq != std::string::npos && id_end == eq && bias_end == spec.size() - eq - 1 && id >= 0 &&
+        id <= INT32_MAX)
+      return {static_cast<int32_t>(id), bias};
+  } catch (const std::exception&) {
+  }
+  throw CLI::ValidationError("--logit-bias",
+                             "'" + spec + "' is not ID=BIAS (a token id and a number: 42=-100)");
+}
+
 struct GenerateArgs {
   std::string model, prompt, kernel, draft, adapter, tokenizer;
   int64_t max_tokens = 128, draft_tokens = 4;
@@ -226,6 +242,7 @@ template <class Feed>
 void sample_text(const GenerateArgs& a, const Tokenizer& tok, const std::vector<int32_t>& prompt, int64_t V,
                  Feed&& feed, const std::string& extra) {
   Buffer<float> logits(V);  // 64-byte aligned: the head's stores split no cache line
+  a.sampling.check_vocabulary(V);
   Sampler sampler(a.sampling);
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
@@ -603,6 +620,19 @@ void register_infer_commands(CLI::App& app) {
   gc->add_option("--seed", gen->sampling.seed, "sampling seed: the same seed gives the same text")
       ->capture_default_str()
       ->check(seed_number());
+  gc->add_option("--frequency-penalty", gen->sampling.frequency_penalty,
+                 "less this times a token's count in the generated text, from its logit (OpenAI's; [-2, 2])")
+      ->capture_default_str();
+  gc->add_option("--presence-penalty", gen->sampling.presence_penalty,
+                 "less this from the logit of a token the text has (OpenAI's; [-2, 2])")
+      ->capture_default_str();
+  gc->add_option_function<std::vector<std::string>>(
+        "--logit-bias",
+        [gen](const std::vector<std::string>& specs) {
+          for (const std::string& spec : specs) gen->sampling.logit_bias.push_back(logit_bias_entry(spec));
+        },
+        "ID=BIAS: add BIAS ([-100, 100]; -100 bans it) to token ID's logit (repeat for several)")
+      ->type_name("ID=BIAS");
   gc->add_option("--kernel", gen->kernel, "scalar, avx2 or avx512 (default: the CPU's best)");
   gc->add_option("--draft", gen->draft,
                  "speculative decoding: a smaller model file (.shq) with the same vocabulary drafts "

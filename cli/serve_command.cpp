@@ -2,7 +2,8 @@
 // OpenAI-style POST /v1/completions (streamed as server-sent events on request)
 // and GET /v1/models (the model and its LoRA adapters), vLLM's POST
 // /v1/load_lora_adapter and /v1/unload_lora_adapter (with
-// --allow-adapter-loading), GET /health and GET /metrics (Prometheus text).
+// --allow-adapter-loading) and its tokenizer endpoints (POST /tokenize and
+// /detokenize, GET /tokenizer_info), GET /health and GET /metrics (Prometheus text).
 // Requests are decoded together by a CompletionScheduler (continuous
 // batching); HTTP threads only parse, queue, and copy text out.
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/completion_json.h"
 #include "cli/model_source.h"
+#include "cli/tokenizer_json.h"
 #include "core/check.h"
 #include "core/kernel_level.h"
 #include "core/parallel.h"
@@ -95,6 +97,19 @@ class Server {
     });
     http_.Post("/v1/unload_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
       change_adapters(req, res, false);
+    });
+    // vLLM's tokenizer endpoints (lm-evaluation-harness scores prompts through them).
+    http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      answer_json(
+          res, [&] { return tokenize_json(req.body, *model_.tokenizer(), args_.limits.max_prompt_tokens); });
+    });
+    http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      answer_json(res, [&] { return detokenize_json(req.body, *model_.tokenizer(), model_.vocab_size()); });
+    });
+    http_.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(
+          tokenizer_info_json(*model_.tokenizer(), model_.vocab_size(), args_.limits.max_prompt_tokens),
+          "application/json");
     });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
@@ -193,72 +208,90 @@ class Server {
     std::fflush(stdout);
   }
 
-  void complete(const httplib::Request& req, httplib::Response& res) {
-    ParsedCompletion parsed;
+  // The JSON `make` writes, or 400 with the RequestError it throws.
+  template <class Make>
+  static void answer_json(httplib::Response& res, Make make) {
     try {
-      parsed = parse_completion_request(req.body, *model_.tokenizer(), args_.limits);
+      res.set_content(make(), "application/json");
     } catch (const RequestError& e) {
       res.status = 400;
       res.set_content(error_json(e.what(), "invalid_request_error"), "application/json");
-      return;
     }
+  }
+
+  // One choice of a request while it runs: its completion, and the prompt's text
+  // where echoed (sent before the first generated text).
+  struct Choice {
+    std::shared_ptr<Completion> completion;
+    std::string echo;
+    bool logprobs = false;
+  };
+  using Choices = std::vector<Choice>;
+
+  void complete(const httplib::Request& req, httplib::Response& res) {
+    const auto refuse = [&res](int status, const char* type, const std::string& message) {
+      res.status = status;
+      res.set_content(error_json(message, type), "application/json");
+    };
+    ParsedCompletion parsed;
+    try {
+      parsed = parse_completion_request(req.body, *model_.tokenizer(), model_.vocab_size(), args_.limits);
+    } catch (const RequestError& e) {
+      return refuse(400, "invalid_request_error", e.what());
+    }
+    const bool logprobs = parsed.requests.front().logprobs >= 0;
+    if (args_.batching.draft && (logprobs || parsed.requests.front().sampling.adjusts_logits()))
+      return refuse(400, "invalid_request_error",
+                    "logprobs, frequency_penalty, presence_penalty and logit_bias are not available on a "
+                    "server with --draft (speculative decoding)");
     // A request picks an adapter by "adapter", or by "model" as vLLM's clients
     // do; a model that is neither the base nor an adapter is refused (a
     // client asking for an unloaded adapter must not get the base's text).
     std::shared_ptr<const LoraAdapter> by_model = adapters_.find(parsed.model);
-    if (!parsed.model.empty() && parsed.model != name_ && !by_model) {
-      res.status = 404;
-      res.set_content(error_json("the model '" + parsed.model + "' does not exist; this server has '" +
-                                     name_ + "' and the adapters " + adapters_.names() + " (GET /v1/models)",
-                                 "not_found_error"),
-                      "application/json");
-      return;
-    }
-    if (by_model && !parsed.adapter.empty() && parsed.adapter != parsed.model) {
-      res.status = 400;
-      res.set_content(error_json("model names the adapter '" + parsed.model + "' but adapter names '" +
-                                     parsed.adapter + "'",
-                                 "invalid_request_error"),
-                      "application/json");
-      return;
-    }
+    if (!parsed.model.empty() && parsed.model != name_ && !by_model)
+      return refuse(404, "not_found_error",
+                    "the model '" + parsed.model + "' does not exist; this server has '" + name_ +
+                        "' and the adapters " + adapters_.names() + " (GET /v1/models)");
+    if (by_model && !parsed.adapter.empty() && parsed.adapter != parsed.model)
+      return refuse(
+          400, "invalid_request_error",
+          "model names the adapter '" + parsed.model + "' but adapter names '" + parsed.adapter + "'");
     if (parsed.adapter.empty() && by_model) parsed.adapter = parsed.model;
+    std::shared_ptr<const LoraAdapter> adapter;
     if (!parsed.adapter.empty()) {
-      std::shared_ptr<const LoraAdapter> adapter =
-          by_model ? std::move(by_model) : adapters_.find(parsed.adapter);
-      if (!adapter) {  // 404 as for an unknown "model": the same name by either field gets the same answer
-        res.status = 404;
-        res.set_content(
-            error_json("unknown adapter '" + parsed.adapter + "'; this server has " + adapters_.names(),
-                       "not_found_error"),
-            "application/json");
-        return;
-      }
-      parsed.request.adapter = adapter.get();
-      parsed.request.keep_alive = std::move(adapter);  // an unload waits for this request to end
+      adapter = by_model ? std::move(by_model) : adapters_.find(parsed.adapter);
+      if (!adapter)  // 404 as for an unknown "model": the same name by either field gets the same answer
+        return refuse(404, "not_found_error",
+                      "unknown adapter '" + parsed.adapter + "'; this server has " + adapters_.names());
     }
-    std::shared_ptr<Completion> completion = scheduler_.submit(std::move(parsed.request));
-    if (!completion) {
-      res.status = 429;
-      res.set_content(error_json("the server is busy: every batch slot and queue place is taken; retry later",
-                                 "server_busy"),
-                      "application/json");
-      return;
+    Choices choices;
+    for (CompletionRequest& r : parsed.requests) {
+      r.adapter = adapter.get();
+      r.keep_alive = adapter;  // an unload waits for this request to end
+      Choice c{nullptr, parsed.echo ? prompt_text(r.prompt, *model_.tokenizer()) : std::string(), logprobs};
+      c.completion = scheduler_.submit(std::move(r));
+      if (!c.completion) {
+        for (Choice& submitted : choices) submitted.completion->cancel();
+        return refuse(429, "server_busy",
+                      "the server is busy: every batch slot and queue place is taken; retry later");
+      }
+      choices.push_back(std::move(c));
     }
     if (!parsed.adapter.empty()) adapters_.count_request(parsed.adapter);
     // The response names the adapter that ran, as /v1/models lists it.
     const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
                           parsed.adapter.empty() ? name_ : parsed.adapter};
+    const Tokenizer& tok = *model_.tokenizer();
     // HTTP/1.0 has no chunked encoding: its client reads the body to the close,
     // or, where it keeps the connection (httplib's own test of the header), by its length.
     const bool chunked = req.version != "HTTP/1.0";
     if (!chunked && req.get_header_value("Connection") == "Keep-Alive")
-      respond_with_length(res, completion, id, parsed.stream, parsed.stream_usage);
+      respond_with_length(res, choices, id, parsed.stream, parsed.stream_usage, tok);
     else if (parsed.stream)
-      stream(res, chunked, completion, id, Completion::Wake::every(args_.stream_interval),
-             parsed.stream_usage);
+      stream(res, chunked, choices.front(), id, Completion::Wake::every(args_.stream_interval),
+             parsed.stream_usage, tok);
     else
-      respond_whole(res, chunked, completion, id);
+      respond_whole(res, chunked, std::move(choices), id, tok);
   }
 
   static void provide(httplib::Response& res, bool chunked, const char* type,
@@ -270,35 +303,52 @@ class Server {
       res.set_content_provider(type, std::move(provider), std::move(releaser));
   }
 
+  // What a take() adds to choice `index`: the echo first where it is still to send.
+  static CompletionChoice choice_part(int64_t index, Completion::Chunk chunk, const Choice& c, bool first) {
+    CompletionChoice out;
+    out.index = index;
+    out.text = first ? c.echo + chunk.text : std::move(chunk.text);
+    out.finish = chunk.finished;
+    out.with_logprobs = c.logprobs;
+    out.logprobs = std::move(chunk.logprobs);
+    out.generated_offset = static_cast<int64_t>(c.echo.size());
+    return out;
+  }
+
   // Server-sent events: one per `wake` tokens of text, the last with the finish
   // reason (then the usage alone, where asked), then "[DONE]". A comment line keeps
   // a waiting client's connection tested.
-  static void stream(httplib::Response& res, bool chunked, const std::shared_ptr<Completion>& completion,
-                     CompletionId id, Completion::Wake wake, bool usage) {
+  static void stream(httplib::Response& res, bool chunked, Choice choice, CompletionId id,
+                     Completion::Wake wake, bool usage, const Tokenizer& tok) {
     res.set_header("Cache-Control", "no-cache");
+    const std::shared_ptr<Completion> completion = choice.completion;
+    auto first = std::make_shared<bool>(true);
     provide(
         res, chunked, "text/event-stream",
-        [completion, id, wake, usage](size_t, httplib::DataSink& sink) {
-          const Completion::Chunk c = completion->take(kHeartbeat, wake);
-          const std::string out = events(id, c, *completion, usage);
+        [choice, id, wake, usage, &tok, first](size_t, httplib::DataSink& sink) {
+          Completion::Chunk c = choice.completion->take(kHeartbeat, wake);
+          const bool end = c.finished != FinishReason::none;
+          const bool data = !c.text.empty() || !c.logprobs.empty() || end;
+          const std::string out =
+              data ? events(id, choice_part(0, std::move(c), choice, *first), *choice.completion, usage, tok)
+                   : std::string(": waiting\n\n");
+          if (data) *first = false;
           if (!sink.write(out.data(), out.size())) {
-            completion->cancel();
+            choice.completion->cancel();
             return false;
           }
-          if (c.finished != FinishReason::none) sink.done();
+          if (end) sink.done();
           return true;
         },
         [completion](bool) { completion->cancel(); });  // a no-op once finished
   }
 
-  // The server-sent events of one take(): its text (a comment where there is none
-  // yet), and at the end the usage where asked and "[DONE]".
-  static std::string events(const CompletionId& id, const Completion::Chunk& c, const Completion& completion,
-                            bool usage) {
-    const bool end = c.finished != FinishReason::none;
-    std::string out = !c.text.empty() || end
-                          ? "data: " + completion_chunk_json(id, c.text, c.finished) + "\n\n"
-                          : std::string(": waiting\n\n");
+  // The server-sent events of one take() with something to say: its text, and at
+  // the end the usage where asked and "[DONE]".
+  static std::string events(const CompletionId& id, const CompletionChoice& part,
+                            const Completion& completion, bool usage, const Tokenizer& tok) {
+    const bool end = part.finish != FinishReason::none;
+    std::string out = "data: " + completion_chunk_json(id, part, tok) + "\n\n";
     if (end && usage)
       out += "data: " + usage_chunk_json(id, completion.prompt_tokens(), completion.completion_tokens()) +
              "\n\n";
@@ -306,52 +356,77 @@ class Server {
     return out;
   }
 
+  // The whole body of a response whose choices have all ended.
+  static std::string whole_json(const CompletionId& id, const Choices& choices,
+                                std::vector<CompletionChoice> parts, const Tokenizer& tok) {
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    for (const Choice& c : choices) {
+      prompt_tokens += c.completion->prompt_tokens();
+      completion_tokens += c.completion->completion_tokens();
+    }
+    return completion_json(id, parts, prompt_tokens, completion_tokens, tok) + "\n";
+  }
+
   // An HTTP/1.0 client that asks to keep its connection needs the body's length
   // (cpp-httplib closes only the HTTP/1.0 connections that did not ask), so the
   // body is made whole first: a stream's events arrive at once, and a client
   // that leaves meanwhile is not noticed (max_tokens and --time-limit bound it).
-  static void respond_with_length(httplib::Response& res, const std::shared_ptr<Completion>& completion,
-                                  const CompletionId& id, bool streamed, bool usage) {
-    Completion::Chunk whole;
-    do {
-      Completion::Chunk c = completion->take(kHeartbeat, Completion::Wake::on_end());
-      whole.text += c.text;
-      whole.finished = c.finished;
-    } while (whole.finished == FinishReason::none);
+  static void respond_with_length(httplib::Response& res, const Choices& choices, const CompletionId& id,
+                                  bool streamed, bool usage, const Tokenizer& tok) {
+    std::vector<CompletionChoice> parts;
+    for (const Choice& c : choices) {
+      Completion::Chunk whole;
+      do {
+        Completion::Chunk part = c.completion->take(kHeartbeat, Completion::Wake::on_end());
+        whole.text += part.text;
+        for (TokenLogprob& e : part.logprobs) whole.logprobs.push_back(std::move(e));
+        whole.finished = part.finished;
+      } while (whole.finished == FinishReason::none);
+      parts.push_back(choice_part(static_cast<int64_t>(parts.size()), std::move(whole), c, true));
+    }
     if (streamed)
-      res.set_content(events(id, whole, *completion, usage), "text/event-stream");
+      res.set_content(events(id, parts.front(), *choices.front().completion, usage, tok),
+                      "text/event-stream");
     else
-      res.set_content(completion_json(id, whole.text, whole.finished, completion->prompt_tokens(),
-                                      completion->completion_tokens()) +
-                          "\n",
-                      "application/json");
+      res.set_content(whole_json(id, choices, std::move(parts), tok), "application/json");
   }
 
-  // One JSON body at the end. Until then the body is leading white space (valid
-  // JSON) written every heartbeat: a client that went away fails the write. The
-  // handler's thread sleeps until the end or the heartbeat, not a wake-up a token.
-  static void respond_whole(httplib::Response& res, bool chunked,
-                            const std::shared_ptr<Completion>& completion, CompletionId id) {
+  // One JSON body once every choice has ended. Until then the body is leading
+  // white space (valid JSON) written every heartbeat: a client that went away
+  // fails the write. The handler's thread sleeps until an end or the heartbeat,
+  // not a wake-up a token.
+  static void respond_whole(httplib::Response& res, bool chunked, Choices choices, CompletionId id,
+                            const Tokenizer& tok) {
+    struct Progress {
+      Choices choices;
+      std::vector<CompletionChoice> parts;  // of the choices that ended, in order
+    };
+    auto p = std::make_shared<Progress>();
+    p->choices = std::move(choices);
     provide(
         res, chunked, "application/json",
-        [completion, id](size_t, httplib::DataSink& sink) {
-          // Wake::on_end() gives no text before the end, and all of it then.
-          const Completion::Chunk c = completion->take(kHeartbeat, Completion::Wake::on_end());
-          if (c.finished == FinishReason::none) {
-            if (!sink.write(" ", 1)) {
-              completion->cancel();
-              return false;
+        [p, id, &tok](size_t, httplib::DataSink& sink) {
+          while (p->parts.size() < p->choices.size()) {
+            const Choice& c = p->choices[p->parts.size()];
+            // Wake::on_end() gives no text before the end, and all of it then.
+            Completion::Chunk chunk = c.completion->take(kHeartbeat, Completion::Wake::on_end());
+            if (chunk.finished == FinishReason::none) {
+              if (!sink.write(" ", 1)) {
+                for (const Choice& each : p->choices) each.completion->cancel();
+                return false;
+              }
+              return true;
             }
-            return true;
+            p->parts.push_back(choice_part(static_cast<int64_t>(p->parts.size()), std::move(chunk), c, true));
           }
-          const std::string body = completion_json(id, c.text, c.finished, completion->prompt_tokens(),
-                                                   completion->completion_tokens()) +
-                                   "\n";
+          const std::string body = whole_json(id, p->choices, std::move(p->parts), tok);
           if (!sink.write(body.data(), body.size())) return false;
           sink.done();
           return true;
         },
-        [completion](bool) { completion->cancel(); });
+        [p](bool) {
+          for (const Choice& each : p->choices) each.completion->cancel();
+        });
   }
 
   void models(httplib::Response& res) {

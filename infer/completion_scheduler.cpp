@@ -1,6 +1,7 @@
 #include "infer/completion_scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "core/check.h"
@@ -90,6 +91,10 @@ Completion::Chunk Completion::take(std::chrono::milliseconds wait, Wake wake) {
   c.text = text_.substr(taken_, released_ - taken_);
   taken_ = released_;
   tokens_taken_ = tokens_;
+  const size_t entries = logprobs_released_locked();
+  c.logprobs.assign(logprobs_.begin() + static_cast<std::ptrdiff_t>(logprobs_taken_),
+                    logprobs_.begin() + static_cast<std::ptrdiff_t>(entries));
+  logprobs_taken_ = entries;
   if (taken_ == text_.size()) {
     c.finished = finished_;
     c.error = error_;
@@ -112,11 +117,33 @@ int64_t Completion::completion_tokens() const {
   return tokens_;
 }
 
-bool Completion::append(const std::string& piece, const std::vector<std::string>& stop) {
+size_t Completion::logprobs_released_locked() const {
+  if (finished_ != FinishReason::none) return logprobs_.size();
+  size_t end = logprobs_taken_;
+  while (end < logprobs_.size() &&
+         (logprobs_[end].in_prompt ? prompt_logprobs_done_
+                                   : logprobs_[end].offset < static_cast<int64_t>(released_)))
+    ++end;
+  return end;
+}
+
+void Completion::add_prompt_logprobs(std::vector<TokenLogprob> entries, bool last) {
+  const std::lock_guard lock(mutex_);
+  for (TokenLogprob& e : entries) logprobs_.push_back(std::move(e));
+  prompt_logprobs_done_ = last;
+}
+
+bool Completion::append(const std::string& piece, const std::vector<std::string>& stop,
+                        TokenLogprob* logprob) {
   std::unique_lock lock(mutex_);
   const size_t before = text_.size();
   text_ += piece;
   ++tokens_;
+  if (logprob) {
+    logprob->in_prompt = false;
+    logprob->offset = static_cast<int64_t>(before);
+    logprobs_.push_back(std::move(*logprob));
+  }
   size_t longest = 0;
   for (const std::string& s : stop) longest = std::max(longest, s.size());
   // A stop string ending in the new piece starts at most longest - 1 bytes before it.
@@ -126,6 +153,10 @@ bool Completion::append(const std::string& piece, const std::vector<std::string>
     if (!s.empty()) cut = std::min(cut, text_.find(s, from));
   if (cut != std::string::npos) {
     text_.resize(cut);
+    // A token whose text starts at or after the cut is not in the text.
+    while (!logprobs_.empty() && !logprobs_.back().in_prompt &&
+           logprobs_.back().offset >= static_cast<int64_t>(cut))
+      logprobs_.pop_back();
     return true;  // finish() releases the rest
   }
   // Held back: the last longest - 1 bytes, which may be the start of a stop string.
@@ -156,8 +187,10 @@ struct CompletionScheduler::Stream {
   std::shared_ptr<Completion> completion = std::make_shared<Completion>();
   DecodeState state;
   Sampler sampler;
-  int64_t prefilled = 0;  // prompt tokens through the model so far
-  int32_t next = 0;       // the last sampled token, fed at the next step
+  int64_t prefilled = 0;          // prompt tokens through the model so far
+  int32_t next = 0;               // the last sampled token, fed at the next step
+  TokenLogprob next_logprob;      // next's entry, where the request asks for logprobs
+  int64_t prompt_text_bytes = 0;  // the prompt's text so far, for its entries' offsets
   Clock::time_point submitted = Clock::now();
   double first_token_s = -1;
   bool done = false;
@@ -201,9 +234,16 @@ std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest reques
   SHAMN_INPUT_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0");
   SHAMN_INPUT_CHECK(request.time_limit_s >= 0, "the time limit must be >= 0");
   request.sampling.validate();
+  SHAMN_INPUT_CHECK(request.logprobs >= -1, "logprobs must be >= 0, or -1 for none");
+  SHAMN_INPUT_CHECK(!request.prompt_logprobs || request.logprobs >= 0,
+                    "the prompt's logprobs need logprobs >= 0");
+  SHAMN_INPUT_CHECK(options_.draft == nullptr || (request.logprobs < 0 && !request.sampling.adjusts_logits()),
+                    "logprobs, penalties and logit_bias are not available with a draft model (speculative "
+                    "decoding)");
   auto stream = std::make_unique<Stream>(std::move(request), model_.new_state());
   std::shared_ptr<Completion> completion = stream->completion;
   completion->prompt_tokens_ = static_cast<int64_t>(stream->request.prompt.size());
+  completion->prompt_logprobs_done_ = !stream->request.prompt_logprobs;
   {
     const std::lock_guard lock(mutex_);
     const int64_t free_slots = options_.max_batch - running_count_;
@@ -282,28 +322,42 @@ void CompletionScheduler::step() {
       retire(*s, FinishReason::cancelled);
     else if (s->expired(now))
       retire(*s, FinishReason::time_limit);
-    else if (s->request.max_tokens == 0)
+    else if (s->request.max_tokens == 0 && !s->request.prompt_logprobs)
       retire(*s, FinishReason::length);
   }
   if (options_.draft != nullptr) return speculative_step();
   // One step per live stream: its next prompt chunk, or its last sampled token.
   std::vector<StreamStep> steps;
   std::vector<Stream*> owners;
-  std::vector<uint8_t> samples;  // whether the step's logits give a new token
+  std::vector<uint8_t> samples;      // whether the step's logits give a new token
+  std::vector<uint8_t> prompt_ends;  // whether the step ends the stream's prompt
+  std::vector<int64_t> first_row;    // the step's first row of logits
+  std::vector<int64_t> first_token;  // the step's first prompt position (prompt steps)
+  int64_t rows = 0;
   for (auto& s : running_) {
     if (s->done) continue;
     const auto prompt_n = static_cast<int64_t>(s->request.prompt.size());
+    first_row.push_back(rows);
+    first_token.push_back(s->prefilled);
     if (s->prefilled < prompt_n) {
-      const int64_t n = std::min(options_.prefill_chunk, prompt_n - s->prefilled);
-      steps.push_back({&s->state, s->request.prompt.data() + s->prefilled, n, false});
-      steps.back().adapter = s->request.adapter;
+      // Scored prompts take every position's logits: [n, V] floats a stream, so
+      // in smaller chunks (at V = 32,000, 8 MB a stream and step).
+      const bool all = s->request.prompt_logprobs;
+      const int64_t chunk =
+          all ? std::min(options_.prefill_chunk, kScoredPrefillChunk) : options_.prefill_chunk;
+      const int64_t n = std::min(chunk, prompt_n - s->prefilled);
+      steps.push_back({&s->state, s->request.prompt.data() + s->prefilled, n, all});
       s->prefilled += n;
-      samples.push_back(s->prefilled == prompt_n);
+      prompt_ends.push_back(s->prefilled == prompt_n);
+      samples.push_back(s->prefilled == prompt_n && s->request.max_tokens > 0);
+      rows += all ? n : 1;
     } else {
       steps.push_back({&s->state, &s->next, 1, false});
-      steps.back().adapter = s->request.adapter;
+      prompt_ends.push_back(0);
       samples.push_back(1);
+      rows += 1;
     }
+    steps.back().adapter = s->request.adapter;
     owners.push_back(s.get());
   }
   int64_t generated = 0, prompt_tokens = 0;
@@ -311,7 +365,7 @@ void CompletionScheduler::step() {
   if (!steps.empty()) {
     const int64_t V = model_.vocab_size();
     // Grows to the largest batch and stays (the forward writes every row it uses).
-    step_logits_.reserve_at_least(static_cast<int64_t>(steps.size()) * V);
+    step_logits_.reserve_at_least(rows * V);
     float* const logits = step_logits_.data();
     try {
       model_.forward(steps, logits);
@@ -319,28 +373,68 @@ void CompletionScheduler::step() {
       for (Stream* s : owners) retire(*s, FinishReason::error, e.what());
       owners.clear();
     }
+    const Tokenizer& tok = *model_.tokenizer();
     // Each stream samples with its own Sampler (its own random stream and
     // scratch), so the streams sample in parallel and each stream's draws keep
     // their order (at V = 32,000 and top-k 40 a draw is about 5 us: 64 in a row
     // were a sixth of a 64-stream step).
     parallel_for(0, static_cast<int64_t>(owners.size()), 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i)
-        if (samples[i]) owners[i]->next = owners[i]->sampler.sample(logits + i * V, V);
+      for (int64_t i = lo; i < hi; ++i) {
+        Stream& s = *owners[i];
+        const StreamStep& st = steps[i];
+        if (st.all_logits) score_prompt(s, logits + first_row[i] * V, first_token[i], st.n, prompt_ends[i]);
+        if (!samples[i]) continue;
+        const float* row = logits + (first_row[i] + (st.all_logits ? st.n - 1 : 0)) * V;
+        s.next = s.sampler.sample(row, V);
+        if (s.request.logprobs >= 0) s.next_logprob = token_logprob(row, V, s.next, s.request.logprobs);
+      }
     });
-    const Tokenizer& tok = *model_.tokenizer();
     for (size_t i = 0; i < owners.size(); ++i) {
       Stream& s = *owners[i];
       if (steps[i].tokens != &s.next) prompt_tokens += steps[i].n;
-      if (!samples[i]) continue;
+      if (!samples[i]) {
+        // A scored prompt with nothing to generate ends with its prompt.
+        if (prompt_ends[i] && s.request.max_tokens == 0) ending.emplace_back(&s, FinishReason::length);
+        continue;
+      }
       ++generated;
       if (s.first_token_s < 0) s.first_token_s = seconds_between(s.submitted, Clock::now());
-      if (s.completion->append(token_text(tok, s.next), s.request.stop))
+      TokenLogprob* logprob = s.request.logprobs >= 0 ? &s.next_logprob : nullptr;
+      if (s.completion->append(token_text(tok, s.next), s.request.stop, logprob))
         ending.emplace_back(&s, FinishReason::stop);
       else if (s.completion->completion_tokens() >= s.request.max_tokens)
         ending.emplace_back(&s, FinishReason::length);
     }
   }
   end_step(generated, prompt_tokens, !steps.empty(), ending);
+}
+
+// The prompt entries of one chunk's logits [n, V], positions [first, first + n):
+// row r predicts the prompt's token first + r + 1 (the last row of the last
+// chunk predicts the first generated token instead); the prompt's first token
+// gets an entry with none.
+void CompletionScheduler::score_prompt(Stream& s, const float* logits, int64_t first, int64_t n,
+                                       bool last) const {
+  const Tokenizer& tok = *model_.tokenizer();
+  const std::vector<int32_t>& prompt = s.request.prompt;
+  const auto prompt_n = static_cast<int64_t>(prompt.size());
+  const int64_t V = model_.vocab_size();
+  std::vector<TokenLogprob> entries;
+  const auto add = [&](TokenLogprob e) {
+    e.in_prompt = true;
+    e.offset = s.prompt_text_bytes;
+    s.prompt_text_bytes += static_cast<int64_t>(token_text(tok, e.token).size());
+    entries.push_back(std::move(e));
+  };
+  if (first == 0) {
+    TokenLogprob e;
+    e.token = prompt[0];
+    e.logprob = std::numeric_limits<float>::quiet_NaN();
+    add(std::move(e));
+  }
+  for (int64_t r = 0; r < n && first + r + 1 < prompt_n; ++r)
+    add(token_logprob(logits + r * V, V, prompt[first + r + 1], s.request.logprobs));
+  s.completion->add_prompt_logprobs(std::move(entries), last);
 }
 
 void CompletionScheduler::end_step(int64_t generated, int64_t prompt_tokens, bool stepped,

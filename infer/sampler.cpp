@@ -16,6 +16,26 @@ void SamplingOptions::validate() const {
                     " must be >= 0 (0 = greedy)");
   SHAMN_INPUT_CHECK(top_k >= 0, "--top-k ", top_k, " must be >= 0 (0 = no limit)");
   SHAMN_INPUT_CHECK(top_p > 0.0 && top_p <= 1.0, "--top-p ", top_p, " must be in (0, 1]");
+  SHAMN_INPUT_CHECK(frequency_penalty >= -2.0 && frequency_penalty <= 2.0, "--frequency-penalty ",
+                    frequency_penalty, " must be in [-2, 2]");
+  SHAMN_INPUT_CHECK(presence_penalty >= -2.0 && presence_penalty <= 2.0, "--presence-penalty ",
+                    presence_penalty, " must be in [-2, 2]");
+  std::vector<int32_t> tokens;
+  for (const auto& [token, bias] : logit_bias) {
+    SHAMN_INPUT_CHECK(token >= 0 && bias >= -100.0f && bias <= 100.0f, "--logit-bias ", token, "=", bias,
+                      ": the token must be >= 0 and the bias in [-100, 100]");
+    tokens.push_back(token);
+  }
+  std::sort(tokens.begin(), tokens.end());
+  const auto twice = std::adjacent_find(tokens.begin(), tokens.end());
+  SHAMN_INPUT_CHECK(twice == tokens.end(), "--logit-bias names token ", twice == tokens.end() ? 0 : *twice,
+                    " twice");
+}
+
+void SamplingOptions::check_vocabulary(int64_t vocab) const {
+  for (const auto& [token, bias] : logit_bias)
+    SHAMN_INPUT_CHECK(token < vocab, "--logit-bias names token ", token,
+                      ", outside the model's vocabulary [0, ", vocab, ")");
 }
 
 namespace {
@@ -226,10 +246,25 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(optio
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
-  // Greedy: the first maximum (a NaN logit never wins).
-  if (options_.temperature == 0.0) return argmax_logit(logits, vocab);
-  distribution(logits, vocab, scratch_);
-  return draw(scratch_);
+  const bool adjusts = options_.adjusts_logits();
+  if (adjusts) {
+    options_.check_vocabulary(vocab);
+    adjusted_.assign(logits, logits + vocab);
+    for (const auto& [token, bias] : options_.logit_bias) adjusted_[static_cast<size_t>(token)] += bias;
+    for (const auto& [token, count] : counts_)
+      adjusted_[static_cast<size_t>(token)] -= static_cast<float>(
+          static_cast<double>(count) * options_.frequency_penalty + options_.presence_penalty);
+    logits = adjusted_.data();
+  }
+  int32_t token;
+  if (options_.temperature == 0.0) {
+    token = argmax_logit(logits, vocab);  // greedy: the first maximum (a NaN logit never wins)
+  } else {
+    distribution(logits, vocab, scratch_);
+    token = draw(scratch_);
+  }
+  if (options_.frequency_penalty != 0 || options_.presence_penalty != 0) ++counts_[token];
+  return token;
 }
 
 void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution& out) const {

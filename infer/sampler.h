@@ -5,6 +5,8 @@
 // same tokens. temperature 0 is greedy (argmax, lowest id on ties). Candidates
 // rank by logit, then by lower id; a NaN logit is never one.
 #include <cstdint>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -21,7 +23,20 @@ struct SamplingOptions {
   int64_t top_k = 40;        // 0 = all tokens
   double top_p = 0.95;       // 1 = no nucleus cut
   uint64_t seed = 1;
+  // OpenAI's penalties, in [-2, 2], over the tokens this Sampler has drawn (the
+  // generated text, not the prompt, as OpenAI and vLLM count): a token's logit
+  // less frequency_penalty times its count, less presence_penalty once drawn.
+  double frequency_penalty = 0;
+  double presence_penalty = 0;
+  // Added to a token's logit, in [-100, 100] (OpenAI's logit_bias): -100 bans it.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // The changes above, applied to the logits before temperature and greedy alike.
+  bool adjusts_logits() const {
+    return frequency_penalty != 0 || presence_penalty != 0 || !logit_bias.empty();
+  }
   void validate() const;  // InputError naming the flag
+  // InputError where logit_bias names a token past the model's vocabulary.
+  void check_vocabulary(int64_t vocab) const;
 };
 
 // The distribution a Sampler draws from, after temperature, top-k and top-p:
@@ -39,7 +54,9 @@ class Sampler {
  public:
   explicit Sampler(const SamplingOptions& options);
   const SamplingOptions& options() const { return options_; }
-  // logits: [vocab]. distribution() then draw(); greedy takes the argmax and no draw.
+  // logits: [vocab]. distribution() then draw(); greedy takes the argmax and no
+  // draw. With penalties or a bias, of a copy of the logits that has them, and the
+  // token is counted for the penalties of the next.
   int32_t sample(const float* logits, int64_t vocab);
   // The final sampling distribution of logits [vocab]; greedy: the argmax alone.
   void distribution(const float* logits, int64_t vocab, TokenDistribution& out) const;
@@ -52,6 +69,8 @@ class Sampler {
   SamplingOptions options_;
   Rng rng_;
   TokenDistribution scratch_;
+  std::vector<float> adjusted_;                  // the logits with penalties and bias
+  std::unordered_map<int32_t, int64_t> counts_;  // tokens drawn, where penalties count them
 };
 
 }  // namespace shamn

@@ -31,6 +31,11 @@ SpeculativeDecoder::SpeculativeDecoder(const InferModel& target, const InferMode
   SHAMN_INPUT_CHECK(draft_tokens >= 1 && draft_tokens <= kMaxDraftTokens, "--draft-tokens ", draft_tokens,
                     " must be in [1, ", kMaxDraftTokens, "]");
   SHAMN_CHECK(draft.vocab_size() == vocab_, "the draft's vocabulary differs from the target's");
+  // The acceptance rule compares the target's and the draft's whole
+  // distributions, which the penalties of drawn tokens would change round by round.
+  SHAMN_INPUT_CHECK(!sampling.adjusts_logits(),
+                    "frequency and presence penalties and logit_bias are not available with --draft "
+                    "(speculative decoding)");
   q_.resize(static_cast<size_t>(k_));
 }
 

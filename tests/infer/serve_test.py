@@ -4,6 +4,9 @@
 - concurrent clients (plain and streaming, greedy and sampled) get exactly the
   text `shamn generate` prints for the same prompt, seed and sampling;
 - a stop string ends the text before it; /health and /metrics answer;
+- lm-evaluation-harness's requests: its remote tokenizer (/tokenize,
+  /detokenize, /tokenizer_info) and a batch of prompts scored with echo and
+  logprobs, whose mean loss is `shamn eval`'s on the same tokens;
 - malformed requests get HTTP 400 (404, 413) with a JSON error, raw garbage and
   half-sent requests are survived;
 - a client that disconnects (streaming or not) cancels its request;
@@ -28,6 +31,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -227,6 +231,16 @@ if server.usage is not None:
     fail(f"a stream without include_usage sent its usage: {server.usage}")
 say("no-op penalties, logit_bias and suffix accepted; include_usage ends a stream with the usage")
 
+# ---- penalties and logit_bias: generate's text with the same flags, not the text without ----
+status, payload = server.request("POST", "/tokenize", {"prompt": full})
+banned = json.loads(payload)["tokens"][0]
+want = generate(prompt, n, temp, k, p, seed, "--frequency-penalty", "1.5", "--presence-penalty", "0.5",
+                "--logit-bias", f"{banned}=-100")
+r = server.complete({**body, "frequency_penalty": 1.5, "presence_penalty": 0.5, "logit_bias": {str(banned): -100}})
+if r["choices"][0]["text"] != want or want == full:
+    fail(f"penalties and logit_bias: {r['choices'][0]['text']!r}, generate's {want!r}, without them {full!r}")
+say("frequency_penalty, presence_penalty and logit_bias: the text of generate with the same flags")
+
 # ---- an HTTP/1.0 client: no chunked encoding (it has none), the body read to the close ----
 for streamed in (False, True):
     request = json.dumps({**body, "stream": streamed}).encode()
@@ -268,6 +282,64 @@ for streamed in (False, True):
         fail(f"HTTP/1.0 keep-alive (stream {streamed}): {payload[:300]!r}")
 say("an HTTP/1.0 client gets an unchunked body, read to the close or, keeping the connection, by its length")
 
+# ---- lm-evaluation-harness's local-completions with the server's tokenizer ----
+# It finds /tokenizer_info and /tokenize, tokenizes context and continuation
+# there, and scores them in one request: echo, logprobs 1, max_tokens 1, the
+# prompts as token ids, a batch of them; a continuation's log-likelihood is the
+# sum of token_logprobs[ctxlen:-1], and it is greedy where each token's logprob
+# is the largest of its top_logprobs.
+status, payload = server.request("GET", "/tokenizer_info")
+if status != 200 or "eos_token" not in json.loads(payload):
+    fail(f"/tokenizer_info: {status} {payload}")
+pairs = [("Story 12: the cat", " sat on the mat"), ("the dog ran", " 84 times."), ("mat", " and")]
+scored = []
+for context, continuation in pairs:
+    ids = []
+    for text in (context, continuation):
+        status, payload = server.request("POST", "/tokenize", {"prompt": text, "add_special_tokens": False})
+        tokens = json.loads(payload)["tokens"] if status == 200 else fail(f"/tokenize: {status} {payload}")
+        status, payload = server.request("POST", "/detokenize", {"tokens": tokens})
+        if status != 200 or json.loads(payload)["prompt"] != text:
+            fail(f"/detokenize of /tokenize's {tokens}: {status} {payload} (expected {text!r})")
+        ids.append(tokens)
+    scored.append((ids[0] + ids[1], len(ids[0])))
+r = server.complete({"model": "m.shq", "prompt": [ids for ids, _ in scored], "temperature": 0, "max_tokens": 1,
+                     "logprobs": 1, "seed": 1234, "echo": True})
+choices = sorted(r["choices"], key=lambda c: c["index"])
+if [c["index"] for c in choices] != [0, 1, 2] or r["usage"]["prompt_tokens"] != sum(len(i) for i, _ in scored):
+    fail(f"a batch of 3 scored prompts: {r}")
+for (ids, ctxlen), (context, continuation), c in zip(scored, pairs, choices):
+    lp = c["logprobs"]
+    if len(lp["token_logprobs"]) != len(ids) + 1 or lp["token_logprobs"][0] is not None or \
+            lp["top_logprobs"][0] is not None or not c["text"].startswith(context + continuation):
+        fail(f"echo with logprobs of {ids}: {c}")
+    if "".join(lp["tokens"]) != c["text"] or lp["text_offset"][ctxlen] != len(context.encode()):
+        fail(f"tokens and text_offset of {ids}: {lp}")
+    for value, top in zip(lp["token_logprobs"][1:], lp["top_logprobs"][1:]):
+        if not value <= 0 or not 1 <= len(top) <= 2 or value > max(top.values()) + 1e-6:
+            fail(f"a token's logprob {value} against its top {top}")
+    # The generated token is greedy: its logprob is its top one's.
+    if lp["token_logprobs"][-1] != max(lp["top_logprobs"][-1].values()):
+        fail(f"the greedy token's logprob is not the largest: {lp['top_logprobs'][-1]}")
+    loglikelihood = sum(lp["token_logprobs"][ctxlen:-1])
+    # The same prompt's loss by `shamn eval` on a token file of exactly its tokens
+    # (one window of T = len(ids) - 1 predictions): minus the mean of its logprobs.
+    with open(f"{work}/scored.bin", "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)))
+        f.write(struct.pack(f"<{len(ids)}H", *ids))
+    evaluated = json.loads(run("--threads", "1", "eval", model, "--data", f"{work}/scored.bin", "--seq-len",
+                               str(len(ids) - 1)))
+    mean = -sum(lp["token_logprobs"][1:-1]) / (len(ids) - 1)
+    if abs(mean - evaluated["loss"]) > 1e-4 * max(1.0, evaluated["loss"]):
+        fail(f"scored prompt {ids}: mean loss {mean} against shamn eval's {evaluated['loss']}")
+    say(f"lm-eval's request for {context!r} + {continuation!r}: log-likelihood {loglikelihood:.4f}, "
+        f"mean loss {mean:.5f} = shamn eval's {evaluated['loss']:.5f}")
+# Only the prompt scored (max_tokens 0), streamed: the echo and its logprobs arrive, and nothing more.
+text, finish, done = server.stream({"prompt": "the cat", "max_tokens": 0, "echo": True, "logprobs": 0})
+if text != "the cat" or finish != "length" or not done:
+    fail(f"a streamed prompt scored alone: {text!r} {finish} {done}")
+say("lm-eval's remote tokenizer and loglikelihood requests answered; prompt losses equal shamn eval's")
+
 # ---- malformed requests ----
 bad = [
     (b"{", 400), (b"", 400), (b"[]", 400), (b'"prompt"', 400), (b"\xff\xfe", 400),
@@ -279,12 +351,14 @@ bad = [
     (json.dumps({"prompt": "a", "top_k": -3}), 400), (json.dumps({"prompt": "a", "seed": -1}), 400),
     (json.dumps({"prompt": "a", "stop": 5}), 400), (json.dumps({"prompt": "a", "stop": ["a"] * 5}), 400),
     (json.dumps({"prompt": "a", "stop": [""]}), 400), (json.dumps({"prompt": "a", "stream": "yes"}), 400),
-    (json.dumps({"prompt": "a", "n": 2}), 400), (json.dumps({"prompt": "a", "logprobs": 3}), 400),
-    (json.dumps({"prompt": "a", "echo": True}), 400), (json.dumps({"prompt": "a" * 100000}), 400),
-    (json.dumps({"prompt": "a", "frequency_penalty": 0.5}), 400),
-    (json.dumps({"prompt": "a", "presence_penalty": -1}), 400),
+    (json.dumps({"prompt": "a", "n": 2}), 400), (json.dumps({"prompt": "a", "logprobs": 21}), 400),
+    (json.dumps({"prompt": "a", "echo": "yes"}), 400), (json.dumps({"prompt": "a" * 100000}), 400),
+    (json.dumps({"prompt": [1, 320]}), 400), (json.dumps({"prompt": [[1], []]}), 400),
+    (json.dumps({"prompt": ["a", "b"], "stream": True}), 400), (json.dumps({"prompt": ["a"] * 65}), 400),
+    (json.dumps({"prompt": "a", "presence_penalty": "1"}), 400),
     (json.dumps({"prompt": "a", "frequency_penalty": 3}), 400),
-    (json.dumps({"prompt": "a", "logit_bias": {"4": -100}}), 400),
+    (json.dumps({"prompt": "a", "logit_bias": {"320": -100}}), 400),
+    (json.dumps({"prompt": "a", "logit_bias": {"4": 200}}), 400),
     (json.dumps({"prompt": "a", "logit_bias": []}), 400), (json.dumps({"prompt": "a", "suffix": " end"}), 400),
     (json.dumps({"prompt": "a", "stream_options": {"include_usage": True}}), 400),
     (json.dumps({"prompt": "a", "stream": True, "stream_options": {"include_usage": 1}}), 400),

@@ -3,6 +3,8 @@
 // decoding it alone; stop strings, cancellation and a full queue.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -365,6 +367,141 @@ TEST_CASE("requests are checked, and shutdown cancels what runs and refuses more
   CHECK(scheduler.submit(request(m, "the", 5, 0.8, 1)) == nullptr);
 }
 
+// A token's text (ids past the tokenizer have none).
+std::string text_of(const InferModel& m, int32_t id) {
+  return id < m.tokenizer()->vocab_size() ? m.tokenizer()->token_bytes(static_cast<uint32_t>(id)) : "";
+}
+
+// The log-probabilities a request's entries should hold, from one forward over
+// its prompt and generated tokens with every position's logits: entry j (j >= 1)
+// is token j's log-softmax under row j - 1.
+struct Scored {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<double>> logprobs;  // [tokens - 1][V]
+};
+Scored score(const InferModel& m, std::vector<int32_t> tokens) {
+  const int64_t V = m.vocab_size(), n = static_cast<int64_t>(tokens.size()) - 1;
+  std::vector<float> logits(static_cast<size_t>(std::max<int64_t>(n, 1) * V));
+  DecodeState state = m.new_state();
+  if (n > 0) m.forward(tokens.data(), n, state, logits.data(), true);
+  Scored out{std::move(tokens), {}};
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = logits.data() + r * V;
+    double max = row[0], sum = 0;
+    for (int64_t v = 0; v < V; ++v) max = std::max(max, static_cast<double>(row[v]));
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - max);
+    std::vector<double> lp(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) lp[v] = row[v] - max - std::log(sum);
+    out.logprobs.push_back(std::move(lp));
+  }
+  return out;
+}
+
+TEST_CASE("logprobs: each token's log-softmax and its likeliest alternatives, the prompt's with echo",
+          "[infer][serve]") {
+  const InferModel m = tiny_model();
+  std::vector<CompletionRequest> requests;
+  requests.push_back(request(m, "a dog sat on the mat. the", 6, 0.9, 11));  // prompt and tokens scored
+  requests.back().logprobs = 3;
+  requests.back().prompt_logprobs = true;
+  requests.push_back(request(m, "the cat sat", 9, 0.9, 12));             // no logprobs, in the same batch
+  requests.push_back(request(m, "the dog ran to the cat", 0, 0.0, 13));  // the prompt alone scored
+  requests.back().logprobs = 1;
+  requests.back().prompt_logprobs = true;
+  requests.push_back(request(m, "cat and a", 5, 0.0, 14));  // generated tokens only, no alternatives
+  requests.back().logprobs = 0;
+  requests.push_back(request(m, "the", 4, 0.9, 15));  // a one-token prompt scored
+  requests.back().logprobs = 2;
+  requests.back().prompt_logprobs = true;
+  // Prompts in chunks of 3 tokens among other streams' steps, and whole.
+  for (const int64_t chunk : {int64_t{3}, int64_t{512}}) {
+    CompletionScheduler scheduler(m, {3, 16, chunk});
+    std::vector<std::shared_ptr<Completion>> running;
+    for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const CompletionRequest& r = requests[i];
+      INFO("prefill chunk " << chunk << ", request " << i);
+      std::string text;
+      std::vector<TokenLogprob> entries;
+      for (;;) {
+        Completion::Chunk c = running[i]->take(1000ms);
+        text += c.text;
+        for (TokenLogprob& e : c.logprobs) entries.push_back(std::move(e));
+        if (c.finished != FinishReason::none) {
+          CHECK(c.finished == FinishReason::length);
+          break;
+        }
+      }
+      CHECK(text == alone(m, r));  // logprobs change nothing drawn
+      if (r.logprobs < 0) {
+        CHECK(entries.empty());
+        continue;
+      }
+      const size_t prompt_n = r.prompt_logprobs ? r.prompt.size() : 0;
+      REQUIRE(entries.size() == prompt_n + static_cast<size_t>(r.max_tokens));
+      std::vector<int32_t> tokens = r.prompt;
+      std::string generated;
+      for (size_t j = 0; j < entries.size(); ++j) {
+        CHECK(entries[j].in_prompt == (j < prompt_n));
+        if (j >= prompt_n) {
+          tokens.push_back(entries[j].token);
+          CHECK(entries[j].offset == static_cast<int64_t>(generated.size()));
+          generated += text_of(m, entries[j].token);
+        } else {
+          CHECK(entries[j].token == r.prompt[j]);
+          CHECK(entries[j].offset ==
+                static_cast<int64_t>(
+                    m.tokenizer()
+                        ->decode(reinterpret_cast<const uint32_t*>(r.prompt.data()), static_cast<int64_t>(j))
+                        .size()));
+        }
+      }
+      CHECK(generated == text);
+      const Scored want = score(m, tokens);
+      const size_t skip = r.prompt.size() - prompt_n;  // the prompt tokens without entries
+      for (size_t j = 0; j < entries.size(); ++j) {
+        const size_t at = j + skip;  // the entry's position in tokens
+        const TokenLogprob& e = entries[j];
+        if (at == 0) {
+          CHECK(std::isnan(e.logprob));
+          CHECK(e.top.empty());
+          continue;
+        }
+        const std::vector<double>& lp = want.logprobs[at - 1];
+        CHECK(e.logprob == Approx(lp[static_cast<size_t>(tokens[at])]).margin(1e-4));
+        REQUIRE(e.top.size() == static_cast<size_t>(r.logprobs));
+        for (size_t k = 0; k < e.top.size(); ++k) {
+          CHECK(e.top[k].second == Approx(lp[static_cast<size_t>(e.top[k].first)]).margin(1e-4));
+          if (k > 0) CHECK(e.top[k].second <= e.top[k - 1].second);
+        }
+        if (!e.top.empty())
+          CHECK(e.top[0].second == Approx(*std::max_element(lp.begin(), lp.end())).margin(1e-4));
+      }
+    }
+  }
+}
+
+TEST_CASE("a stop string drops the entries of tokens that start at or after it", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  CompletionRequest r = request(m, "the cat", 60, 0.0, 1);
+  r.logprobs = 1;
+  const std::string full = alone(m, r);
+  REQUIRE(full.size() > 20);
+  r.stop = {full.substr(12, 3)};
+  CompletionScheduler scheduler(m, {});
+  const Completion::Chunk c = scheduler.submit(r)->take(60000ms, Completion::Wake::on_end());
+  REQUIRE(c.finished == FinishReason::stop);
+  REQUIRE_FALSE(c.logprobs.empty());
+  std::string bytes;
+  for (const TokenLogprob& e : c.logprobs) {
+    CHECK(e.offset == static_cast<int64_t>(bytes.size()));
+    CHECK(e.offset < static_cast<int64_t>(c.text.size()));  // each entry's token shows in the text
+    bytes += text_of(m, e.token);
+  }
+  CHECK(bytes.size() >= c.text.size());  // and together they cover it
+  CHECK(bytes.compare(0, c.text.size(), c.text) == 0);
+}
+
 TEST_CASE("with a draft model each request gets the text of generate --draft", "[infer][serve]") {
   const InferModel m = tiny_model(3), draft = tiny_model(4);
   std::vector<CompletionRequest> requests;
@@ -376,6 +513,12 @@ TEST_CASE("with a draft model each request gets the text of generate --draft", "
     o.draft = &draft;
     o.draft_tokens = k;
     CompletionScheduler scheduler(m, o);
+    CompletionRequest scored = requests[0];
+    scored.logprobs = 1;
+    CHECK_THROWS_WITH(scheduler.submit(scored), Catch::Contains("not available with a draft model"));
+    CompletionRequest penalised = requests[0];
+    penalised.sampling.presence_penalty = 0.5;
+    CHECK_THROWS_WITH(scheduler.submit(penalised), Catch::Contains("not available with a draft model"));
     std::vector<std::shared_ptr<Completion>> running;
     for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));
     for (size_t i = 0; i < requests.size(); ++i) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -535,6 +536,67 @@ TEST_CASE("top-k candidates are the likeliest k, ties to the lower id, never a N
         INFO("V " << V << ", k " << k << ", trial " << trial);
         CHECK(d.tokens == want);
       }
+}
+
+TEST_CASE("penalties and logit_bias change the logits each draw sees, as OpenAI defines them",
+          "[infer][sampler]") {
+  const int64_t V = 40;
+  std::vector<float> logits(V);
+  Rng rng(5);
+  for (float& l : logits) l = static_cast<float>(rng.normal());
+  for (const double temperature : {0.0, 0.9}) {
+    SamplingOptions o;
+    o.temperature = temperature;
+    o.top_k = 10;
+    o.seed = 21;
+    o.frequency_penalty = 0.7;
+    o.presence_penalty = -0.3;
+    o.logit_bias = {{3, 5.0f}, {11, -100.0f}};
+    // The reference: a plain sampler of the same seed drawing from logits
+    // adjusted by hand, mu[j] - c[j] * frequency - (c[j] > 0) * presence + bias[j].
+    SamplingOptions plain = o;
+    plain.frequency_penalty = plain.presence_penalty = 0;
+    plain.logit_bias.clear();
+    Sampler penalised(o), reference(plain);
+    std::vector<int64_t> counts(V);
+    std::vector<int32_t> got, want;
+    for (int i = 0; i < 60; ++i) {
+      std::vector<float> adjusted = logits;
+      adjusted[3] += 5.0f;
+      adjusted[11] += -100.0f;
+      for (int64_t j = 0; j < V; ++j)
+        if (counts[j] > 0) adjusted[j] -= static_cast<float>(counts[j] * 0.7 + -0.3);
+      want.push_back(reference.sample(adjusted.data(), V));
+      got.push_back(penalised.sample(logits.data(), V));
+      ++counts[want.back()];
+    }
+    INFO("temperature " << temperature);
+    CHECK(got == want);
+    CHECK(std::count(got.begin(), got.end(), 11) == 0);  // banned
+    // The frequency penalty spreads the draws: greedy alone would repeat one token.
+    CHECK(std::set<int32_t>(got.begin(), got.end()).size() > 3);
+  }
+  // Greedy picks a token a bias lifts above the rest.
+  SamplingOptions lift;
+  lift.temperature = 0;
+  lift.logit_bias = {{29, 100.0f}};
+  CHECK(Sampler(lift).sample(logits.data(), V) == 29);
+  // Out of range, twice, or past the vocabulary: refused.
+  SamplingOptions bad = lift;
+  bad.frequency_penalty = 2.5;
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("--frequency-penalty 2.5 must be in [-2, 2]"));
+  bad = lift;
+  bad.logit_bias = {{1, 101.0f}};
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("the bias in [-100, 100]"));
+  bad.logit_bias = {{1, NAN}};
+  CHECK_THROWS_AS(bad.validate(), InputError);
+  bad.logit_bias = {{4, 1.0f}, {2, 1.0f}, {4, -1.0f}};
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("names token 4 twice"));
+  bad.logit_bias = {{40, 1.0f}};
+  CHECK_NOTHROW(bad.validate());
+  CHECK_THROWS_WITH(bad.check_vocabulary(V),
+                    Catch::Contains("names token 40, outside the model's vocabulary"));
+  CHECK_THROWS_AS(Sampler(bad).sample(logits.data(), V), InputError);
 }
 
 TEST_CASE("sampling is deterministic per seed and greedy at temperature 0", "[infer][sampler]") {
