@@ -267,6 +267,15 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   return token;
 }
 
+void likeliest_tokens(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>& order) {
+  k = std::min(k, vocab);
+  thread_local SelectionScratch scratch;
+  if (k * kSelectFraction <= vocab)
+    top_k_tokens(logits, vocab, k, order, scratch.kept);
+  else
+    sorted_tokens(logits, vocab, k, order, scratch);
+}
+
 void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution& out) const {
   SHAMN_CHECK(vocab >= 1, "sampling needs at least one token");
   std::vector<int32_t>& order = out.tokens;
@@ -277,12 +286,7 @@ void Sampler::distribution(const float* logits, int64_t vocab, TokenDistribution
     out.total = 1.0;
     return;
   }
-  const int64_t k = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
-  thread_local SelectionScratch scratch;
-  if (k * kSelectFraction <= vocab)
-    top_k_tokens(logits, vocab, k, order, scratch.kept);
-  else
-    sorted_tokens(logits, vocab, k, order, scratch);
+  likeliest_tokens(logits, vocab, options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab, order);
   if (order.empty()) order.assign(1, argmax_logit(logits, vocab));  // every logit NaN
 
   probs.resize(order.size());

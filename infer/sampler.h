@@ -18,6 +18,11 @@ namespace shamn {
 // over the whole vocabulary.
 int32_t argmax_logit(const float* logits, int64_t vocab);
 
+// The k likeliest tokens of logits [vocab] in `order`, likeliest first (lower id
+// on ties; NaN logits never; fewer than k only where the rest are NaN). O(V):
+// one pass against a rising bar for small k, a radix sort for large.
+void likeliest_tokens(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>& order);
+
 struct SamplingOptions {
   double temperature = 0.8;  // 0 = greedy
   int64_t top_k = 40;        // 0 = all tokens
