@@ -176,8 +176,13 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   if (j.is_discarded()) throw RequestError("the body is not valid JSON (UTF-8)");
   if (!j.is_object()) throw RequestError("the body must be a JSON object");
   std::vector<std::vector<int32_t>> texts = prompts(j, tokenizer, vocab_size, limits);
-  if (integer(j, "n", 1, 1, 1) != 1 || integer(j, "best_of", 1, 1, 1) != 1)
-    throw RequestError("n and best_of must be 1");
+  const int64_t n = integer(j, "n", 1, 1, limits.max_prompts);
+  if (n * static_cast<int64_t>(texts.size()) > limits.max_prompts)
+    throw RequestError("n " + std::to_string(n) + " of " + std::to_string(texts.size()) +
+                       " prompts asks for " + std::to_string(n * static_cast<int64_t>(texts.size())) +
+                       " completions; this server makes at most " + std::to_string(limits.max_prompts) +
+                       " a request");
+  if (integer(j, "best_of", n, n, n) != n) throw RequestError("best_of must be n (or absent)");
   // Controls this server does not apply are refused, not ignored, except at their
   // no-op values, which some clients (LangChain) send with every request.
   if (const json* s = field(j, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
@@ -200,7 +205,7 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   p.echo = flag(j, "echo");
   r.prompt_logprobs = p.echo && r.logprobs >= 0;
   p.stream = flag(j, "stream");
-  if (p.stream && texts.size() > 1) throw RequestError("stream takes one prompt, not a list of them");
+  if (p.stream && texts.size() * n > 1) throw RequestError("stream takes one prompt and n = 1");
   if (const json* o = field(j, "stream_options")) {
     if (!p.stream) throw RequestError("stream_options is only for stream: true");
     if (!o->is_object()) throw RequestError("stream_options must be an object");
@@ -216,10 +221,14 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
     if (!m->is_string()) throw RequestError("model must be a string");
     p.model = m->get<std::string>();
   }
-  for (std::vector<int32_t>& text : texts) {
-    p.requests.push_back(r);
-    p.requests.back().prompt = std::move(text);
-  }
+  // n completions of each prompt, prompt by prompt; the j-th of a prompt's
+  // draws with seed + j, so each is the text generate gives for that seed.
+  for (std::vector<int32_t>& text : texts)
+    for (int64_t c = 0; c < n; ++c) {
+      p.requests.push_back(r);
+      p.requests.back().prompt = text;
+      p.requests.back().sampling.seed = r.sampling.seed + static_cast<uint64_t>(c);
+    }
   return p;
 }
 

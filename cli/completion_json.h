@@ -24,7 +24,7 @@ struct ServeLimits {
   int64_t max_tokens = 4096;  // the largest max_tokens a request may ask for
   int64_t max_prompt_tokens = 8192;
   double time_limit_s = 600;  // every request's limit (0 = none)
-  int64_t max_prompts = 64;   // prompts in one request (a list of them)
+  int64_t max_prompts = 64;   // completions in one request (prompts times n)
 };
 
 // The most alternatives `logprobs` may ask for (vLLM's default limit; OpenAI's is 5).
@@ -33,8 +33,9 @@ constexpr int64_t kMaxLogprobs = 20;
 constexpr size_t kMaxLogitBias = 1024;
 
 struct ParsedCompletion {
-  std::vector<CompletionRequest> requests;  // one a prompt, in the order given: the choices' indices
-  bool echo = false;                        // each choice's text starts with its prompt's
+  // n a prompt, prompt by prompt, in the order given: the choices' indices.
+  std::vector<CompletionRequest> requests;
+  bool echo = false;  // each choice's text starts with its prompt's
   bool stream = false;
   bool stream_usage = false;  // stream_options.include_usage: a last event with the usage alone
   std::string adapter;        // the LoRA adapter the request names ("": the base); the server resolves it
@@ -42,7 +43,9 @@ struct ParsedCompletion {
 };
 
 // Fields: prompt (required: a string, a list of token ids, or a list of up to
-// limits.max_prompts of either, one choice each, not with stream), max_tokens
+// limits.max_prompts of either, not with stream), n (1: completions of each
+// prompt, the j-th drawn with seed + j; at most limits.max_prompts in all; not
+// with stream), best_of (n; no other value), max_tokens
 // (16; 0 with echo scores the prompt alone), temperature (0.8), top_k (40),
 // top_p (0.95), seed (random when absent), frequency_penalty and
 // presence_penalty (0; in [-2, 2]), logit_bias ({"token id": bias in [-100,
@@ -52,11 +55,10 @@ struct ParsedCompletion {
 // with logprobs the prompt's tokens are scored too), stream (false), adapter (a
 // name, 1-64 characters; absent or null: the base), model (a string; the server
 // takes the model file's name or an adapter's, as vLLM does, and refuses
-// others), stream_options.include_usage (false; with stream only); n, best_of
-// and suffix only at their defaults (refused otherwise: an accepted field must
-// take effect). The sampling defaults are `shamn generate`'s. Token ids must lie
-// below vocab_size, the model's vocabulary. Fields that do not change the text
-// (user, ...) are ignored.
+// others), stream_options.include_usage (false; with stream only); suffix only
+// empty (refused otherwise: an accepted field must take effect). The sampling defaults are `shamn
+// generate`'s. Token ids must lie below vocab_size, the model's vocabulary. Fields that do not change the
+// text (user, ...) are ignored.
 ParsedCompletion parse_completion_request(const std::string& body, const Tokenizer& tokenizer,
                                           int64_t vocab_size, const ServeLimits& limits);
 

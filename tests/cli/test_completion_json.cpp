@@ -80,7 +80,8 @@ TEST_CASE("penalties and logit_bias are read, suffix refused unless empty", "[se
                     Catch::Contains("stream_options must be an object"));
 }
 
-TEST_CASE("a prompt is a string, token ids, or a list of either, one choice each", "[serve][completion]") {
+TEST_CASE("a prompt is a string, token ids, or a list of either, with n choices each",
+          "[serve][completion]") {
   const Tokenizer tokenizer({{'a', 'b'}});  // "ab" is 256
   ServeLimits limits;
   limits.max_prompts = 3;
@@ -112,7 +113,24 @@ TEST_CASE("a prompt is a string, token ids, or a list of either, one choice each
   CHECK_THROWS_WITH(parse(R"(["a", "b", "c", "d"])"),
                     Catch::Equals("prompt holds 4 prompts; this server takes at most 3 a request"));
   CHECK_THROWS_WITH(parse(R"(["a", "b"])", R"(, "stream": true)"),
-                    Catch::Equals("stream takes one prompt, not a list of them"));
+                    Catch::Equals("stream takes one prompt and n = 1"));
+  CHECK_THROWS_WITH(parse(R"("a")", R"(, "n": 2, "stream": true)"),
+                    Catch::Equals("stream takes one prompt and n = 1"));
+  // n completions of each prompt, prompt by prompt, the j-th with seed + j.
+  limits.max_prompts = 4;
+  const ParsedCompletion n = parse(R"(["ab", [5]])", R"(, "n": 2, "best_of": 2, "seed": 40)");
+  REQUIRE(n.requests.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(n.requests[i].prompt == (i < 2 ? Ids{256} : Ids{5}));
+    CHECK(n.requests[i].sampling.seed == 40 + i % 2);
+  }
+  limits.max_prompts = 3;
+  CHECK_THROWS_WITH(
+      parse(R"(["a", "b"])", R"(, "n": 2)"),
+      Catch::Equals("n 2 of 2 prompts asks for 4 completions; this server makes at most 3 a request"));
+  CHECK_THROWS_WITH(parse(R"("a")", R"(, "n": 2, "best_of": 3)"),
+                    Catch::Contains("best_of must lie in [2, 2]"));
+  CHECK_THROWS_WITH(parse(R"("a")", R"(, "n": 0)"), Catch::Contains("n must lie in [1, 3]"));
   CHECK(parse(R"(["a"])", R"(, "stream": true)").stream);
   limits.max_prompt_tokens = 2;
   CHECK_THROWS_WITH(parse("[1, 2, 3]"), Catch::Equals("prompt is 3 tokens; this server takes at most 2"));

@@ -241,6 +241,14 @@ if r["choices"][0]["text"] != want or want == full:
     fail(f"penalties and logit_bias: {r['choices'][0]['text']!r}, generate's {want!r}, without them {full!r}")
 say("frequency_penalty, presence_penalty and logit_bias: the text of generate with the same flags")
 
+# ---- n: each prompt's j-th completion is generate's with seed + j ----
+r = server.complete({"prompt": ["the cat", "the dog ran"], "n": 2, "max_tokens": 12, "temperature": 0.9, "seed": 5})
+want = [generate(pr, 12, 0.9, 40, 0.95, s) for pr in ("the cat", "the dog ran") for s in (5, 6)]
+got = [c["text"] for c in sorted(r["choices"], key=lambda c: c["index"])]
+if got != want or r["usage"]["completion_tokens"] != 48:
+    fail(f"n 2 of 2 prompts: {got} (expected {want}), usage {r['usage']}")
+say("n 2 of 2 prompts: four choices, each generate's text for its prompt and seed")
+
 # ---- an HTTP/1.0 client: no chunked encoding (it has none), the body read to the close ----
 for streamed in (False, True):
     request = json.dumps({**body, "stream": streamed}).encode()
@@ -351,7 +359,7 @@ bad = [
     (json.dumps({"prompt": "a", "top_k": -3}), 400), (json.dumps({"prompt": "a", "seed": -1}), 400),
     (json.dumps({"prompt": "a", "stop": 5}), 400), (json.dumps({"prompt": "a", "stop": ["a"] * 5}), 400),
     (json.dumps({"prompt": "a", "stop": [""]}), 400), (json.dumps({"prompt": "a", "stream": "yes"}), 400),
-    (json.dumps({"prompt": "a", "n": 2}), 400), (json.dumps({"prompt": "a", "logprobs": 21}), 400),
+    (json.dumps({"prompt": "a", "n": 65}), 400), (json.dumps({"prompt": "a", "n": 2, "best_of": 3}), 400), (json.dumps({"prompt": "a", "logprobs": 21}), 400),
     (json.dumps({"prompt": "a", "echo": "yes"}), 400), (json.dumps({"prompt": "a" * 100000}), 400),
     (json.dumps({"prompt": [1, 320]}), 400), (json.dumps({"prompt": [[1], []]}), 400),
     (json.dumps({"prompt": ["a", "b"], "stream": True}), 400), (json.dumps({"prompt": ["a"] * 65}), 400),
