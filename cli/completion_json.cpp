@@ -127,8 +127,11 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& body, int64_t voca
                        std::to_string(kMaxLogitBias));
   std::vector<std::pair<int32_t, float>> out;
   for (const auto& [key, value] : b->items()) {
-    const bool digits =
-        !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    // Decimal ids as OpenAI writes them: no sign, no leading zero (which would
+    // let "05" and "5" name one token twice).
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos &&
+                        (key[0] != '0' || key.size() == 1);
     if (!digits || std::stoll(key) >= vocab_size)
       throw RequestError("logit_bias names '" + key + "', not a token id in [0, " +
                          std::to_string(vocab_size) + ")");
@@ -223,6 +226,19 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   }
   // n completions of each prompt, prompt by prompt; the j-th of a prompt's
   // draws with seed + j, so each is the text generate gives for that seed.
+  // What logprobs would return, bounded: each scored token's value and its
+  // alternatives (at 64 prompts of 8,192 tokens and logprobs 20, a 317 MB
+  // response built on one HTTP thread, 2.4 GB of the server's memory).
+  if (r.logprobs >= 0) {
+    int64_t scored = 0;
+    for (const std::vector<int32_t>& text : texts)
+      scored += n * (r.max_tokens + (r.prompt_logprobs ? static_cast<int64_t>(text.size()) : 0));
+    if (scored * (r.logprobs + 1) > limits.max_logprob_values)
+      throw RequestError("logprobs " + std::to_string(r.logprobs) + " of " + std::to_string(scored) +
+                         " tokens would return " + std::to_string(scored * (r.logprobs + 1)) +
+                         " values; this server returns at most " + std::to_string(limits.max_logprob_values) +
+                         " a request (fewer prompts, tokens or alternatives)");
+  }
   for (std::vector<int32_t>& text : texts)
     for (int64_t c = 0; c < n; ++c) {
       p.requests.push_back(r);
@@ -272,7 +288,7 @@ ordered logprobs_json(const CompletionChoice& c, const Tokenizer& tokenizer) {
   for (const TokenLogprob& e : c.logprobs) {
     const std::string name = token_name(tokenizer, e.token);
     tokens.push_back(name);
-    offsets.push_back(e.in_prompt ? e.offset : c.generated_offset + e.offset);
+    offsets.push_back(e.in_prompt ? e.char_offset : c.generated_offset + e.char_offset);
     if (std::isnan(e.logprob)) {
       values.push_back(nullptr);
       tops.push_back(nullptr);

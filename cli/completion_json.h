@@ -25,6 +25,8 @@ struct ServeLimits {
   int64_t max_prompt_tokens = 8192;
   double time_limit_s = 600;  // every request's limit (0 = none)
   int64_t max_prompts = 64;   // completions in one request (prompts times n)
+  // logprobs' values in one response: (tokens scored) x (alternatives + 1).
+  int64_t max_logprob_values = int64_t{1} << 20;
 };
 
 // The most alternatives `logprobs` may ask for (vLLM's default limit; OpenAI's is 5).
@@ -76,7 +78,7 @@ struct CompletionChoice {
   FinishReason finish = FinishReason::none;
   bool with_logprobs = false;          // the request asked for logprobs ("logprobs": null otherwise)
   std::vector<TokenLogprob> logprobs;  // the prompt's (with echo), then the generated tokens'
-  int64_t generated_offset = 0;        // text_offset of the generated text: the echoed prompt's bytes
+  int64_t generated_offset = 0;        // text_offset of the generated text: the echoed prompt's characters
 };
 // The text of token ids as the prompt gives them (ids past the tokenizer: none).
 std::string prompt_text(const std::vector<int32_t>& ids, const Tokenizer& tokenizer);

@@ -264,20 +264,37 @@ class Server {
         return refuse(404, "not_found_error",
                       "unknown adapter '" + parsed.adapter + "'; this server has " + adapters_.names());
     }
+    // More completions than the batch and queue hold would be refused as busy
+    // however long the client waited.
+    const int64_t room = args_.batching.max_batch + args_.batching.max_queue;
+    if (static_cast<int64_t>(parsed.requests.size()) > room)
+      return refuse(400, "invalid_request_error",
+                    "the request asks for " + std::to_string(parsed.requests.size()) +
+                        " completions (prompts times n); this server holds " + std::to_string(room) +
+                        " at once (--max-batch + --max-queue)");
     Choices choices;
+    const auto cancel_all = [&choices] {
+      for (Choice& submitted : choices) submitted.completion->cancel();
+    };
     for (CompletionRequest& r : parsed.requests) {
       r.adapter = adapter.get();
       r.keep_alive = adapter;  // an unload waits for this request to end
       Choice c{nullptr, parsed.echo ? prompt_text(r.prompt, *model_.tokenizer()) : std::string(), logprobs};
-      c.completion = scheduler_.submit(std::move(r));
+      try {
+        c.completion = scheduler_.submit(std::move(r));
+      } catch (const InputError& e) {  // what parsing let through (it checks the same): still the client's
+        cancel_all();
+        return refuse(400, "invalid_request_error", e.what());
+      }
       if (!c.completion) {
-        for (Choice& submitted : choices) submitted.completion->cancel();
+        cancel_all();
         return refuse(429, "server_busy",
                       "the server is busy: every batch slot and queue place is taken; retry later");
       }
       choices.push_back(std::move(c));
     }
-    if (!parsed.adapter.empty()) adapters_.count_request(parsed.adapter);
+    if (!parsed.adapter.empty())
+      for (size_t i = 0; i < choices.size(); ++i) adapters_.count_request(parsed.adapter);
     // The response names the adapter that ran, as /v1/models lists it.
     const CompletionId id{"cmpl-" + std::to_string(next_id_.fetch_add(1)), unix_seconds(),
                           parsed.adapter.empty() ? name_ : parsed.adapter};
@@ -311,7 +328,7 @@ class Server {
     out.finish = chunk.finished;
     out.with_logprobs = c.logprobs;
     out.logprobs = std::move(chunk.logprobs);
-    out.generated_offset = static_cast<int64_t>(c.echo.size());
+    out.generated_offset = utf8_characters(c.echo);
     return out;
   }
 
@@ -490,10 +507,11 @@ class Server {
       out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + value_text + "\n";
     };
     const auto d = [](int64_t v) { return static_cast<double>(v); };
-    line("shamn_requests_total", "completion requests accepted", "counter", d(s.submitted));
+    line("shamn_requests_total", "completions accepted (a request of several prompts or n counts each)",
+         "counter", d(s.submitted));
     for (const auto& [name, count] : adapters_.request_counts())
-      line("shamn_adapter_requests_total", "completion requests accepted, by the LoRA adapter they picked",
-           "counter", d(count), "adapter=\"" + name + "\"");
+      line("shamn_adapter_requests_total", "completions accepted, by the LoRA adapter they picked", "counter",
+           d(count), "adapter=\"" + name + "\"");
     line("shamn_requests_rejected_total", "requests refused with 429 (batch and queue full)", "counter",
          d(s.rejected));
     const std::string finished = "requests ended, by finish reason";

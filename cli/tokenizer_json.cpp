@@ -13,7 +13,8 @@ using nlohmann::ordered_json;
 
 nlohmann::json object_body(const std::string& body) {
   nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw RequestError("the body must be a JSON object");
+  if (j.is_discarded()) throw RequestError("the body is not valid JSON (UTF-8)");
+  if (!j.is_object()) throw RequestError("the body must be a JSON object");
   return j;
 }
 

@@ -142,8 +142,10 @@ bool Completion::append(const std::string& piece, const std::vector<std::string>
   if (logprob) {
     logprob->in_prompt = false;
     logprob->offset = static_cast<int64_t>(before);
+    logprob->char_offset = text_characters_.characters();
     logprobs_.push_back(std::move(*logprob));
   }
+  text_characters_.add(piece);
   size_t longest = 0;
   for (const std::string& s : stop) longest = std::max(longest, s.size());
   // A stop string ending in the new piece starts at most longest - 1 bytes before it.
@@ -187,10 +189,11 @@ struct CompletionScheduler::Stream {
   std::shared_ptr<Completion> completion = std::make_shared<Completion>();
   DecodeState state;
   Sampler sampler;
-  int64_t prefilled = 0;          // prompt tokens through the model so far
-  int32_t next = 0;               // the last sampled token, fed at the next step
-  TokenLogprob next_logprob;      // next's entry, where the request asks for logprobs
-  int64_t prompt_text_bytes = 0;  // the prompt's text so far, for its entries' offsets
+  int64_t prefilled = 0;               // prompt tokens through the model so far
+  int32_t next = 0;                    // the last sampled token, fed at the next step
+  TokenLogprob next_logprob;           // next's entry, where the request asks for logprobs
+  int64_t prompt_text_bytes = 0;       // the prompt's text so far: its entries' offsets
+  Utf8Counter prompt_text_characters;  // (in bytes and in characters)
   Clock::time_point submitted = Clock::now();
   double first_token_s = -1;
   bool done = false;
@@ -333,19 +336,22 @@ void CompletionScheduler::step() {
   std::vector<uint8_t> prompt_ends;  // whether the step ends the stream's prompt
   std::vector<int64_t> first_row;    // the step's first row of logits
   std::vector<int64_t> first_token;  // the step's first prompt position (prompt steps)
-  int64_t rows = 0;
+  int64_t rows = 0, scored_rows = 0;
   for (auto& s : running_) {
     if (s->done) continue;
     const auto prompt_n = static_cast<int64_t>(s->request.prompt.size());
+    const bool all = s->prefilled < prompt_n && s->request.prompt_logprobs;
+    // Scored prompts take every position's logits: [n, V] floats a stream, so in
+    // smaller chunks, and a stream past the step's budget waits for the next.
+    const int64_t scored_room = kScoredRowsPerStep - scored_rows;
+    if (all && scored_room == 0) continue;
     first_row.push_back(rows);
     first_token.push_back(s->prefilled);
     if (s->prefilled < prompt_n) {
-      // Scored prompts take every position's logits: [n, V] floats a stream, so
-      // in smaller chunks (at V = 32,000, 8 MB a stream and step).
-      const bool all = s->request.prompt_logprobs;
       const int64_t chunk =
-          all ? std::min(options_.prefill_chunk, kScoredPrefillChunk) : options_.prefill_chunk;
+          all ? std::min({options_.prefill_chunk, kScoredPrefillChunk, scored_room}) : options_.prefill_chunk;
       const int64_t n = std::min(chunk, prompt_n - s->prefilled);
+      if (all) scored_rows += n;
       steps.push_back({&s->state, s->request.prompt.data() + s->prefilled, n, all});
       s->prefilled += n;
       prompt_ends.push_back(s->prefilled == prompt_n);
@@ -422,8 +428,11 @@ void CompletionScheduler::score_prompt(Stream& s, const float* logits, int64_t f
   std::vector<TokenLogprob> entries;
   const auto add = [&](TokenLogprob e) {
     e.in_prompt = true;
+    const std::string& text = token_text(tok, e.token);
     e.offset = s.prompt_text_bytes;
-    s.prompt_text_bytes += static_cast<int64_t>(token_text(tok, e.token).size());
+    e.char_offset = s.prompt_text_characters.characters();
+    s.prompt_text_bytes += static_cast<int64_t>(text.size());
+    s.prompt_text_characters.add(text);
     entries.push_back(std::move(e));
   };
   if (first == 0) {

@@ -117,6 +117,7 @@ class Completion {
   int64_t tokens_taken_ = 0;  // tokens_ at the last take()
   int64_t prompt_tokens_ = 0;
   std::vector<TokenLogprob> logprobs_;  // the prompt's entries (where asked), then the generated tokens'
+  Utf8Counter text_characters_;         // text_'s characters, as it grows
   size_t logprobs_taken_ = 0;
   bool prompt_logprobs_done_ = true;  // every prompt entry is in logprobs_
   FinishReason finished_ = FinishReason::none;
@@ -170,8 +171,11 @@ class CompletionScheduler {
                 const std::vector<std::pair<Stream*, FinishReason>>& ending);
   void retire(Stream& s, FinishReason reason, std::string error = {});
 
-  // Prompt tokens a step for a stream whose prompt is scored (its logits [n, V] kept).
+  // Prompt tokens a step for a stream whose prompt is scored (its logits [n, V]
+  // kept), and for all such streams together: the step's logits stay within
+  // (max_batch + 256) rows (at V = 32,000, 32 MB more than decoding alone).
   static constexpr int64_t kScoredPrefillChunk = 64;
+  static constexpr int64_t kScoredRowsPerStep = 256;
   const InferModel& model_;
   const Options options_;
   mutable std::mutex mutex_;

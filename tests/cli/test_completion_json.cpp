@@ -64,6 +64,8 @@ TEST_CASE("penalties and logit_bias are read, suffix refused unless empty", "[se
                     Catch::Equals("logit_bias names '256', not a token id in [0, 256)"));
   CHECK_THROWS_WITH(parse(R"("logit_bias": {"-1": 1})"), Catch::Contains("logit_bias names '-1'"));
   CHECK_THROWS_WITH(parse(R"("logit_bias": {"a": 1})"), Catch::Contains("logit_bias names 'a'"));
+  CHECK_THROWS_WITH(parse(R"("logit_bias": {"05": 1, "5": 2})"), Catch::Contains("logit_bias names '05'"));
+  CHECK(sampling(R"("logit_bias": {"0": 1})").logit_bias.size() == 1);
   CHECK_THROWS_WITH(parse(R"("logit_bias": {"99999999999": 1})"), Catch::Contains("logit_bias names"));
   CHECK_THROWS_WITH(parse(R"("logit_bias": {"3": 101})"),
                     Catch::Equals("logit_bias's value for token 3 must be a number in [-100, 100], got 101"));
@@ -156,6 +158,18 @@ TEST_CASE("logprobs and echo are read, and the prompt is scored only with both",
   CHECK(scored.requests.at(0).prompt_logprobs);
   CHECK(scored.requests.at(0).max_tokens == 0);
   CHECK_THROWS_WITH(parse(R"(, "echo": 1)"), Catch::Equals("echo must be true or false"));
+  // What logprobs would return is bounded: tokens scored x (alternatives + 1).
+  ServeLimits small = limits;
+  small.max_logprob_values = 40;
+  const auto parse_small = [&](const std::string& fields) {
+    return parse_completion_request(R"({"prompt": ["ab", "c"])" + fields + "}", tokenizer, 256, small);
+  };
+  CHECK(parse_small(R"(, "max_tokens": 4, "logprobs": 4)").requests.size() == 2);  // 2 x 4 x 5 = 40
+  CHECK_THROWS_WITH(
+      parse_small(R"(, "max_tokens": 4, "logprobs": 4, "echo": true)"),
+      Catch::Equals("logprobs 4 of 11 tokens would return 55 values; this server returns at most "
+                    "40 a request (fewer prompts, tokens or alternatives)"));
+  CHECK_NOTHROW(parse_small(R"(, "max_tokens": 400, "echo": true)"));  // no logprobs: nothing to bound
 }
 
 TEST_CASE("a response's logprobs name each token, its offset and its alternatives", "[serve][completion]") {
@@ -167,10 +181,10 @@ TEST_CASE("a response's logprobs name each token, its offset and its alternative
       "a\xc3\xa9"
       "a";  // the echoed prompt "a\xc3\xa9", then "a"
   c.with_logprobs = true;
-  c.generated_offset = 3;
-  TokenLogprob first{'a', NAN, {}, true, 0};
-  TokenLogprob second{256, -0.5f, {{'a', -0.25f}}, true, 1};  // the token itself is not among its top 1
-  TokenLogprob generated{'a', -0.25f, {{'a', -0.25f}, {0xc3, -3.0f}}, false, 0};
+  c.generated_offset = 2;  // characters, as clients index the text
+  TokenLogprob first{'a', NAN, {}, true, 0, 0};
+  TokenLogprob second{256, -0.5f, {{'a', -0.25f}}, true, 1, 1};  // the token itself is not among its top 1
+  TokenLogprob generated{'a', -0.25f, {{'a', -0.25f}, {0xc3, -3.0f}}, false, 0, 0};
   c.logprobs = {first, second, generated};
   c.finish = FinishReason::length;
   const nlohmann::json j = nlohmann::json::parse(completion_json({"cmpl-7", 5, "m"}, {c}, 2, 1, tokenizer));
@@ -185,7 +199,7 @@ TEST_CASE("a response's logprobs name each token, its offset and its alternative
   CHECK(l["top_logprobs"][1] == nlohmann::json({{"a", -0.25}, {"\xc3\xa9", -0.5}}));
   // A lone byte of a character is named by its bytes, as OpenAI does.
   CHECK(l["top_logprobs"][2] == nlohmann::json({{"a", -0.25}, {"bytes:\\xc3", -3.0}}));
-  CHECK(l["text_offset"] == nlohmann::json({0, 1, 3}));
+  CHECK(l["text_offset"] == nlohmann::json({0, 1, 2}));
   CHECK(j["usage"]["total_tokens"] == 3);
   // Without logprobs asked: null; a streamed piece has no usage.
   c.with_logprobs = false;

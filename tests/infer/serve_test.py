@@ -321,7 +321,7 @@ for (ids, ctxlen), (context, continuation), c in zip(scored, pairs, choices):
     if len(lp["token_logprobs"]) != len(ids) + 1 or lp["token_logprobs"][0] is not None or \
             lp["top_logprobs"][0] is not None or not c["text"].startswith(context + continuation):
         fail(f"echo with logprobs of {ids}: {c}")
-    if "".join(lp["tokens"]) != c["text"] or lp["text_offset"][ctxlen] != len(context.encode()):
+    if "".join(lp["tokens"]) != c["text"] or lp["text_offset"][ctxlen] != len(context):
         fail(f"tokens and text_offset of {ids}: {lp}")
     for value, top in zip(lp["token_logprobs"][1:], lp["top_logprobs"][1:]):
         if not value <= 0 or not 1 <= len(top) <= 2 or value > max(top.values()) + 1e-6:
@@ -342,6 +342,15 @@ for (ids, ctxlen), (context, continuation), c in zip(scored, pairs, choices):
         fail(f"scored prompt {ids}: mean loss {mean} against shamn eval's {evaluated['loss']}")
     say(f"lm-eval's request for {context!r} + {continuation!r}: log-likelihood {loglikelihood:.4f}, "
         f"mean loss {mean:.5f} = shamn eval's {evaluated['loss']:.5f}")
+# text_offset counts characters, as clients index the text: each token found at its offset.
+r = server.complete({"prompt": "h\u00e9llo w\u00f6rld ok", "max_tokens": 3, "logprobs": 0, "echo": True,
+                     "temperature": 0})
+c = r["choices"][0]
+for name, offset in zip(c["logprobs"]["tokens"], c["logprobs"]["text_offset"]):
+    if not name.startswith("bytes:") and c["text"][offset:offset + len(name)] != name:
+        fail(f"token {name!r} is not at text_offset {offset} of {c['text']!r}")
+if not all(o <= len(c["text"]) for o in c["logprobs"]["text_offset"]):
+    fail(f"a text_offset past the text: {c}")
 # Only the prompt scored (max_tokens 0), streamed: the echo and its logprobs arrive, and nothing more.
 text, finish, done = server.stream({"prompt": "the cat", "max_tokens": 0, "echo": True, "logprobs": 0})
 if text != "the cat" or finish != "length" or not done:
@@ -367,6 +376,9 @@ bad = [
     (json.dumps({"prompt": "a", "frequency_penalty": 3}), 400),
     (json.dumps({"prompt": "a", "logit_bias": {"320": -100}}), 400),
     (json.dumps({"prompt": "a", "logit_bias": {"4": 200}}), 400),
+    (json.dumps({"prompt": "a", "logit_bias": {"05": 1, "5": 2}}), 400),
+    (json.dumps({"prompt": ["a"] * 21}), 400),  # more completions than --max-batch + --max-queue hold
+    (json.dumps({"prompt": [[1] * 8000] * 8, "echo": True, "logprobs": 20, "max_tokens": 0}), 400),
     (json.dumps({"prompt": "a", "logit_bias": []}), 400), (json.dumps({"prompt": "a", "suffix": " end"}), 400),
     (json.dumps({"prompt": "a", "stream_options": {"include_usage": True}}), 400),
     (json.dumps({"prompt": "a", "stream": True, "stream_options": {"include_usage": 1}}), 400),

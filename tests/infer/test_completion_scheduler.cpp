@@ -413,14 +413,25 @@ TEST_CASE("logprobs: each token's log-softmax and its likeliest alternatives, th
   requests.push_back(request(m, "the", 4, 0.9, 15));  // a one-token prompt scored
   requests.back().logprobs = 2;
   requests.back().prompt_logprobs = true;
-  // Prompts in chunks of 3 tokens among other streams' steps, and whole.
-  for (const int64_t chunk : {int64_t{3}, int64_t{512}}) {
-    CompletionScheduler scheduler(m, {3, 16, chunk});
+  // Long scored prompts: in one batch, more rows than a step's budget for scored
+  // prompts (CompletionScheduler::kScoredRowsPerStep), so some wait a step.
+  std::string longer;
+  for (int i = 0; i < 4; ++i) longer += kText;
+  for (int i = 0; i < 5; ++i) {
+    requests.push_back(request(m, longer.substr(static_cast<size_t>(i)), 3, 0.9, 30 + i));
+    requests.back().logprobs = 1;
+    requests.back().prompt_logprobs = true;
+    REQUIRE(requests.back().prompt.size() > 64);
+  }
+  // Prompts in chunks of 3 tokens among other streams' steps, and whole, a few
+  // streams at a time and all at once.
+  for (const auto& [batch, chunk] : {std::pair<int64_t, int64_t>{3, 3}, {3, 512}, {10, 512}}) {
+    CompletionScheduler scheduler(m, {batch, 16, chunk});
     std::vector<std::shared_ptr<Completion>> running;
     for (const CompletionRequest& r : requests) running.push_back(scheduler.submit(r));
     for (size_t i = 0; i < requests.size(); ++i) {
       const CompletionRequest& r = requests[i];
-      INFO("prefill chunk " << chunk << ", request " << i);
+      INFO("batch " << batch << ", prefill chunk " << chunk << ", request " << i);
       std::string text;
       std::vector<TokenLogprob> entries;
       for (;;) {
@@ -446,6 +457,7 @@ TEST_CASE("logprobs: each token's log-softmax and its likeliest alternatives, th
         if (j >= prompt_n) {
           tokens.push_back(entries[j].token);
           CHECK(entries[j].offset == static_cast<int64_t>(generated.size()));
+          CHECK(entries[j].char_offset == utf8_characters(generated));
           generated += text_of(m, entries[j].token);
         } else {
           CHECK(entries[j].token == r.prompt[j]);
@@ -478,6 +490,38 @@ TEST_CASE("logprobs: each token's log-softmax and its likeliest alternatives, th
           CHECK(e.top[0].second == Approx(*std::max_element(lp.begin(), lp.end())).margin(1e-4));
       }
     }
+  }
+}
+
+TEST_CASE("characters are counted as a replacing UTF-8 decoder shows them", "[infer][serve]") {
+  // Python's bytes.decode("utf-8", "replace") gives these lengths.
+  const std::pair<const char*, int64_t> cases[] = {{"a\xa9"
+                                                    "b",
+                                                    3},
+                                                   {"a\xc3"
+                                                    "b",
+                                                    3},
+                                                   {"\xc3\xa9\xa9", 2},
+                                                   {"\xe2\x82"
+                                                    "x",
+                                                    2},
+                                                   {"\xf0\x9f\x98", 1},
+                                                   {"\xff\xfe", 2},
+                                                   {"\xe2\x82\xac\x80", 2},
+                                                   {"\xed\xa0\x80", 3},
+                                                   {"\xc0\xaf", 2},
+                                                   {"h\xc3\xa9llo", 5},
+                                                   {"\xf0\x9f\x98\x80!", 2},
+                                                   {"\xe0\x80\x80", 3},
+                                                   {"\xf4\x90\x80\x80", 4},
+                                                   {"", 0}};
+  for (const auto& [text, want] : cases) {
+    INFO(text);
+    CHECK(utf8_characters(text) == want);
+    // Byte by byte, as tokens add to a text, the same count.
+    Utf8Counter counter;
+    for (const char* p = text; *p; ++p) counter.add(std::string_view(p, 1));
+    CHECK(counter.characters() == want);
   }
 }
 
