@@ -320,6 +320,15 @@ ordered usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+// The first failed choice's error beside the choices.
+void add_error(ordered& j, const std::vector<CompletionChoice>& choices) {
+  for (const CompletionChoice& c : choices)
+    if (!c.error.empty()) {
+      j["error"] = {{"message", c.error}, {"type", "server_error"}};
+      return;
+    }
+}
+
 }  // namespace
 
 std::string prompt_text(const std::vector<int32_t>& ids, const Tokenizer& tokenizer) {
@@ -335,6 +344,7 @@ std::string completion_json(const CompletionId& id, const std::vector<Completion
   j["choices"] = ordered::array();
   for (const CompletionChoice& c : choices) j["choices"].push_back(choice_json(c, tokenizer));
   j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  add_error(j, choices);
   return json_text(j);
 }
 
@@ -342,6 +352,7 @@ std::string completion_chunk_json(const CompletionId& id, const CompletionChoice
                                   const Tokenizer& tokenizer) {
   ordered j = response_head(id);
   j["choices"] = ordered::array({choice_json(choice, tokenizer)});
+  add_error(j, {choice});
   return json_text(j);
 }
 

@@ -79,6 +79,9 @@ struct CompletionChoice {
   bool with_logprobs = false;          // the request asked for logprobs ("logprobs": null otherwise)
   std::vector<TokenLogprob> logprobs;  // the prompt's (with echo), then the generated tokens'
   int64_t generated_offset = 0;        // text_offset of the generated text: the echoed prompt's characters
+  // With finish error: why. The response then carries {"error": {"message",
+  // "type": "server_error"}} beside its choices (OpenAI's clients raise it).
+  std::string error;
 };
 // The text of token ids as the prompt gives them (ids past the tokenizer: none).
 std::string prompt_text(const std::vector<int32_t>& ids, const Tokenizer& tokenizer);

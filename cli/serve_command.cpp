@@ -321,7 +321,12 @@ class Server {
   }
 
   // What a take() adds to choice `index`: the echo first where it is still to send.
-  static CompletionChoice choice_part(int64_t index, Completion::Chunk chunk, const Choice& c, bool first) {
+  static CompletionChoice choice_part(const CompletionId& id, int64_t index, Completion::Chunk chunk,
+                                      const Choice& c, bool first) {
+    // A model error reaches the operator's log as well as the client.
+    if (chunk.finished == FinishReason::error)
+      std::fprintf(stderr, "shamn serve: %s (choice %lld) failed: %s\n", id.id.c_str(),
+                   static_cast<long long>(index), chunk.error.c_str());
     CompletionChoice out;
     out.index = index;
     out.text = first ? c.echo + chunk.text : std::move(chunk.text);
@@ -329,6 +334,7 @@ class Server {
     out.with_logprobs = c.logprobs;
     out.logprobs = std::move(chunk.logprobs);
     out.generated_offset = utf8_characters(c.echo);
+    out.error = std::move(chunk.error);
     return out;
   }
 
@@ -346,9 +352,9 @@ class Server {
           Completion::Chunk c = choice.completion->take(kHeartbeat, wake);
           const bool end = c.finished != FinishReason::none;
           const bool data = !c.text.empty() || !c.logprobs.empty() || end;
-          const std::string out =
-              data ? events(id, choice_part(0, std::move(c), choice, *first), *choice.completion, usage, tok)
-                   : std::string(": waiting\n\n");
+          const std::string out = data ? events(id, choice_part(id, 0, std::move(c), choice, *first),
+                                                *choice.completion, usage, tok)
+                                       : std::string(": waiting\n\n");
           if (data) *first = false;
           if (!sink.write(out.data(), out.size())) {
             choice.completion->cancel();
@@ -398,8 +404,9 @@ class Server {
         whole.text += part.text;
         for (TokenLogprob& e : part.logprobs) whole.logprobs.push_back(std::move(e));
         whole.finished = part.finished;
+        whole.error = std::move(part.error);
       } while (whole.finished == FinishReason::none);
-      parts.push_back(choice_part(static_cast<int64_t>(parts.size()), std::move(whole), c, true));
+      parts.push_back(choice_part(id, static_cast<int64_t>(parts.size()), std::move(whole), c, true));
     }
     if (streamed)
       res.set_content(events(id, parts.front(), *choices.front().completion, usage, tok),
@@ -434,7 +441,8 @@ class Server {
               }
               return true;
             }
-            p->parts.push_back(choice_part(static_cast<int64_t>(p->parts.size()), std::move(chunk), c, true));
+            p->parts.push_back(
+                choice_part(id, static_cast<int64_t>(p->parts.size()), std::move(chunk), c, true));
           }
           const std::string body = whole_json(id, p->choices, std::move(p->parts), tok);
           if (!sink.write(body.data(), body.size())) return false;

@@ -19,8 +19,8 @@ namespace {
 constexpr std::string_view kHdf5Kinds[] = {"checkpoint", "model", "grads"};
 constexpr std::string_view kByteKinds[] = {"tokens", "tokenizer", "shq", "result", "text", "metrics", "best"};
 constexpr std::string_view kCommitStages[] = {"fsync", "rename", "dirsync"};
-constexpr std::string_view kOtherSites[] = {"metrics.append", "best.hardlink", "best.link", "train.start",
-                                            "train.exchange"};
+constexpr std::string_view kOtherSites[] = {"metrics.append", "best.hardlink",  "best.link",
+                                            "train.start",    "train.exchange", "serve.step"};
 
 template <size_t N>
 bool one_of(std::string_view s, const std::string_view (&list)[N]) {

@@ -24,7 +24,7 @@
 // models), result (a sweep point's result.json), text (other small files: a
 // run's config.toml, sweep reports, traces), metrics (the metrics file rewritten
 // on resume), best (a new best's step checkpoint where it is copied from best.h5,
-// which is written first, not linked). And five more sites:
+// which is written first, not linked). And six more sites:
 //   metrics.append  the n-th record appended to metrics.jsonl (kill: after half the line)
 //   best.hardlink   before the step name of a new best.h5 is made a hard link to it
 //                   (enospc, eio: as on a file system without hard links, the
@@ -34,6 +34,8 @@
 //                   loads or initialises the weights (the other ranks wait for them)
 //   train.exchange  the n-th step's gradient exchange, once every rank has sent its part
 //                   (data-parallel runs only)
+//   serve.step      the n-th batched step of `shamn serve` (eio, enospc: its forward
+//                   fails as a model error would, ending the step's requests)
 //
 // Unset, each site costs a load and a branch on one global flag.
 #include <cstddef>

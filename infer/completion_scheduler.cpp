@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/fault.h"
 #include "core/parallel.h"
 #include "infer/speculative.h"
 
@@ -374,6 +375,8 @@ void CompletionScheduler::step() {
     step_logits_.reserve_at_least(rows * V);
     float* const logits = step_logits_.data();
     try {
+      if (fault::armed() && fault::pass("serve.step") != 0)
+        throw std::runtime_error("the model's forward failed (SHAMN_FAULT serve.step)");
       model_.forward(steps, logits);
     } catch (const std::exception& e) {
       for (Stream* s : owners) retire(*s, FinishReason::error, e.what());

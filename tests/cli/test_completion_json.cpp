@@ -208,6 +208,17 @@ TEST_CASE("a response's logprobs name each token, its offset and its alternative
   CHECK(chunk["choices"][0]["logprobs"].is_null());
   CHECK(chunk["choices"][0]["finish_reason"].is_null());
   CHECK_FALSE(chunk.contains("usage"));
+  CHECK_FALSE(chunk.contains("error"));
+  // A failed choice's error beside the choices, whole and streamed.
+  c.finish = FinishReason::error;
+  c.error = "the forward failed";
+  for (const std::string& body : {completion_json({"cmpl-7", 5, "m"}, {c}, 2, 1, tokenizer),
+                                  completion_chunk_json({"cmpl-7", 5, "m"}, c, tokenizer)}) {
+    const nlohmann::json failed = nlohmann::json::parse(body);
+    CHECK(failed["error"]["message"] == "the forward failed");
+    CHECK(failed["error"]["type"] == "server_error");
+    CHECK(failed["choices"][0]["finish_reason"] == "error");
+  }
 }
 
 TEST_CASE("the tokenizer endpoints encode, decode, and refuse what they cannot read", "[serve][completion]") {

@@ -13,6 +13,8 @@
 - LoRA: an adapter fine-tuned and exported through the CLI; requests with
   different adapters (and none) in one batch get generate --adapter's text;
   with a draft model too (greedy: the text of generate --adapter alone);
+- a model error mid-request (injected at a named fault site) ends it with
+  finish_reason "error" and its message in the response and the log;
 - a full batch and queue answer 429; a request past the time limit ends with
   finish_reason "time_limit";
 - SIGTERM stops the server with status 0.
@@ -82,9 +84,9 @@ def generate(prompt, max_tokens, temperature, top_k, top_p, seed, *extra):
 
 
 class Server:
-    def __init__(self, *flags):
+    def __init__(self, *flags, env=None):
         self.proc = subprocess.Popen([shamn, "--threads", "2", "serve", model, "--port", "0", *flags],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         atexit.register(self.proc.kill)  # a failed check must not leave a server behind
         line = self.proc.stdout.readline()
         if "listening on http://127.0.0.1:" not in line:
@@ -156,6 +158,7 @@ class Server:
             fail("the server did not stop on SIGTERM")
         if self.proc.returncode != 0 or "stopped" not in out:
             fail(f"the server exited {self.proc.returncode}: {out} {err}")
+        return err
 
 
 server = Server("--max-batch", "4", "--max-queue", "16", "--max-tokens-limit", "100000000")
@@ -497,6 +500,28 @@ refused = subprocess.run([shamn, "serve", model, "--stream-interval", "0"], capt
 if refused.returncode == 0 or "--stream-interval 0 must lie in [1, 1024]" not in refused.stderr:
     fail(f"--stream-interval 0: exit {refused.returncode}, {refused.stderr!r}")
 say("--stream-interval 8: at most one event in 8 tokens after the first, generate's text; 0 is refused")
+
+# ---- a model error mid-request (the fault tool's serve.step: the 3rd batched step's forward fails) ----
+# Steps 1 and 2 give two tokens; the request then ends with finish_reason
+# "error", its message beside the choices (whole or in the last event) and in
+# the server's log; the fault strikes once, and the next request runs.
+for streamed in (False, True):
+    faulty = Server(env={**os.environ, "SHAMN_FAULT": "serve.step:3:eio"})
+    body = {"prompt": "the cat", "max_tokens": 10, "temperature": 0, "stream": streamed}
+    status, payload = faulty.request("POST", "/v1/completions", body)
+    last = (json.loads(payload) if not streamed else
+            [json.loads(e[6:]) for e in payload.split("\n\n") if e.startswith("data: {")][-1])
+    if status != 200 or last["choices"][0]["finish_reason"] != "error" or \
+            "SHAMN_FAULT serve.step" not in last.get("error", {}).get("message", ""):
+        fail(f"a failed step (stream {streamed}): {status} {payload[-400:]}")
+    if not streamed and last["usage"]["completion_tokens"] != 2:
+        fail(f"a failed step: {last['usage']} (2 tokens before it)")
+    if faulty.complete({**body, "stream": False})["choices"][0]["finish_reason"] != "length":
+        fail("the request after a failed step did not run")
+    log = faulty.stop()
+    if "cmpl-1 (choice 0) failed: the model's forward failed (SHAMN_FAULT serve.step)" not in log:
+        fail(f"a failed step is not in the server's log: {log!r}")
+say("a model error mid-request: finish_reason error, its message in the response and the log; the next runs")
 
 # ---- speculative decoding: the text of generate --draft ----
 drafted = Server("--draft", f"{work}/d.shq", "--draft-tokens", "3", "--max-batch", "2")
