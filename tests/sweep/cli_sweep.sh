@@ -5,7 +5,8 @@
 # files (when gnuplot is installed), each point has its analysis (the headline
 # numbers in the CSV, analysis.json, its plots); a rerun skips every finished
 # point without touching it, and fills in the analysis of points finished
-# without one, without retraining; a sweep stopped with SIGINT mid-run resumes on rerun and gives the
+# without one, without retraining; two SIGHUPs stop a sweep as one (never the
+# second, killing signal); a sweep stopped with SIGINT mid-run resumes on rerun and gives the
 # same numbers as one that never stopped; a changed config in an existing sweep
 # directory, or a second sweep running in it, is refused; a failing point is
 # reported with its error while the others finish.
@@ -206,6 +207,39 @@ grep -q "resuming sparse.sparsity=0.0,seed=1" resumed.txt || { cat resumed.txt; 
 /usr/bin/python3 "$here/untimed_results.py" $out/results.csv > a.csv
 /usr/bin/python3 "$here/untimed_results.py" runs/stopped/results.csv > b.csv
 cmp a.csv b.csv || { diff a.csv b.csv; fail "resumed results differ"; }
+
+# Two SIGHUPs, as a closed terminal sends them (the shell's, then the kernel's):
+# one stop request, never the second signal that kills the trainer before its
+# checkpoint and ends the sweep with 130. Each SIGHUP is seen handled (no longer
+# pending) before the next step, so the outcome, not timing, tells them apart.
+set -m
+(SHAMN_FAULT=checkpoint.dirsync:1:stall exec "$shamn" sweep "$sweep" --out-dir runs/hup --jobs 1) \
+  > hup.txt 2> hup.err &
+pid=$!
+set +m
+child=
+trap 'kill -KILL $pid $child 2> /dev/null || true' EXIT
+for _ in $(seq 1 2400); do
+  child=$(child_of $pid)
+  [ "$(child_state)" = T ] && break
+  kill -0 $pid 2> /dev/null || break
+  sleep 0.05
+done
+[ "$(child_state)" = T ] || { cat hup.txt hup.err; fail "the trainer did not stop at its first checkpoint (SIGHUP run)"; }
+hup_pending() { [ $(((0x$(sed -n 's/^SigPnd:\t//p' "/proc/$pid/status") | 0x$(sed -n 's/^ShdPnd:\t//p' "/proc/$pid/status")) & 1)) != 0 ]; }
+kill -HUP $pid
+for _ in $(seq 1 600); do sigint_pending && break; sleep 0.05; done
+sigint_pending || fail "the sweep did not forward the first SIGHUP to its trainer as SIGINT"
+kill -HUP $pid
+for _ in $(seq 1 600); do hup_pending || break; sleep 0.05; done
+hup_pending && fail "the second SIGHUP was never handled"
+kill -CONT "$child"
+status=0
+wait $pid || status=$?
+trap - EXIT
+[ "$status" -eq 1 ] || { cat hup.txt hup.err; fail "a sweep stopped by two SIGHUPs exits 1 (its trainer checkpointed), got $status"; }
+grep -q "run the same command again" hup.err || { cat hup.err; fail "no stop message after two SIGHUPs"; }
+[ -e "runs/hup/sparse.sparsity=0.0,seed=1/run/ckpt_00000025.h5" ] || fail "the SIGHUP-stopped trainer lost its checkpoint"
 
 # A point that fails (tokens past a too-small vocabulary) is reported with the
 # trainer's message; the others still run, and the sweep exits 1.
