@@ -185,7 +185,7 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
                        " prompts asks for " + std::to_string(n * static_cast<int64_t>(texts.size())) +
                        " completions; this server makes at most " + std::to_string(limits.max_prompts) +
                        " a request");
-  if (integer(j, "best_of", n, n, n) != n) throw RequestError("best_of must be n (or absent)");
+  integer(j, "best_of", n, n, n);  // n or absent
   // Controls this server does not apply are refused, not ignored, except at their
   // no-op values, which some clients (LangChain) send with every request.
   if (const json* s = field(j, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
@@ -206,6 +206,8 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   r.time_limit_s = limits.time_limit_s;
   r.logprobs = integer(j, "logprobs", -1, 0, kMaxLogprobs);
   p.echo = flag(j, "echo");
+  r.echo = p.echo;
+  p.n = n;
   r.prompt_logprobs = p.echo && r.logprobs >= 0;
   p.stream = flag(j, "stream");
   if (p.stream && texts.size() * n > 1) throw RequestError("stream takes one prompt and n = 1");
@@ -252,24 +254,14 @@ namespace {
 
 using ordered = nlohmann::ordered_json;
 
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += n;
-  }
-  return true;
-}
-
 // A token as OpenAI's logprobs name it: its text, or where its bytes are not
 // whole UTF-8 characters, "bytes:\xNN..." (a token past the tokenizer: "<token N>").
 std::string token_name(const Tokenizer& tokenizer, int32_t id) {
   if (id >= tokenizer.vocab_size()) return "<token " + std::to_string(id) + ">";
   const std::string& bytes = tokenizer.token_bytes(static_cast<uint32_t>(id));
-  if (valid_utf8(bytes)) return bytes;
+  Utf8Counter utf8;
+  utf8.add(bytes);
+  if (utf8.well_formed()) return bytes;
   std::string out = "bytes:";
   for (const char b : bytes) {
     char hex[5];
@@ -288,7 +280,7 @@ ordered logprobs_json(const CompletionChoice& c, const Tokenizer& tokenizer) {
   for (const TokenLogprob& e : c.logprobs) {
     const std::string name = token_name(tokenizer, e.token);
     tokens.push_back(name);
-    offsets.push_back(e.in_prompt ? e.char_offset : c.generated_offset + e.char_offset);
+    offsets.push_back(e.char_offset);
     if (std::isnan(e.logprob)) {
       values.push_back(nullptr);
       tops.push_back(nullptr);

@@ -38,6 +38,7 @@ struct ParsedCompletion {
   // n a prompt, prompt by prompt, in the order given: the choices' indices.
   std::vector<CompletionRequest> requests;
   bool echo = false;  // each choice's text starts with its prompt's
+  int64_t n = 1;      // choices of each prompt
   bool stream = false;
   bool stream_usage = false;  // stream_options.include_usage: a last event with the usage alone
   std::string adapter;        // the LoRA adapter the request names ("": the base); the server resolves it
@@ -78,7 +79,6 @@ struct CompletionChoice {
   FinishReason finish = FinishReason::none;
   bool with_logprobs = false;          // the request asked for logprobs ("logprobs": null otherwise)
   std::vector<TokenLogprob> logprobs;  // the prompt's (with echo), then the generated tokens'
-  int64_t generated_offset = 0;        // text_offset of the generated text: the echoed prompt's characters
   // With finish error: why. The response then carries {"error": {"message",
   // "type": "server_error"}} beside its choices (OpenAI's clients raise it).
   std::string error;

@@ -225,6 +225,7 @@ class Server {
     std::shared_ptr<Completion> completion;
     std::string echo;
     bool logprobs = false;
+    bool counts_prompt = true;  // the first of its prompt's n: usage counts each prompt once
   };
   using Choices = std::vector<Choice>;
 
@@ -279,7 +280,8 @@ class Server {
     for (CompletionRequest& r : parsed.requests) {
       r.adapter = adapter.get();
       r.keep_alive = adapter;  // an unload waits for this request to end
-      Choice c{nullptr, parsed.echo ? prompt_text(r.prompt, *model_.tokenizer()) : std::string(), logprobs};
+      Choice c{nullptr, parsed.echo ? prompt_text(r.prompt, *model_.tokenizer()) : std::string(), logprobs,
+               static_cast<int64_t>(choices.size()) % parsed.n == 0};
       try {
         c.completion = scheduler_.submit(std::move(r));
       } catch (const InputError& e) {  // what parsing let through (it checks the same): still the client's
@@ -333,7 +335,6 @@ class Server {
     out.finish = chunk.finished;
     out.with_logprobs = c.logprobs;
     out.logprobs = std::move(chunk.logprobs);
-    out.generated_offset = utf8_characters(c.echo);
     out.error = std::move(chunk.error);
     return out;
   }
@@ -384,7 +385,7 @@ class Server {
                                 std::vector<CompletionChoice> parts, const Tokenizer& tok) {
     int64_t prompt_tokens = 0, completion_tokens = 0;
     for (const Choice& c : choices) {
-      prompt_tokens += c.completion->prompt_tokens();
+      if (c.counts_prompt) prompt_tokens += c.completion->prompt_tokens();
       completion_tokens += c.completion->completion_tokens();
     }
     return completion_json(id, parts, prompt_tokens, completion_tokens, tok) + "\n";

@@ -241,6 +241,7 @@ std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest reques
   SHAMN_INPUT_CHECK(request.logprobs >= -1, "logprobs must be >= 0, or -1 for none");
   SHAMN_INPUT_CHECK(!request.prompt_logprobs || request.logprobs >= 0,
                     "the prompt's logprobs need logprobs >= 0");
+  request.sampling.check_vocabulary(model_.vocab_size());
   SHAMN_INPUT_CHECK(options_.draft == nullptr || (request.logprobs < 0 && !request.sampling.adjusts_logits()),
                     "logprobs, penalties and logit_bias are not available with a draft model (speculative "
                     "decoding)");
@@ -248,6 +249,9 @@ std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest reques
   std::shared_ptr<Completion> completion = stream->completion;
   completion->prompt_tokens_ = static_cast<int64_t>(stream->request.prompt.size());
   completion->prompt_logprobs_done_ = !stream->request.prompt_logprobs;
+  if (stream->request.echo)
+    for (const int32_t id : stream->request.prompt)
+      completion->text_characters_.add(token_text(*model_.tokenizer(), id));
   {
     const std::lock_guard lock(mutex_);
     const int64_t free_slots = options_.max_batch - running_count_;

@@ -42,6 +42,10 @@ struct CompletionRequest {
   // With logprobs >= 0: the prompt's tokens' too (OpenAI's echo), the first one
   // with none. max_tokens may then be 0: the prompt is scored, nothing generated.
   bool prompt_logprobs = false;
+  // The response's text starts with the prompt's (OpenAI's echo): the generated
+  // tokens' char_offset then counts from the prompt's characters, decoded together
+  // (a prompt may end inside a character that the first token completes).
+  bool echo = false;
   double time_limit_s = 0;               // from submission; 0 = none
   const LoraAdapter* adapter = nullptr;  // a LoRA adapter of the model's base (null: the base alone)
   // Held until the request ends, for an owner that may let `adapter` go before

@@ -15,6 +15,7 @@ void Utf8Counter::add(std::string_view bytes) {
     }
     // A new character, or one U+FFFD for a byte that starts none (the decoder
     // replaces a cut-off character once, then reads this byte afresh).
+    replaced_ |= need_ > 0;
     ++characters_;
     need_ = 0;
     lo_ = 0x80, hi_ = 0xBF;
@@ -28,6 +29,8 @@ void Utf8Counter::add(std::string_view bytes) {
       need_ = 3;
       if (b == 0xF0) lo_ = 0x90;
       if (b == 0xF4) hi_ = 0x8F;  // nothing past U+10FFFF
+    } else if (b >= 0x80) {
+      replaced_ = true;  // a continuation byte, C0, C1 or F5-FF: starts no character
     }
   }
 }

@@ -30,11 +30,14 @@ class Utf8Counter {
  public:
   void add(std::string_view bytes);
   int64_t characters() const { return characters_; }
+  // Whether the text so far is well-formed UTF-8: nothing replaced, nothing cut off.
+  bool well_formed() const { return !replaced_ && need_ == 0; }
 
  private:
   int64_t characters_ = 0;
   int need_ = 0;                         // continuation bytes the current character still takes
   unsigned char lo_ = 0x80, hi_ = 0xBF;  // the range of its next byte
+  bool replaced_ = false;
 };
 int64_t utf8_characters(std::string_view text);
 

@@ -181,10 +181,10 @@ TEST_CASE("a response's logprobs name each token, its offset and its alternative
       "a\xc3\xa9"
       "a";  // the echoed prompt "a\xc3\xa9", then "a"
   c.with_logprobs = true;
-  c.generated_offset = 2;  // characters, as clients index the text
   TokenLogprob first{'a', NAN, {}, true, 0, 0};
   TokenLogprob second{256, -0.5f, {{'a', -0.25f}}, true, 1, 1};  // the token itself is not among its top 1
-  TokenLogprob generated{'a', -0.25f, {{'a', -0.25f}, {0xc3, -3.0f}}, false, 0, 0};
+  // Generated, after the echoed prompt's 2 characters (text_offset counts characters).
+  TokenLogprob generated{'a', -0.25f, {{'a', -0.25f}, {0xc3, -3.0f}}, false, 0, 2};
   c.logprobs = {first, second, generated};
   c.finish = FinishReason::length;
   const nlohmann::json j = nlohmann::json::parse(completion_json({"cmpl-7", 5, "m"}, {c}, 2, 1, tokenizer));
@@ -236,6 +236,10 @@ TEST_CASE("the tokenizer endpoints encode, decode, and refuse what they cannot r
                     Catch::Contains("tokens is required"));
   CHECK_THROWS_WITH(tokenize_json(R"({"prompt": 3})", tokenizer, 9), Catch::Contains("prompt is required"));
   CHECK_THROWS_WITH(tokenize_json("[1]", tokenizer, 9), Catch::Contains("must be a JSON object"));
+  CHECK_THROWS_WITH(tokenize_json("{", tokenizer, 9), Catch::Contains("not valid JSON"));
+  // Refused unencoded where its fewest tokens (2 bytes at most each) pass the length.
+  CHECK_THROWS_WITH(tokenize_json(R"({"prompt": "abababab"})", tokenizer, 3),
+                    Catch::Equals("prompt is at least 4 tokens (8 bytes); this server takes at most 3"));
   const nlohmann::json info = nlohmann::json::parse(tokenizer_info_json(tokenizer, 300, 99));
   CHECK(info.contains("eos_token"));
   CHECK(info["eos_token"].is_null());

@@ -248,7 +248,10 @@ say("frequency_penalty, presence_penalty and logit_bias: the text of generate wi
 r = server.complete({"prompt": ["the cat", "the dog ran"], "n": 2, "max_tokens": 12, "temperature": 0.9, "seed": 5})
 want = [generate(pr, 12, 0.9, 40, 0.95, s) for pr in ("the cat", "the dog ran") for s in (5, 6)]
 got = [c["text"] for c in sorted(r["choices"], key=lambda c: c["index"])]
-if got != want or r["usage"]["completion_tokens"] != 48:
+prompt_ids = [json.loads(server.request("POST", "/tokenize", {"prompt": pr})[1])["tokens"]
+              for pr in ("the cat", "the dog ran")]
+if got != want or r["usage"]["completion_tokens"] != 48 or \
+        r["usage"]["prompt_tokens"] != sum(len(i) for i in prompt_ids):  # each prompt once, as vLLM counts
     fail(f"n 2 of 2 prompts: {got} (expected {want}), usage {r['usage']}")
 say("n 2 of 2 prompts: four choices, each generate's text for its prompt and seed")
 
@@ -354,6 +357,14 @@ for name, offset in zip(c["logprobs"]["tokens"], c["logprobs"]["text_offset"]):
         fail(f"token {name!r} is not at text_offset {offset} of {c['text']!r}")
 if not all(o <= len(c["text"]) for o in c["logprobs"]["text_offset"]):
     fail(f"a text_offset past the text: {c}")
+# A prompt that ends inside a character (H, then two of the euro sign's three
+# bytes) whose first generated token (byte 0xac, forced) completes it: counted
+# as the whole text decodes, "H\u20ac\ufffd" (the second 0xac stands alone).
+r = server.complete({"prompt": [72, 226, 130], "max_tokens": 2, "logprobs": 0, "echo": True, "temperature": 0,
+                     "logit_bias": {"172": 100}})
+c = r["choices"][0]
+if c["text"] != "H\u20ac\ufffd" or c["logprobs"]["text_offset"] != [0, 1, 2, 2, 2]:
+    fail(f"offsets across a character the prompt cuts: {c['text']!r} {c['logprobs']['text_offset']}")
 # Only the prompt scored (max_tokens 0), streamed: the echo and its logprobs arrive, and nothing more.
 text, finish, done = server.stream({"prompt": "the cat", "max_tokens": 0, "echo": True, "logprobs": 0})
 if text != "the cat" or finish != "length" or not done:

@@ -404,6 +404,7 @@ TEST_CASE("logprobs: each token's log-softmax and its likeliest alternatives, th
   requests.push_back(request(m, "a dog sat on the mat. the", 6, 0.9, 11));  // prompt and tokens scored
   requests.back().logprobs = 3;
   requests.back().prompt_logprobs = true;
+  requests.back().echo = true;  // its generated text's offsets count from the prompt's
   requests.push_back(request(m, "the cat sat", 9, 0.9, 12));             // no logprobs, in the same batch
   requests.push_back(request(m, "the dog ran to the cat", 0, 0.0, 13));  // the prompt alone scored
   requests.back().logprobs = 1;
@@ -457,7 +458,11 @@ TEST_CASE("logprobs: each token's log-softmax and its likeliest alternatives, th
         if (j >= prompt_n) {
           tokens.push_back(entries[j].token);
           CHECK(entries[j].offset == static_cast<int64_t>(generated.size()));
-          CHECK(entries[j].char_offset == utf8_characters(generated));
+          const std::string shown =
+              r.echo ? m.tokenizer()->decode(reinterpret_cast<const uint32_t*>(r.prompt.data()),
+                                             static_cast<int64_t>(r.prompt.size()))
+                     : "";
+          CHECK(entries[j].char_offset == utf8_characters(shown + generated));
           generated += text_of(m, entries[j].token);
         } else {
           CHECK(entries[j].token == r.prompt[j]);
@@ -494,34 +499,42 @@ TEST_CASE("logprobs: each token's log-softmax and its likeliest alternatives, th
 }
 
 TEST_CASE("characters are counted as a replacing UTF-8 decoder shows them", "[infer][serve]") {
-  // Python's bytes.decode("utf-8", "replace") gives these lengths.
-  const std::pair<const char*, int64_t> cases[] = {{"a\xa9"
-                                                    "b",
-                                                    3},
-                                                   {"a\xc3"
-                                                    "b",
-                                                    3},
-                                                   {"\xc3\xa9\xa9", 2},
-                                                   {"\xe2\x82"
-                                                    "x",
-                                                    2},
-                                                   {"\xf0\x9f\x98", 1},
-                                                   {"\xff\xfe", 2},
-                                                   {"\xe2\x82\xac\x80", 2},
-                                                   {"\xed\xa0\x80", 3},
-                                                   {"\xc0\xaf", 2},
-                                                   {"h\xc3\xa9llo", 5},
-                                                   {"\xf0\x9f\x98\x80!", 2},
-                                                   {"\xe0\x80\x80", 3},
-                                                   {"\xf4\x90\x80\x80", 4},
-                                                   {"", 0}};
-  for (const auto& [text, want] : cases) {
-    INFO(text);
-    CHECK(utf8_characters(text) == want);
+  // Python's bytes.decode("utf-8", "replace") gives these lengths; "strict"
+  // decodes the well-formed ones.
+  struct Case {
+    const char* text;
+    int64_t characters;
+    bool well_formed;
+  };
+  const Case cases[] = {{"a\xa9"
+                         "b",
+                         3, false},
+                        {"a\xc3"
+                         "b",
+                         3, false},
+                        {"\xc3\xa9\xa9", 2, false},
+                        {"\xe2\x82"
+                         "x",
+                         2, false},
+                        {"\xf0\x9f\x98", 1, false},
+                        {"\xff\xfe", 2, false},
+                        {"\xe2\x82\xac\x80", 2, false},
+                        {"\xed\xa0\x80", 3, false},
+                        {"\xc0\xaf", 2, false},
+                        {"h\xc3\xa9llo", 5, true},
+                        {"\xf0\x9f\x98\x80!", 2, true},
+                        {"\xe0\x80\x80", 3, false},
+                        {"\xf4\x90\x80\x80", 4, false},
+                        {"\xe2\x82\xac", 1, true},
+                        {"", 0, true}};
+  for (const Case& c : cases) {
+    INFO(c.text);
+    CHECK(utf8_characters(c.text) == c.characters);
     // Byte by byte, as tokens add to a text, the same count.
     Utf8Counter counter;
-    for (const char* p = text; *p; ++p) counter.add(std::string_view(p, 1));
-    CHECK(counter.characters() == want);
+    for (const char* p = c.text; *p; ++p) counter.add(std::string_view(p, 1));
+    CHECK(counter.characters() == c.characters);
+    CHECK(counter.well_formed() == c.well_formed);
   }
 }
 
