@@ -1,5 +1,6 @@
 #include "cli/completion_json.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -271,35 +272,94 @@ std::string token_name(const Tokenizer& tokenizer, int32_t id) {
   return out;
 }
 
+// JSON text of a string that is well-formed UTF-8 (token names are).
+void append_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", static_cast<unsigned>(c));
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+// The shortest text that reads back as the same float; NaN: null.
+void append_number(std::string& out, float v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  char text[32];
+  out.append(text, std::to_chars(text, text + sizeof(text), v).ptr);
+}
+
+template <class Each>
+void append_array(std::string& out, const std::vector<TokenLogprob>& entries, Each each) {
+  out += '[';
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i > 0) out += ',';
+    each(entries[i]);
+  }
+  out += ']';
+}
+
 // OpenAI's legacy logprobs object: tokens, token_logprobs, top_logprobs (a
 // token's alternatives, likeliest first, and the token itself, as vLLM and
 // OpenAI add it), text_offset. The prompt's first token has no logprob (null).
-ordered logprobs_json(const CompletionChoice& c, const Tokenizer& tokenizer) {
-  ordered tokens = ordered::array(), values = ordered::array(), tops = ordered::array(),
-          offsets = ordered::array();
-  for (const TokenLogprob& e : c.logprobs) {
-    const std::string name = token_name(tokenizer, e.token);
-    tokens.push_back(name);
-    offsets.push_back(e.char_offset);
+// Written as text: a JSON tree took about 300 bytes a value (a response of
+// 2^20 values, 40 MB of text, peaked at 340 MB).
+std::string logprobs_text(const CompletionChoice& c, const Tokenizer& tokenizer) {
+  std::string out = "{\"tokens\":";
+  append_array(out, c.logprobs,
+               [&](const TokenLogprob& e) { append_string(out, token_name(tokenizer, e.token)); });
+  out += ",\"token_logprobs\":";
+  append_array(out, c.logprobs, [&](const TokenLogprob& e) { append_number(out, e.logprob); });
+  out += ",\"top_logprobs\":";
+  append_array(out, c.logprobs, [&](const TokenLogprob& e) {
     if (std::isnan(e.logprob)) {
-      values.push_back(nullptr);
-      tops.push_back(nullptr);
-      continue;
+      out += "null";
+      return;
     }
-    values.push_back(e.logprob);
-    ordered top = ordered::object();
-    for (const auto& [id, logprob] : e.top) top[token_name(tokenizer, id)] = logprob;
-    if (!top.contains(name)) top[name] = e.logprob;
-    tops.push_back(std::move(top));
-  }
-  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+    out += '{';
+    bool has_token = false;
+    for (const auto& [id, logprob] : e.top) {
+      if (out.back() != '{') out += ',';
+      append_string(out, token_name(tokenizer, id));
+      out += ':';
+      append_number(out, logprob);
+      has_token |= id == e.token;
+    }
+    if (!has_token) {
+      if (out.back() != '{') out += ',';
+      append_string(out, token_name(tokenizer, e.token));
+      out += ':';
+      append_number(out, e.logprob);
+    }
+    out += '}';
+  });
+  out += ",\"text_offset\":";
+  append_array(out, c.logprobs, [&](const TokenLogprob& e) { out += std::to_string(e.char_offset); });
+  out += '}';
+  return out;
 }
 
-ordered choice_json(const CompletionChoice& c, const Tokenizer& tokenizer) {
-  ordered j = {{"index", c.index}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-  if (c.with_logprobs) j["logprobs"] = logprobs_json(c, tokenizer);
+// A choice's JSON text: its logprobs written directly, the rest by the JSON library.
+std::string choice_text(const CompletionChoice& c, const Tokenizer& tokenizer) {
+  ordered j = {{"index", c.index}, {"text", c.text}, {"finish_reason", nullptr}};
   if (c.finish != FinishReason::none) j["finish_reason"] = finish_reason_name(c.finish);
-  return j;
+  std::string out = json_text(j);
+  out.pop_back();  // the closing brace
+  out += ",\"logprobs\":";
+  out += c.with_logprobs ? logprobs_text(c, tokenizer) : "null";
+  out += '}';
+  return out;
 }
 
 ordered response_head(const CompletionId& id) {
@@ -312,11 +372,33 @@ ordered usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-// The first failed choice's error beside the choices.
-void add_error(ordered& j, const std::vector<CompletionChoice>& choices) {
+// The response's text: its head, the choices, and after them `tail` (usage,
+// error), each member of an object.
+std::string response_text(const CompletionId& id, const std::vector<CompletionChoice>& choices,
+                          const Tokenizer& tokenizer, const ordered& tail) {
+  std::string out = json_text(response_head(id));
+  out.pop_back();
+  out += ",\"choices\":[";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) out += ',';
+    out += choice_text(choices[i], tokenizer);
+  }
+  out += ']';
+  for (const auto& [key, value] : tail.items()) {
+    out += ',';
+    append_string(out, key);
+    out += ':';
+    out += json_text(value);
+  }
+  out += '}';
+  return out;
+}
+
+// The first failed choice's error, beside the choices.
+void add_error(ordered& tail, const std::vector<CompletionChoice>& choices) {
   for (const CompletionChoice& c : choices)
     if (!c.error.empty()) {
-      j["error"] = {{"message", c.error}, {"type", "server_error"}};
+      tail["error"] = {{"message", c.error}, {"type", "server_error"}};
       return;
     }
 }
@@ -332,20 +414,16 @@ std::string prompt_text(const std::vector<int32_t>& ids, const Tokenizer& tokeni
 
 std::string completion_json(const CompletionId& id, const std::vector<CompletionChoice>& choices,
                             int64_t prompt_tokens, int64_t completion_tokens, const Tokenizer& tokenizer) {
-  ordered j = response_head(id);
-  j["choices"] = ordered::array();
-  for (const CompletionChoice& c : choices) j["choices"].push_back(choice_json(c, tokenizer));
-  j["usage"] = usage_json(prompt_tokens, completion_tokens);
-  add_error(j, choices);
-  return json_text(j);
+  ordered tail = {{"usage", usage_json(prompt_tokens, completion_tokens)}};
+  add_error(tail, choices);
+  return response_text(id, choices, tokenizer, tail);
 }
 
 std::string completion_chunk_json(const CompletionId& id, const CompletionChoice& choice,
                                   const Tokenizer& tokenizer) {
-  ordered j = response_head(id);
-  j["choices"] = ordered::array({choice_json(choice, tokenizer)});
-  add_error(j, {choice});
-  return json_text(j);
+  ordered tail = ordered::object();
+  add_error(tail, {choice});
+  return response_text(id, {choice}, tokenizer, tail);
 }
 
 std::string usage_chunk_json(const CompletionId& id, int64_t prompt_tokens, int64_t completion_tokens) {

@@ -1,6 +1,7 @@
 #include "infer/completion_scheduler.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -93,8 +94,10 @@ Completion::Chunk Completion::take(std::chrono::milliseconds wait, Wake wake) {
   taken_ = released_;
   tokens_taken_ = tokens_;
   const size_t entries = logprobs_released_locked();
-  c.logprobs.assign(logprobs_.begin() + static_cast<std::ptrdiff_t>(logprobs_taken_),
-                    logprobs_.begin() + static_cast<std::ptrdiff_t>(entries));
+  // Moved out: a handed-out entry is never read again but for its offsets (the
+  // stop cut's), which a move leaves; its alternatives are not kept twice.
+  c.logprobs.assign(std::make_move_iterator(logprobs_.begin() + static_cast<std::ptrdiff_t>(logprobs_taken_)),
+                    std::make_move_iterator(logprobs_.begin() + static_cast<std::ptrdiff_t>(entries)));
   logprobs_taken_ = entries;
   if (taken_ == text_.size()) {
     c.finished = finished_;
