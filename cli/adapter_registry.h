@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "cli/completion_json.h"
+#include "cli/adapter_json.h"
 #include "infer/infer_model.h"
 #include "infer/lora_adapter.h"
 

@@ -1,6 +1,7 @@
 // `shamn export`, `shamn generate`, `shamn eval`, `shamn bench`: from a trained
 // checkpoint to a quantised model file, and what a user does with one.
 #include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -166,16 +167,22 @@ void run_export(const ExportArgs& a) {
 // ---- generate ----
 
 // "ID=BIAS" of --logit-bias (the ranges are SamplingOptions::validate's).
+// The bias is read as a double: a tiny one (1e-50) is 0 as a float, not an
+// out-of-range error as std::stof has it.
 std::pair<int32_t, float> logit_bias_entry(const std::string& spec) {
   const size_t eq = spec.find('=');
-  size_t id_end = 0, bias_end = 0;
-  try {
-    const long long id = std::stoll(spec.substr(0, eq), &id_end);
-    const float bias = std::stof(spec.substr(eq + 1), &bias_end);
-    if (eq != std::string::npos && id_end == eq && bias_end == spec.size() - eq - 1 && id >= 0 &&
-        id <= INT32_MAX)
-      return {static_cast<int32_t>(id), bias};
-  } catch (const std::exception&) {
+  const char* end = spec.data() + spec.size();
+  int32_t id = -1;
+  double bias = 0;
+  if (eq != std::string::npos) {
+    const auto [id_end, id_error] = std::from_chars(spec.data(), spec.data() + eq, id);
+    const char* bias_text = spec.data() + eq + 1;
+    if (bias_text + 1 < end && *bias_text == '+' && bias_text[1] != '-')
+      ++bias_text;  // from_chars takes no '+'
+    const auto [bias_end, bias_error] = std::from_chars(bias_text, end, bias);
+    if (id_error == std::errc() && id_end == spec.data() + eq && id >= 0 && bias_error == std::errc() &&
+        bias_end == end)
+      return {id, static_cast<float>(bias)};
   }
   throw CLI::ValidationError("--logit-bias",
                              "'" + spec + "' is not ID=BIAS (a token id and a number: 42=-100)");
@@ -187,11 +194,9 @@ struct GenerateArgs {
   SamplingOptions sampling;
 };
 
-// Writes a token's bytes to stdout at once; ids past the tokenizer (a model
-// vocab larger than the tokenizer's) print nothing.
+// Writes a token's bytes to stdout at once.
 void print_token(const Tokenizer& tok, int32_t id) {
-  if (id >= tok.vocab_size()) return;
-  const std::string& piece = tok.token_bytes(static_cast<uint32_t>(id));
+  const std::string& piece = tok.model_token_bytes(id);
   std::fwrite(piece.data(), 1, piece.size(), stdout);
   std::fflush(stdout);
 }

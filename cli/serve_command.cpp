@@ -19,10 +19,13 @@
 
 #include <sys/socket.h>
 
+#include "cli/adapter_json.h"
 #include "cli/adapter_registry.h"
 #include "cli/commands.h"
-#include "cli/completion_json.h"
+#include "cli/completion_request.h"
+#include "cli/completion_response.h"
 #include "cli/model_source.h"
+#include "cli/shared_budget.h"
 #include "cli/tokenizer_json.h"
 #include "core/check.h"
 #include "core/kernel_level.h"
@@ -54,6 +57,9 @@ struct ServeArgs {
 
 using namespace std::chrono_literals;
 
+// n x max_tokens x (logprobs + 1) stays far inside int64.
+constexpr int64_t kMostTokensLimit = int64_t{1} << 40;
+
 // How often a waiting response writes to its client: a write to a client that
 // went away fails, and that is how a disconnect is noticed and the request cancelled.
 constexpr auto kHeartbeat = 500ms;
@@ -76,6 +82,7 @@ class Server {
         model_(model),
         adapters_(adapters),
         scheduler_(model, a.batching),
+        logprob_values_(a.limits.max_logprob_values_in_flight),
         name_(model_name(a.model)),
         started_(unix_seconds()) {
     // Every client waits in a thread of its own while its request runs: enough
@@ -225,7 +232,8 @@ class Server {
     std::shared_ptr<Completion> completion;
     std::string echo;
     bool logprobs = false;
-    bool counts_prompt = true;  // the first of its prompt's n: usage counts each prompt once
+    bool counts_prompt = true;                  // the first of its prompt's n: usage counts each prompt once
+    std::shared_ptr<const void> logprob_share;  // the request's logprobs values, held until its response ends
   };
   using Choices = std::vector<Choice>;
 
@@ -240,11 +248,10 @@ class Server {
     } catch (const RequestError& e) {
       return refuse(400, "invalid_request_error", e.what());
     }
-    const bool logprobs = parsed.requests.front().logprobs >= 0;
-    if (args_.batching.draft && (logprobs || parsed.requests.front().sampling.adjusts_logits()))
+    if (args_.batching.draft && parsed.best_of > parsed.n)
       return refuse(400, "invalid_request_error",
-                    "logprobs, frequency_penalty, presence_penalty and logit_bias are not available on a "
-                    "server with --draft (speculative decoding)");
+                    "best_of other than n ranks candidates by their log-probabilities, which speculative "
+                    "decoding (--draft) does not keep");
     // A request picks an adapter by "adapter", or by "model" as vLLM's clients
     // do; a model that is neither the base nor an adapter is refused (a
     // client asking for an unloaded adapter must not get the base's text).
@@ -273,28 +280,35 @@ class Server {
                     "the request asks for " + std::to_string(parsed.requests.size()) +
                         " completions (prompts times n); this server holds " + std::to_string(room) +
                         " at once (--max-batch + --max-queue)");
+    // A response's logprobs are built in memory: the server holds at most
+    // --max-logprob-values-in-flight of them, counted at their most.
+    std::shared_ptr<const void> logprob_share = logprob_values_.take(parsed.logprob_values);
+    if (!logprob_share)
+      return refuse(429, "server_busy",
+                    "the server is busy: the request's " + std::to_string(parsed.logprob_values) +
+                        " logprobs values with those of the requests it is answering would pass " +
+                        std::to_string(logprob_values_.limit()) +
+                        " (--max-logprob-values-in-flight); retry later");
     Choices choices;
-    const auto cancel_all = [&choices] {
-      for (Choice& submitted : choices) submitted.completion->cancel();
-    };
     for (CompletionRequest& r : parsed.requests) {
       r.adapter = adapter.get();
       r.keep_alive = adapter;  // an unload waits for this request to end
-      Choice c{nullptr, parsed.echo ? prompt_text(r.prompt, *model_.tokenizer()) : std::string(), logprobs,
-               static_cast<int64_t>(choices.size()) % parsed.n == 0};
-      try {
-        c.completion = scheduler_.submit(std::move(r));
-      } catch (const InputError& e) {  // what parsing let through (it checks the same): still the client's
-        cancel_all();
-        return refuse(400, "invalid_request_error", e.what());
-      }
-      if (!c.completion) {
-        cancel_all();
-        return refuse(429, "server_busy",
-                      "the server is busy: every batch slot and queue place is taken; retry later");
-      }
-      choices.push_back(std::move(c));
+      choices.push_back({nullptr, parsed.echo ? model_.tokenizer()->model_text(r.prompt) : std::string(),
+                         parsed.logprobs, static_cast<int64_t>(choices.size()) % parsed.best_of == 0,
+                         logprob_share});
     }
+    // All of a request's completions are queued or none: a refusal leaves
+    // nothing running that its client will not read.
+    std::vector<std::shared_ptr<Completion>> submitted;
+    try {
+      submitted = scheduler_.submit_all(std::move(parsed.requests));
+    } catch (const InputError& e) {  // what only the scheduler knows (a draft model) or parsing let through
+      return refuse(400, "invalid_request_error", e.what());
+    }
+    if (submitted.empty())
+      return refuse(429, "server_busy",
+                    "the server is busy: every batch slot and queue place is taken; retry later");
+    for (size_t i = 0; i < choices.size(); ++i) choices[i].completion = std::move(submitted[i]);
     if (!parsed.adapter.empty())
       for (size_t i = 0; i < choices.size(); ++i) adapters_.count_request(parsed.adapter);
     // The response names the adapter that ran, as /v1/models lists it.
@@ -305,12 +319,12 @@ class Server {
     // or, where it keeps the connection (httplib's own test of the header), by its length.
     const bool chunked = req.version != "HTTP/1.0";
     if (!chunked && req.get_header_value("Connection") == "Keep-Alive")
-      respond_with_length(res, choices, id, parsed.stream, parsed.stream_usage, tok);
+      respond_with_length(res, choices, id, parsed, tok);
     else if (parsed.stream)
       stream(res, chunked, choices.front(), id, Completion::Wake::every(args_.stream_interval),
              parsed.stream_usage, tok);
     else
-      respond_whole(res, chunked, std::move(choices), id, tok);
+      respond_whole(res, chunked, std::move(choices), id, parsed.best_of, parsed.n, tok);
   }
 
   static void provide(httplib::Response& res, bool chunked, const char* type,
@@ -380,15 +394,20 @@ class Server {
     return out;
   }
 
-  // The whole body of a response whose choices have all ended.
+  // The whole body of a response whose choices have all ended: with best_of,
+  // the n likeliest of each prompt's candidates (the usage counts every
+  // candidate's tokens, as each was generated).
   static std::string whole_json(const CompletionId& id, const Choices& choices,
-                                std::vector<CompletionChoice> parts, const Tokenizer& tok) {
+                                std::vector<CompletionChoice> parts, int64_t best_of, int64_t n,
+                                const Tokenizer& tok) {
     int64_t prompt_tokens = 0, completion_tokens = 0;
     for (const Choice& c : choices) {
       if (c.counts_prompt) prompt_tokens += c.completion->prompt_tokens();
       completion_tokens += c.completion->completion_tokens();
     }
-    return completion_json(id, parts, prompt_tokens, completion_tokens, tok) + "\n";
+    return completion_json(id, choose_best_of(std::move(parts), best_of, n), prompt_tokens, completion_tokens,
+                           tok) +
+           "\n";
   }
 
   // An HTTP/1.0 client that asks to keep its connection needs the body's length
@@ -396,7 +415,7 @@ class Server {
   // body is made whole first: a stream's events arrive at once, and a client
   // that leaves meanwhile is not noticed (max_tokens and --time-limit bound it).
   static void respond_with_length(httplib::Response& res, const Choices& choices, const CompletionId& id,
-                                  bool streamed, bool usage, const Tokenizer& tok) {
+                                  const ParsedCompletion& request, const Tokenizer& tok) {
     std::vector<CompletionChoice> parts;
     for (const Choice& c : choices) {
       Completion::Chunk whole;
@@ -409,11 +428,12 @@ class Server {
       } while (whole.finished == FinishReason::none);
       parts.push_back(choice_part(id, static_cast<int64_t>(parts.size()), std::move(whole), c, true));
     }
-    if (streamed)
-      res.set_content(events(id, parts.front(), *choices.front().completion, usage, tok),
+    if (request.stream)
+      res.set_content(events(id, parts.front(), *choices.front().completion, request.stream_usage, tok),
                       "text/event-stream");
     else
-      res.set_content(whole_json(id, choices, std::move(parts), tok), "application/json");
+      res.set_content(whole_json(id, choices, std::move(parts), request.best_of, request.n, tok),
+                      "application/json");
   }
 
   // One JSON body once every choice has ended. Until then the body is leading
@@ -421,7 +441,7 @@ class Server {
   // fails the write. The handler's thread sleeps until an end or the heartbeat,
   // not a wake-up a token.
   static void respond_whole(httplib::Response& res, bool chunked, Choices choices, CompletionId id,
-                            const Tokenizer& tok) {
+                            int64_t best_of, int64_t n, const Tokenizer& tok) {
     struct Progress {
       Choices choices;
       std::vector<CompletionChoice> parts;  // of the choices that ended, in order
@@ -430,7 +450,7 @@ class Server {
     p->choices = std::move(choices);
     provide(
         res, chunked, "application/json",
-        [p, id, &tok](size_t, httplib::DataSink& sink) {
+        [p, id, best_of, n, &tok](size_t, httplib::DataSink& sink) {
           while (p->parts.size() < p->choices.size()) {
             const Choice& c = p->choices[p->parts.size()];
             // Wake::on_end() gives no text before the end, and all of it then.
@@ -445,7 +465,7 @@ class Server {
             p->parts.push_back(
                 choice_part(id, static_cast<int64_t>(p->parts.size()), std::move(chunk), c, true));
           }
-          const std::string body = whole_json(id, p->choices, std::move(p->parts), tok);
+          const std::string body = whole_json(id, p->choices, std::move(p->parts), best_of, n, tok);
           if (!sink.write(body.data(), body.size())) return false;
           sink.done();
           return true;
@@ -521,7 +541,8 @@ class Server {
     for (const auto& [name, count] : adapters_.request_counts())
       line("shamn_adapter_requests_total", "completions accepted, by the LoRA adapter they picked", "counter",
            d(count), "adapter=\"" + name + "\"");
-    line("shamn_requests_rejected_total", "requests refused with 429 (batch and queue full)", "counter",
+    line("shamn_requests_rejected_total",
+         "completions refused with 429 (batch and queue full; a request counts each)", "counter",
          d(s.rejected));
     const std::string finished = "requests ended, by finish reason";
     line("shamn_requests_finished_total", finished, "counter", d(s.finished_length), "reason=\"length\"");
@@ -534,6 +555,9 @@ class Server {
     line("shamn_batch_steps_total", "forward passes of the running batch", "counter", d(s.steps));
     line("shamn_queue_depth", "requests waiting for a batch slot", "gauge", d(s.queued));
     line("shamn_running_streams", "requests in the running batch", "gauge", d(s.running));
+    line("shamn_logprob_values_in_flight",
+         "logprobs values the requests being answered may return (--max-logprob-values-in-flight)", "gauge",
+         d(logprob_values_.held()));
     const std::string latency = "seconds from a request's arrival to its end (last 1000 finished)";
     line("shamn_request_latency_seconds", latency, "summary", s.latency_p50, "quantile=\"0.5\"");
     line("shamn_request_latency_seconds", latency, "summary", s.latency_p99, "quantile=\"0.99\"");
@@ -547,6 +571,7 @@ class Server {
   const InferModel& model_;
   AdapterRegistry& adapters_;
   CompletionScheduler scheduler_;
+  SharedBudget logprob_values_;  // of the requests being answered, each at its most
   const std::string name_;
   const int64_t started_;  // Unix seconds: the models' "created"
   std::atomic<int64_t> next_id_{1};
@@ -565,7 +590,13 @@ void run_serve(const ServeArgs& a) {
   SHAMN_INPUT_CHECK(a.batching.prefill_chunk >= 1, "--prefill-chunk must be >= 1");
   SHAMN_INPUT_CHECK(a.stream_interval >= 1 && a.stream_interval <= 1024, "--stream-interval ",
                     a.stream_interval, " must lie in [1, 1024]");
-  SHAMN_INPUT_CHECK(a.limits.max_tokens >= 0, "--max-tokens-limit must be >= 0");
+  SHAMN_INPUT_CHECK(a.limits.max_tokens >= 0 && a.limits.max_tokens <= kMostTokensLimit,
+                    "--max-tokens-limit ", a.limits.max_tokens, " must lie in [0, ", kMostTokensLimit, "]");
+  SHAMN_INPUT_CHECK(a.limits.max_logprob_values >= 1, "--max-logprob-values must be >= 1");
+  SHAMN_INPUT_CHECK(a.limits.max_logprob_values_in_flight >= a.limits.max_logprob_values,
+                    "--max-logprob-values-in-flight ", a.limits.max_logprob_values_in_flight,
+                    " must be >= --max-logprob-values ", a.limits.max_logprob_values,
+                    " (a request at that limit could never run)");
   SHAMN_INPUT_CHECK(a.limits.max_prompt_tokens >= 1, "--max-prompt-tokens must be >= 1");
   SHAMN_INPUT_CHECK(a.limits.time_limit_s >= 0, "--time-limit must be >= 0 (0: none)");
   SHAMN_INPUT_CHECK(a.batching.draft_tokens >= 1 && a.batching.draft_tokens <= kMaxDraftTokens,
@@ -634,6 +665,13 @@ void register_serve_command(CLI::App& app) {
   c->add_option("--max-tokens-limit", a->limits.max_tokens, "the largest max_tokens a request may ask for")
       ->capture_default_str();
   c->add_option("--max-prompt-tokens", a->limits.max_prompt_tokens, "the longest prompt, in tokens")
+      ->capture_default_str();
+  c->add_option("--max-logprob-values", a->limits.max_logprob_values,
+                "the most logprobs values one response may hold: tokens scored x (alternatives + 1)")
+      ->capture_default_str();
+  c->add_option("--max-logprob-values-in-flight", a->limits.max_logprob_values_in_flight,
+                "the same over every request being answered, each counted at its most (bounds the memory "
+                "that scoring takes; a request past it gets 429)")
       ->capture_default_str();
   c->add_option("--time-limit", a->limits.time_limit_s,
                 "seconds a request may take, queue included (0: none)")

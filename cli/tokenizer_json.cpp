@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/completion_json.h"
 #include "cli/json_text.h"
+#include "cli/request_error.h"
 #include "core/ceil_div.h"
 
 namespace shamn::cli {
@@ -52,7 +52,7 @@ std::string detokenize_json(const std::string& body, const Tokenizer& tokenizer,
                          std::to_string(vocab_size) + ")");
     ids.push_back(static_cast<int32_t>(id.get<uint64_t>()));
   }
-  return json_text(ordered_json{{"prompt", prompt_text(ids, tokenizer)}});
+  return json_text(ordered_json{{"prompt", tokenizer.model_text(ids)}});
 }
 
 std::string tokenizer_info_json(const Tokenizer& tokenizer, int64_t vocab_size, int64_t max_model_len) {

@@ -132,4 +132,15 @@ const std::string& Tokenizer::token_bytes(uint32_t id) const {
   return bytes_[id];
 }
 
+const std::string& Tokenizer::model_token_bytes(int32_t id) const {
+  static const std::string kNothing;
+  return id >= 0 && id < vocab_size() ? bytes_[static_cast<size_t>(id)] : kNothing;
+}
+
+std::string Tokenizer::model_text(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (const int32_t id : ids) out += model_token_bytes(id);
+  return out;
+}
+
 }  // namespace shamn

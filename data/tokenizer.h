@@ -53,6 +53,10 @@ class Tokenizer {
     return decode(ids.data(), static_cast<int64_t>(ids.size()));
   }
   const std::string& token_bytes(uint32_t id) const;
+  // A model's token ids as text: a model may have more tokens than its
+  // tokenizer (vocab_size is rounded up), and those stand for no bytes.
+  const std::string& model_token_bytes(int32_t id) const;
+  std::string model_text(const std::vector<int32_t>& ids) const;
   // The most bytes one token stands for: a text of B bytes encodes to at least
   // ceil(B / longest_token_bytes()) tokens, which bounds a count without encoding.
   int64_t longest_token_bytes() const { return longest_; }

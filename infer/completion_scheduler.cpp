@@ -32,13 +32,6 @@ size_t whole_characters(const std::string& text, size_t end) {
   return end;  // not UTF-8 here: nothing to keep together
 }
 
-// A token's bytes; ids past the tokenizer (a model vocabulary larger than the
-// tokenizer's) add no text.
-const std::string& token_text(const Tokenizer& tok, int32_t id) {
-  static const std::string kNothing;
-  return id < tok.vocab_size() ? tok.token_bytes(static_cast<uint32_t>(id)) : kNothing;
-}
-
 // Nearest-rank quantile of the last finished requests.
 double quantile(std::deque<double> values, double q) {
   if (values.empty()) return 0;
@@ -233,7 +226,8 @@ void CompletionScheduler::shutdown() {
 
 CompletionScheduler::~CompletionScheduler() { shutdown(); }
 
-std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest request) {
+std::unique_ptr<CompletionScheduler::Stream> CompletionScheduler::checked_stream(
+    CompletionRequest request) const {
   SHAMN_INPUT_CHECK(!request.prompt.empty(), "the prompt is empty: the model needs a token to continue");
   for (const int32_t t : request.prompt)
     SHAMN_INPUT_CHECK(t >= 0 && t < model_.vocab_size(), "prompt token ", t,
@@ -245,29 +239,46 @@ std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest reques
   SHAMN_INPUT_CHECK(!request.prompt_logprobs || request.logprobs >= 0,
                     "the prompt's logprobs need logprobs >= 0");
   request.sampling.check_vocabulary(model_.vocab_size());
-  SHAMN_INPUT_CHECK(options_.draft == nullptr || (request.logprobs < 0 && !request.sampling.adjusts_logits()),
-                    "logprobs, penalties and logit_bias are not available with a draft model (speculative "
-                    "decoding)");
+  if (options_.draft != nullptr) check_speculative_request(request.sampling, request.logprobs >= 0);
   auto stream = std::make_unique<Stream>(std::move(request), model_.new_state());
-  std::shared_ptr<Completion> completion = stream->completion;
-  completion->prompt_tokens_ = static_cast<int64_t>(stream->request.prompt.size());
-  completion->prompt_logprobs_done_ = !stream->request.prompt_logprobs;
+  Completion& completion = *stream->completion;
+  completion.prompt_tokens_ = static_cast<int64_t>(stream->request.prompt.size());
+  completion.prompt_logprobs_done_ = !stream->request.prompt_logprobs;
   if (stream->request.echo)
     for (const int32_t id : stream->request.prompt)
-      completion->text_characters_.add(token_text(*model_.tokenizer(), id));
+      completion.text_characters_.add(model_.tokenizer()->model_token_bytes(id));
+  return stream;
+}
+
+std::shared_ptr<Completion> CompletionScheduler::submit(CompletionRequest request) {
+  std::vector<CompletionRequest> one;
+  one.push_back(std::move(request));
+  std::vector<std::shared_ptr<Completion>> submitted = submit_all(std::move(one));
+  return submitted.empty() ? nullptr : std::move(submitted.front());
+}
+
+std::vector<std::shared_ptr<Completion>> CompletionScheduler::submit_all(
+    std::vector<CompletionRequest> requests) {
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::shared_ptr<Completion>> completions;
+  for (CompletionRequest& r : requests) {
+    streams.push_back(checked_stream(std::move(r)));
+    completions.push_back(streams.back()->completion);
+  }
+  const auto n = static_cast<int64_t>(streams.size());
   {
     const std::lock_guard lock(mutex_);
     const int64_t free_slots = options_.max_batch - running_count_;
     if (stopping_ ||
-        static_cast<int64_t>(queue_.size()) >= options_.max_queue + std::max<int64_t>(free_slots, 0)) {
-      ++counts_.rejected;
-      return nullptr;
+        static_cast<int64_t>(queue_.size()) + n > options_.max_queue + std::max<int64_t>(free_slots, 0)) {
+      counts_.rejected += n;
+      return {};
     }
-    ++counts_.submitted;
-    queue_.push_back(std::move(stream));
+    counts_.submitted += n;
+    for (std::unique_ptr<Stream>& stream : streams) queue_.push_back(std::move(stream));
   }
   work_.notify_all();
-  return completion;
+  return completions;
 }
 
 CompletionScheduler::Stats CompletionScheduler::stats() const {
@@ -416,7 +427,7 @@ void CompletionScheduler::step() {
       ++generated;
       if (s.first_token_s < 0) s.first_token_s = seconds_between(s.submitted, Clock::now());
       TokenLogprob* logprob = s.request.logprobs >= 0 ? &s.next_logprob : nullptr;
-      if (s.completion->append(token_text(tok, s.next), s.request.stop, logprob))
+      if (s.completion->append(tok.model_token_bytes(s.next), s.request.stop, logprob))
         ending.emplace_back(&s, FinishReason::stop);
       else if (s.completion->completion_tokens() >= s.request.max_tokens)
         ending.emplace_back(&s, FinishReason::length);
@@ -438,7 +449,7 @@ void CompletionScheduler::score_prompt(Stream& s, const float* logits, int64_t f
   std::vector<TokenLogprob> entries;
   const auto add = [&](TokenLogprob e) {
     e.in_prompt = true;
-    const std::string& text = token_text(tok, e.token);
+    const std::string& text = tok.model_token_bytes(e.token);
     e.offset = s.prompt_text_bytes;
     e.char_offset = s.prompt_text_characters.characters();
     s.prompt_text_bytes += static_cast<int64_t>(text.size());
@@ -497,7 +508,7 @@ void CompletionScheduler::speculative_step() {
       FinishReason end = FinishReason::none;
       for (const int32_t id : round.tokens) {
         ++generated;
-        if (s.completion->append(token_text(tok, id), s.request.stop)) {
+        if (s.completion->append(tok.model_token_bytes(id), s.request.stop)) {
           end = FinishReason::stop;
           break;
         }

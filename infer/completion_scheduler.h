@@ -151,9 +151,13 @@ class CompletionScheduler {
   // Null when the queue is full (or after shutdown). The request must be valid (prompt non-empty,
   // ids in range, sampling validated): an InputError otherwise.
   std::shared_ptr<Completion> submit(CompletionRequest request);
+  // Every request queued, or none: an empty result where the batch and queue
+  // cannot take them all (each counted as rejected), an InputError where one is
+  // not valid. The completions are in the requests' order.
+  std::vector<std::shared_ptr<Completion>> submit_all(std::vector<CompletionRequest> requests);
 
   struct Stats {
-    int64_t submitted = 0, rejected = 0;  // rejected: queue full
+    int64_t submitted = 0, rejected = 0;  // completions; rejected: batch and queue full
     int64_t finished_length = 0, finished_stop = 0, cancelled = 0, timed_out = 0, failed = 0;
     int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
     int64_t queued = 0, running = 0;
@@ -169,6 +173,8 @@ class CompletionScheduler {
   std::vector<std::unique_ptr<Stream>> admit_locked();
   void step();
   void speculative_step();
+  // A request's stream once submit's checks pass (an InputError otherwise).
+  std::unique_ptr<Stream> checked_stream(CompletionRequest request) const;
   void score_prompt(Stream& s, const float* logits, int64_t first, int64_t n, bool last) const;
   // Counts the step's tokens, then ends the streams in `ending` and drops every ended one.
   void end_step(int64_t generated, int64_t prompt_tokens, bool stepped,

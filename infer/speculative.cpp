@@ -17,6 +17,12 @@ void check_draft_compatible(const InferModel& target, const std::string& target_
                     "': the draft must share the target's tokenizer");
 }
 
+void check_speculative_request(const SamplingOptions& sampling, bool logprobs) {
+  SHAMN_INPUT_CHECK(!logprobs && !sampling.adjusts_logits(),
+                    "logprobs, frequency and presence penalties and logit_bias are not available with a "
+                    "draft model (speculative decoding)");
+}
+
 SpeculativeDecoder::SpeculativeDecoder(const InferModel& target, const InferModel& draft,
                                        const SamplingOptions& sampling, int64_t draft_tokens,
                                        const LoraAdapter* target_adapter)
@@ -31,11 +37,7 @@ SpeculativeDecoder::SpeculativeDecoder(const InferModel& target, const InferMode
   SHAMN_INPUT_CHECK(draft_tokens >= 1 && draft_tokens <= kMaxDraftTokens, "--draft-tokens ", draft_tokens,
                     " must be in [1, ", kMaxDraftTokens, "]");
   SHAMN_CHECK(draft.vocab_size() == vocab_, "the draft's vocabulary differs from the target's");
-  // The acceptance rule compares the target's and the draft's whole
-  // distributions, which the penalties of drawn tokens would change round by round.
-  SHAMN_INPUT_CHECK(!sampling.adjusts_logits(),
-                    "frequency and presence penalties and logit_bias are not available with --draft "
-                    "(speculative decoding)");
+  check_speculative_request(sampling, false);
   q_.resize(static_cast<size_t>(k_));
 }
 

@@ -29,6 +29,12 @@ namespace shamn {
 void check_draft_compatible(const InferModel& target, const std::string& target_name, const InferModel& draft,
                             const std::string& draft_name);
 
+// An InputError unless speculative decoding can serve the request: its
+// acceptance rule compares the target's and the draft's whole distributions,
+// which penalties and a logit bias would change round by round, and it keeps
+// no log-probabilities.
+void check_speculative_request(const SamplingOptions& sampling, bool logprobs);
+
 // The token a rejected draft is replaced by: the first v whose cumulative share
 // of normalize(max(0, p - q)) passes u in [0, 1), `residual` scratch. Where
 // rounding leaves that residual no mass (p and q agree in every bit but at the

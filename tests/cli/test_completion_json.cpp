@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/completion_json.h"
+#include "cli/adapter_json.h"
+#include "cli/completion_request.h"
+#include "cli/completion_response.h"
 #include "cli/tokenizer_json.h"
 #include "data/tokenizer.h"
 
@@ -115,9 +117,11 @@ TEST_CASE("a prompt is a string, token ids, or a list of either, with n choices 
   CHECK_THROWS_WITH(parse(R"(["a", "b", "c", "d"])"),
                     Catch::Equals("prompt holds 4 prompts; this server takes at most 3 a request"));
   CHECK_THROWS_WITH(parse(R"(["a", "b"])", R"(, "stream": true)"),
-                    Catch::Equals("stream takes one prompt and n = 1"));
+                    Catch::Equals("stream takes one prompt and n = best_of = 1"));
   CHECK_THROWS_WITH(parse(R"("a")", R"(, "n": 2, "stream": true)"),
-                    Catch::Equals("stream takes one prompt and n = 1"));
+                    Catch::Equals("stream takes one prompt and n = best_of = 1"));
+  CHECK_THROWS_WITH(parse(R"("a")", R"(, "best_of": 2, "stream": true)"),
+                    Catch::Equals("stream takes one prompt and n = best_of = 1"));
   // n completions of each prompt, prompt by prompt, the j-th with seed + j.
   limits.max_prompts = 4;
   const ParsedCompletion n = parse(R"(["ab", [5]])", R"(, "n": 2, "best_of": 2, "seed": 40)");
@@ -130,8 +134,29 @@ TEST_CASE("a prompt is a string, token ids, or a list of either, with n choices 
   CHECK_THROWS_WITH(
       parse(R"(["a", "b"])", R"(, "n": 2)"),
       Catch::Equals("n 2 of 2 prompts asks for 4 completions; this server makes at most 3 a request"));
-  CHECK_THROWS_WITH(parse(R"("a")", R"(, "n": 2, "best_of": 3)"),
-                    Catch::Contains("best_of must lie in [2, 2]"));
+  CHECK_THROWS_WITH(parse(R"("a")", R"(, "n": 2, "best_of": 1)"),
+                    Catch::Contains("best_of must lie in [2, 3]"));
+  CHECK_THROWS_WITH(
+      parse(R"(["a", "b"])", R"(, "best_of": 2)"),
+      Catch::Equals("best_of 2 of 2 prompts asks for 4 completions; this server makes at most 3 a request"));
+  // best_of candidates a prompt, the j-th with seed + j; each scored (logprobs
+  // 0 where none were asked, shown only where asked).
+  const ParsedCompletion best = parse(R"("ab")", R"(, "n": 1, "best_of": 3, "seed": 7)");
+  CHECK(best.n == 1);
+  CHECK(best.best_of == 3);
+  CHECK_FALSE(best.logprobs);
+  REQUIRE(best.requests.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(best.requests[i].sampling.seed == 7 + i);
+    CHECK(best.requests[i].logprobs == 0);
+  }
+  CHECK(best.logprob_values == 3 * 16);
+  const ParsedCompletion shown = parse(R"("ab")", R"(, "best_of": 2, "logprobs": 3, "echo": true)");
+  CHECK(shown.logprobs);
+  CHECK(shown.requests[0].logprobs == 3);
+  CHECK(shown.requests[0].prompt_logprobs);
+  CHECK_FALSE(best.requests[0].prompt_logprobs);
+  CHECK(parse(R"("ab")").requests[0].logprobs == -1);
   CHECK_THROWS_WITH(parse(R"("a")", R"(, "n": 0)"), Catch::Contains("n must lie in [1, 3]"));
   CHECK(parse(R"(["a"])", R"(, "stream": true)").stream);
   limits.max_prompt_tokens = 2;
@@ -170,6 +195,43 @@ TEST_CASE("logprobs and echo are read, and the prompt is scored only with both",
       Catch::Equals("logprobs 4 of 11 tokens would return 55 values; this server returns at most "
                     "40 a request (fewer prompts, tokens or alternatives)"));
   CHECK_NOTHROW(parse_small(R"(, "max_tokens": 400, "echo": true)"));  // no logprobs: nothing to bound
+}
+
+TEST_CASE("best_of returns the n candidates of each prompt whose tokens are likeliest",
+          "[serve][completion]") {
+  // Candidate c of prompt p: generated tokens' logprobs summing to sums[p][c]
+  // (and a prompt entry, which does not count).
+  const std::vector<std::vector<double>> sums{{-5, -2, -9, -2}, {-1, -3, -0.5, -4}};
+  std::vector<CompletionChoice> candidates;
+  for (size_t p = 0; p < sums.size(); ++p)
+    for (size_t c = 0; c < sums[p].size(); ++c) {
+      CompletionChoice x;
+      x.index = static_cast<int64_t>(candidates.size());
+      x.text = std::to_string(p) + ":" + std::to_string(c);
+      TokenLogprob prompt_entry;
+      prompt_entry.in_prompt = true;
+      prompt_entry.logprob = 100;
+      TokenLogprob a, b;
+      a.logprob = static_cast<float>(sums[p][c] / 2);
+      b.logprob = static_cast<float>(sums[p][c] / 2);
+      x.logprobs = {prompt_entry, a, b};
+      candidates.push_back(x);
+    }
+  candidates[6].finish = FinishReason::error;  // prompt 1's likeliest failed: last
+  const std::vector<CompletionChoice> chosen = choose_best_of(candidates, 4, 2);
+  REQUIRE(chosen.size() == 4);
+  // Ties go to the earlier candidate; the indices run anew.
+  CHECK(chosen[0].text == "0:1");
+  CHECK(chosen[1].text == "0:3");
+  CHECK(chosen[2].text == "1:0");
+  CHECK(chosen[3].text == "1:1");
+  for (size_t i = 0; i < chosen.size(); ++i) CHECK(chosen[i].index == static_cast<int64_t>(i));
+  // NaN scores rank with the failed; best_of = n keeps every candidate in order.
+  candidates[1].logprobs[1].logprob = NAN;
+  CHECK(choose_best_of(candidates, 4, 1)[0].text == "0:3");
+  const std::vector<CompletionChoice> all = choose_best_of(candidates, 4, 4);
+  REQUIRE(all.size() == 8);
+  CHECK(all[2].text == "0:2");
 }
 
 TEST_CASE("a response's logprobs name each token, its offset and its alternatives", "[serve][completion]") {

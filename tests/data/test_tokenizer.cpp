@@ -166,6 +166,14 @@ TEST_CASE("decode rejects ids outside the vocabulary", "[tokenizer]") {
   CHECK(tok.token_bytes(65) == "A");
 }
 
+TEST_CASE("a model's token ids past the tokenizer stand for no text", "[tokenizer]") {
+  const Tokenizer tok({{'a', 'b'}});  // 257 tokens; a model may round its vocabulary up
+  CHECK(tok.model_token_bytes(256) == "ab");
+  CHECK(tok.model_token_bytes(257).empty());
+  CHECK(tok.model_token_bytes(-1).empty());
+  CHECK(tok.model_text({'c', 257, 256, 300, 'd'}) == "cabd");
+}
+
 TEST_CASE("training and encoding do not depend on the thread count", "[tokenizer]") {
   test::ThreadCountGuard guard;
   // Several 1 MB counting blocks and 512 KB encoding blocks.

@@ -1,5 +1,6 @@
-// libFuzzer target for the bodies `shamn serve` reads (cli/completion_json.h):
-// the input is a POST /v1/completions body (and a /tokenize or /detokenize one).
+// libFuzzer target for the bodies `shamn serve` reads (cli/completion_request.h,
+// cli/tokenizer_json.h, cli/adapter_json.h): the input is a POST /v1/completions
+// body (and a /tokenize, /detokenize or /v1/load_lora_adapter one).
 // It is either read into requests within the server's limits or refused with a
 // RequestError; anything else (a crash, another exception, a sanitizer report)
 // is a finding. The response writers also get the input's raw bytes as
@@ -12,7 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/completion_json.h"
+#include "cli/adapter_json.h"
+#include "cli/completion_request.h"
+#include "cli/completion_response.h"
 #include "cli/tokenizer_json.h"
 #include "tests/fuzz/fuzz_fail.h"
 
@@ -40,6 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         shamn::cli::parse_completion_request(body, tokenizer(), vocab, limits);
     if (p.requests.empty() || static_cast<int64_t>(p.requests.size()) > limits.max_prompts)
       shamn::fuzz::fail("no prompt, or more than the limit");
+    if (p.best_of < p.n || static_cast<int64_t>(p.requests.size()) % p.best_of != 0)
+      shamn::fuzz::fail("best_of under n, or candidates not best_of a prompt");
+    if (p.best_of > p.n && p.requests.front().logprobs < 0)
+      shamn::fuzz::fail("best_of's candidates unscored");
     for (const shamn::CompletionRequest& r : p.requests) {
       if (r.prompt.empty() || static_cast<int64_t>(r.prompt.size()) > limits.max_prompt_tokens)
         shamn::fuzz::fail("an accepted prompt is empty or over the limit");
@@ -51,6 +58,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         shamn::fuzz::fail("logprobs out of range");
       r.sampling.validate();  // throws InputError, a finding here, if parsing let a bad value through
     }
+  } catch (const shamn::cli::RequestError&) {
+  }
+  try {
+    const shamn::cli::AdapterRequest a = shamn::cli::parse_adapter_request(body, true);
+    if (a.name.empty() || a.path.empty()) shamn::fuzz::fail("an adapter request without its name or path");
   } catch (const shamn::cli::RequestError&) {
   }
   // The writers get the raw bytes as text and as tokens' names (a token may end
@@ -70,6 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const std::string& out :
        {shamn::cli::completion_json(id, {choice}, 3, 4, tokenizer()),
         shamn::cli::completion_chunk_json(id, choice, tokenizer()), shamn::cli::error_json(body, "x"),
+        shamn::cli::adapter_status_json(body, true),
         [&] {
           try {
             return shamn::cli::tokenize_json(body, tokenizer(), 64);

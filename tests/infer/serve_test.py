@@ -255,6 +255,28 @@ if got != want or r["usage"]["completion_tokens"] != 48 or \
     fail(f"n 2 of 2 prompts: {got} (expected {want}), usage {r['usage']}")
 say("n 2 of 2 prompts: four choices, each generate's text for its prompt and seed")
 
+# ---- best_of: the n of best_of candidates whose tokens' log-probabilities sum highest ----
+# The candidates are n = best_of's choices (generate's text for seed + j), scored by their logprobs.
+ask = {"prompt": ["the cat", "the dog ran"], "max_tokens": 10, "temperature": 1.5, "top_k": 0, "top_p": 1.0,
+       "seed": 21}
+every = server.complete({**ask, "n": 4, "logprobs": 0})["choices"]
+best = server.complete({**ask, "n": 2, "best_of": 4})
+want = []
+for prompt in range(2):
+    candidates = sorted(every, key=lambda c: c["index"])[4 * prompt:4 * prompt + 4]
+    ranked = sorted(candidates, key=lambda c: -sum(c["logprobs"]["token_logprobs"]))  # stable: earlier on ties
+    want += [c["text"] for c in ranked[:2]]
+got = [c["text"] for c in best["choices"]]
+if got != want or [c["index"] for c in best["choices"]] != [0, 1, 2, 3] or \
+        any(c["logprobs"] is not None for c in best["choices"]) or len(set(c["text"] for c in every)) < 6:
+    fail(f"best_of 4, n 2: {best['choices']} (expected the texts {want} of {[c['text'] for c in every]})")
+if best["usage"]["completion_tokens"] != sum(len(c["logprobs"]["tokens"]) for c in every):
+    fail(f"best_of's usage counts every candidate's tokens: {best['usage']}")
+shown = server.complete({**ask, "prompt": "the cat", "n": 1, "best_of": 4, "logprobs": 2})["choices"]
+if shown[0]["text"] != want[0] or len(shown[0]["logprobs"]["top_logprobs"][0]) < 2:
+    fail(f"best_of with logprobs 2: {shown}")
+say("best_of 4, n 2 of 2 prompts: each prompt's two likeliest of the four candidates, likeliest first")
+
 # ---- an HTTP/1.0 client: no chunked encoding (it has none), the body read to the close ----
 for streamed in (False, True):
     request = json.dumps({**body, "stream": streamed}).encode()
@@ -382,7 +404,8 @@ bad = [
     (json.dumps({"prompt": "a", "top_k": -3}), 400), (json.dumps({"prompt": "a", "seed": -1}), 400),
     (json.dumps({"prompt": "a", "stop": 5}), 400), (json.dumps({"prompt": "a", "stop": ["a"] * 5}), 400),
     (json.dumps({"prompt": "a", "stop": [""]}), 400), (json.dumps({"prompt": "a", "stream": "yes"}), 400),
-    (json.dumps({"prompt": "a", "n": 65}), 400), (json.dumps({"prompt": "a", "n": 2, "best_of": 3}), 400), (json.dumps({"prompt": "a", "logprobs": 21}), 400),
+    (json.dumps({"prompt": "a", "n": 65}), 400), (json.dumps({"prompt": "a", "n": 2, "best_of": 1}), 400),
+    (json.dumps({"prompt": "a", "best_of": 2, "stream": True}), 400), (json.dumps({"prompt": "a", "best_of": 65}), 400), (json.dumps({"prompt": "a", "logprobs": 21}), 400),
     (json.dumps({"prompt": "a", "echo": "yes"}), 400), (json.dumps({"prompt": "a" * 100000}), 400),
     (json.dumps({"prompt": [1, 320]}), 400), (json.dumps({"prompt": [[1], []]}), 400),
     (json.dumps({"prompt": ["a", "b"], "stream": True}), 400), (json.dumps({"prompt": ["a"] * 65}), 400),
@@ -556,6 +579,14 @@ for t in threads:
 for c, got, want in zip(spec_cases, spec_results, spec_expected):
     if got != want:
         fail(f"--draft {c}: {got!r} differs from generate --draft's {want!r}")
+# What speculative decoding cannot give is refused as the client's error, naming it.
+for extra in ({"logprobs": 1}, {"presence_penalty": 0.5}, {"logit_bias": {"5": 1}}):
+    status, payload = drafted.request("POST", "/v1/completions", {"prompt": "the", "max_tokens": 2, **extra})
+    if status != 400 or "not available with a draft model" not in json.loads(payload)["error"]["message"]:
+        fail(f"--draft server given {extra}: {status} {payload}")
+status, payload = drafted.request("POST", "/v1/completions", {"prompt": "the", "max_tokens": 2, "best_of": 2})
+if status != 400 or "speculative decoding (--draft) does not keep" not in json.loads(payload)["error"]["message"]:
+    fail(f"--draft server given best_of 2: {status} {payload}")
 drafted.stop()
 bad = subprocess.run([shamn, "serve", model, "--draft", f"{work}/model.h5"], capture_output=True, text=True)
 if bad.returncode != 1 or not bad.stderr.startswith("shamn: error:"):
@@ -752,6 +783,10 @@ body = json.dumps({"prompt": "the cat", "max_tokens": 100000000, "stream": True}
 first.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
               + b"\r\n\r\n" + body)
 busy.wait_for("shamn_running_streams", 1)
+# Two completions where one queue place is free: refused whole, none left queued.
+status, payload = busy.request("POST", "/v1/completions", {"prompt": "the", "n": 2, "max_tokens": 5})
+if status != 429 or busy.metric("shamn_queue_depth") != 0 or busy.metric("shamn_requests_total") != 1:
+    fail(f"n 2 with one place free: {status} {payload}; {busy.request('GET', '/metrics')[1]}")
 second = {}
 waiter = threading.Thread(target=lambda: second.update(
     r=busy.request("POST", "/v1/completions", {"prompt": "the dog", "max_tokens": 5})))
@@ -765,9 +800,37 @@ waiter.join()
 status, payload = second["r"]
 if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "length":
     fail(f"the queued request once the batch had room: {status} {payload[:300]}")
-if busy.metric("shamn_requests_rejected_total") != 1:
-    fail("the refusal was not counted")
+if busy.metric("shamn_requests_rejected_total") != 3:
+    fail("the refusals were not counted, a completion each")
 busy.stop()
+# The logprobs values of the requests being answered, each at its most, are
+# bounded server-wide: a scoring request past it waits (429); one without
+# logprobs does not; the values are given back when a response ends.
+scoring = Server("--max-tokens-limit", "100000000", "--max-logprob-values", "200000000",
+                 "--max-logprob-values-in-flight", "200000001")
+first = socket.create_connection(("127.0.0.1", scoring.port), timeout=DEADLINE)
+body = json.dumps({"prompt": "the cat", "max_tokens": 100000000, "logprobs": 1, "stream": True}).encode()
+first.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
+              + b"\r\n\r\n" + body)
+scoring.wait_for("shamn_running_streams", 1)
+if scoring.metric("shamn_logprob_values_in_flight") != 200000000:
+    fail(f"the scoring request's values: {scoring.request('GET', '/metrics')[1]}")
+status, payload = scoring.request("POST", "/v1/completions", {"prompt": "the", "max_tokens": 2, "logprobs": 0})
+if status != 429 or "--max-logprob-values-in-flight" not in json.loads(payload)["error"]["message"]:
+    fail(f"a scoring request past the server's logprobs bound: {status} {payload}")
+scoring.complete({"prompt": "the", "max_tokens": 2})
+first.close()  # cancels it: its values are given back once its response ends
+end = time.time() + DEADLINE
+while scoring.metric("shamn_logprob_values_in_flight") != 0:
+    if time.time() > end:
+        fail("the cancelled request's logprobs values were never given back")
+    time.sleep(0.05)
+scoring.complete({"prompt": "the", "max_tokens": 2, "logprobs": 0})
+scoring.stop()
+refused = subprocess.run([shamn, "serve", model, "--max-logprob-values-in-flight", "5"], capture_output=True,
+                         text=True, timeout=DEADLINE)
+if refused.returncode != 1 or "must be >= --max-logprob-values" not in refused.stderr:
+    fail(f"--max-logprob-values-in-flight under --max-logprob-values: {refused.returncode} {refused.stderr}")
 limited = Server("--max-tokens-limit", "100000000", "--time-limit", "1")
 status, payload = limited.request("POST", "/v1/completions", {"prompt": "the dog", "max_tokens": 100000000})
 if status != 200 or json.loads(payload)["choices"][0]["finish_reason"] != "time_limit":
@@ -797,5 +860,6 @@ limited.stop()
 trickler.join()
 slow.close()
 say("a server stopped while a client trickles its request in ends all the same, with status 0")
-say("a full server answers 429; a request past --time-limit ends with finish_reason time_limit")
+say("a full server answers 429, to a request of n 2 as a whole; so does scoring past --max-logprob-values-in-flight; "
+    "a request past --time-limit ends with finish_reason time_limit")
 say("SIGTERM: both servers stopped with status 0")

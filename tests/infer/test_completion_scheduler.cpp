@@ -347,6 +347,33 @@ TEST_CASE("a cancelled completion ends at the next step, and a full queue refuse
   CHECK(scheduler.stats().cancelled == 2);
 }
 
+TEST_CASE("a request's completions are queued all together or none", "[infer][serve]") {
+  const InferModel m = tiny_model();
+  CompletionScheduler scheduler(m, {1, 1, 512});
+  std::shared_ptr<Completion> first = scheduler.submit(request(m, "the cat", 100000000, 0.8, 1));
+  REQUIRE(first != nullptr);
+  // Room for one more, whether or not the worker has admitted the first: two are refused whole.
+  std::vector<CompletionRequest> two{request(m, "the", 5, 0.8, 2), request(m, "the", 5, 0.8, 3)};
+  CHECK(scheduler.submit_all(two).empty());
+  CHECK(scheduler.stats().rejected == 2);
+  CHECK(scheduler.stats().submitted == 1);
+  // One invalid request refuses the others too, before any is queued.
+  two[1].prompt.clear();
+  CHECK_THROWS_WITH(scheduler.submit_all(two), Catch::Contains("prompt is empty"));
+  CHECK(scheduler.stats().submitted == 1);
+  std::vector<std::shared_ptr<Completion>> second =
+      scheduler.submit_all({request(m, "the dog", 100000000, 0.8, 4)});
+  REQUIRE(second.size() == 1);
+  REQUIRE(second[0] != nullptr);
+  CHECK(scheduler.stats().submitted == 2);
+  first->cancel();
+  second[0]->cancel();
+  FinishReason finish = FinishReason::none;
+  drain(*first, finish);
+  drain(*second[0], finish);
+  CHECK(scheduler.stats().cancelled == 2);
+}
+
 TEST_CASE("requests are checked, and shutdown cancels what runs and refuses more", "[infer][serve]") {
   const InferModel m = tiny_model();
   CompletionScheduler scheduler(m, {});

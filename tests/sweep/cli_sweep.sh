@@ -174,13 +174,19 @@ child_of() {  # the process whose parent is $1 (from /proc/PID/stat: pid (comm) 
   done
   return 0  # none (yet)
 }
-for _ in $(seq 1 2400); do  # up to 2 minutes for the first 25 steps
-  child=$(child_of $pid)
-  [ "$(child_state)" = T ] && break
-  kill -0 $pid 2> /dev/null || break
-  sleep 0.05
-done
-[ "$(child_state)" = T ] || { cat stopped.txt stopped.err; fail "the trainer did not stop at its first checkpoint"; }
+# Sets child to the sweep's trainer once that has stopped itself (SIGSTOP at the
+# named fault point), polling its state; fails with the sweep's output otherwise.
+wait_for_stopped_trainer() {  # OUTPUT ERRORS WHICH_RUN
+  for _ in $(seq 1 2400); do  # up to 2 minutes for the first 25 steps
+    child=$(child_of $pid)
+    [ "$(child_state)" = T ] && return
+    kill -0 $pid 2> /dev/null || break
+    sleep 0.05
+  done
+  cat "$1" "$2"
+  fail "the trainer did not stop at its first checkpoint ($3)"
+}
+wait_for_stopped_trainer stopped.txt stopped.err "SIGINT run"
 [ -e "$point/run/ckpt_00000025.h5" ] || fail "the trainer stopped before its step-25 checkpoint"
 # A second sweep into the same directory while the first runs is refused.
 status=0
@@ -219,13 +225,7 @@ pid=$!
 set +m
 child=
 trap 'kill -KILL $pid $child 2> /dev/null || true' EXIT
-for _ in $(seq 1 2400); do
-  child=$(child_of $pid)
-  [ "$(child_state)" = T ] && break
-  kill -0 $pid 2> /dev/null || break
-  sleep 0.05
-done
-[ "$(child_state)" = T ] || { cat hup.txt hup.err; fail "the trainer did not stop at its first checkpoint (SIGHUP run)"; }
+wait_for_stopped_trainer hup.txt hup.err "SIGHUP run"
 hup_pending() { [ $(((0x$(sed -n 's/^SigPnd:\t//p' "/proc/$pid/status") | 0x$(sed -n 's/^ShdPnd:\t//p' "/proc/$pid/status")) & 1)) != 0 ]; }
 kill -HUP $pid
 for _ in $(seq 1 600); do sigint_pending && break; sleep 0.05; done

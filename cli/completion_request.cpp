@@ -1,13 +1,10 @@
-#include "cli/completion_json.h"
+#include "cli/completion_request.h"
 
-#include <charconv>
-#include <cmath>
-#include <cstdio>
+#include <algorithm>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
-#include "cli/json_text.h"
 #include "core/ceil_div.h"
 
 namespace shamn::cli {
@@ -186,7 +183,13 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
                        " prompts asks for " + std::to_string(n * static_cast<int64_t>(texts.size())) +
                        " completions; this server makes at most " + std::to_string(limits.max_prompts) +
                        " a request");
-  integer(j, "best_of", n, n, n);  // n or absent
+  // best_of candidates of each prompt are drawn; the n likeliest are returned.
+  const int64_t best_of = integer(j, "best_of", n, n, limits.max_prompts);
+  if (best_of * static_cast<int64_t>(texts.size()) > limits.max_prompts)
+    throw RequestError("best_of " + std::to_string(best_of) + " of " + std::to_string(texts.size()) +
+                       " prompts asks for " + std::to_string(best_of * static_cast<int64_t>(texts.size())) +
+                       " completions; this server makes at most " + std::to_string(limits.max_prompts) +
+                       " a request");
   // Controls this server does not apply are refused, not ignored, except at their
   // no-op values, which some clients (LangChain) send with every request.
   if (const json* s = field(j, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
@@ -206,12 +209,18 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   r.stop = stop_strings(j);
   r.time_limit_s = limits.time_limit_s;
   r.logprobs = integer(j, "logprobs", -1, 0, kMaxLogprobs);
+  p.logprobs = r.logprobs >= 0;
   p.echo = flag(j, "echo");
   r.echo = p.echo;
   p.n = n;
-  r.prompt_logprobs = p.echo && r.logprobs >= 0;
+  p.best_of = best_of;
+  r.prompt_logprobs = p.echo && p.logprobs;
+  // Candidates are ranked by their tokens' log-probabilities, which need the
+  // logprobs entries (k = 0 where the client asked for none; dropped then).
+  if (best_of > n) r.logprobs = std::max<int64_t>(r.logprobs, 0);
   p.stream = flag(j, "stream");
-  if (p.stream && texts.size() * n > 1) throw RequestError("stream takes one prompt and n = 1");
+  if (p.stream && texts.size() * best_of > 1)
+    throw RequestError("stream takes one prompt and n = best_of = 1");
   if (const json* o = field(j, "stream_options")) {
     if (!p.stream) throw RequestError("stream_options is only for stream: true");
     if (!o->is_object()) throw RequestError("stream_options must be an object");
@@ -235,240 +244,21 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   if (r.logprobs >= 0) {
     int64_t scored = 0;
     for (const std::vector<int32_t>& text : texts)
-      scored += n * (r.max_tokens + (r.prompt_logprobs ? static_cast<int64_t>(text.size()) : 0));
-    if (scored * (r.logprobs + 1) > limits.max_logprob_values)
+      scored += best_of * (r.max_tokens + (r.prompt_logprobs ? static_cast<int64_t>(text.size()) : 0));
+    p.logprob_values = scored * (r.logprobs + 1);
+    if (p.logprob_values > limits.max_logprob_values)
       throw RequestError("logprobs " + std::to_string(r.logprobs) + " of " + std::to_string(scored) +
                          " tokens would return " + std::to_string(scored * (r.logprobs + 1)) +
                          " values; this server returns at most " + std::to_string(limits.max_logprob_values) +
                          " a request (fewer prompts, tokens or alternatives)");
   }
   for (std::vector<int32_t>& text : texts)
-    for (int64_t c = 0; c < n; ++c) {
+    for (int64_t c = 0; c < best_of; ++c) {
       p.requests.push_back(r);
       p.requests.back().prompt = text;
       p.requests.back().sampling.seed = r.sampling.seed + static_cast<uint64_t>(c);
     }
   return p;
-}
-
-namespace {
-
-using ordered = nlohmann::ordered_json;
-
-// A token as OpenAI's logprobs name it: its text, or where its bytes are not
-// whole UTF-8 characters, "bytes:\xNN..." (a token past the tokenizer: "<token N>").
-std::string token_name(const Tokenizer& tokenizer, int32_t id) {
-  if (id >= tokenizer.vocab_size()) return "<token " + std::to_string(id) + ">";
-  const std::string& bytes = tokenizer.token_bytes(static_cast<uint32_t>(id));
-  Utf8Counter utf8;
-  utf8.add(bytes);
-  if (utf8.well_formed()) return bytes;
-  std::string out = "bytes:";
-  for (const char b : bytes) {
-    char hex[5];
-    std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(b));
-    out += hex;
-  }
-  return out;
-}
-
-// JSON text of a string that is well-formed UTF-8 (token names are).
-void append_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
-// The shortest text that reads back as the same float; NaN: null.
-void append_number(std::string& out, float v) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char text[32];
-  out.append(text, std::to_chars(text, text + sizeof(text), v).ptr);
-}
-
-template <class Each>
-void append_array(std::string& out, const std::vector<TokenLogprob>& entries, Each each) {
-  out += '[';
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (i > 0) out += ',';
-    each(entries[i]);
-  }
-  out += ']';
-}
-
-// OpenAI's legacy logprobs object: tokens, token_logprobs, top_logprobs (a
-// token's alternatives, likeliest first, and the token itself, as vLLM and
-// OpenAI add it), text_offset. The prompt's first token has no logprob (null).
-// Written as text: a JSON tree took about 300 bytes a value (a response of
-// 2^20 values, 40 MB of text, peaked at 340 MB).
-std::string logprobs_text(const CompletionChoice& c, const Tokenizer& tokenizer) {
-  std::string out = "{\"tokens\":";
-  append_array(out, c.logprobs,
-               [&](const TokenLogprob& e) { append_string(out, token_name(tokenizer, e.token)); });
-  out += ",\"token_logprobs\":";
-  append_array(out, c.logprobs, [&](const TokenLogprob& e) { append_number(out, e.logprob); });
-  out += ",\"top_logprobs\":";
-  append_array(out, c.logprobs, [&](const TokenLogprob& e) {
-    if (std::isnan(e.logprob)) {
-      out += "null";
-      return;
-    }
-    out += '{';
-    bool has_token = false;
-    for (const auto& [id, logprob] : e.top) {
-      if (out.back() != '{') out += ',';
-      append_string(out, token_name(tokenizer, id));
-      out += ':';
-      append_number(out, logprob);
-      has_token |= id == e.token;
-    }
-    if (!has_token) {
-      if (out.back() != '{') out += ',';
-      append_string(out, token_name(tokenizer, e.token));
-      out += ':';
-      append_number(out, e.logprob);
-    }
-    out += '}';
-  });
-  out += ",\"text_offset\":";
-  append_array(out, c.logprobs, [&](const TokenLogprob& e) { out += std::to_string(e.char_offset); });
-  out += '}';
-  return out;
-}
-
-// A choice's JSON text: its logprobs written directly, the rest by the JSON library.
-std::string choice_text(const CompletionChoice& c, const Tokenizer& tokenizer) {
-  ordered j = {{"index", c.index}, {"text", c.text}, {"finish_reason", nullptr}};
-  if (c.finish != FinishReason::none) j["finish_reason"] = finish_reason_name(c.finish);
-  std::string out = json_text(j);
-  out.pop_back();  // the closing brace
-  out += ",\"logprobs\":";
-  out += c.with_logprobs ? logprobs_text(c, tokenizer) : "null";
-  out += '}';
-  return out;
-}
-
-ordered response_head(const CompletionId& id) {
-  return {{"id", id.id}, {"object", "text_completion"}, {"created", id.created}, {"model", id.model}};
-}
-
-ordered usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
-}
-
-// The response's text: its head, the choices, and after them `tail` (usage,
-// error), each member of an object.
-std::string response_text(const CompletionId& id, const std::vector<CompletionChoice>& choices,
-                          const Tokenizer& tokenizer, const ordered& tail) {
-  std::string out = json_text(response_head(id));
-  out.pop_back();
-  out += ",\"choices\":[";
-  for (size_t i = 0; i < choices.size(); ++i) {
-    if (i > 0) out += ',';
-    out += choice_text(choices[i], tokenizer);
-  }
-  out += ']';
-  for (const auto& [key, value] : tail.items()) {
-    out += ',';
-    append_string(out, key);
-    out += ':';
-    out += json_text(value);
-  }
-  out += '}';
-  return out;
-}
-
-// The first failed choice's error, beside the choices.
-void add_error(ordered& tail, const std::vector<CompletionChoice>& choices) {
-  for (const CompletionChoice& c : choices)
-    if (!c.error.empty()) {
-      tail["error"] = {{"message", c.error}, {"type", "server_error"}};
-      return;
-    }
-}
-
-}  // namespace
-
-std::string prompt_text(const std::vector<int32_t>& ids, const Tokenizer& tokenizer) {
-  std::string out;
-  for (const int32_t id : ids)
-    if (id < tokenizer.vocab_size()) out += tokenizer.token_bytes(static_cast<uint32_t>(id));
-  return out;
-}
-
-std::string completion_json(const CompletionId& id, const std::vector<CompletionChoice>& choices,
-                            int64_t prompt_tokens, int64_t completion_tokens, const Tokenizer& tokenizer) {
-  ordered tail = {{"usage", usage_json(prompt_tokens, completion_tokens)}};
-  add_error(tail, choices);
-  return response_text(id, choices, tokenizer, tail);
-}
-
-std::string completion_chunk_json(const CompletionId& id, const CompletionChoice& choice,
-                                  const Tokenizer& tokenizer) {
-  ordered tail = ordered::object();
-  add_error(tail, {choice});
-  return response_text(id, {choice}, tokenizer, tail);
-}
-
-std::string usage_chunk_json(const CompletionId& id, int64_t prompt_tokens, int64_t completion_tokens) {
-  ordered j = response_head(id);
-  j["choices"] = ordered::array();
-  j["usage"] = usage_json(prompt_tokens, completion_tokens);
-  return json_text(j);
-}
-
-std::string models_json(const std::string& model, int64_t created,
-                        const std::vector<ServedAdapter>& adapters) {
-  json data =
-      json::array({{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "shamn"}}});
-  for (const ServedAdapter& a : adapters)
-    data.push_back({{"id", a.name},
-                    {"object", "model"},
-                    {"created", created},
-                    {"owned_by", "shamn"},
-                    {"parent", model},
-                    {"root", a.file},
-                    {"lora", {{"rank", a.rank}, {"alpha", a.alpha}, {"rslora", a.rslora}}}});
-  return json_text(json{{"object", "list"}, {"data", data}});
-}
-
-AdapterRequest parse_adapter_request(const std::string& body, bool loading) {
-  const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw RequestError("the body must be a JSON object");
-  const auto text = [&j](const char* name) {
-    const json* v = field(j, name);
-    if (!v || !v->is_string() || v->get<std::string>().empty())
-      throw RequestError(std::string(name) + " is required: a non-empty string");
-    return v->get<std::string>();
-  };
-  AdapterRequest r;
-  r.name = text("lora_name");
-  if (loading) r.path = text("lora_path");
-  return r;
-}
-
-std::string adapter_status_json(const std::string& name, bool loaded) {
-  return json_text(json{{"lora_name", name}, {"status", loaded ? "loaded" : "unloaded"}});
-}
-
-std::string error_json(const std::string& message, const std::string& type) {
-  return json_text(json{{"error", {{"message", message}, {"type", type}}}});
 }
 
 }  // namespace shamn::cli
