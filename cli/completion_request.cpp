@@ -177,19 +177,19 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
   if (j.is_discarded()) throw RequestError("the body is not valid JSON (UTF-8)");
   if (!j.is_object()) throw RequestError("the body must be a JSON object");
   std::vector<std::vector<int32_t>> texts = prompts(j, tokenizer, vocab_size, limits);
+  const auto prompts_times = [&](const char* name, int64_t each) {
+    const int64_t all = each * static_cast<int64_t>(texts.size());
+    if (all > limits.max_prompts)
+      throw RequestError(std::string(name) + " " + std::to_string(each) + " of " +
+                         std::to_string(texts.size()) + " prompts asks for " + std::to_string(all) +
+                         " completions; this server makes at most " + std::to_string(limits.max_prompts) +
+                         " a request");
+  };
   const int64_t n = integer(j, "n", 1, 1, limits.max_prompts);
-  if (n * static_cast<int64_t>(texts.size()) > limits.max_prompts)
-    throw RequestError("n " + std::to_string(n) + " of " + std::to_string(texts.size()) +
-                       " prompts asks for " + std::to_string(n * static_cast<int64_t>(texts.size())) +
-                       " completions; this server makes at most " + std::to_string(limits.max_prompts) +
-                       " a request");
+  prompts_times("n", n);
   // best_of candidates of each prompt are drawn; the n likeliest are returned.
   const int64_t best_of = integer(j, "best_of", n, n, limits.max_prompts);
-  if (best_of * static_cast<int64_t>(texts.size()) > limits.max_prompts)
-    throw RequestError("best_of " + std::to_string(best_of) + " of " + std::to_string(texts.size()) +
-                       " prompts asks for " + std::to_string(best_of * static_cast<int64_t>(texts.size())) +
-                       " completions; this server makes at most " + std::to_string(limits.max_prompts) +
-                       " a request");
+  prompts_times("best_of", best_of);
   // Controls this server does not apply are refused, not ignored, except at their
   // no-op values, which some clients (LangChain) send with every request.
   if (const json* s = field(j, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
@@ -248,7 +248,8 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
     p.logprob_values = scored * (r.logprobs + 1);
     if (p.logprob_values > limits.max_logprob_values)
       throw RequestError("logprobs " + std::to_string(r.logprobs) + " of " + std::to_string(scored) +
-                         " tokens would return " + std::to_string(scored * (r.logprobs + 1)) +
+                         " tokens" + (p.logprobs ? "" : " (best_of scores every candidate's tokens)") +
+                         " would return " + std::to_string(scored * (r.logprobs + 1)) +
                          " values; this server returns at most " + std::to_string(limits.max_logprob_values) +
                          " a request (fewer prompts, tokens or alternatives)");
   }

@@ -20,8 +20,9 @@ struct ServeLimits {
   // logprobs' values in one response: (tokens scored) x (alternatives + 1).
   int64_t max_logprob_values = int64_t{1} << 20;
   // The same over every request being answered at once (each counted at its
-  // most): what bounds the server's memory for them. More wait (429).
-  int64_t max_logprob_values_in_flight = int64_t{1} << 22;
+  // most; about 100 bytes a value at a response's peak): what bounds the
+  // server's memory for them. More wait (429).
+  int64_t max_logprob_values_in_flight = int64_t{1} << 24;
 };
 
 // The most alternatives `logprobs` may ask for (vLLM's default limit; OpenAI's is 5).
@@ -48,9 +49,8 @@ struct ParsedCompletion {
 // limits.max_prompts of either, not with stream), n (1: completions of each
 // prompt, the j-th drawn with seed + j; at most limits.max_prompts in all; not
 // with stream), best_of (n: candidates of each prompt, the j-th drawn with seed
-// + j, of which the n with the highest sum of their generated tokens'
-// log-probabilities are returned, likeliest first; at most limits.max_prompts
-// in all; not with stream), max_tokens
+// + j, of which choose_best_of returns n; at most limits.max_prompts in all;
+// not with stream), max_tokens
 // (16; 0 with echo scores the prompt alone), temperature (0.8), top_k (40),
 // top_p (0.95), seed (random when absent), frequency_penalty and
 // presence_penalty (0; in [-2, 2]), logit_bias ({"token id": bias in [-100,

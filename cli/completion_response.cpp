@@ -171,19 +171,26 @@ std::vector<CompletionChoice> choose_best_of(std::vector<CompletionChoice> candi
   if (best_of == n) return candidates;
   SHAMN_CHECK(best_of > n && n >= 1 && static_cast<int64_t>(candidates.size()) % best_of == 0, "best_of ",
               best_of, " of ", candidates.size(), " candidates, n ", n);
+  // The mean log-probability of a generated token; a candidate that did not
+  // end by its length or a stop string, or has no token scored, or NaN
+  // logits, ranks last.
   const auto score = [](const CompletionChoice& c) {
     double sum = 0;
+    int64_t tokens = 0;
     for (const TokenLogprob& e : c.logprobs)
-      if (!e.in_prompt) sum += e.logprob;
-    return sum;
+      if (!e.in_prompt) {
+        sum += e.logprob;
+        ++tokens;
+      }
+    const bool ended = c.finish == FinishReason::length || c.finish == FinishReason::stop;
+    const double mean = tokens > 0 ? sum / static_cast<double>(tokens) : NAN;
+    return ended && !std::isnan(mean) ? mean : -INFINITY;
   };
   std::vector<CompletionChoice> chosen;
   for (size_t first = 0; first < candidates.size(); first += static_cast<size_t>(best_of)) {
     std::vector<std::pair<double, size_t>> ranked;  // (score, candidate)
-    for (size_t i = first; i < first + static_cast<size_t>(best_of); ++i) {
-      const double v = score(candidates[i]);  // NaN logits make it NaN: ranked with the failed
-      ranked.emplace_back(candidates[i].finish == FinishReason::error || std::isnan(v) ? -INFINITY : v, i);
-    }
+    for (size_t i = first; i < first + static_cast<size_t>(best_of); ++i)
+      ranked.emplace_back(score(candidates[i]), i);
     std::stable_sort(ranked.begin(), ranked.end(),
                      [](const auto& a, const auto& b) { return a.first > b.first; });
     for (int64_t k = 0; k < n; ++k) {

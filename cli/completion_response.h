@@ -29,8 +29,10 @@ struct CompletionChoice {
   std::string error;
 };
 // OpenAI's best_of: of each prompt's best_of candidates (consecutive), the n
-// whose generated tokens' log-probabilities sum highest (their logprobs
-// entries), likeliest first: earlier first on ties, failed ones last. The
+// with the highest mean log-probability a generated token (their logprobs
+// entries; OpenAI's rule, where vLLM sums them), likeliest first, earlier
+// first on ties. Candidates that ended otherwise than by length or a stop
+// string (a time limit, an error), or with no token scored, rank last. The
 // choices are indexed anew. With best_of = n, the candidates as they are.
 std::vector<CompletionChoice> choose_best_of(std::vector<CompletionChoice> candidates, int64_t best_of,
                                              int64_t n);

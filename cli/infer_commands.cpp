@@ -1,9 +1,11 @@
 // `shamn export`, `shamn generate`, `shamn eval`, `shamn bench`: from a trained
 // checkpoint to a quantised model file, and what a user does with one.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -166,23 +168,30 @@ void run_export(const ExportArgs& a) {
 
 // ---- generate ----
 
-// "ID=BIAS" of --logit-bias (the ranges are SamplingOptions::validate's).
-// The bias is read as a double: a tiny one (1e-50) is 0 as a float, not an
-// out-of-range error as std::stof has it.
+SamplingOptions greedy_sampling() {
+  SamplingOptions s;
+  s.temperature = 0;
+  return s;
+}
+
+// "ID=BIAS" of --logit-bias: a token id and any number strtod reads (a bias
+// too small for a float is 0, not an error), within [-100, 100] as a double,
+// before it is narrowed.
 std::pair<int32_t, float> logit_bias_entry(const std::string& spec) {
   const size_t eq = spec.find('=');
-  const char* end = spec.data() + spec.size();
   int32_t id = -1;
-  double bias = 0;
   if (eq != std::string::npos) {
     const auto [id_end, id_error] = std::from_chars(spec.data(), spec.data() + eq, id);
-    const char* bias_text = spec.data() + eq + 1;
-    if (bias_text + 1 < end && *bias_text == '+' && bias_text[1] != '-')
-      ++bias_text;  // from_chars takes no '+'
-    const auto [bias_end, bias_error] = std::from_chars(bias_text, end, bias);
-    if (id_error == std::errc() && id_end == spec.data() + eq && id >= 0 && bias_error == std::errc() &&
-        bias_end == end)
+    const std::string bias_text = spec.substr(eq + 1);
+    char* bias_end = nullptr;
+    const double bias = std::strtod(bias_text.c_str(), &bias_end);
+    if (id_error == std::errc() && id_end == spec.data() + eq && id >= 0 && !bias_text.empty() &&
+        !std::isspace(static_cast<unsigned char>(bias_text[0])) &&
+        bias_end == bias_text.c_str() + bias_text.size()) {
+      if (!(bias >= -100 && bias <= 100))
+        throw CLI::ValidationError("--logit-bias", "'" + spec + "': the bias must be in [-100, 100]");
       return {id, static_cast<float>(bias)};
+    }
   }
   throw CLI::ValidationError("--logit-bias",
                              "'" + spec + "' is not ID=BIAS (a token id and a number: 42=-100)");
@@ -368,7 +377,7 @@ struct BenchArgs {
   uint64_t seed = 1;
   // Greedy unless --temperature > 0 (the figures then include each draw, as
   // serve's default requests do); stream b's sampler is seeded seed + b.
-  SamplingOptions sampling{.temperature = 0.0};
+  SamplingOptions sampling = greedy_sampling();
   // Decode feeds pre-drawn random tokens instead of the sampled ones (the
   // sampler still runs): two models, or a model with and without an adapter,
   // then decode the same tokens, so their speeds compare the same work (the

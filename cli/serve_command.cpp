@@ -28,6 +28,7 @@
 #include "cli/shared_budget.h"
 #include "cli/tokenizer_json.h"
 #include "core/check.h"
+#include "core/heap_policy.h"
 #include "core/kernel_level.h"
 #include "core/parallel.h"
 #include "infer/completion_scheduler.h"
@@ -59,6 +60,7 @@ using namespace std::chrono_literals;
 
 // n x max_tokens x (logprobs + 1) stays far inside int64.
 constexpr int64_t kMostTokensLimit = int64_t{1} << 40;
+constexpr int64_t kMostLogprobValues = int64_t{1} << 50;
 
 // How often a waiting response writes to its client: a write to a client that
 // went away fails, and that is how a disconnect is noticed and the request cancelled.
@@ -278,17 +280,19 @@ class Server {
     if (static_cast<int64_t>(parsed.requests.size()) > room)
       return refuse(400, "invalid_request_error",
                     "the request asks for " + std::to_string(parsed.requests.size()) +
-                        " completions (prompts times n); this server holds " + std::to_string(room) +
+                        " completions (prompts times best_of); this server holds " + std::to_string(room) +
                         " at once (--max-batch + --max-queue)");
     // A response's logprobs are built in memory: the server holds at most
     // --max-logprob-values-in-flight of them, counted at their most.
     std::shared_ptr<const void> logprob_share = logprob_values_.take(parsed.logprob_values);
-    if (!logprob_share)
+    if (!logprob_share) {
+      logprob_refusals_.fetch_add(static_cast<int64_t>(parsed.requests.size()));
       return refuse(429, "server_busy",
                     "the server is busy: the request's " + std::to_string(parsed.logprob_values) +
                         " logprobs values with those of the requests it is answering would pass " +
                         std::to_string(logprob_values_.limit()) +
                         " (--max-logprob-values-in-flight); retry later");
+    }
     Choices choices;
     for (CompletionRequest& r : parsed.requests) {
       r.adapter = adapter.get();
@@ -544,6 +548,9 @@ class Server {
     line("shamn_requests_rejected_total",
          "completions refused with 429 (batch and queue full; a request counts each)", "counter",
          d(s.rejected));
+    line("shamn_requests_rejected_logprob_values_total",
+         "completions refused with 429 for --max-logprob-values-in-flight", "counter",
+         d(logprob_refusals_.load()));
     const std::string finished = "requests ended, by finish reason";
     line("shamn_requests_finished_total", finished, "counter", d(s.finished_length), "reason=\"length\"");
     line("shamn_requests_finished_total", finished, "counter", d(s.finished_stop), "reason=\"stop\"");
@@ -571,7 +578,8 @@ class Server {
   const InferModel& model_;
   AdapterRegistry& adapters_;
   CompletionScheduler scheduler_;
-  SharedBudget logprob_values_;  // of the requests being answered, each at its most
+  SharedBudget logprob_values_;               // of the requests being answered, each at its most
+  std::atomic<int64_t> logprob_refusals_{0};  // completions refused for it
   const std::string name_;
   const int64_t started_;  // Unix seconds: the models' "created"
   std::atomic<int64_t> next_id_{1};
@@ -580,6 +588,11 @@ class Server {
 };
 
 void run_serve(const ServeArgs& a) {
+  // Responses come in bursts on many HTTP threads, and glibc gives each of
+  // them one of up to 8 arenas a core: under keep_freed_memory_in_process each
+  // arena kept its burst (scored prompts took a 2-core server to 3x the RSS of
+  // one arena). Measured in experiments/serving.md (stop 86).
+  keep_at_most_freed_per_arena(4 << 20);
   apply_kernel_flag(a.kernel);
   SHAMN_INPUT_CHECK(a.port >= 0 && a.port <= 65535, "--port ", a.port,
                     " must lie in [0, 65535] (0: any free port)");
@@ -593,6 +606,9 @@ void run_serve(const ServeArgs& a) {
   SHAMN_INPUT_CHECK(a.limits.max_tokens >= 0 && a.limits.max_tokens <= kMostTokensLimit,
                     "--max-tokens-limit ", a.limits.max_tokens, " must lie in [0, ", kMostTokensLimit, "]");
   SHAMN_INPUT_CHECK(a.limits.max_logprob_values >= 1, "--max-logprob-values must be >= 1");
+  SHAMN_INPUT_CHECK(a.limits.max_logprob_values_in_flight <= kMostLogprobValues,
+                    "--max-logprob-values-in-flight ", a.limits.max_logprob_values_in_flight,
+                    " must be <= ", kMostLogprobValues);
   SHAMN_INPUT_CHECK(a.limits.max_logprob_values_in_flight >= a.limits.max_logprob_values,
                     "--max-logprob-values-in-flight ", a.limits.max_logprob_values_in_flight,
                     " must be >= --max-logprob-values ", a.limits.max_logprob_values,

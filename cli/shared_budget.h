@@ -18,7 +18,7 @@ class SharedBudget {
     if (n <= 0) return std::make_shared<const int>(0);
     int64_t held = held_->load();
     do {
-      if (held + n > limit_) return nullptr;
+      if (n > limit_ - held) return nullptr;
     } while (!held_->compare_exchange_weak(held, held + n));
     // The count outlives the budget's owner should a response end after it.
     return std::shared_ptr<const void>(held_.get(), [count = held_, n](const void*) { count->fetch_sub(n); });

@@ -199,22 +199,28 @@ TEST_CASE("logprobs and echo are read, and the prompt is scored only with both",
 
 TEST_CASE("best_of returns the n candidates of each prompt whose tokens are likeliest",
           "[serve][completion]") {
-  // Candidate c of prompt p: generated tokens' logprobs summing to sums[p][c]
-  // (and a prompt entry, which does not count).
-  const std::vector<std::vector<double>> sums{{-5, -2, -9, -2}, {-1, -3, -0.5, -4}};
+  // Candidate c of prompt p: generated tokens with logprobs[p][c] (after a
+  // prompt entry, which does not count), ended by its length.
+  const std::vector<std::vector<std::vector<float>>> logprobs{
+      {{-5}, {-1, -3}, {-9, -9, -9}, {-3, -1}},  // means -5, -2, -9, -2
+      {{-3}, {-2, -2, -2, -2}, {-0.5}, {-4}},    // means -3, -2, -0.5, -4: the mean, not the sum
+  };
   std::vector<CompletionChoice> candidates;
-  for (size_t p = 0; p < sums.size(); ++p)
-    for (size_t c = 0; c < sums[p].size(); ++c) {
+  for (size_t p = 0; p < logprobs.size(); ++p)
+    for (size_t c = 0; c < logprobs[p].size(); ++c) {
       CompletionChoice x;
       x.index = static_cast<int64_t>(candidates.size());
       x.text = std::to_string(p) + ":" + std::to_string(c);
+      x.finish = c % 2 == 0 ? FinishReason::length : FinishReason::stop;
       TokenLogprob prompt_entry;
       prompt_entry.in_prompt = true;
       prompt_entry.logprob = 100;
-      TokenLogprob a, b;
-      a.logprob = static_cast<float>(sums[p][c] / 2);
-      b.logprob = static_cast<float>(sums[p][c] / 2);
-      x.logprobs = {prompt_entry, a, b};
+      x.logprobs.push_back(prompt_entry);
+      for (const float v : logprobs[p][c]) {
+        TokenLogprob e;
+        e.logprob = v;
+        x.logprobs.push_back(e);
+      }
       candidates.push_back(x);
     }
   candidates[6].finish = FinishReason::error;  // prompt 1's likeliest failed: last
@@ -223,12 +229,18 @@ TEST_CASE("best_of returns the n candidates of each prompt whose tokens are like
   // Ties go to the earlier candidate; the indices run anew.
   CHECK(chosen[0].text == "0:1");
   CHECK(chosen[1].text == "0:3");
-  CHECK(chosen[2].text == "1:0");
-  CHECK(chosen[3].text == "1:1");
+  CHECK(chosen[2].text == "1:1");
+  CHECK(chosen[3].text == "1:0");
   for (size_t i = 0; i < chosen.size(); ++i) CHECK(chosen[i].index == static_cast<int64_t>(i));
-  // NaN scores rank with the failed; best_of = n keeps every candidate in order.
-  candidates[1].logprobs[1].logprob = NAN;
-  CHECK(choose_best_of(candidates, 4, 1)[0].text == "0:3");
+  // A candidate cut short by the time limit, one with no token scored, and
+  // NaN logits rank last, whatever their tokens.
+  std::vector<CompletionChoice> cut = candidates;
+  cut[1].finish = FinishReason::time_limit;
+  cut[3].logprobs.resize(1);  // the prompt's entry alone: an empty text that ended by a stop string
+  CHECK(choose_best_of(cut, 4, 1)[0].text == "0:0");
+  cut[0].logprobs[1].logprob = NAN;
+  CHECK(choose_best_of(cut, 4, 1)[0].text == "0:2");
+  // With best_of = n every candidate is kept, in order.
   const std::vector<CompletionChoice> all = choose_best_of(candidates, 4, 4);
   REQUIRE(all.size() == 8);
   CHECK(all[2].text == "0:2");

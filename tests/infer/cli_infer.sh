@@ -51,12 +51,12 @@ expect_error "has no tokenizer" "$shamn" generate "$work/ids_only.shq" --prompt 
 expect_error "--top-p" "$shamn" generate "$work/int8.shq" --prompt "the" --top-p 0
 expect_error "--kernel 'sse' is unknown" "$shamn" generate "$work/int8.shq" --prompt "the" --kernel sse
 # --logit-bias: ID=BIAS, any number a double reads (a tiny bias is 0), within [-100, 100].
-"$shamn" generate "$work/int8.shq" --prompt "the" --max-tokens 3 --seed 5 --logit-bias 5=1e-50 --logit-bias 6=+2 \
+"$shamn" generate "$work/int8.shq" --prompt "the" --max-tokens 3 --seed 5 --logit-bias 5=1e-50 --logit-bias 6=+2 --logit-bias 7=1e-400 \
   > /dev/null 2>&1
 expect_error "'5=x' is not ID=BIAS" "$shamn" generate "$work/int8.shq" --prompt "the" --logit-bias 5=x
 expect_error "'5.5=2' is not ID=BIAS" "$shamn" generate "$work/int8.shq" --prompt "the" --logit-bias 5.5=2
-expect_error "the bias in [-100, 100]" "$shamn" generate "$work/int8.shq" --prompt "the" --logit-bias 5=nan
-expect_error "the bias in [-100, 100]" "$shamn" generate "$work/int8.shq" --prompt "the" --logit-bias 5=101
+expect_error "the bias must be in [-100, 100]" "$shamn" generate "$work/int8.shq" --prompt "the" --logit-bias 5=nan
+expect_error "the bias must be in [-100, 100]" "$shamn" generate "$work/int8.shq" --prompt "the" --logit-bias 5=1e300
 # Speculative decoding cannot apply penalties or a logit bias: refused, naming them.
 expect_error "not available with a draft model" "$shamn" generate "$work/int8.shq" --prompt "the" \
   --draft "$work/int4.shq" --presence-penalty 1

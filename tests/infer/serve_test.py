@@ -33,6 +33,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -255,7 +256,7 @@ if got != want or r["usage"]["completion_tokens"] != 48 or \
     fail(f"n 2 of 2 prompts: {got} (expected {want}), usage {r['usage']}")
 say("n 2 of 2 prompts: four choices, each generate's text for its prompt and seed")
 
-# ---- best_of: the n of best_of candidates whose tokens' log-probabilities sum highest ----
+# ---- best_of: the n of best_of candidates with the highest mean log-probability a token ----
 # The candidates are n = best_of's choices (generate's text for seed + j), scored by their logprobs.
 ask = {"prompt": ["the cat", "the dog ran"], "max_tokens": 10, "temperature": 1.5, "top_k": 0, "top_p": 1.0,
        "seed": 21}
@@ -264,7 +265,8 @@ best = server.complete({**ask, "n": 2, "best_of": 4})
 want = []
 for prompt in range(2):
     candidates = sorted(every, key=lambda c: c["index"])[4 * prompt:4 * prompt + 4]
-    ranked = sorted(candidates, key=lambda c: -sum(c["logprobs"]["token_logprobs"]))  # stable: earlier on ties
+    # The mean log-probability a token, as OpenAI ranks them (stable: earlier first on ties).
+    ranked = sorted(candidates, key=lambda c: -statistics.fmean(c["logprobs"]["token_logprobs"]))
     want += [c["text"] for c in ranked[:2]]
 got = [c["text"] for c in best["choices"]]
 if got != want or [c["index"] for c in best["choices"]] != [0, 1, 2, 3] or \
@@ -818,6 +820,8 @@ if scoring.metric("shamn_logprob_values_in_flight") != 200000000:
 status, payload = scoring.request("POST", "/v1/completions", {"prompt": "the", "max_tokens": 2, "logprobs": 0})
 if status != 429 or "--max-logprob-values-in-flight" not in json.loads(payload)["error"]["message"]:
     fail(f"a scoring request past the server's logprobs bound: {status} {payload}")
+if scoring.metric("shamn_requests_rejected_logprob_values_total") != 1:
+    fail(f"the logprobs refusal was not counted: {scoring.request('GET', '/metrics')[1]}")
 scoring.complete({"prompt": "the", "max_tokens": 2})
 first.close()  # cancels it: its values are given back once its response ends
 end = time.time() + DEADLINE
