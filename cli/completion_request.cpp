@@ -1,6 +1,7 @@
 #include "cli/completion_request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -133,7 +134,7 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& body, int64_t voca
     if (!digits || std::stoll(key) >= vocab_size)
       throw RequestError("logit_bias names '" + key + "', not a token id in [0, " +
                          std::to_string(vocab_size) + ")");
-    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+    if (!value.is_number() || !(std::abs(value.get<double>()) <= kLogitBiasLimit))
       throw RequestError("logit_bias's value for token " + key + " must be a number in [-100, 100], got " +
                          value.dump());
     out.emplace_back(static_cast<int32_t>(std::stoll(key)), value.get<float>());
@@ -248,10 +249,10 @@ ParsedCompletion parse_completion_request(const std::string& body, const Tokeniz
     p.logprob_values = scored * (r.logprobs + 1);
     if (p.logprob_values > limits.max_logprob_values)
       throw RequestError("logprobs " + std::to_string(r.logprobs) + " of " + std::to_string(scored) +
-                         " tokens" + (p.logprobs ? "" : " (best_of scores every candidate's tokens)") +
+                         " tokens" + (best_of > n ? " (best_of scores every candidate's tokens)" : "") +
                          " would return " + std::to_string(scored * (r.logprobs + 1)) +
                          " values; this server returns at most " + std::to_string(limits.max_logprob_values) +
-                         " a request (fewer prompts, tokens or alternatives)");
+                         " a request (fewer prompts, best_of, tokens or alternatives)");
   }
   for (std::vector<int32_t>& text : texts)
     for (int64_t c = 0; c < best_of; ++c) {

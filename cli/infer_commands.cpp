@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -188,7 +189,7 @@ std::pair<int32_t, float> logit_bias_entry(const std::string& spec) {
     if (id_error == std::errc() && id_end == spec.data() + eq && id >= 0 && !bias_text.empty() &&
         !std::isspace(static_cast<unsigned char>(bias_text[0])) &&
         bias_end == bias_text.c_str() + bias_text.size()) {
-      if (!(bias >= -100 && bias <= 100))
+      if (!(std::abs(bias) <= kLogitBiasLimit))
         throw CLI::ValidationError("--logit-bias", "'" + spec + "': the bias must be in [-100, 100]");
       return {id, static_cast<float>(bias)};
     }

@@ -234,7 +234,7 @@ class Server {
     std::shared_ptr<Completion> completion;
     std::string echo;
     bool logprobs = false;
-    bool counts_prompt = true;                  // the first of its prompt's n: usage counts each prompt once
+    bool counts_prompt = true;  // the first of its prompt's best_of: usage counts each prompt once
     std::shared_ptr<const void> logprob_share;  // the request's logprobs values, held until its response ends
   };
   using Choices = std::vector<Choice>;
@@ -280,18 +280,19 @@ class Server {
     if (static_cast<int64_t>(parsed.requests.size()) > room)
       return refuse(400, "invalid_request_error",
                     "the request asks for " + std::to_string(parsed.requests.size()) +
-                        " completions (prompts times best_of); this server holds " + std::to_string(room) +
-                        " at once (--max-batch + --max-queue)");
+                        " completions (prompts times best_of, which is n when absent); this server holds " +
+                        std::to_string(room) + " at once (--max-batch + --max-queue)");
     // A response's logprobs are built in memory: the server holds at most
     // --max-logprob-values-in-flight of them, counted at their most.
     std::shared_ptr<const void> logprob_share = logprob_values_.take(parsed.logprob_values);
     if (!logprob_share) {
       logprob_refusals_.fetch_add(static_cast<int64_t>(parsed.requests.size()));
-      return refuse(429, "server_busy",
-                    "the server is busy: the request's " + std::to_string(parsed.logprob_values) +
-                        " logprobs values with those of the requests it is answering would pass " +
-                        std::to_string(logprob_values_.limit()) +
-                        " (--max-logprob-values-in-flight); retry later");
+      return refuse(
+          429, "server_busy",
+          "the server is busy: the request's " + std::to_string(parsed.logprob_values) + " logprobs values" +
+              (parsed.best_of > parsed.n ? " (best_of scores every candidate's tokens)" : "") +
+              " with those of the requests it is answering would pass " +
+              std::to_string(logprob_values_.limit()) + " (--max-logprob-values-in-flight); retry later");
     }
     Choices choices;
     for (CompletionRequest& r : parsed.requests) {
@@ -432,12 +433,16 @@ class Server {
       } while (whole.finished == FinishReason::none);
       parts.push_back(choice_part(id, static_cast<int64_t>(parts.size()), std::move(whole), c, true));
     }
-    if (request.stream)
-      res.set_content(events(id, parts.front(), *choices.front().completion, request.stream_usage, tok),
-                      "text/event-stream");
-    else
-      res.set_content(whole_json(id, choices, std::move(parts), request.best_of, request.n, tok),
-                      "application/json");
+    const auto body = std::make_shared<const std::string>(
+        request.stream ? events(id, parts.front(), *choices.front().completion, request.stream_usage, tok)
+                       : whole_json(id, choices, std::move(parts), request.best_of, request.n, tok));
+    // The request's logprobs share is held until the body is sent: a slow
+    // reader's body counts against --max-logprob-values-in-flight.
+    res.set_content_provider(
+        body->size(), request.stream ? "text/event-stream" : "application/json",
+        [body, share = choices.front().logprob_share](size_t offset, size_t length, httplib::DataSink& sink) {
+          return sink.write(body->data() + offset, length);
+        });
   }
 
   // One JSON body once every choice has ended. Until then the body is leading
@@ -590,8 +595,8 @@ class Server {
 void run_serve(const ServeArgs& a) {
   // Responses come in bursts on many HTTP threads, and glibc gives each of
   // them one of up to 8 arenas a core: under keep_freed_memory_in_process each
-  // arena kept its burst (scored prompts took a 2-core server to 3x the RSS of
-  // one arena). Measured in experiments/serving.md (stop 86).
+  // arena kept its burst (80 scored 8k prompts took a 2-core server to about
+  // 3.3x the peak RSS it has with this). Measured in experiments/serving.md (stop 86).
   keep_at_most_freed_per_arena(4 << 20);
   apply_kernel_flag(a.kernel);
   SHAMN_INPUT_CHECK(a.port >= 0 && a.port <= 65535, "--port ", a.port,

@@ -1,6 +1,7 @@
 #pragma once
-// How the C library's allocator hands memory back to the kernel, set once by
-// a program's main (the library itself never changes it).
+// How the C library's allocator hands memory back to the kernel, set by a
+// program's main and, for a server, its command (the library itself never
+// changes it).
 
 namespace shamn {
 

@@ -22,7 +22,7 @@ void SamplingOptions::validate() const {
                     presence_penalty, " must be in [-2, 2]");
   std::vector<int32_t> tokens;
   for (const auto& [token, bias] : logit_bias) {
-    SHAMN_INPUT_CHECK(token >= 0 && bias >= -100.0f && bias <= 100.0f, "--logit-bias ", token, "=", bias,
+    SHAMN_INPUT_CHECK(token >= 0 && std::abs(bias) <= kLogitBiasLimit, "--logit-bias ", token, "=", bias,
                       ": the token must be >= 0 and the bias in [-100, 100]");
     tokens.push_back(token);
   }

@@ -23,6 +23,9 @@ int32_t argmax_logit(const float* logits, int64_t vocab);
 // one pass against a rising bar for small k, a radix sort for large.
 void likeliest_tokens(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>& order);
 
+// The largest bias logit_bias may add or take away (OpenAI's).
+constexpr double kLogitBiasLimit = 100;
+
 struct SamplingOptions {
   double temperature = 0.8;  // 0 = greedy
   int64_t top_k = 40;        // 0 = all tokens
@@ -33,7 +36,8 @@ struct SamplingOptions {
   // less frequency_penalty times its count, less presence_penalty once drawn.
   double frequency_penalty = 0;
   double presence_penalty = 0;
-  // Added to a token's logit, in [-100, 100] (OpenAI's logit_bias): -100 bans it.
+  // Added to a token's logit, in [-kLogitBiasLimit, kLogitBiasLimit] (OpenAI's
+  // logit_bias): -100 bans it.
   std::vector<std::pair<int32_t, float>> logit_bias;
   // The changes above, applied to the logits before temperature and greedy alike.
   bool adjusts_logits() const {

@@ -193,7 +193,13 @@ TEST_CASE("logprobs and echo are read, and the prompt is scored only with both",
   CHECK_THROWS_WITH(
       parse_small(R"(, "max_tokens": 4, "logprobs": 4, "echo": true)"),
       Catch::Equals("logprobs 4 of 11 tokens would return 55 values; this server returns at most "
-                    "40 a request (fewer prompts, tokens or alternatives)"));
+                    "40 a request (fewer prompts, best_of, tokens or alternatives)"));
+  // best_of scores each candidate's tokens, whether or not the client asked for logprobs.
+  CHECK_THROWS_WITH(
+      parse_small(R"(, "max_tokens": 8, "best_of": 3)"),
+      Catch::Equals("logprobs 0 of 48 tokens (best_of scores every candidate's tokens) would "
+                    "return 48 values; this server returns at most 40 a request (fewer prompts, "
+                    "best_of, tokens or alternatives)"));
   CHECK_NOTHROW(parse_small(R"(, "max_tokens": 400, "echo": true)"));  // no logprobs: nothing to bound
 }
 

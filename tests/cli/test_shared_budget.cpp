@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <barrier>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -44,24 +45,33 @@ TEST_CASE("a budget's share outlives the budget", "[serve]") {
   SUCCEED();
 }
 
-TEST_CASE("threads taking and giving back at once never hold more than the limit", "[serve]") {
-  // Shares of 7 to 10 against a limit of 20: any three threads holding at
-  // once would pass it, so a check that let them would show here.
+TEST_CASE("threads taking at once get no more than the limit lets them hold", "[serve]") {
+  // Four threads each take 7 against a limit of 20, all before any gives its
+  // share back (a barrier between): exactly two get one, every round.
   SharedBudget budget(20);
-  std::atomic<int64_t> most{0};
+  constexpr int kThreads = 4, kRounds = 500;
+  std::atomic<int> granted{0};
+  std::vector<int> granted_by_round;
+  int phase = 0;
+  // Runs once all threads arrive, before any goes on: after each round's
+  // takes it records how many were granted.
+  const auto between_phases = [&]() noexcept {
+    if (phase++ % 2 == 0) granted_by_round.push_back(granted.exchange(0));
+  };
+  std::barrier sync(kThreads, between_phases);
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&budget, &most, t] {
-      for (int i = 0; i < 2000; ++i) {
-        const std::shared_ptr<const void> share = budget.take(7 + t);
-        const int64_t held = budget.held();
-        int64_t seen = most.load();
-        while (held > seen && !most.compare_exchange_weak(seen, held)) {
-        }
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&budget, &granted, &sync] {
+      for (int round = 0; round < kRounds; ++round) {
+        std::shared_ptr<const void> share = budget.take(7);
+        if (share) granted.fetch_add(1);
+        sync.arrive_and_wait();  // every thread has taken or been refused
+        share.reset();
+        sync.arrive_and_wait();  // every share given back
       }
     });
   for (std::thread& t : threads) t.join();
-  CHECK(most.load() <= 20);
-  CHECK(most.load() > 0);
+  REQUIRE(granted_by_round.size() == static_cast<size_t>(kRounds));
+  for (const int g : granted_by_round) CHECK(g == 2);
   CHECK(budget.held() == 0);
 }

@@ -28,6 +28,7 @@ Usage: serve_test.py SHAMN_BINARY CONFIG WORKDIR
 import atexit
 import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -257,27 +258,48 @@ if got != want or r["usage"]["completion_tokens"] != 48 or \
 say("n 2 of 2 prompts: four choices, each generate's text for its prompt and seed")
 
 # ---- best_of: the n of best_of candidates with the highest mean log-probability a token ----
-# The candidates are n = best_of's choices (generate's text for seed + j), scored by their logprobs.
+# The candidates are n = best_of's choices (generate's text for seed + j), scored by their logprobs;
+# a stop string makes their lengths differ, so that the mean and the sum rank them apart.
 ask = {"prompt": ["the cat", "the dog ran"], "max_tokens": 10, "temperature": 1.5, "top_k": 0, "top_p": 1.0,
-       "seed": 21}
-every = server.complete({**ask, "n": 4, "logprobs": 0})["choices"]
-best = server.complete({**ask, "n": 2, "best_of": 4})
-want = []
-for prompt in range(2):
-    candidates = sorted(every, key=lambda c: c["index"])[4 * prompt:4 * prompt + 4]
-    # The mean log-probability a token, as OpenAI ranks them (stable: earlier first on ties).
-    ranked = sorted(candidates, key=lambda c: -statistics.fmean(c["logprobs"]["token_logprobs"]))
-    want += [c["text"] for c in ranked[:2]]
+       "stop": ["e"]}
+
+
+def mean_logprob(c):  # OpenAI's rule; a candidate with no token scored ranks last
+    lp = c["logprobs"]["token_logprobs"]
+    return statistics.fmean(lp) if lp and c["finish_reason"] in ("length", "stop") else -math.inf
+
+
+def ranked_candidates(seed):
+    """Each prompt's 4 candidates, ranked by the mean (stable: earlier first on ties) and by the sum."""
+    r = server.complete({**ask, "seed": seed, "n": 4, "logprobs": 0})
+    every = sorted(r["choices"], key=lambda c: c["index"])
+    groups = [every[4 * p:4 * p + 4] for p in range(2)]
+    by_mean = [sorted(g, key=lambda c: -mean_logprob(c)) for g in groups]
+    by_sum = [sorted(g, key=lambda c: -sum(c["logprobs"]["token_logprobs"])) for g in groups]
+    return every, r["usage"], by_mean, by_sum
+
+
+# The first seed whose two rules pick different texts (the model and seeds are fixed: found the same each run).
+for seed in range(21, 81):
+    every, usage, by_mean, by_sum = ranked_candidates(seed)
+    if [c["text"] for g in by_mean for c in g[:2]] != [c["text"] for g in by_sum for c in g[:2]]:
+        break
+else:
+    fail("no seed in [21, 80] gives candidates that the mean and the sum rank apart")
+best = server.complete({**ask, "seed": seed, "n": 2, "best_of": 4})
+want = [c["text"] for g in by_mean for c in g[:2]]
 got = [c["text"] for c in best["choices"]]
 if got != want or [c["index"] for c in best["choices"]] != [0, 1, 2, 3] or \
         any(c["logprobs"] is not None for c in best["choices"]) or len(set(c["text"] for c in every)) < 6:
-    fail(f"best_of 4, n 2: {best['choices']} (expected the texts {want} of {[c['text'] for c in every]})")
-if best["usage"]["completion_tokens"] != sum(len(c["logprobs"]["tokens"]) for c in every):
-    fail(f"best_of's usage counts every candidate's tokens: {best['usage']}")
-shown = server.complete({**ask, "prompt": "the cat", "n": 1, "best_of": 4, "logprobs": 2})["choices"]
+    fail(f"best_of 4, n 2, seed {seed}: {best['choices']} (expected the texts {want} of "
+         f"{[c['text'] for c in every]})")
+if best["usage"] != usage:  # the same candidates as n = 4 drew
+    fail(f"best_of's usage counts every candidate's tokens: {best['usage']}, n = 4's {usage}")
+shown = server.complete({**ask, "seed": seed, "prompt": "the cat", "n": 1, "best_of": 4, "logprobs": 2})["choices"]
 if shown[0]["text"] != want[0] or len(shown[0]["logprobs"]["top_logprobs"][0]) < 2:
     fail(f"best_of with logprobs 2: {shown}")
-say("best_of 4, n 2 of 2 prompts: each prompt's two likeliest of the four candidates, likeliest first")
+say(f"best_of 4, n 2 of 2 prompts (seed {seed}, a stop string): each prompt's two candidates with the highest "
+    "mean log-probability a token, likeliest first, not those with the highest sum")
 
 # ---- an HTTP/1.0 client: no chunked encoding (it has none), the body read to the close ----
 for streamed in (False, True):
